@@ -1,0 +1,184 @@
+#ifndef DLCACHE_CLIENT_INCLUDE_DLCACHE_CLIENT_H_
+#define DLCACHE_CLIENT_INCLUDE_DLCACHE_CLIENT_H_
+
+// dlcache client: ask the node's dlcached for dataset files and read their
+// bytes in place from read-only shared memory.
+//
+//   auto client = dlcache::Client::Connect({.socket_path = "/run/dlcache/dlcached.sock"});
+//   auto batch = (*client)->GetBatch("imagenet", {"train/n01/a.jpg", ...});
+//   for (const dlcache::Item& item : *batch) {
+//     if (!item.ok()) { ... item.status() ... }
+//     for (const dlcache::ChunkView& c : item.chunks()) Consume(c.data, c.size);
+//   }  // leases are released when the Batch (or the Item) is destroyed
+//
+// Thread safety: Client is thread-safe; Batch and Item are values (one
+// thread at a time). An Item keeps the client's connection state alive, so it
+// may outlive the Client object, but its bytes are only guaranteed while the
+// Item is alive.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace dlcache {
+
+struct ClientOptions {
+  // dlcached's gRPC Unix socket.
+  std::string socket_path = "/run/dlcache/dlcached.sock";
+  // Shown in the server's logs.
+  std::string client_name = "client";
+  // Deadline of each RPC.
+  absl::Duration rpc_timeout = absl::Seconds(60);
+  // Deadline of Connect (the server may still be starting).
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Released leases are sent in batches: with the next GetBatch, or by a
+  // background flush after this delay.
+  absl::Duration release_delay = absl::Milliseconds(5);
+};
+
+// One chunk of a file, mapped read-only. `data` is valid while the owning
+// Item is alive.
+struct ChunkView {
+  const std::byte* data = nullptr;
+  size_t size = 0;
+  uint32_t index = 0;     // chunk index within the file
+  uint32_t segment = 0;   // shared-memory segment id
+  uint64_t offset = 0;    // offset within the segment
+  uint64_t checksum = 0;  // XXH3-64 of the bytes
+};
+
+// A mapped shared-memory segment (for GPU registration).
+struct MappedSegment {
+  uint32_t id = 0;
+  const std::byte* base = nullptr;
+  size_t size = 0;
+};
+
+// Request for one file, or a range of its chunks.
+struct ItemRequest {
+  std::string path;
+  uint32_t first_chunk = 0;
+  uint32_t max_chunks = 0;  // 0 = all
+};
+
+struct FileStatus {
+  absl::Status status;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t chunk_count = 0;
+  uint32_t cached_chunks = 0;
+};
+
+namespace internal {
+class ClientCore;
+}  // namespace internal
+
+// The result for one requested file. Owns the leases of its chunks and
+// releases them on destruction or Release(). Move-only.
+class Item {
+ public:
+  Item() = default;
+  Item(Item&&) noexcept;
+  Item& operator=(Item&&) noexcept;
+  Item(const Item&) = delete;
+  Item& operator=(const Item&) = delete;
+  ~Item();
+
+  bool ok() const { return status_.ok(); }
+  // OK, or the per-item error: INVALID_ARGUMENT (bad key), NOT_FOUND,
+  // RESOURCE_EXHAUSTED (arena full of leased pages), UNAVAILABLE (source
+  // down), DATA_LOSS.
+  const absl::Status& status() const { return status_; }
+  uint64_t file_size() const { return file_size_; }
+  uint32_t chunk_count() const { return chunk_count_; }  // of the whole file
+  bool hit() const { return hit_; }
+  absl::Span<const ChunkView> chunks() const { return chunks_; }
+  // Bytes in the returned chunks.
+  uint64_t size() const;
+  // The bytes as one span when the item has at most one chunk.
+  std::optional<absl::Span<const std::byte>> contiguous() const;
+  // Copies the returned chunks back to back into `dst`. INVALID_ARGUMENT if
+  // dst is smaller than size().
+  absl::Status CopyTo(absl::Span<std::byte> dst) const;
+  // Releases the leases now; chunks() becomes empty.
+  void Release();
+
+ private:
+  friend class internal::ClientCore;
+  absl::Status status_;
+  uint64_t file_size_ = 0;
+  uint32_t chunk_count_ = 0;
+  bool hit_ = false;
+  std::vector<ChunkView> chunks_;
+  std::vector<uint64_t> leases_;
+  std::shared_ptr<internal::ClientCore> core_;
+};
+
+// The items of one GetBatch, in request order.
+class Batch {
+ public:
+  Batch() = default;
+  explicit Batch(std::vector<Item> items) : items_(std::move(items)) {}
+  size_t size() const { return items_.size(); }
+  Item& operator[](size_t i) { return items_[i]; }
+  const Item& operator[](size_t i) const { return items_[i]; }
+  std::vector<Item>::iterator begin() { return items_.begin(); }
+  std::vector<Item>::iterator end() { return items_.end(); }
+  std::vector<Item>::const_iterator begin() const { return items_.begin(); }
+  std::vector<Item>::const_iterator end() const { return items_.end(); }
+  std::vector<Item>& items() { return items_; }
+
+ private:
+  std::vector<Item> items_;
+};
+
+class Client {
+ public:
+  // Opens a session with dlcached and maps its segments read-only.
+  // UNAVAILABLE if the server is not reachable within connect_timeout,
+  // DATA_LOSS / INTERNAL if the fd hand-over fails. Blocks.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+  ~Client();
+
+  // Returns one Item per path, in order. The call fails as a whole only when
+  // the server is unreachable (UNAVAILABLE) or the dataset name is bad;
+  // per-file errors are in Item::status(). Blocks until every item is
+  // filled.
+  absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
+                                 absl::Span<const std::string> paths);
+  absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
+                                 absl::Span<const ItemRequest> items);
+
+  // Asks the server to fill the paths in the background. Takes no lease.
+  absl::Status Prefetch(absl::string_view dataset,
+                        absl::Span<const std::string> paths);
+
+  absl::StatusOr<std::vector<FileStatus>> Stat(
+      absl::string_view dataset, absl::Span<const std::string> paths);
+
+  // Sends pending lease releases now. Blocks.
+  absl::Status FlushReleases();
+
+  // The mapped segments. Stable for the life of the Client.
+  std::vector<MappedSegment> segments() const;
+  uint64_t chunk_size() const;
+  uint64_t session_id() const;
+
+ private:
+  explicit Client(std::shared_ptr<internal::ClientCore> core);
+  std::shared_ptr<internal::ClientCore> core_;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_CLIENT_INCLUDE_DLCACHE_CLIENT_H_

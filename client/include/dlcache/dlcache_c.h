@@ -1,0 +1,111 @@
+#ifndef DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_C_H_
+#define DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_C_H_
+
+/* C ABI of the dlcache client, for bindings (Python ctypes, Rust, Go ...).
+ *
+ * Every function that can fail returns an int status: 0 (DLC_OK) or an
+ * absl::StatusCode number (the DLC_* constants below). The message of the
+ * last failure on the calling thread is dlc_last_error(). No function throws
+ * or aborts on bad input; NULL arguments give DLC_INVALID_ARGUMENT.
+ *
+ * Ownership: dlc_connect returns a client the caller frees with dlc_close;
+ * dlc_get_batch returns a batch the caller frees with dlc_batch_free, which
+ * releases its leases. Chunk pointers are valid until the batch is freed.
+ * A batch may outlive its client. A client may be used from several threads;
+ * a batch from one thread at a time.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  DLC_OK = 0,
+  DLC_CANCELLED = 1,
+  DLC_UNKNOWN = 2,
+  DLC_INVALID_ARGUMENT = 3,
+  DLC_DEADLINE_EXCEEDED = 4,
+  DLC_NOT_FOUND = 5,
+  DLC_ALREADY_EXISTS = 6,
+  DLC_PERMISSION_DENIED = 7,
+  DLC_RESOURCE_EXHAUSTED = 8,
+  DLC_FAILED_PRECONDITION = 9,
+  DLC_ABORTED = 10,
+  DLC_OUT_OF_RANGE = 11,
+  DLC_UNIMPLEMENTED = 12,
+  DLC_INTERNAL = 13,
+  DLC_UNAVAILABLE = 14,
+  DLC_DATA_LOSS = 15,
+  DLC_UNAUTHENTICATED = 16,
+};
+
+typedef struct dlc_client dlc_client;
+typedef struct dlc_batch dlc_batch;
+
+typedef struct {
+  int code;             /* the item's status */
+  uint64_t file_size;   /* size of the whole file */
+  uint64_t size;        /* bytes in the returned chunks */
+  uint32_t num_chunks;  /* chunks returned */
+  uint32_t chunk_count; /* chunks in the whole file */
+  int hit;              /* 1 if served from memory without a fill */
+} dlc_item_info;
+
+typedef struct {
+  const void* data; /* read-only */
+  uint64_t size;
+  uint32_t index;    /* chunk index within the file */
+  uint32_t segment;
+  uint64_t offset;
+  uint64_t checksum; /* XXH3-64 */
+} dlc_chunk;
+
+typedef struct {
+  uint32_t id;
+  const void* base; /* read-only mapping */
+  uint64_t size;
+} dlc_segment;
+
+/* Message of the last failing call on this thread ("" if none). The pointer
+ * is valid until the next dlc_* call on this thread. */
+const char* dlc_last_error(void);
+/* "OK", "NOT_FOUND", ...; never NULL. */
+const char* dlc_status_name(int code);
+
+/* socket_path NULL = the default /run/dlcache/dlcached.sock. */
+int dlc_connect(const char* socket_path, const char* client_name,
+                dlc_client** out);
+void dlc_close(dlc_client* client);
+
+int dlc_get_batch(dlc_client* client, const char* dataset,
+                  const char* const* paths, size_t num_paths,
+                  dlc_batch** out);
+int dlc_prefetch(dlc_client* client, const char* dataset,
+                 const char* const* paths, size_t num_paths);
+
+size_t dlc_batch_size(const dlc_batch* batch);
+int dlc_batch_item(const dlc_batch* batch, size_t item, dlc_item_info* out);
+/* Error message of an item ("" for OK items); valid until the batch is
+ * freed. */
+const char* dlc_batch_item_error(const dlc_batch* batch, size_t item);
+int dlc_batch_chunk(const dlc_batch* batch, size_t item, uint32_t chunk,
+                    dlc_chunk* out);
+/* Copies the item's chunks back to back; DLC_INVALID_ARGUMENT if dst_size
+ * is smaller than the item's size. */
+int dlc_batch_copy_item(const dlc_batch* batch, size_t item, void* dst,
+                        uint64_t dst_size);
+void dlc_batch_free(dlc_batch* batch);
+
+/* Mapped segments, for GPU registration. Fills up to max entries and stores
+ * the total count in *count. */
+int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
+                 size_t* count);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_C_H_ */
