@@ -1,0 +1,67 @@
+#ifndef DLCACHE_SERVER_MEMORY_ARENA_H_
+#define DLCACHE_SERVER_MEMORY_ARENA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+
+namespace dlcache {
+
+struct ArenaOptions {
+  std::string dir;             // a tmpfs directory, e.g. /dev/shm/dlcache
+  uint64_t total_bytes = 0;    // rounded down to a multiple of `align`
+  uint64_t segment_bytes = 0;  // rounded down to a multiple of `align`
+  uint64_t align = 4096;       // segment sizes are multiples of this
+};
+
+// The shared-memory arena: `segment_count()` files seg-NNNNN under a tmpfs
+// directory, each mapped read-write here. Clients get O_RDONLY fds of the
+// same files (OpenReadOnly) and map them PROT_READ.
+//
+// Create() reserves every page up front (posix_fallocate), so an arena that
+// does not fit fails at start with RESOURCE_EXHAUSTED and a message naming
+// the free space, instead of a SIGBUS later. The destructor unmaps and
+// removes the files. Thread-safe after construction (all methods const).
+class Arena {
+ public:
+  // INVALID_ARGUMENT for zero sizes or a segment smaller than `align`;
+  // FAILED_PRECONDITION if dir cannot be created or is not writable;
+  // RESOURCE_EXHAUSTED if the file system lacks the space.
+  static absl::StatusOr<std::unique_ptr<Arena>> Create(
+      const ArenaOptions& options);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  uint32_t segment_count() const { return segments_.size(); }
+  uint64_t segment_size(uint32_t id) const { return segments_[id].size; }
+  uint64_t total_bytes() const { return total_bytes_; }
+  char* base(uint32_t id) const { return segments_[id].base; }
+  // Random per Create(): lets clients detect a recreated arena.
+  uint64_t epoch() const { return epoch_; }
+  const std::string& dir() const { return dir_; }
+
+  // A new O_RDONLY, O_CLOEXEC fd of segment `id`. OUT_OF_RANGE for a bad id.
+  absl::StatusOr<UniqueFd> OpenReadOnly(uint32_t id) const;
+
+ private:
+  struct Segment {
+    std::string path;
+    char* base = nullptr;
+    uint64_t size = 0;
+  };
+  Arena() = default;
+
+  std::string dir_;
+  uint64_t total_bytes_ = 0;
+  uint64_t epoch_ = 0;
+  std::vector<Segment> segments_;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_MEMORY_ARENA_H_
