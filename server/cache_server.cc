@@ -1,0 +1,257 @@
+#include "server/cache_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <filesystem>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/fd_passing.h"
+#include "common/key.h"
+#include "common/logging.h"
+#include "server/memory/arena.h"
+#include "server/metrics/http_endpoint.h"
+#include "server/metrics/prometheus_text.h"
+#include "server/rpc/admin_service.h"
+#include "server/rpc/cache_service.h"
+#include "server/rpc/fd_server.h"
+#include "server/source/posix_source.h"
+#include "server/source/source_backend.h"
+#include "server/tier/memory_tier.h"
+
+namespace dlcache {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+absl::Status ValidateConfig(const ServerConfig& c) {
+  if (c.datasets.empty()) {
+    return absl::InvalidArgumentError(
+        "no datasets: give --source=DIR or --dataset=NAME=DIR");
+  }
+  for (size_t i = 0; i < c.datasets.size(); ++i) {
+    if (absl::Status s = ValidateDatasetName(c.datasets[i].name); !s.ok()) {
+      return s;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (c.datasets[j].name == c.datasets[i].name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dataset '", c.datasets[i].name, "' given twice"));
+      }
+    }
+  }
+  if (c.chunk_size < 4096 || c.chunk_size % 4096 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--chunk_size=", c.chunk_size, " must be a multiple of 4 KiB"));
+  }
+  if (c.segment_bytes < c.chunk_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--segment_bytes=", c.segment_bytes,
+        " must be at least --chunk_size=", c.chunk_size));
+  }
+  if (c.socket_path.empty()) {
+    return absl::InvalidArgumentError("--socket must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+// Refuses to steal the socket of a live server; removes a stale one.
+absl::Status ClaimSocket(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(
+      std::filesystem::path(path).parent_path(), ec);
+  if (ConnectUnix(path, SOCK_STREAM).ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another dlcached is serving on ", path, "; stop it or pick --socket"));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " exists and is not a socket"));
+    }
+    ::unlink(path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CacheServer::CacheServer(ServerConfig config)
+    : config_(std::move(config)), start_time_(absl::Now()) {}
+
+absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
+    ServerConfig config) {
+  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  std::unique_ptr<CacheServer> server(new CacheServer(std::move(config)));
+  if (absl::Status s = server->Init(); !s.ok()) return s;
+  return server;
+}
+
+absl::Status CacheServer::Init() {
+  std::vector<SourceBackend::Dataset> datasets;
+  std::vector<std::string> names;
+  for (const DatasetConfig& d : config_.datasets) {
+    absl::StatusOr<std::shared_ptr<Source>> source;
+    if (config_.source_factory) {
+      source = config_.source_factory(d);
+    } else {
+      absl::StatusOr<std::unique_ptr<PosixSource>> posix =
+          PosixSource::Open(d.source_root);
+      if (posix.ok()) {
+        source = std::shared_ptr<Source>(*std::move(posix));
+      } else {
+        source = posix.status();
+      }
+    }
+    if (!source.ok()) {
+      return absl::Status(source.status().code(),
+                          absl::StrCat("dataset '", d.name,
+                                       "': ", source.status().message()));
+    }
+    DLC_LOG(INFO) << "dataset '" << d.name << "' from "
+                  << (*source)->Describe();
+    datasets.push_back({d.name, *source});
+    names.push_back(d.name);
+  }
+  if (absl::Status s = ClaimSocket(config_.socket_path); !s.ok()) return s;
+
+  ArenaOptions arena_options;
+  arena_options.dir = config_.shm_dir;
+  arena_options.total_bytes = config_.arena_bytes;
+  arena_options.segment_bytes = config_.segment_bytes;
+  arena_options.align = config_.chunk_size;
+  if (arena_options.total_bytes == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(config_.shm_dir, ec);
+    struct statvfs vfs;
+    if (::statvfs(config_.shm_dir.c_str(), &vfs) == 0) {
+      arena_options.total_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize / 2;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(arena_options);
+  if (!arena.ok()) return arena.status();
+  arena_ = *std::move(arena);
+  tier_ = std::make_unique<MemoryTier>(arena_.get(), config_.chunk_size,
+                                       names.size());
+  sources_ =
+      std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
+  ChunkBackend* chain = sources_.get();
+
+  CacheEngine::Options engine_options;
+  engine_options.fill_threads = config_.fill_threads;
+  engine_options.warmup_parallelism = config_.warmup_parallelism;
+  engine_ = std::make_unique<CacheEngine>(names, tier_.get(), chain,
+                                          sources_.get(), engine_options);
+
+  const std::string fd_path = config_.socket_path + ".fds";
+  absl::StatusOr<std::unique_ptr<FdServer>> fd_server = FdServer::Start(
+      fd_path, arena_.get(),
+      [engine = engine_.get()](uint64_t s) { return engine->HasSession(s); });
+  if (!fd_server.ok()) return fd_server.status();
+  fd_server_ = *std::move(fd_server);
+
+  cache_service_ = std::make_unique<CacheServiceImpl>(engine_.get(),
+                                                      arena_.get(), fd_path);
+  admin_service_ = std::make_unique<AdminServiceImpl>(
+      engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); });
+  {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + config_.socket_path,
+                             grpc::InsecureServerCredentials());
+    builder.RegisterService(cache_service_.get());
+    builder.RegisterService(admin_service_.get());
+    builder.SetMaxReceiveMessageSize(64 << 20);
+    builder.SetMaxSendMessageSize(64 << 20);
+    grpc_server_ = builder.BuildAndStart();
+    if (grpc_server_ == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve gRPC on unix:", config_.socket_path));
+    }
+    ::chmod(config_.socket_path.c_str(), 0660);
+  }
+  if (!config_.admin_address.empty()) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(config_.admin_address,
+                             grpc::InsecureServerCredentials(), &admin_port_);
+    builder.RegisterService(admin_service_.get());
+    admin_server_ = builder.BuildAndStart();
+    if (admin_server_ == nullptr || admin_port_ == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve the admin API on ", config_.admin_address));
+    }
+  }
+  if (!config_.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<HttpEndpoint>> metrics =
+        HttpEndpoint::Start(config_.metrics_address, [this] {
+          v1::StatsResponse stats;
+          engine_->Stats(v1::StatsRequest(), &stats).IgnoreError();
+          return RenderPrometheus(StatusNow(), stats);
+        });
+    if (!metrics.ok()) return metrics.status();
+    metrics_ = *std::move(metrics);
+  }
+  DLC_LOG(INFO) << "dlcached " << kVersion << " serving on unix:"
+                << config_.socket_path << " (" << names.size()
+                << " datasets, chunk " << config_.chunk_size << " bytes)";
+  return absl::OkStatus();
+}
+
+CacheServer::~CacheServer() { Shutdown(); }
+
+void CacheServer::Shutdown() {
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  else {
+    stopped_.WaitForNotification();
+    return;
+  }
+  // Session streams block until their clients leave; a short deadline
+  // cancels them so shutdown does not wait on clients.
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(200);
+  if (grpc_server_) grpc_server_->Shutdown(deadline);
+  if (admin_server_) admin_server_->Shutdown(deadline);
+  if (fd_server_) fd_server_->Stop();
+  metrics_.reset();
+  if (grpc_server_) ::unlink(config_.socket_path.c_str());
+  DLC_LOG(INFO) << "dlcached stopped";
+  stopped_.Notify();
+}
+
+void CacheServer::Wait() { shutdown_.WaitForNotification(); }
+
+int CacheServer::metrics_port() const {
+  return metrics_ ? metrics_->port() : 0;
+}
+
+v1::StatusResponse CacheServer::StatusNow() const {
+  v1::StatusResponse r;
+  r.set_state(shutdown_.HasBeenNotified() ? "DRAINING" : "SERVING");
+  r.set_version(kVersion);
+  r.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_time_));
+  r.set_socket_path(config_.socket_path);
+  r.set_shm_dir(config_.shm_dir);
+  r.set_chunk_size(config_.chunk_size);
+  if (tier_) {
+    TierStats t = tier_->Stats();
+    r.set_arena_bytes(t.arena_bytes);
+    r.set_arena_used_bytes(t.used_bytes);
+    r.set_leased_bytes(t.leased_bytes);
+    r.set_sessions(t.sessions);
+    r.set_leases(t.leases);
+    r.set_cached_chunks(t.cached_chunks);
+  }
+  if (arena_) r.set_segments(arena_->segment_count());
+  for (const DatasetConfig& d : config_.datasets) {
+    v1::DatasetInfo* info = r.add_datasets();
+    info->set_name(d.name);
+    info->set_source(d.source_root);
+  }
+  return r;
+}
+
+}  // namespace dlcache

@@ -1,0 +1,76 @@
+#ifndef DLCACHE_SERVER_CACHE_SERVER_H_
+#define DLCACHE_SERVER_CACHE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "dlcache/v1/admin.pb.h"
+#include "server/cache_engine.h"
+#include "server/server_config.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace dlcache {
+
+class Arena;
+class CacheServiceImpl;
+class AdminServiceImpl;
+class FdServer;
+class HttpEndpoint;
+class MemoryTier;
+class SourceBackend;
+
+// A whole dlcached: arena, memory tier, backend chain, engine, gRPC services
+// on the Unix socket (and the optional TCP admin address), the segment-fd
+// socket and the metrics endpoint. Used by main.cc and, in-process, by
+// tests. Thread-safe; Shutdown() may be called from any thread, once or more.
+class CacheServer {
+ public:
+  // Validates the config and starts everything. INVALID_ARGUMENT for a bad
+  // config (message says which flag), FAILED_PRECONDITION if another server
+  // serves the socket, RESOURCE_EXHAUSTED if the arena does not fit.
+  static absl::StatusOr<std::unique_ptr<CacheServer>> Start(
+      ServerConfig config);
+  ~CacheServer();
+
+  // Stops accepting, cancels session streams, releases everything.
+  void Shutdown();
+  // Blocks until Shutdown() is called.
+  void Wait();
+
+  const ServerConfig& config() const { return config_; }
+  CacheEngine& engine() { return *engine_; }
+  SourceBackend& sources() { return *sources_; }
+  int metrics_port() const;
+  int admin_port() const { return admin_port_; }
+  v1::StatusResponse StatusNow() const;
+
+ private:
+  explicit CacheServer(ServerConfig config);
+  absl::Status Init();
+
+  ServerConfig config_;
+  absl::Time start_time_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<MemoryTier> tier_;
+  std::unique_ptr<SourceBackend> sources_;
+  std::unique_ptr<CacheEngine> engine_;
+  std::unique_ptr<CacheServiceImpl> cache_service_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::Server> admin_server_;
+  std::unique_ptr<FdServer> fd_server_;
+  std::unique_ptr<HttpEndpoint> metrics_;
+  int admin_port_ = 0;
+  absl::Notification shutdown_;
+  absl::Notification stopped_;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_CACHE_SERVER_H_

@@ -1,0 +1,128 @@
+// dlcached: the per-node dlcache server.
+//
+//   dlcached --source=/mnt/nfs/imagenet              # dataset "default"
+//   dlcached --dataset=imagenet=/mnt/nfs/imagenet,coco=/mnt/nfs/coco
+//   dlcached --flagfile=/etc/dlcache/dlcached.flags  # one --flag=value a line
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/byte_size.h"
+#include "common/logging.h"
+#include "server/cache_server.h"
+#include "server/server_config.h"
+
+using dlcache::ByteSize;
+
+ABSL_FLAG(std::string, socket, "/run/dlcache/dlcached.sock",
+          "Unix socket of the local API (segment fds on SOCKET.fds)");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm/dlcache",
+          "tmpfs directory for the shared-memory arena segments");
+ABSL_FLAG(ByteSize, arena_bytes, ByteSize{1ull << 30},
+          "Arena size, e.g. 8GiB; 0 = half the free space of --shm_dir");
+ABSL_FLAG(ByteSize, segment_bytes, ByteSize{256ull << 20},
+          "Size of each arena segment file");
+ABSL_FLAG(ByteSize, chunk_size, ByteSize{4ull << 20},
+          "Files larger than this are split into chunks of this size");
+ABSL_FLAG(std::string, source, "",
+          "Source directory of the dataset named 'default' (an NFS/CephFS "
+          "mount or a local directory)");
+ABSL_FLAG(std::vector<std::string>, dataset, {},
+          "Datasets as NAME=DIR, comma-separated");
+ABSL_FLAG(uint32_t, fill_threads, 16, "Parallel source reads for misses");
+ABSL_FLAG(uint32_t, warmup_parallelism, 16,
+          "Default parallel fills of a warm-up");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
+          "Prometheus text endpoint host:port (GET /metrics); empty = off");
+ABSL_FLAG(std::string, admin_address, "",
+          "Also serve the admin API on this TCP host:port; empty = off");
+ABSL_FLAG(std::string, log_level, "INFO", "INFO, WARNING or ERROR");
+
+namespace {
+
+absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
+  dlcache::ServerConfig c;
+  c.socket_path = absl::GetFlag(FLAGS_socket);
+  c.shm_dir = absl::GetFlag(FLAGS_shm_dir);
+  c.arena_bytes = absl::GetFlag(FLAGS_arena_bytes).bytes;
+  c.segment_bytes = absl::GetFlag(FLAGS_segment_bytes).bytes;
+  c.chunk_size = absl::GetFlag(FLAGS_chunk_size).bytes;
+  c.fill_threads = absl::GetFlag(FLAGS_fill_threads);
+  c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
+  c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  c.admin_address = absl::GetFlag(FLAGS_admin_address);
+  if (std::string src = absl::GetFlag(FLAGS_source); !src.empty()) {
+    c.datasets.push_back({"default", src});
+  }
+  for (const std::string& d : absl::GetFlag(FLAGS_dataset)) {
+    std::vector<std::string> kv = absl::StrSplit(d, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --dataset entry '", d, "': want NAME=DIR"));
+    }
+    c.datasets.push_back({kv[0], kv[1]});
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "the dlcache per-node server.\n\n"
+      "  dlcached --source=DIR                    serve DIR as dataset 'default'\n"
+      "  dlcached --dataset=NAME=DIR[,NAME=DIR]   serve several datasets\n"
+      "  dlcached --flagfile=FILE                 flags from FILE, one a line\n\n"
+      "Clients connect to --socket; dlcachectl administers it.");
+  absl::ParseCommandLine(argc, argv);
+  std::string level = absl::GetFlag(FLAGS_log_level);
+  dlcache::SetMinLogLevel(level == "ERROR"     ? dlcache::LogLevel::kError
+                          : level == "WARNING" ? dlcache::LogLevel::kWarning
+                                               : dlcache::LogLevel::kInfo);
+
+  // Signals are taken by one thread with sigwait, so every other thread
+  // (gRPC's included) must start with them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<dlcache::ServerConfig> config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "dlcached: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<dlcache::CacheServer>> server =
+      dlcache::CacheServer::Start(*std::move(config));
+  if (!server.ok()) {
+    std::fprintf(stderr, "dlcached: cannot start: %s\n",
+                 server.status().ToString().c_str());
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2
+                                                                         : 1;
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    DLC_LOG(INFO) << "signal " << sig << ": shutting down";
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  (*server)->Shutdown();
+  waiter.detach();
+  server->reset();
+  return 0;
+}

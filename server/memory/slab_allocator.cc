@@ -1,0 +1,164 @@
+#include "server/memory/slab_allocator.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace dlcache {
+
+SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
+                             uint64_t slab_size)
+    : classes_(slab_size), class_state_(classes_.count()) {
+  for (uint32_t seg = 0; seg < segment_sizes.size(); ++seg) {
+    for (uint64_t off = 0; off + slab_size <= segment_sizes[seg];
+         off += slab_size) {
+      Slab s;
+      s.segment = seg;
+      s.offset = off;
+      slabs_.push_back(std::move(s));
+    }
+  }
+  // Hand out low slabs first: it keeps a lightly used arena compact.
+  for (uint32_t i = slabs_.size(); i > 0; --i) free_slabs_.push_back(i - 1);
+}
+
+uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {
+  const Slab& s = slabs_[ref.slab];
+  return s.offset + uint64_t{ref.slot} * classes_.size(s.size_class);
+}
+
+absl::StatusOr<SlotRef> SlabAllocator::Allocate(
+    uint64_t bytes, ChunkEntry* owner,
+    absl::FunctionRef<void(ChunkEntry*)> on_evict) {
+  int c = classes_.ClassFor(bytes);
+  if (c < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "item of ", bytes, " bytes does not fit a slab of ",
+        classes_.slab_size()));
+  }
+  SlotRef ref;
+  if (TakeFreeSlot(c, owner, &ref)) return ref;
+  if (!free_slabs_.empty()) {
+    AssignSlab(free_slabs_.back(), c);
+    free_slabs_.pop_back();
+    TakeFreeSlot(c, owner, &ref);
+    return ref;
+  }
+  if (EvictInClass(c, owner, on_evict, &ref)) return ref;
+  if (StealSlab(c, on_evict) && TakeFreeSlot(c, owner, &ref)) return ref;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "arena full: every cached chunk that could hold ", bytes,
+      " bytes is leased; release leases or enlarge --arena_bytes"));
+}
+
+bool SlabAllocator::TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out) {
+  ClassState& cs = class_state_[c];
+  while (!cs.with_free.empty()) {
+    uint32_t id = cs.with_free.back();
+    Slab& s = slabs_[id];
+    if (s.size_class != c || s.free_slots.empty()) {
+      cs.with_free.pop_back();  // stale entry
+      continue;
+    }
+    uint32_t slot = s.free_slots.back();
+    s.free_slots.pop_back();
+    if (s.free_slots.empty()) cs.with_free.pop_back();
+    s.slots[slot] = owner;
+    used_bytes_ += classes_.size(c);
+    *out = SlotRef{id, slot};
+    return true;
+  }
+  return false;
+}
+
+void SlabAllocator::AssignSlab(uint32_t id, int c) {
+  Slab& s = slabs_[id];
+  s.size_class = c;
+  uint32_t n = classes_.slots_per_slab(c);
+  s.slots.assign(n, nullptr);
+  s.free_slots.clear();
+  for (uint32_t i = n; i > 0; --i) s.free_slots.push_back(i - 1);
+  class_state_[c].slabs.push_back(id);
+  class_state_[c].with_free.push_back(id);
+}
+
+void SlabAllocator::Free(SlotRef ref) {
+  Slab& s = slabs_[ref.slab];
+  s.slots[ref.slot] = nullptr;
+  s.free_slots.push_back(ref.slot);
+  used_bytes_ -= classes_.size(s.size_class);
+  if (s.free_slots.size() == 1) {
+    class_state_[s.size_class].with_free.push_back(ref.slab);
+  }
+}
+
+bool SlabAllocator::EvictInClass(int c, ChunkEntry* owner,
+                                 absl::FunctionRef<void(ChunkEntry*)> on_evict,
+                                 SlotRef* out) {
+  ClassState& cs = class_state_[c];
+  if (cs.slabs.empty()) return false;
+  const uint64_t slots = uint64_t{cs.slabs.size()} * classes_.slots_per_slab(c);
+  // Two sweeps: the first may only clear referenced bits.
+  for (uint64_t step = 0; step < 2 * slots; ++step) {
+    if (cs.hand_slab >= cs.slabs.size()) cs.hand_slab = 0;
+    uint32_t id = cs.slabs[cs.hand_slab];
+    Slab& s = slabs_[id];
+    uint32_t slot = cs.hand_slot;
+    if (++cs.hand_slot >= s.slots.size()) {
+      cs.hand_slot = 0;
+      ++cs.hand_slab;
+    }
+    ChunkEntry* e = s.slots[slot];
+    if (e == nullptr || !Evictable(e)) continue;
+    if (e->referenced) {
+      e->referenced = false;
+      continue;
+    }
+    on_evict(e);
+    s.slots[slot] = owner;  // the slot moves to the new owner: used_bytes_ same
+    *out = SlotRef{id, slot};
+    return true;
+  }
+  return false;
+}
+
+bool SlabAllocator::StealSlab(int c,
+                              absl::FunctionRef<void(ChunkEntry*)> on_evict) {
+  if (slabs_.empty()) return false;
+  // Two sweeps over all slabs: prefer a slab none of whose entries was used
+  // since the last sweep.
+  for (size_t step = 0; step < 2 * slabs_.size(); ++step) {
+    uint32_t id = steal_hand_++ % slabs_.size();
+    Slab& s = slabs_[id];
+    if (s.size_class == c || s.size_class < 0) continue;
+    bool pinned = false, referenced = false;
+    for (ChunkEntry* e : s.slots) {
+      if (e == nullptr) continue;
+      if (!Evictable(e)) pinned = true;
+      if (e->referenced) referenced = true;
+    }
+    if (pinned) continue;
+    if (referenced && step < slabs_.size()) {
+      for (ChunkEntry* e : s.slots) {
+        if (e != nullptr) e->referenced = false;
+      }
+      continue;
+    }
+    for (uint32_t i = 0; i < s.slots.size(); ++i) {
+      if (s.slots[i] == nullptr) continue;
+      on_evict(s.slots[i]);
+      s.slots[i] = nullptr;
+      used_bytes_ -= classes_.size(s.size_class);
+    }
+    ClassState& old = class_state_[s.size_class];
+    old.slabs.erase(std::find(old.slabs.begin(), old.slabs.end(), id));
+    if (old.hand_slab >= old.slabs.size()) old.hand_slab = 0;
+    old.hand_slot = 0;
+    AssignSlab(id, c);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace dlcache

@@ -1,0 +1,82 @@
+#ifndef DLCACHE_SERVER_MEMORY_SLAB_ALLOCATOR_H_
+#define DLCACHE_SERVER_MEMORY_SLAB_ALLOCATOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/memory/chunk_entry.h"
+#include "server/memory/size_classes.h"
+
+namespace dlcache {
+
+// Carves the arena's segments into slabs of SizeClasses::slab_size() bytes;
+// each slab serves one size class and is split into equal slots. Eviction is
+// CLOCK over the slots of a class (pinned entries are skipped, a set
+// referenced bit buys one more turn); a class that finds nothing to evict
+// takes a whole slab from another class whose entries are all unpinned.
+//
+// Not thread-safe: the owner (MemoryTier) serialises every call.
+class SlabAllocator {
+ public:
+  // segment_sizes[i]: bytes of segment i; the tail that does not fill a
+  // whole slab is unused.
+  SlabAllocator(absl::Span<const uint64_t> segment_sizes, uint64_t slab_size);
+
+  // Finds a slot for `bytes` (1..slab_size) owned by `owner`. Evicts
+  // unpinned kReady entries as needed, calling on_evict(entry) for each
+  // victim before its slot is reused (the callee drops it from its index and
+  // deletes it). RESOURCE_EXHAUSTED when every candidate is pinned;
+  // INVALID_ARGUMENT for a size out of range.
+  absl::StatusOr<SlotRef> Allocate(uint64_t bytes, ChunkEntry* owner,
+                                   absl::FunctionRef<void(ChunkEntry*)> on_evict);
+  void Free(SlotRef ref);
+
+  uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
+  uint64_t OffsetOf(SlotRef ref) const;
+
+  uint64_t capacity_bytes() const { return slabs_.size() * classes_.slab_size(); }
+  // Bytes of the slots in use (class sizes, not item lengths).
+  uint64_t used_bytes() const { return used_bytes_; }
+  uint32_t slab_count() const { return slabs_.size(); }
+  uint32_t free_slab_count() const { return free_slabs_.size(); }
+  const SizeClasses& classes() const { return classes_; }
+
+ private:
+  struct Slab {
+    uint32_t segment = 0;
+    uint64_t offset = 0;
+    int size_class = -1;  // -1 = free
+    std::vector<ChunkEntry*> slots;
+    std::vector<uint32_t> free_slots;
+  };
+  struct ClassState {
+    std::vector<uint32_t> slabs;          // slabs of this class
+    std::vector<uint32_t> with_free;      // slabs that have a free slot
+    size_t hand_slab = 0;                 // CLOCK hand: index into slabs
+    uint32_t hand_slot = 0;
+  };
+
+  bool TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out);
+  void AssignSlab(uint32_t slab, int c);
+  bool EvictInClass(int c, ChunkEntry* owner,
+                    absl::FunctionRef<void(ChunkEntry*)> on_evict,
+                    SlotRef* out);
+  bool StealSlab(int c, absl::FunctionRef<void(ChunkEntry*)> on_evict);
+  static bool Evictable(const ChunkEntry* e) {
+    return e->pins == 0 && e->state == ChunkEntry::State::kReady;
+  }
+
+  SizeClasses classes_;
+  std::vector<Slab> slabs_;
+  std::vector<ClassState> class_state_;
+  std::vector<uint32_t> free_slabs_;
+  size_t steal_hand_ = 0;
+  uint64_t used_bytes_ = 0;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_MEMORY_SLAB_ALLOCATOR_H_

@@ -1,0 +1,40 @@
+#ifndef DLCACHE_SERVER_RPC_ADMIN_SERVICE_H_
+#define DLCACHE_SERVER_RPC_ADMIN_SERVICE_H_
+
+#include <functional>
+
+#include "dlcache/v1/admin.grpc.pb.h"
+#include "server/cache_engine.h"
+
+namespace dlcache {
+
+// dlcache.v1.AdminService over a CacheEngine. `status` fills the parts of
+// StatusResponse only the server knows (state, sockets, uptime).
+// Thread-safe; does not own the engine.
+class AdminServiceImpl final : public v1::AdminService::Service {
+ public:
+  using StatusFiller = std::function<void(v1::StatusResponse*)>;
+  AdminServiceImpl(CacheEngine* engine, StatusFiller status)
+      : engine_(engine), status_(std::move(status)) {}
+
+  grpc::Status Warmup(grpc::ServerContext* context,
+                      const v1::WarmupRequest* request,
+                      grpc::ServerWriter<v1::WarmupProgress>* writer) override;
+  grpc::Status Status(grpc::ServerContext* context,
+                      const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context,
+                     const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+  grpc::Status Evict(grpc::ServerContext* context,
+                     const v1::EvictRequest* request,
+                     v1::EvictResponse* response) override;
+
+ private:
+  CacheEngine* const engine_;
+  const StatusFiller status_;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_RPC_ADMIN_SERVICE_H_

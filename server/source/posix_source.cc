@@ -1,0 +1,190 @@
+#include "server/source/posix_source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/unique_fd.h"
+
+namespace dlcache {
+namespace {
+
+absl::Status ErrnoStatus(int err, absl::string_view what,
+                         absl::string_view path) {
+  std::string msg = absl::StrCat(what, " ", path, ": ", strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    case EXDEV:
+    case ELOOP:
+      return absl::InvalidArgumentError(
+          absl::StrCat(msg, " (leaves the dataset root)"));
+    case EISDIR:
+    case EINVAL:
+      return absl::InvalidArgumentError(msg);
+    default:
+      // EIO, ESTALE, ETIMEDOUT, ENOTCONN...: the export is sick, not the key.
+      return absl::UnavailableError(msg);
+  }
+}
+
+FileInfo InfoOf(const struct stat& st) {
+  FileInfo info;
+  info.size = st.st_size;
+  info.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PosixSource>> PosixSource::Open(
+    const std::string& root) {
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "source root ", root, " is not a readable directory: ",
+        strerror(errno)));
+  }
+  return std::unique_ptr<PosixSource>(new PosixSource(root, fd));
+}
+
+PosixSource::~PosixSource() { ::close(root_fd_); }
+
+absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
+                                             int flags) const {
+  std::string p = path.empty() ? "." : std::string(path);
+  open_how how{};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(
+        ::syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0 && errno == ENOSYS) {
+    // Kernels before 5.6: keys hold no "..", so only a symlink could leave
+    // the root; refuse one as the last component at least.
+    fd = ::openat(root_fd_, p.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
+  }
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return fd;
+}
+
+absl::StatusOr<FileInfo> PosixSource::Stat(absl::string_view path) {
+  absl::StatusOr<int> fd = OpenBeneath(path, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  UniqueFd owned(*fd);
+  struct stat st;
+  if (::fstat(owned.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::NotFoundError(
+        absl::StrCat(path, " is not a regular file"));
+  }
+  return InfoOf(st);
+}
+
+absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
+                                 absl::Span<char> dst) {
+  absl::StatusOr<int> fd = OpenBeneath(path, O_RDONLY);
+  if (!fd.ok()) return fd.status();
+  UniqueFd owned(*fd);
+  size_t done = 0;
+  while (done < dst.size()) {
+    ssize_t n = ::pread(owned.get(), dst.data() + done, dst.size() - done,
+                        offset + done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "read", path);
+    }
+    if (n == 0) {
+      return absl::OutOfRangeError(absl::StrCat(
+          path, " is shorter than expected: ended at ", offset + done,
+          ", wanted ", offset + dst.size()));
+    }
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PosixSource::List(
+    absl::string_view prefix,
+    absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
+  absl::StatusOr<int> top = OpenBeneath(prefix, O_RDONLY);
+  if (!top.ok()) return top.status();
+  UniqueFd top_fd(*top);
+  struct stat st;
+  if (::fstat(top_fd.get(), &st) != 0) {
+    return ErrnoStatus(errno, "stat", prefix);
+  }
+  if (S_ISREG(st.st_mode)) {
+    fn(prefix, InfoOf(st));
+    return absl::OkStatus();
+  }
+  // Iterative depth-first walk with fstatat on each entry's parent fd, so
+  // no path is resolved twice and symlinks are never followed.
+  struct Dir {
+    std::string path;
+    int fd;
+  };
+  std::vector<Dir> stack{{std::string(prefix), top_fd.release()}};
+  bool stop = false;
+  absl::Status status;
+  while (!stack.empty()) {
+    Dir d = std::move(stack.back());
+    stack.pop_back();
+    DIR* dir = ::fdopendir(d.fd);
+    if (dir == nullptr) {
+      ::close(d.fd);
+      status = ErrnoStatus(errno, "opendir", d.path);
+      continue;
+    }
+    while (!stop) {
+      errno = 0;
+      dirent* ent = ::readdir(dir);
+      if (ent == nullptr) {
+        if (errno != 0) status = ErrnoStatus(errno, "readdir", d.path);
+        break;
+      }
+      absl::string_view name(ent->d_name);
+      if (name == "." || name == "..") continue;
+      std::string child = d.path.empty() ? std::string(name)
+                                         : absl::StrCat(d.path, "/", name);
+      struct stat cst;
+      if (::fstatat(::dirfd(dir), ent->d_name, &cst, AT_SYMLINK_NOFOLLOW) !=
+          0) {
+        continue;  // vanished while listing
+      }
+      if (S_ISDIR(cst.st_mode)) {
+        int cfd = ::openat(::dirfd(dir), ent->d_name,
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cfd >= 0) stack.push_back({std::move(child), cfd});
+      } else if (S_ISREG(cst.st_mode)) {
+        if (!fn(child, InfoOf(cst))) stop = true;
+      }
+    }
+    ::closedir(dir);
+    if (stop) {
+      for (Dir& rest : stack) ::close(rest.fd);
+      break;
+    }
+  }
+  // A walk that listed some files but hit an unreadable directory still
+  // reports the error, so a warm-up does not claim to be complete.
+  return status;
+}
+
+}  // namespace dlcache

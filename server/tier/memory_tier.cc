@@ -1,0 +1,372 @@
+#include "server/tier/memory_tier.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+
+namespace dlcache {
+namespace {
+
+std::vector<uint64_t> SegmentSizes(const Arena& arena) {
+  std::vector<uint64_t> sizes;
+  for (uint32_t i = 0; i < arena.segment_count(); ++i) {
+    sizes.push_back(arena.segment_size(i));
+  }
+  return sizes;
+}
+
+uint64_t SlabSize(uint64_t chunk_size) {
+  return (chunk_size + SizeClasses::kPage - 1) / SizeClasses::kPage *
+         SizeClasses::kPage;
+}
+
+bool UnderPrefix(absl::string_view path, absl::string_view prefix) {
+  if (prefix.empty() || path == prefix) return true;
+  return absl::StartsWith(path, prefix) && path[prefix.size()] == '/';
+}
+
+}  // namespace
+
+MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
+                       uint32_t dataset_count)
+    : arena_(arena),
+      chunk_size_(chunk_size),
+      allocator_(SegmentSizes(*arena), SlabSize(chunk_size)),
+      files_(dataset_count),
+      stats_(dataset_count) {}
+
+MemoryTier::~MemoryTier() {
+  absl::MutexLock lock(&mu_);
+  for (auto& files : files_) {
+    for (auto& [path, rec] : files) {
+      for (ChunkEntry* e : rec->chunks) delete e;
+    }
+  }
+}
+
+uint64_t MemoryTier::ChunkLength(const FileInfo& info, uint32_t chunk) const {
+  uint64_t start = uint64_t{chunk} * chunk_size_;
+  if (start >= info.size) return 0;
+  return std::min(chunk_size_, info.size - start);
+}
+
+uint64_t MemoryTier::OpenSession() {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_session_++;
+  sessions_[id];
+  return id;
+}
+
+void MemoryTier::CloseSession(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  for (auto& [lease, entry] : it->second.leases) Unlease(entry);
+  sessions_.erase(it);
+}
+
+bool MemoryTier::HasSession(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.contains(session);
+}
+
+size_t MemoryTier::Release(uint64_t session,
+                           absl::Span<const uint64_t> leases) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return 0;
+  size_t released = 0;
+  for (uint64_t lease : leases) {
+    auto l = it->second.leases.find(lease);
+    if (l == it->second.leases.end()) continue;
+    Unlease(l->second);
+    it->second.leases.erase(l);
+    ++released;
+  }
+  return released;
+}
+
+void MemoryTier::Unlease(ChunkEntry* entry) {
+  --lease_count_;
+  stats_[entry->dataset].leased_bytes -= entry->length;
+  UnpinLocked(entry);
+}
+
+FileRecord* MemoryTier::FindFile(uint32_t dataset,
+                                 absl::string_view path) const {
+  auto it = files_[dataset].find(path);
+  return it == files_[dataset].end() ? nullptr : it->second.get();
+}
+
+absl::optional<FileInfo> MemoryTier::LookupFile(uint32_t dataset,
+                                                absl::string_view path) const {
+  absl::MutexLock lock(&mu_);
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr) return absl::nullopt;
+  return rec->info;
+}
+
+bool MemoryTier::PutFile(uint32_t dataset, absl::string_view path,
+                         const FileInfo& info) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<FileRecord>& slot = files_[dataset][path];
+  if (slot == nullptr) {
+    slot = std::make_unique<FileRecord>();
+    slot->dataset = dataset;
+    slot->path = std::string(path);
+  } else if (slot->info.size == info.size &&
+             slot->info.mtime_ns == info.mtime_ns) {
+    return false;
+  }
+  for (ChunkEntry*& e : slot->chunks) {
+    if (e != nullptr) DropEntry(e);
+  }
+  slot->info = info;
+  slot->chunks.assign(ChunkCount(info.size), nullptr);
+  return true;
+}
+
+absl::Status MemoryTier::ServeHits(
+    uint64_t session, uint32_t dataset, absl::Span<const HitRequest> requests,
+    std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served) {
+  absl::MutexLock lock(&mu_);
+  auto sit = sessions_.find(session);
+  if (sit == sessions_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("unknown or closed session ", session));
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const HitRequest& r = requests[i];
+    FileRecord* rec = FindFile(dataset, r.path);
+    if (rec == nullptr) continue;
+    uint32_t count = rec->chunks.size();
+    if (r.first_chunk > count || (r.first_chunk == count && count > 0)) {
+      continue;  // out of range: the slow path words the error
+    }
+    uint32_t end = r.max_chunks == 0
+                       ? count
+                       : std::min<uint64_t>(count, uint64_t{r.first_chunk} +
+                                                       r.max_chunks);
+    bool all = true;
+    for (uint32_t c = r.first_chunk; c < end && all; ++c) {
+      ChunkEntry* e = rec->chunks[c];
+      all = e != nullptr && e->state == ChunkEntry::State::kReady;
+    }
+    if (!all) continue;
+    std::vector<LeasedChunk>& chunks = (*out)[i];
+    chunks.reserve(end - r.first_chunk);
+    for (uint32_t c = r.first_chunk; c < end; ++c) {
+      ChunkEntry* e = rec->chunks[c];
+      ++e->pins;
+      e->referenced = true;
+      chunks.push_back(LeaseLocked(sit->second, e));
+    }
+    (*served)[i] = true;
+  }
+  return absl::OkStatus();
+}
+
+LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry) {
+  uint64_t id = next_lease_++;
+  s.leases.emplace(id, entry);
+  ++lease_count_;
+  stats_[entry->dataset].leased_bytes += entry->length;
+  LeasedChunk out = Locate(entry);
+  out.lease = id;
+  return out;
+}
+
+LeasedChunk MemoryTier::Locate(const ChunkEntry* entry) const {
+  LeasedChunk out;
+  out.segment = entry->segment;
+  out.offset = entry->offset;
+  out.length = entry->length;
+  out.checksum = entry->checksum;
+  out.index = entry->chunk;
+  return out;
+}
+
+absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
+    uint32_t dataset, absl::string_view path, const FileInfo& info,
+    uint32_t chunk) {
+  absl::MutexLock lock(&mu_);
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr || rec->info.size != info.size ||
+      rec->info.mtime_ns != info.mtime_ns) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("file ", path, " changed while it was being read"));
+  }
+  if (chunk >= rec->chunks.size()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "chunk ", chunk, " of ", path, " is past its end"));
+  }
+  ChunkEntry*& slot = rec->chunks[chunk];
+  if (slot != nullptr) {
+    ++slot->pins;
+    slot->referenced = true;
+    return Acquisition{slot, slot->state == ChunkEntry::State::kReady
+                                 ? Acquired::kReady
+                                 : Acquired::kMustWait};
+  }
+  auto entry = std::make_unique<ChunkEntry>();
+  entry->file = rec;
+  entry->dataset = dataset;
+  entry->chunk = chunk;
+  entry->length = ChunkLength(info, chunk);
+  entry->pins = 1;
+  absl::StatusOr<SlotRef> ref = allocator_.Allocate(
+      entry->length, entry.get(),
+      [this](ChunkEntry* victim) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        EvictVictim(victim);
+      });
+  if (!ref.ok()) return ref.status();
+  entry->slot = *ref;
+  entry->has_slot = true;
+  entry->segment = allocator_.SegmentOf(*ref);
+  entry->offset = allocator_.OffsetOf(*ref);
+  // Eviction may have dropped records, but never `rec`'s own chunk slot:
+  // the vector is not resized here, so `slot` is still valid.
+  slot = entry.release();
+  return Acquisition{slot, Acquired::kMustFill};
+}
+
+char* MemoryTier::Data(const ChunkEntry* entry) const {
+  return arena_->base(entry->segment) + entry->offset;
+}
+
+void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
+                              uint64_t checksum) {
+  absl::MutexLock lock(&mu_);
+  if (status.ok()) {
+    entry->state = ChunkEntry::State::kReady;
+    entry->checksum = checksum;
+    if (entry->file != nullptr) {
+      ++cached_chunks_;
+      stats_[entry->file->dataset].cached_chunks++;
+      stats_[entry->file->dataset].cached_bytes += entry->length;
+    }
+    return;
+  }
+  // Nothing bad is cached: the entry leaves the index now and its memory
+  // goes when the filler and any waiters unpin.
+  entry->state = ChunkEntry::State::kFailed;
+  entry->fill_status = status;
+  if (entry->file != nullptr) {
+    entry->file->chunks[entry->chunk] = nullptr;
+    entry->file = nullptr;
+  }
+}
+
+absl::Status MemoryTier::WaitFilled(ChunkEntry* entry) {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](ChunkEntry* e) { return e->state != ChunkEntry::State::kFilling; },
+      entry));
+  return entry->state == ChunkEntry::State::kReady ? absl::OkStatus()
+                                                   : entry->fill_status;
+}
+
+absl::StatusOr<LeasedChunk> MemoryTier::Lease(uint64_t session,
+                                              ChunkEntry* entry) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) {
+    UnpinLocked(entry);
+    return absl::FailedPreconditionError(
+        absl::StrCat("unknown or closed session ", session));
+  }
+  return LeaseLocked(it->second, entry);
+}
+
+void MemoryTier::Unpin(ChunkEntry* entry) {
+  absl::MutexLock lock(&mu_);
+  UnpinLocked(entry);
+}
+
+void MemoryTier::UnpinLocked(ChunkEntry* entry) {
+  if (--entry->pins > 0) return;
+  if (entry->file == nullptr) FreeEntry(entry);
+}
+
+void MemoryTier::FreeEntry(ChunkEntry* entry) {
+  if (entry->has_slot) allocator_.Free(entry->slot);
+  delete entry;
+}
+
+void MemoryTier::DropEntry(ChunkEntry* entry) {
+  FileRecord* rec = entry->file;
+  if (entry->state == ChunkEntry::State::kReady) {
+    --cached_chunks_;
+    stats_[rec->dataset].cached_chunks--;
+    stats_[rec->dataset].cached_bytes -= entry->length;
+  }
+  rec->chunks[entry->chunk] = nullptr;
+  entry->file = nullptr;
+  if (entry->pins == 0) FreeEntry(entry);
+}
+
+void MemoryTier::EvictVictim(ChunkEntry* entry) {
+  // The allocator reuses the victim's slot, so it must not be freed here.
+  FileRecord* rec = entry->file;
+  --cached_chunks_;
+  TierDatasetStats& st = stats_[rec->dataset];
+  st.cached_chunks--;
+  st.cached_bytes -= entry->length;
+  st.evictions++;
+  rec->chunks[entry->chunk] = nullptr;
+  delete entry;
+}
+
+MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
+                                          absl::string_view prefix) {
+  absl::MutexLock lock(&mu_);
+  EvictResult result;
+  for (auto it = files_[dataset].begin(); it != files_[dataset].end();) {
+    FileRecord* rec = it->second.get();
+    if (!UnderPrefix(rec->path, prefix)) {
+      ++it;
+      continue;
+    }
+    for (ChunkEntry* e : rec->chunks) {
+      if (e == nullptr) continue;
+      if (e->pins > 0) {
+        ++result.deferred;
+      } else {
+        ++result.chunks;
+        result.bytes += e->length;
+      }
+      DropEntry(e);
+    }
+    files_[dataset].erase(it++);
+  }
+  return result;
+}
+
+uint32_t MemoryTier::CachedChunks(uint32_t dataset,
+                                  absl::string_view path) const {
+  absl::MutexLock lock(&mu_);
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr) return 0;
+  uint32_t n = 0;
+  for (ChunkEntry* e : rec->chunks) {
+    n += e != nullptr && e->state == ChunkEntry::State::kReady;
+  }
+  return n;
+}
+
+TierStats MemoryTier::Stats() const {
+  absl::MutexLock lock(&mu_);
+  TierStats s;
+  s.arena_bytes = allocator_.capacity_bytes();
+  s.used_bytes = allocator_.used_bytes();
+  s.leases = lease_count_;
+  s.sessions = sessions_.size();
+  s.cached_chunks = cached_chunks_;
+  s.datasets = stats_;
+  for (const TierDatasetStats& d : stats_) s.leased_bytes += d.leased_bytes;
+  return s;
+}
+
+}  // namespace dlcache

@@ -1,0 +1,181 @@
+#ifndef DLCACHE_SERVER_TIER_MEMORY_TIER_H_
+#define DLCACHE_SERVER_TIER_MEMORY_TIER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/optional.h"
+#include "absl/types/span.h"
+#include "server/memory/arena.h"
+#include "server/memory/chunk_entry.h"
+#include "server/memory/slab_allocator.h"
+#include "server/source/source.h"
+
+namespace dlcache {
+
+// A file known to the memory tier: its metadata and its cached chunks.
+struct FileRecord {
+  uint32_t dataset = 0;
+  std::string path;
+  FileInfo info;
+  std::vector<ChunkEntry*> chunks;  // null where not cached
+};
+
+// What a lease points at, as sent to the client.
+struct LeasedChunk {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+  uint32_t index = 0;
+  uint64_t lease = 0;
+};
+
+// Per-dataset gauges and counters kept under the tier's lock.
+struct TierDatasetStats {
+  uint64_t cached_bytes = 0;
+  uint64_t cached_chunks = 0;
+  uint64_t leased_bytes = 0;
+  uint64_t evictions = 0;
+};
+
+struct TierStats {
+  uint64_t arena_bytes = 0;
+  uint64_t used_bytes = 0;  // slots in use
+  uint64_t leased_bytes = 0;
+  uint64_t leases = 0;
+  uint32_t sessions = 0;
+  uint64_t cached_chunks = 0;
+  std::vector<TierDatasetStats> datasets;
+};
+
+// The in-memory index over the shared-memory arena: (dataset, path, chunk)
+// -> slot, with sessions, leases, fill coalescing and CLOCK eviction.
+//
+// An entry is pinned while a lease, a filler or a waiter holds it; pinned
+// entries are never evicted or freed, so leased bytes stay valid and
+// unchanged. Entries dropped while pinned (Evict, stale file) leave the
+// index at once and free their memory on the last unpin.
+//
+// Thread-safe; one mutex. Only WaitFilled blocks (on another thread's fill).
+class MemoryTier {
+ public:
+  MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
+  ~MemoryTier();
+
+  uint64_t chunk_size() const { return chunk_size_; }
+  uint32_t ChunkCount(uint64_t file_size) const {
+    return (file_size + chunk_size_ - 1) / chunk_size_;
+  }
+  uint64_t ChunkLength(const FileInfo& info, uint32_t chunk) const;
+
+  // --- sessions and leases ---
+  uint64_t OpenSession();
+  // Releases every lease of the session. Unknown ids are ignored.
+  void CloseSession(uint64_t session);
+  bool HasSession(uint64_t session) const;
+  // Releases leases held by `session`; returns how many it held.
+  size_t Release(uint64_t session, absl::Span<const uint64_t> leases);
+
+  // --- file metadata ---
+  absl::optional<FileInfo> LookupFile(uint32_t dataset,
+                                      absl::string_view path) const;
+  // Records metadata. If the file was known with another size or mtime, its
+  // cached chunks are dropped (they are stale). Returns true if it changed.
+  bool PutFile(uint32_t dataset, absl::string_view path, const FileInfo& info);
+
+  // --- the hit path: one lock for a whole batch ---
+  struct HitRequest {
+    absl::string_view path;
+    uint32_t first_chunk = 0;
+    uint32_t max_chunks = 0;  // 0 = all
+  };
+  // For each request whose file is known and whose chunks in range are all
+  // cached, leases them for `session` and appends them to out[i], setting
+  // served[i]. Others are left for the slow path. FAILED_PRECONDITION if the
+  // session is unknown.
+  absl::Status ServeHits(uint64_t session, uint32_t dataset,
+                         absl::Span<const HitRequest> requests,
+                         std::vector<std::vector<LeasedChunk>>* out,
+                         std::vector<bool>* served);
+
+  // --- the miss path ---
+  enum class Acquired { kReady, kMustFill, kMustWait };
+  struct Acquisition {
+    ChunkEntry* entry = nullptr;
+    Acquired kind = Acquired::kReady;
+  };
+  // Pins chunk `chunk` of a file whose metadata is `info` (as PutFile got
+  // it), creating an entry in kFilling state when absent (the caller then
+  // fills Data(entry) and calls CompleteFill). RESOURCE_EXHAUSTED when the
+  // arena is full of pinned entries; FAILED_PRECONDITION if the file's
+  // metadata changed since `info` was read.
+  absl::StatusOr<Acquisition> Acquire(uint32_t dataset, absl::string_view path,
+                                      const FileInfo& info, uint32_t chunk);
+  char* Data(const ChunkEntry* entry) const;
+  void CompleteFill(ChunkEntry* entry, const absl::Status& status,
+                    uint64_t checksum);
+  // Blocks until the entry's fill is done; returns its status.
+  absl::Status WaitFilled(ChunkEntry* entry);
+  // Turns the caller's pin into a lease of `session` (the pin now belongs to
+  // the lease). FAILED_PRECONDITION if the session is gone (the pin is
+  // dropped then).
+  absl::StatusOr<LeasedChunk> Lease(uint64_t session, ChunkEntry* entry);
+  void Unpin(ChunkEntry* entry);
+  // Location of a ready, pinned entry (for in-process readers).
+  LeasedChunk Locate(const ChunkEntry* entry) const;
+
+  // --- administration ---
+  struct EvictResult {
+    uint64_t chunks = 0;
+    uint64_t bytes = 0;
+    uint64_t deferred = 0;  // pinned: freed on last unpin
+  };
+  // Drops the chunks of files at or under `prefix` ("" = all).
+  EvictResult Evict(uint32_t dataset, absl::string_view prefix);
+  // Cached chunks of a file (0 if unknown).
+  uint32_t CachedChunks(uint32_t dataset, absl::string_view path) const;
+  TierStats Stats() const;
+
+ private:
+  struct Session {
+    absl::flat_hash_map<uint64_t, ChunkEntry*> leases;
+  };
+
+  FileRecord* FindFile(uint32_t dataset, absl::string_view path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Detaches an entry from its file; frees it now if unpinned.
+  void DropEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictVictim(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlease(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Arena* const arena_;
+  const uint64_t chunk_size_;
+
+  mutable absl::Mutex mu_;
+  SlabAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::flat_hash_map<std::string, std::unique_ptr<FileRecord>>>
+      files_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t lease_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_TIER_MEMORY_TIER_H_

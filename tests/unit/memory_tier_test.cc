@@ -1,0 +1,174 @@
+#include "server/tier/memory_tier.h"
+
+#include <cstring>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/memory/arena.h"
+#include "tests/testing/temp_dir.h"
+
+namespace dlcache {
+namespace {
+
+constexpr uint64_t kChunk = 1 << 20;
+
+class MemoryTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ArenaOptions o;
+    o.dir = shm_.path() + "/arena";
+    o.total_bytes = 4 * kChunk;
+    o.segment_bytes = 2 * kChunk;
+    o.align = kChunk;
+    auto arena = Arena::Create(o);
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+    tier_ = std::make_unique<MemoryTier>(arena_.get(), kChunk, 1);
+  }
+
+  // Fills chunk 0 of `path` (size bytes) with `byte` and returns its entry
+  // still pinned.
+  ChunkEntry* Fill(const std::string& path, uint64_t size, char byte) {
+    FileInfo info{size, 1};
+    tier_->PutFile(0, path, info);
+    auto a = tier_->Acquire(0, path, info, 0);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return nullptr;
+    EXPECT_EQ(a->kind, MemoryTier::Acquired::kMustFill);
+    std::memset(tier_->Data(a->entry), byte, a->entry->length);
+    tier_->CompleteFill(a->entry, absl::OkStatus(), 42);
+    return a->entry;
+  }
+
+  testing::TempDir shm_{"/dev/shm"};
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<MemoryTier> tier_;
+};
+
+TEST_F(MemoryTierTest, HitAfterFillAndLeaseAccounting) {
+  uint64_t s = tier_->OpenSession();
+  ChunkEntry* e = Fill("a", 1000, 'x');
+  tier_->Unpin(e);
+  std::vector<MemoryTier::HitRequest> req = {{"a", 0, 0}, {"missing", 0, 0}};
+  std::vector<std::vector<LeasedChunk>> out(2);
+  std::vector<bool> served(2);
+  ASSERT_TRUE(tier_->ServeHits(s, 0, req, &out, &served).ok());
+  EXPECT_TRUE(served[0]);
+  EXPECT_FALSE(served[1]);
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(out[0][0].length, 1000u);
+  EXPECT_EQ(out[0][0].checksum, 42u);
+  EXPECT_EQ(tier_->Stats().leases, 1u);
+  EXPECT_EQ(tier_->Stats().leased_bytes, 1000u);
+  EXPECT_EQ(tier_->Release(s, {out[0][0].lease}), 1u);
+  EXPECT_EQ(tier_->Release(s, {out[0][0].lease}), 0u);  // idempotent
+  EXPECT_EQ(tier_->Stats().leases, 0u);
+  EXPECT_EQ(tier_->Stats().leased_bytes, 0u);
+}
+
+TEST_F(MemoryTierTest, UnknownSessionIsFailedPrecondition) {
+  std::vector<MemoryTier::HitRequest> req = {{"a", 0, 0}};
+  std::vector<std::vector<LeasedChunk>> out(1);
+  std::vector<bool> served(1);
+  EXPECT_EQ(tier_->ServeHits(999, 0, req, &out, &served).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(MemoryTierTest, LeasedChunkSurvivesEvictionPressure) {
+  uint64_t s = tier_->OpenSession();
+  ChunkEntry* keep = Fill("keep", kChunk, 'k');
+  absl::StatusOr<LeasedChunk> lease = tier_->Lease(s, keep);
+  ASSERT_TRUE(lease.ok());
+  for (int i = 0; i < 20; ++i) {
+    ChunkEntry* e = Fill("f" + std::to_string(i), kChunk, 'a' + i % 20);
+    ASSERT_NE(e, nullptr);
+    tier_->Unpin(e);
+  }
+  const char* p = arena_->base(lease->segment) + lease->offset;
+  for (uint64_t i = 0; i < kChunk; ++i) ASSERT_EQ(p[i], 'k') << i;
+  EXPECT_GT(tier_->Stats().datasets[0].evictions, 0u);
+  EXPECT_EQ(tier_->CachedChunks(0, "keep"), 1u);
+}
+
+TEST_F(MemoryTierTest, FullOfLeasesIsResourceExhausted) {
+  uint64_t s = tier_->OpenSession();
+  for (int i = 0; i < 4; ++i) {
+    ChunkEntry* e = Fill("f" + std::to_string(i), kChunk, 'a');
+    ASSERT_TRUE(tier_->Lease(s, e).ok());
+  }
+  FileInfo info{kChunk, 1};
+  tier_->PutFile(0, "more", info);
+  EXPECT_EQ(tier_->Acquire(0, "more", info, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  tier_->CloseSession(s);  // releases everything
+  EXPECT_TRUE(tier_->Acquire(0, "more", info, 0).ok());
+}
+
+TEST_F(MemoryTierTest, ConcurrentMissesShareOneFill) {
+  FileInfo info{4096, 1};
+  tier_->PutFile(0, "x", info);
+  auto first = tier_->Acquire(0, "x", info, 0);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->kind, MemoryTier::Acquired::kMustFill);
+  auto second = tier_->Acquire(0, "x", info, 0);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->kind, MemoryTier::Acquired::kMustWait);
+  EXPECT_EQ(second->entry, first->entry);
+  absl::Status waited;
+  std::thread waiter([&] { waited = tier_->WaitFilled(second->entry); });
+  tier_->CompleteFill(first->entry, absl::OkStatus(), 7);
+  waiter.join();
+  EXPECT_TRUE(waited.ok());
+  tier_->Unpin(first->entry);
+  tier_->Unpin(second->entry);
+}
+
+TEST_F(MemoryTierTest, FailedFillCachesNothing) {
+  FileInfo info{4096, 1};
+  tier_->PutFile(0, "x", info);
+  auto a = tier_->Acquire(0, "x", info, 0);
+  ASSERT_TRUE(a.ok());
+  auto b = tier_->Acquire(0, "x", info, 0);
+  tier_->CompleteFill(a->entry, absl::UnavailableError("EIO"), 0);
+  EXPECT_EQ(tier_->WaitFilled(b->entry).code(), absl::StatusCode::kUnavailable);
+  tier_->Unpin(a->entry);
+  tier_->Unpin(b->entry);
+  EXPECT_EQ(tier_->CachedChunks(0, "x"), 0u);
+  auto again = tier_->Acquire(0, "x", info, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->kind, MemoryTier::Acquired::kMustFill);
+  tier_->CompleteFill(again->entry, absl::OkStatus(), 1);
+  tier_->Unpin(again->entry);
+}
+
+TEST_F(MemoryTierTest, ChangedFileDropsStaleChunksButKeepsLeasedBytes) {
+  uint64_t s = tier_->OpenSession();
+  ChunkEntry* e = Fill("f", 4096, 'o');
+  absl::StatusOr<LeasedChunk> lease = tier_->Lease(s, e);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_TRUE(tier_->PutFile(0, "f", FileInfo{4096, 2}));  // new mtime
+  EXPECT_EQ(tier_->CachedChunks(0, "f"), 0u);
+  const char* p = arena_->base(lease->segment) + lease->offset;
+  EXPECT_EQ(p[0], 'o');  // still valid while leased
+  // A reader with the old metadata is told the file changed.
+  EXPECT_EQ(tier_->Acquire(0, "f", FileInfo{4096, 1}, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  tier_->CloseSession(s);
+  EXPECT_EQ(tier_->Stats().used_bytes, 0u);
+}
+
+TEST_F(MemoryTierTest, EvictByPrefixDefersLeased) {
+  uint64_t s = tier_->OpenSession();
+  tier_->Unpin(Fill("train/a", 4096, 'a'));
+  ASSERT_TRUE(tier_->Lease(s, Fill("train/b", 4096, 'b')).ok());
+  tier_->Unpin(Fill("trainx", 4096, 'c'));
+  MemoryTier::EvictResult r = tier_->Evict(0, "train");
+  EXPECT_EQ(r.chunks, 1u);
+  EXPECT_EQ(r.deferred, 1u);
+  EXPECT_EQ(tier_->CachedChunks(0, "trainx"), 1u);
+  EXPECT_FALSE(tier_->LookupFile(0, "train/a").has_value());
+  tier_->CloseSession(s);
+}
+
+}  // namespace
+}  // namespace dlcache
