@@ -16,6 +16,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -86,6 +88,14 @@ int main(int argc, char** argv) {
       "  dlcached --dataset=NAME=DIR[,NAME=DIR]   serve several datasets\n"
       "  dlcached --flagfile=FILE                 flags from FILE, one a line\n\n"
       "Clients connect to --socket; dlcachectl administers it.");
+  // --help lists this file's flags (absl's default matches the binary's
+  // name against source file names, which finds none here).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   std::string level = absl::GetFlag(FLAGS_log_level);
   dlcache::SetMinLogLevel(level == "ERROR"     ? dlcache::LogLevel::kError

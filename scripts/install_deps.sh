@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs every package dlcache needs to build, test and benchmark
+# (Debian 12). Idempotent.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+  build-essential cmake ninja-build ccache pkg-config git \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  libxxhash-dev libtorch-dev libgflags-dev \
+  redis-server python3 python3-yaml kubectl

@@ -1,0 +1,67 @@
+#include "tests/testing/dlcached_process.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/fd_passing.h"
+
+namespace dlcache::testing {
+
+DlcachedProcess::DlcachedProcess(std::string binary, std::string socket_path,
+                                 std::vector<std::string> flags)
+    : binary_(std::move(binary)),
+      socket_path_(std::move(socket_path)),
+      flags_(std::move(flags)) {}
+
+DlcachedProcess::~DlcachedProcess() {
+  if (pid_ > 0) Kill();
+}
+
+absl::Status DlcachedProcess::Start(absl::Duration timeout) {
+  std::vector<std::string> args = {binary_, "--socket=" + socket_path_};
+  args.insert(args.end(), flags_.begin(), flags_.end());
+  pid_ = ::fork();
+  if (pid_ < 0) return absl::InternalError("fork failed");
+  if (pid_ == 0) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(binary_.c_str(), argv.data());
+    ::_exit(127);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  // Both sockets must be up: the fd socket is created before gRPC's.
+  while (absl::Now() < deadline) {
+    int status;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return absl::InternalError(absl::StrCat(
+          "dlcached exited during start, status ", status));
+    }
+    if (ConnectUnix(socket_path_, SOCK_STREAM).ok()) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(10));  // poll interval of the wait
+  }
+  return absl::DeadlineExceededError("dlcached did not come up");
+}
+
+void DlcachedProcess::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int DlcachedProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace dlcache::testing
