@@ -21,6 +21,7 @@
 #include "server/rpc/fd_server.h"
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
+#include "server/tier/arena_manifest.h"
 #include "server/tier/memory_tier.h"
 
 namespace dlcache {
@@ -133,11 +134,32 @@ absl::Status CacheServer::Init() {
       arena_options.total_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize / 2;
     }
   }
+  // The geometry Arena::Create will lay out, to match a manifest against.
+  std::vector<uint64_t> segment_sizes;
+  {
+    uint64_t a = arena_options.align;
+    uint64_t seg = arena_options.segment_bytes / a * a;
+    uint64_t total = arena_options.total_bytes / a * a;
+    for (uint64_t off = 0; seg > 0 && off < total; off += seg) {
+      segment_sizes.push_back(std::min(seg, total - off));
+    }
+  }
+  absl::StatusOr<v1::ArenaManifest> manifest = ReadArenaManifest(
+      ArenaManifestPath(config_.shm_dir), config_.chunk_size, segment_sizes);
+  if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
+    DLC_LOG(WARNING) << "not re-adopting the arena: " << manifest.status();
+  }
+  arena_options.reuse_existing = manifest.ok();
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(arena_options);
   if (!arena.ok()) return arena.status();
   arena_ = *std::move(arena);
   tier_ = std::make_unique<MemoryTier>(arena_.get(), config_.chunk_size,
                                        names.size());
+  if (manifest.ok() && arena_->adopted()) {
+    AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names);
+    DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
+                  << " bytes) from the previous server; dropped " << r.dropped;
+  }
   sources_ =
       std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
   ChunkBackend* chain = sources_.get();
@@ -218,6 +240,18 @@ void CacheServer::Shutdown() {
   if (fd_server_) fd_server_->Stop();
   metrics_.reset();
   if (grpc_server_) ::unlink(config_.socket_path.c_str());
+  if (config_.keep_arena && arena_ && tier_) {
+    absl::Status saved =
+        SaveArenaManifest(ArenaManifestPath(config_.shm_dir), *arena_, *tier_,
+                          config_.chunk_size, engine_->datasets());
+    if (saved.ok()) {
+      arena_->KeepFiles();
+      DLC_LOG(INFO) << "arena kept in " << config_.shm_dir
+                    << " for the next dlcached (--keep_arena=false to drop)";
+    } else {
+      DLC_LOG(WARNING) << "arena not kept: " << saved;
+    }
+  }
   DLC_LOG(INFO) << "dlcached stopped";
   stopped_.Notify();
 }

@@ -38,6 +38,9 @@ ABSL_FLAG(ByteSize, segment_bytes, ByteSize{256ull << 20},
           "Size of each arena segment file");
 ABSL_FLAG(ByteSize, chunk_size, ByteSize{4ull << 20},
           "Files larger than this are split into chunks of this size");
+ABSL_FLAG(bool, keep_arena, true,
+          "At a clean shutdown keep the arena in --shm_dir for the next "
+          "dlcached to re-adopt (warm restart)");
 ABSL_FLAG(std::string, source, "",
           "Source directory of the dataset named 'default' (an NFS/CephFS "
           "mount or a local directory)");
@@ -61,6 +64,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.arena_bytes = absl::GetFlag(FLAGS_arena_bytes).bytes;
   c.segment_bytes = absl::GetFlag(FLAGS_segment_bytes).bytes;
   c.chunk_size = absl::GetFlag(FLAGS_chunk_size).bytes;
+  c.keep_arena = absl::GetFlag(FLAGS_keep_arena);
   c.fill_threads = absl::GetFlag(FLAGS_fill_threads);
   c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);

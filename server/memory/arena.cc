@@ -67,18 +67,29 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
         "lower --arena_bytes"));
   }
 
+  uint32_t count = (total + seg - 1) / seg;
+  bool reuse = options.reuse_existing;
+  for (uint32_t i = 0; reuse && i < count; ++i) {
+    struct stat st;
+    std::string p = absl::StrFormat("%s/seg-%05u", options.dir, i);
+    reuse = ::stat(p.c_str(), &st) == 0 &&
+            uint64_t(st.st_size) == std::min(seg, total - uint64_t{i} * seg);
+  }
+
   std::unique_ptr<Arena> arena(new Arena());
   arena->dir_ = options.dir;
   arena->total_bytes_ = total;
   arena->epoch_ = std::random_device{}() | (uint64_t{std::random_device{}()}
                                             << 32);
-  uint32_t count = (total + seg - 1) / seg;
+  arena->adopted_ = reuse;
   for (uint32_t i = 0; i < count; ++i) {
     Segment s;
     s.size = std::min(seg, total - uint64_t{i} * seg);
     s.path = absl::StrFormat("%s/seg-%05u", options.dir, i);
-    ::unlink(s.path.c_str());
-    UniqueFd fd(::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+    if (!reuse) ::unlink(s.path.c_str());
+    UniqueFd fd(::open(s.path.c_str(),
+                       reuse ? O_RDWR | O_CLOEXEC
+                             : O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
                        0644));
     if (!fd.valid()) {
       return absl::FailedPreconditionError(
@@ -100,14 +111,14 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
     arena->segments_.back().base = static_cast<char*>(p);
   }
   DLC_LOG(INFO) << "arena: " << count << " segments, " << Gib(total) << " in "
-            << options.dir;
+                << options.dir << (reuse ? " (re-adopted)" : "");
   return arena;
 }
 
 Arena::~Arena() {
   for (Segment& s : segments_) {
     if (s.base != nullptr) ::munmap(s.base, s.size);
-    ::unlink(s.path.c_str());
+    if (!keep_files_) ::unlink(s.path.c_str());
   }
 }
 

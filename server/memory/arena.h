@@ -16,6 +16,9 @@ struct ArenaOptions {
   uint64_t total_bytes = 0;    // rounded down to a multiple of `align`
   uint64_t segment_bytes = 0;  // rounded down to a multiple of `align`
   uint64_t align = 4096;       // segment sizes are multiples of this
+  // Reuse segment files of exactly the right sizes left by an earlier
+  // server (their bytes are kept) instead of recreating them.
+  bool reuse_existing = false;
 };
 
 // The shared-memory arena: `segment_count()` files seg-NNNNN under a tmpfs
@@ -44,6 +47,10 @@ class Arena {
   // Random per Create(): lets clients detect a recreated arena.
   uint64_t epoch() const { return epoch_; }
   const std::string& dir() const { return dir_; }
+  // True if Create() reused every segment file of an earlier server.
+  bool adopted() const { return adopted_; }
+  // Leave the segment files in place at destruction, for the next server.
+  void KeepFiles() { keep_files_ = true; }
 
   // A new O_RDONLY, O_CLOEXEC fd of segment `id`. OUT_OF_RANGE for a bad id.
   absl::StatusOr<UniqueFd> OpenReadOnly(uint32_t id) const;
@@ -59,6 +66,8 @@ class Arena {
   std::string dir_;
   uint64_t total_bytes_ = 0;
   uint64_t epoch_ = 0;
+  bool adopted_ = false;
+  bool keep_files_ = false;
   std::vector<Segment> segments_;
 };
 

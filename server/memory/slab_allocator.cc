@@ -11,6 +11,7 @@ SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
                              uint64_t slab_size)
     : classes_(slab_size), class_state_(classes_.count()) {
   for (uint32_t seg = 0; seg < segment_sizes.size(); ++seg) {
+    first_slab_of_segment_.push_back(slabs_.size());
     for (uint64_t off = 0; off + slab_size <= segment_sizes[seg];
          off += slab_size) {
       Slab s;
@@ -50,6 +51,36 @@ absl::StatusOr<SlotRef> SlabAllocator::Allocate(
   return absl::ResourceExhaustedError(absl::StrCat(
       "arena full: every cached chunk that could hold ", bytes,
       " bytes is leased; release leases or enlarge --arena_bytes"));
+}
+
+bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
+                          ChunkEntry* owner, SlotRef* out) {
+  int c = classes_.ClassFor(bytes);
+  const uint64_t slab_size = classes_.slab_size();
+  if (c < 0 || segment >= first_slab_of_segment_.size()) return false;
+  uint64_t id = first_slab_of_segment_[segment] + offset / slab_size;
+  uint64_t end = segment + 1 < first_slab_of_segment_.size()
+                     ? first_slab_of_segment_[segment + 1]
+                     : slabs_.size();
+  if (id >= end) return false;
+  Slab& s = slabs_[id];
+  uint64_t within = offset - s.offset;
+  if (within % classes_.size(c) != 0) return false;
+  uint32_t slot = within / classes_.size(c);
+  if (slot >= classes_.slots_per_slab(c)) return false;
+  if (s.size_class < 0) {
+    free_slabs_.erase(std::find(free_slabs_.begin(), free_slabs_.end(), id));
+    AssignSlab(id, c);
+  } else if (s.size_class != c) {
+    return false;
+  }
+  auto it = std::find(s.free_slots.begin(), s.free_slots.end(), slot);
+  if (it == s.free_slots.end()) return false;
+  s.free_slots.erase(it);
+  s.slots[slot] = owner;
+  used_bytes_ += classes_.size(c);
+  *out = SlotRef{static_cast<uint32_t>(id), slot};
+  return true;
 }
 
 bool SlabAllocator::TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out) {

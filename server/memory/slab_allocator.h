@@ -34,6 +34,14 @@ class SlabAllocator {
                                    absl::FunctionRef<void(ChunkEntry*)> on_evict);
   void Free(SlotRef ref);
 
+  // Re-adoption of an arena that outlived its server: places `owner` at a
+  // known (segment, offset) for an item of `bytes`. Returns false (and
+  // changes nothing) if that place is not a free slot of the item's size
+  // class in a slab that is free or of that class. Call only before any
+  // Allocate.
+  bool Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
+             ChunkEntry* owner, SlotRef* out);
+
   uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
   uint64_t OffsetOf(SlotRef ref) const;
 
@@ -73,6 +81,7 @@ class SlabAllocator {
   std::vector<Slab> slabs_;
   std::vector<ClassState> class_state_;
   std::vector<uint32_t> free_slabs_;
+  std::vector<uint32_t> first_slab_of_segment_;
   size_t steal_hand_ = 0;
   uint64_t used_bytes_ = 0;
 };

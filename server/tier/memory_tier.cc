@@ -370,3 +370,59 @@ TierStats MemoryTier::Stats() const {
 }
 
 }  // namespace dlcache
+
+namespace dlcache {
+
+void MemoryTier::ForEachReady(
+    absl::FunctionRef<void(const ReadyChunk&)> fn) const {
+  absl::MutexLock lock(&mu_);
+  for (uint32_t ds = 0; ds < files_.size(); ++ds) {
+    for (const auto& [path, rec] : files_[ds]) {
+      for (const ChunkEntry* e : rec->chunks) {
+        if (e == nullptr || e->state != ChunkEntry::State::kReady) continue;
+        fn(ReadyChunk{ds, rec->path, rec->info, e->chunk, Locate(e)});
+      }
+    }
+  }
+}
+
+bool MemoryTier::Adopt(const ReadyChunk& c) {
+  absl::MutexLock lock(&mu_);
+  if (c.dataset >= files_.size()) return false;
+  std::unique_ptr<FileRecord>& rec = files_[c.dataset][c.path];
+  if (rec == nullptr) {
+    rec = std::make_unique<FileRecord>();
+    rec->dataset = c.dataset;
+    rec->path = std::string(c.path);
+    rec->info = c.info;
+    rec->chunks.assign(ChunkCount(c.info.size), nullptr);
+  }
+  if (rec->info.size != c.info.size || rec->info.mtime_ns != c.info.mtime_ns ||
+      c.chunk >= rec->chunks.size() || rec->chunks[c.chunk] != nullptr ||
+      c.where.length != ChunkLength(c.info, c.chunk)) {
+    return false;
+  }
+  auto entry = std::make_unique<ChunkEntry>();
+  SlotRef ref;
+  if (!allocator_.Claim(c.where.segment, c.where.offset, c.where.length,
+                        entry.get(), &ref)) {
+    return false;
+  }
+  entry->file = rec.get();
+  entry->dataset = c.dataset;
+  entry->chunk = c.chunk;
+  entry->state = ChunkEntry::State::kReady;
+  entry->slot = ref;
+  entry->has_slot = true;
+  entry->segment = c.where.segment;
+  entry->offset = c.where.offset;
+  entry->length = c.where.length;
+  entry->checksum = c.where.checksum;
+  rec->chunks[c.chunk] = entry.release();
+  ++cached_chunks_;
+  stats_[c.dataset].cached_chunks++;
+  stats_[c.dataset].cached_bytes += c.where.length;
+  return true;
+}
+
+}  // namespace dlcache

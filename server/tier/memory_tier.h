@@ -145,6 +145,21 @@ class MemoryTier {
   uint32_t CachedChunks(uint32_t dataset, absl::string_view path) const;
   TierStats Stats() const;
 
+  // --- re-adoption across a server restart (server/tier/arena_manifest) ---
+  struct ReadyChunk {
+    uint32_t dataset;
+    absl::string_view path;
+    FileInfo info;
+    uint32_t chunk;
+    LeasedChunk where;  // lease unused
+  };
+  // Calls fn for every ready chunk, under the lock (fn must not call back).
+  void ForEachReady(absl::FunctionRef<void(const ReadyChunk&)> fn) const;
+  // Puts a chunk that already lies in the arena back into the index. Only
+  // before serving starts. False if the place is inconsistent with the
+  // allocator (overlap, wrong size class) or the file is known differently.
+  bool Adopt(const ReadyChunk& chunk);
+
  private:
   struct Session {
     absl::flat_hash_map<uint64_t, ChunkEntry*> leases;

@@ -1,0 +1,176 @@
+#include "server/cluster/peer_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checksum.h"
+#include "common/grpc_status.h"
+#include "dlcache/v1/peer.grpc.pb.h"
+#include "server/cluster/chunk_wire.h"
+
+namespace dlcache {
+namespace {
+
+// Must match the generated service (peer.proto); the raw reader below goes
+// around the generated stub to receive byte buffers instead of ChunkData.
+constexpr char kFetchChunkMethod[] = "/dlcache.v1.PeerService/FetchChunk";
+
+// Largest message accepted; the owner sends pieces of ~1 MiB.
+constexpr int kMaxReceiveMessageBytes = 64 << 20;
+
+int ToMillis(absl::Duration d) {
+  return static_cast<int>(absl::ToInt64Milliseconds(d));
+}
+
+void PrepareContext(grpc::ClientContext* ctx, const std::string& token,
+                    absl::Duration timeout) {
+  if (timeout != absl::InfiniteDuration()) {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  if (!token.empty()) ctx->AddMetadata(kPeerTokenMetadata, token);
+}
+
+}  // namespace
+
+struct PeerClient::Impl {
+  Impl(std::shared_ptr<grpc::Channel> ch, std::string tok)
+      : channel(std::move(ch)),
+        stub(v1::PeerService::NewStub(channel)),
+        fetch_method(kFetchChunkMethod,
+                     grpc::internal::RpcMethod::SERVER_STREAMING, channel),
+        token(std::move(tok)) {}
+
+  absl::Status PeerError(const std::string& address,
+                         const grpc::Status& status) const {
+    absl::Status s = FromGrpcStatus(status);
+    return absl::Status(s.code(),
+                        absl::StrCat("peer ", address, ": ", s.message()));
+  }
+
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::PeerService::Stub> stub;
+  grpc::internal::RpcMethod fetch_method;
+  const std::string token;
+};
+
+PeerClient::PeerClient(std::string address, const PeerClientOptions& options)
+    : address_(std::move(address)) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              ToMillis(options.min_reconnect_backoff));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              ToMillis(options.min_reconnect_backoff));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              ToMillis(options.max_reconnect_backoff));
+  // A peer whose host vanished without closing the connection is noticed
+  // even between calls.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // Own subchannel per PeerClient: a replaced client (membership change)
+  // starts with a fresh connection instead of a shared one in backoff.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  impl_ = std::make_unique<Impl>(
+      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+                                args),
+      options.token);
+}
+
+PeerClient::~PeerClient() = default;
+
+absl::Status PeerClient::FetchChunk(const ChunkId& id,
+                                    const FileInfo& expected,
+                                    absl::Span<char> dst, uint64_t* checksum,
+                                    absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, impl_->token, timeout);
+  v1::FetchChunkRequest request;
+  request.set_dataset(std::string(id.dataset));
+  request.set_path(std::string(id.path));
+  request.set_chunk(id.chunk);
+
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          impl_->channel.get(), impl_->fetch_method, &ctx, request));
+
+  ChunkDataFields meta;
+  size_t written = 0;
+  bool first = true;
+  absl::Status failure;
+  grpc::ByteBuffer message;
+  while (reader->Read(&message)) {
+    absl::Status decoded = DecodeChunkData(message, &meta, dst, &written);
+    if (first) {
+      first = false;
+      // The metadata fields precede the data in the first message, so they
+      // are known even when its data did not fit (a longer version).
+      if (meta.file_size != expected.size ||
+          meta.mtime_ns != expected.mtime_ns) {
+        failure = absl::FailedPreconditionError(absl::StrCat(
+            "peer ", address_, " has another version of ", id.path,
+            " (size ", meta.file_size, " mtime ", meta.mtime_ns,
+            ", want size ", expected.size, " mtime ", expected.mtime_ns, ")"));
+        break;
+      }
+    }
+    if (!decoded.ok()) {
+      failure = absl::Status(decoded.code(), absl::StrCat("peer ", address_,
+                                                          ": ",
+                                                          decoded.message()));
+      break;
+    }
+  }
+  if (!failure.ok()) {
+    // Stop the rest of the stream; Finish then reports CANCELLED.
+    ctx.TryCancel();
+    reader->Finish().IgnoreError();
+    return failure;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return impl_->PeerError(address_, status);
+  if (first) {
+    return absl::DataLossError(
+        absl::StrCat("peer ", address_, ": empty chunk stream"));
+  }
+  if (written != dst.size()) {
+    return absl::DataLossError(absl::StrCat("peer ", address_, ": sent ",
+                                            written, " of ", dst.size(),
+                                            " bytes of ", id.path));
+  }
+  const uint64_t sum = Checksum(dst.data(), dst.size());
+  if (sum != meta.checksum) {
+    return absl::DataLossError(absl::StrCat("peer ", address_,
+                                            ": checksum mismatch on ", id.path,
+                                            " chunk ", id.chunk));
+  }
+  *checksum = sum;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileInfo> PeerClient::StatFile(absl::string_view dataset,
+                                              absl::string_view path,
+                                              absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, impl_->token, timeout);
+  v1::StatFileRequest request;
+  request.set_dataset(std::string(dataset));
+  request.set_path(std::string(path));
+  v1::StatFileResponse response;
+  grpc::Status status = impl_->stub->StatFile(&ctx, request, &response);
+  if (!status.ok()) return impl_->PeerError(address_, status);
+  FileInfo info;
+  info.size = response.file_size();
+  info.mtime_ns = response.mtime_ns();
+  return info;
+}
+
+std::shared_ptr<Peer> GrpcPeerConnector::Connect(absl::string_view address) {
+  return std::make_shared<PeerClient>(std::string(address), options_);
+}
+
+}  // namespace dlcache

@@ -1,0 +1,140 @@
+#include "server/cluster/peer_router.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/logging.h"
+
+namespace dlcache {
+namespace {
+
+// Failures that say the peer itself is unusable for now (rather than that
+// this one chunk went wrong): it is skipped for down_backoff.
+bool PeerIsDown(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsUnauthenticated(s);
+}
+
+}  // namespace
+
+PeerRouter::PeerRouter(Options options, const Membership* membership,
+                       PeerConnector* connector, ChunkBackend* next)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      membership_(membership),
+      connector_(connector),
+      next_(next) {}
+
+std::shared_ptr<Peer> PeerRouter::PeerFor(
+    const std::shared_ptr<const Placement>& placement,
+    const ClusterNode& owner, bool* skip) {
+  absl::MutexLock lock(&mu_);
+  if (pruned_for_ != placement) {
+    // Drop connections to nodes that left; keep the others (and their
+    // down marks).
+    absl::flat_hash_set<absl::string_view> present;
+    for (const ClusterNode& n : placement->nodes()) present.insert(n.address);
+    absl::erase_if(peers_, [&](const auto& kv) {
+      return !present.contains(kv.first);
+    });
+    pruned_for_ = placement;
+  }
+  PeerEntry& entry = peers_[owner.address];
+  if (entry.peer == nullptr) entry.peer = connector_->Connect(owner.address);
+  *skip = options_.down_backoff > absl::ZeroDuration() &&
+          clock_->Now() < entry.down_until;
+  return entry.peer;
+}
+
+void PeerRouter::NoteResult(const ClusterNode& owner,
+                            const absl::Status& status) {
+  const bool down = PeerIsDown(status);
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(owner.address);
+    if (it == peers_.end()) return;
+    PeerEntry& entry = it->second;
+    if (down) {
+      changed = entry.down_until == absl::InfinitePast();
+      entry.down_until = clock_->Now() + options_.down_backoff;
+    } else if (status.ok()) {
+      changed = entry.down_until != absl::InfinitePast();
+      entry.down_until = absl::InfinitePast();
+    }
+  }
+  // One line per transition, not per chunk.
+  if (changed && down) {
+    DLC_LOG(WARNING) << "peer " << owner.id << " (" << owner.address
+                     << ") unusable, reading from the source: " << status;
+  } else if (changed) {
+    DLC_LOG(INFO) << "peer " << owner.id << " (" << owner.address
+                  << ") answers again";
+  } else if (absl::IsDataLoss(status)) {
+    DLC_LOG(ERROR) << "peer " << owner.id << ": " << status;
+  }
+}
+
+absl::StatusOr<FileInfo> PeerRouter::StatFile(absl::string_view dataset,
+                                              absl::string_view path) {
+  std::shared_ptr<const Placement> placement = membership_->placement();
+  ChunkId first{dataset, path, 0};
+  const ClusterNode* owner = placement->Owner(first);
+  if (owner == nullptr || owner->id == options_.self_id) {
+    local_stats_.fetch_add(1, std::memory_order_relaxed);
+    return next_->StatFile(dataset, path);
+  }
+  bool skip = false;
+  std::shared_ptr<Peer> peer = PeerFor(placement, *owner, &skip);
+  if (!skip) {
+    absl::StatusOr<FileInfo> info =
+        peer->StatFile(dataset, path, options_.timeout);
+    NoteResult(*owner, info.status());
+    if (info.ok()) {
+      peer_stats_.fetch_add(1, std::memory_order_relaxed);
+      return info;
+    }
+  }
+  stat_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  return next_->StatFile(dataset, path);
+}
+
+absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
+                                   absl::Span<char> dst, uint64_t* checksum) {
+  std::shared_ptr<const Placement> placement = membership_->placement();
+  const ClusterNode* owner = placement->Owner(id);
+  if (owner == nullptr || owner->id == options_.self_id) {
+    local_reads_.fetch_add(1, std::memory_order_relaxed);
+    return next_->ReadChunk(id, info, dst, checksum);
+  }
+  bool skip = false;
+  std::shared_ptr<Peer> peer = PeerFor(placement, *owner, &skip);
+  if (!skip) {
+    absl::Status s = peer->FetchChunk(id, info, dst, checksum, options_.timeout);
+    NoteResult(*owner, s);
+    if (s.ok()) {
+      peer_reads_.fetch_add(1, std::memory_order_relaxed);
+      peer_bytes_.fetch_add(dst.size(), std::memory_order_relaxed);
+      return s;
+    }
+  } else {
+    skipped_down_.fetch_add(1, std::memory_order_relaxed);
+  }
+  fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  return next_->ReadChunk(id, info, dst, checksum);
+}
+
+PeerRouter::Stats PeerRouter::stats() const {
+  Stats s;
+  s.local_reads = local_reads_.load(std::memory_order_relaxed);
+  s.peer_reads = peer_reads_.load(std::memory_order_relaxed);
+  s.peer_bytes = peer_bytes_.load(std::memory_order_relaxed);
+  s.fallbacks = fallbacks_.load(std::memory_order_relaxed);
+  s.skipped_down = skipped_down_.load(std::memory_order_relaxed);
+  s.local_stats = local_stats_.load(std::memory_order_relaxed);
+  s.peer_stats = peer_stats_.load(std::memory_order_relaxed);
+  s.stat_fallbacks = stat_fallbacks_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace dlcache

@@ -1,0 +1,103 @@
+#ifndef DLCACHE_SERVER_CLUSTER_PEER_ROUTER_H_
+#define DLCACHE_SERVER_CLUSTER_PEER_ROUTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/cluster/membership.h"
+#include "server/cluster/peer.h"
+#include "server/cluster/placement.h"
+#include "server/tier/chunk_backend.h"
+
+namespace dlcache {
+
+// The cluster layer of the backend chain (see chunk_backend.h): a chunk this
+// node owns (by the current Placement) is read from `next` (the source
+// side); a chunk another node owns is fetched from that node, which fills it
+// once for the whole cluster. StatFile goes to the owner of the file's
+// chunk 0 the same way.
+//
+// Any failure of a peer call (down, slow past `timeout`, checksum mismatch,
+// another file version, refused token, the owner's own error) falls back to
+// `next`, so the answer is never worse than without peers; only `next`
+// decides that a file is gone. A peer that was down or too slow is skipped
+// (straight to `next`) for `down_backoff`, so a dead node costs one timeout
+// per backoff period rather than one per chunk.
+//
+// The caller caches what ReadChunk returns (the memory tier above).
+// Thread-safe; blocks on peer calls and on `next`. Does not own membership,
+// connector or next, which must outlive it.
+class PeerRouter : public ChunkBackend {
+ public:
+  struct Options {
+    std::string self_id;  // this node's id in the Placement
+    absl::Duration timeout = absl::Seconds(2);
+    absl::Duration down_backoff = absl::Seconds(1);  // 0 = never skip
+    const Clock* clock = nullptr;                    // default: real
+  };
+
+  PeerRouter(Options options, const Membership* membership,
+             PeerConnector* connector, ChunkBackend* next);
+
+  absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
+                                    absl::string_view path) override;
+  absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
+                         absl::Span<char> dst, uint64_t* checksum) override;
+
+  struct Stats {
+    uint64_t local_reads = 0;     // owned here: read from next
+    uint64_t peer_reads = 0;      // fetched from the owner
+    uint64_t peer_bytes = 0;
+    uint64_t fallbacks = 0;       // owner failed or skipped: read from next
+    uint64_t skipped_down = 0;    // of those, owner skipped as down
+    uint64_t local_stats = 0;
+    uint64_t peer_stats = 0;
+    uint64_t stat_fallbacks = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct PeerEntry {
+    std::shared_ptr<Peer> peer;
+    absl::Time down_until = absl::InfinitePast();
+  };
+
+  // The connection to `owner` (created on first use). *skip is set when the
+  // owner is marked down.
+  std::shared_ptr<Peer> PeerFor(
+      const std::shared_ptr<const Placement>& placement,
+      const ClusterNode& owner, bool* skip);
+  // Marks the peer down after a transport-level failure, up after success.
+  void NoteResult(const ClusterNode& owner, const absl::Status& status);
+
+  const Options options_;
+  const Clock* const clock_;
+  const Membership* const membership_;
+  PeerConnector* const connector_;
+  ChunkBackend* const next_;
+
+  absl::Mutex mu_;
+  // By address; pruned to the current nodes when the placement changes.
+  absl::flat_hash_map<std::string, PeerEntry> peers_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Placement> pruned_for_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> local_reads_{0};
+  std::atomic<uint64_t> peer_reads_{0};
+  std::atomic<uint64_t> peer_bytes_{0};
+  std::atomic<uint64_t> fallbacks_{0};
+  std::atomic<uint64_t> skipped_down_{0};
+  std::atomic<uint64_t> local_stats_{0};
+  std::atomic<uint64_t> peer_stats_{0};
+  std::atomic<uint64_t> stat_fallbacks_{0};
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_CLUSTER_PEER_ROUTER_H_

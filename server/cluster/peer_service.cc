@@ -1,0 +1,253 @@
+#include "server/cluster/peer_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "common/key.h"
+#include "common/logging.h"
+#include "dlcache/v1/peer.grpc.pb.h"
+#include "server/cluster/chunk_wire.h"
+#include "server/cluster/peer_client.h"
+
+namespace dlcache {
+namespace {
+
+// Index of FetchChunk in PeerService (declaration order in peer.proto).
+constexpr int kFetchChunkMethodIndex = 0;
+
+using RawStream =
+    grpc::ServerSplitStreamer<v1::FetchChunkRequest, grpc::ByteBuffer>;
+
+// Runs in time that depends only on the configured token's length, so a
+// caller cannot find the token byte by byte from response times.
+bool TokenEquals(absl::string_view want, absl::string_view got) {
+  volatile unsigned char diff = want.size() != got.size() ? 1 : 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const unsigned char g = i < got.size() ? got[i] : 0;
+    diff = diff | (static_cast<unsigned char>(want[i]) ^ g);
+  }
+  return diff == 0;
+}
+
+// Counts the zero-copy slices gRPC still holds. Shared with each slice's
+// release callback, so it outlives the waiter when the last release races
+// with its wake-up.
+struct SliceRefs {
+  absl::Mutex mu;
+  int outstanding ABSL_GUARDED_BY(mu) = 0;
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return outstanding == 0;
+  }
+};
+
+struct SliceRef {
+  std::shared_ptr<SliceRefs> refs;
+};
+
+void ReleaseSlice(void* arg) {
+  auto* ref = static_cast<SliceRef*>(arg);
+  {
+    absl::MutexLock lock(&ref->refs->mu);
+    --ref->refs->outstanding;
+  }
+  delete ref;
+}
+
+// How long to wait for gRPC to drop zero-copy slices after the last write
+// before giving up on them (they are released when written to the socket
+// or when the stream dies, so this is only a guard against a stuck
+// transport keeping the chunk pinned forever).
+constexpr absl::Duration kSliceReleaseGuard = absl::Seconds(60);
+
+}  // namespace
+
+class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
+ public:
+  GrpcService(Options options, ReadLocalFn read_local, StatLocalFn stat_local)
+      : options_(std::move(options)),
+        read_local_(std::move(read_local)),
+        stat_local_(std::move(stat_local)) {
+    options_.piece_bytes = std::max<size_t>(options_.piece_bytes, 4096);
+    // Serve FetchChunk as a split stream of raw byte buffers: the response
+    // messages are built from slices over the chunk's bytes instead of
+    // ChunkData messages (see chunk_wire.h).
+    MarkMethodStreamed(
+        kFetchChunkMethodIndex,
+        new grpc::internal::SplitServerStreamingHandler<v1::FetchChunkRequest,
+                                                        grpc::ByteBuffer>(
+            [this](grpc::ServerContext* ctx, RawStream* stream) {
+              return FetchChunkRaw(ctx, stream);
+            }));
+    if (options_.token.empty()) {
+      DLC_LOG(WARNING) << "peer service: no token configured, peer calls "
+                          "are not authenticated";
+    }
+  }
+
+  grpc::Status StatFile(grpc::ServerContext* ctx,
+                        const v1::StatFileRequest* request,
+                        v1::StatFileResponse* response) override {
+    if (!Authorized(ctx)) return Unauthenticated();
+    stats_calls_.fetch_add(1, std::memory_order_relaxed);
+    absl::StatusOr<std::string> path = Validate(request->dataset(),
+                                                request->path());
+    if (!path.ok()) return ToGrpcStatus(path.status());
+    absl::StatusOr<FileInfo> info = stat_local_(request->dataset(), *path);
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    response->set_file_size(info->size);
+    response->set_mtime_ns(info->mtime_ns);
+    return grpc::Status::OK;
+  }
+
+  Stats stats() const {
+    Stats s;
+    s.fetches = fetches_.load(std::memory_order_relaxed);
+    s.fetch_errors = fetch_errors_.load(std::memory_order_relaxed);
+    s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+    s.stats = stats_calls_.load(std::memory_order_relaxed);
+    s.unauthenticated = unauthenticated_.load(std::memory_order_relaxed);
+    s.in_flight = in_flight_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+ private:
+  bool Authorized(grpc::ServerContext* ctx) {
+    if (options_.token.empty()) return true;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kPeerTokenMetadata);
+    const bool ok =
+        it != md.end() &&
+        TokenEquals(options_.token,
+                    absl::string_view(it->second.data(), it->second.size()));
+    if (!ok) unauthenticated_.fetch_add(1, std::memory_order_relaxed);
+    return ok;
+  }
+
+  static grpc::Status Unauthenticated() {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong peer token");
+  }
+
+  static absl::StatusOr<std::string> Validate(const std::string& dataset,
+                                              const std::string& path) {
+    absl::Status s = ValidateDatasetName(dataset);
+    if (!s.ok()) return s;
+    return NormalizeKeyPath(path);
+  }
+
+  grpc::Status FetchChunkRaw(grpc::ServerContext* ctx, RawStream* stream) {
+    if (!Authorized(ctx)) return Unauthenticated();
+    v1::FetchChunkRequest request;
+    if (!stream->Read(&request)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "no request");
+    }
+    absl::StatusOr<std::string> path =
+        Validate(request.dataset(), request.path());
+    if (!path.ok()) return ToGrpcStatus(path.status());
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    ChunkId id;
+    id.dataset = request.dataset();
+    id.path = *path;
+    id.chunk = request.chunk();
+    bool sent = false;
+    absl::Status status = read_local_(
+        id, [&](const FileInfo& info, absl::Span<const char> bytes,
+                uint64_t checksum) {
+          sent = true;
+          return Send(stream, info, bytes, checksum);
+        });
+    if (status.ok() && !sent) {
+      status = absl::InternalError("read_local returned OK without data");
+    }
+    (status.ok() ? fetches_ : fetch_errors_)
+        .fetch_add(1, std::memory_order_relaxed);
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    return ToGrpcStatus(status);
+  }
+
+  absl::Status Send(RawStream* stream, const FileInfo& info,
+                    absl::Span<const char> bytes, uint64_t checksum) {
+    ChunkDataFields meta;
+    meta.file_size = info.size;
+    meta.mtime_ns = info.mtime_ns;
+    meta.checksum = checksum;
+    auto refs = std::make_shared<SliceRefs>();
+    absl::Status status;
+    size_t offset = 0;
+    do {
+      const size_t n = std::min(options_.piece_bytes, bytes.size() - offset);
+      char header[kMaxChunkDataHeader];
+      const size_t header_len =
+          EncodeChunkDataHeader(offset == 0 ? &meta : nullptr, n, header);
+      grpc::Slice slices[2] = {grpc::Slice(header, header_len), grpc::Slice()};
+      size_t nslices = 1;
+      if (n > 0) {
+        const char* piece = bytes.data() + offset;
+        if (options_.zero_copy) {
+          {
+            absl::MutexLock lock(&refs->mu);
+            ++refs->outstanding;
+          }
+          // gRPC never writes through the pointer; the slice only borrows
+          // the pinned bytes until ReleaseSlice.
+          slices[1] = grpc::Slice(const_cast<char*>(piece), n, &ReleaseSlice,
+                                  new SliceRef{refs});
+        } else {
+          slices[1] = grpc::Slice(piece, n);
+        }
+        nslices = 2;
+      }
+      grpc::ByteBuffer message(slices, nslices);
+      if (!stream->Write(message)) {
+        status = absl::CancelledError("asker went away");
+        break;
+      }
+      offset += n;
+      bytes_sent_.fetch_add(n, std::memory_order_relaxed);
+    } while (offset < bytes.size());
+
+    absl::MutexLock lock(&refs->mu);
+    if (!refs->mu.AwaitWithTimeout(
+            absl::Condition(refs.get(), &SliceRefs::Idle),
+            kSliceReleaseGuard)) {
+      DLC_LOG(ERROR) << "peer service: gRPC kept " << refs->outstanding
+                     << " chunk slices past " << kSliceReleaseGuard
+                     << "; unpinning anyway";
+    }
+    return status;
+  }
+
+  Options options_;
+  const ReadLocalFn read_local_;
+  const StatLocalFn stat_local_;
+  std::atomic<uint64_t> fetches_{0};
+  std::atomic<uint64_t> fetch_errors_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> stats_calls_{0};
+  std::atomic<uint64_t> unauthenticated_{0};
+  std::atomic<uint64_t> in_flight_{0};
+};
+
+PeerServiceImpl::PeerServiceImpl(Options options, ReadLocalFn read_local,
+                                 StatLocalFn stat_local)
+    : service_(std::make_unique<GrpcService>(
+          std::move(options), std::move(read_local), std::move(stat_local))) {}
+
+PeerServiceImpl::~PeerServiceImpl() = default;
+
+grpc::Service* PeerServiceImpl::service() { return service_.get(); }
+
+PeerServiceImpl::Stats PeerServiceImpl::stats() const {
+  return service_->stats();
+}
+
+}  // namespace dlcache
