@@ -440,6 +440,38 @@ absl::StatusOr<v1::EvictResponse> CacheEngine::Evict(
   return response;
 }
 
+absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
+                                          v1::RevalidateResponse* out) {
+  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+  if (!ds.ok()) return ds.status();
+  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  if (!prefix.ok()) return prefix.status();
+  absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
+  if (!source.ok()) return source.status();
+  for (const auto& [path, cached] : tier_->ListFiles(*ds, *prefix)) {
+    absl::StatusOr<FileInfo> now = (*source)->Stat(path);
+    out->set_files_checked(out->files_checked() + 1);
+    if (absl::IsNotFound(now.status())) {
+      MemoryTier::EvictResult r = tier_->Evict(*ds, path);
+      out->set_files_missing(out->files_missing() + 1);
+      out->set_chunks_dropped(out->chunks_dropped() + r.chunks + r.deferred);
+      continue;
+    }
+    if (!now.ok()) return now.status();
+    if (now->size != cached.size || now->mtime_ns != cached.mtime_ns) {
+      uint32_t before = tier_->CachedChunks(*ds, path);
+      tier_->PutFile(*ds, path, *now);
+      out->set_files_changed(out->files_changed() + 1);
+      out->set_chunks_dropped(out->chunks_dropped() + before);
+    }
+  }
+  DLC_LOG(INFO) << "revalidate " << request.dataset() << "/" << *prefix
+                << ": " << out->files_checked() << " checked, "
+                << out->files_changed() << " changed, " << out->files_missing()
+                << " gone";
+  return absl::OkStatus();
+}
+
 absl::Status CacheEngine::Stats(const v1::StatsRequest& request,
                                 v1::StatsResponse* response) const {
   absl::optional<uint32_t> only;

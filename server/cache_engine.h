@@ -72,6 +72,12 @@ class CacheEngine {
                       absl::Duration period = absl::Milliseconds(200));
 
   absl::StatusOr<v1::EvictResponse> Evict(const v1::EvictRequest& request);
+  // Memory side of Revalidate: stats every file the tier knows under the
+  // prefix at the dataset's source; drops the chunks of changed files and
+  // forgets vanished ones; adds to *out. UNAVAILABLE (nothing more is
+  // checked) if the source is down.
+  absl::Status RevalidateMemory(const v1::RevalidateRequest& request,
+                                v1::RevalidateResponse* out);
   absl::Status Stats(const v1::StatsRequest& request,
                      v1::StatsResponse* response) const;
 

@@ -36,4 +36,43 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status AdminServiceImpl::Sync(
+    grpc::ServerContext* context, const v1::SyncRequest* request,
+    grpc::ServerWriter<v1::WarmupProgress>* writer) {
+  if (!ssd_.sync) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this dlcached has no SSD tier (start it with "
+                        "--ssd_dir=DIR)");
+  }
+  if (absl::StatusOr<uint32_t> ds = engine_->DatasetId(request->dataset());
+      !ds.ok()) {
+    return ToGrpcStatus(ds.status());
+  }
+  return ToGrpcStatus(
+      ssd_.sync(*request, [&](const v1::WarmupProgress& progress) {
+        return !context->IsCancelled() && writer->Write(progress);
+      }));
+}
+
+grpc::Status AdminServiceImpl::Revalidate(
+    grpc::ServerContext* context, const v1::RevalidateRequest* request,
+    v1::RevalidateResponse* response) {
+  // SSD first: the memory tier re-reads file metadata through it.
+  if (ssd_.revalidate) {
+    if (absl::Status s = ssd_.revalidate(*request, response); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  v1::RevalidateResponse memory;
+  absl::Status s = engine_->RevalidateMemory(*request, &memory);
+  if (!s.ok()) return ToGrpcStatus(s);
+  if (!ssd_.revalidate) {
+    *response = memory;
+  } else {
+    response->set_chunks_dropped(response->chunks_dropped() +
+                                 memory.chunks_dropped());
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace dlcache

@@ -14,8 +14,17 @@ namespace dlcache {
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
   using StatusFiller = std::function<void(v1::StatusResponse*)>;
-  AdminServiceImpl(CacheEngine* engine, StatusFiller status)
-      : engine_(engine), status_(std::move(status)) {}
+  using ProgressFn = std::function<bool(const v1::WarmupProgress&)>;
+  // The SSD tier's side of Sync and Revalidate; empty when there is none.
+  struct SsdOps {
+    std::function<absl::Status(const v1::SyncRequest&, const ProgressFn&)>
+        sync;
+    std::function<absl::Status(const v1::RevalidateRequest&,
+                               v1::RevalidateResponse*)>
+        revalidate;
+  };
+  AdminServiceImpl(CacheEngine* engine, StatusFiller status, SsdOps ssd = {})
+      : engine_(engine), status_(std::move(status)), ssd_(std::move(ssd)) {}
 
   grpc::Status Warmup(grpc::ServerContext* context,
                       const v1::WarmupRequest* request,
@@ -29,10 +38,17 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   grpc::Status Evict(grpc::ServerContext* context,
                      const v1::EvictRequest* request,
                      v1::EvictResponse* response) override;
+  grpc::Status Sync(grpc::ServerContext* context,
+                    const v1::SyncRequest* request,
+                    grpc::ServerWriter<v1::WarmupProgress>* writer) override;
+  grpc::Status Revalidate(grpc::ServerContext* context,
+                          const v1::RevalidateRequest* request,
+                          v1::RevalidateResponse* response) override;
 
  private:
   CacheEngine* const engine_;
   const StatusFiller status_;
+  const SsdOps ssd_;
 };
 
 }  // namespace dlcache

@@ -344,6 +344,16 @@ MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
   return result;
 }
 
+std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
+    uint32_t dataset, absl::string_view prefix) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<std::string, FileInfo>> out;
+  for (const auto& [path, rec] : files_[dataset]) {
+    if (UnderPrefix(path, prefix)) out.emplace_back(path, rec->info);
+  }
+  return out;
+}
+
 uint32_t MemoryTier::CachedChunks(uint32_t dataset,
                                   absl::string_view path) const {
   absl::MutexLock lock(&mu_);

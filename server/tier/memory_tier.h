@@ -141,6 +141,10 @@ class MemoryTier {
   };
   // Drops the chunks of files at or under `prefix` ("" = all).
   EvictResult Evict(uint32_t dataset, absl::string_view prefix);
+  // Files known at or under `prefix`, with the metadata they were cached
+  // with.
+  std::vector<std::pair<std::string, FileInfo>> ListFiles(
+      uint32_t dataset, absl::string_view prefix) const;
   // Cached chunks of a file (0 if unknown).
   uint32_t CachedChunks(uint32_t dataset, absl::string_view path) const;
   TierStats Stats() const;

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Validates deploy/: the Kubernetes manifests (kubectl client-side dry run,
+# kustomize build, the field checks of tools/check_manifests.py and their
+# self-test), the probes and warm-up command against a real dlcached
+# (tools/smoke_probes.py), and the Dockerfile's agreement with them.
+# Offline: kubectl's discovery is answered by tools/fake_kube_api.py on
+# 127.0.0.1; dlcached listens on a temp Unix socket and 127.0.0.1 only.
+#
+# Env: DLCACHED, DLCACHECTL: built binaries (ctest sets them). When set and
+# executable, their help must list the flags the manifests use, and the
+# smoke run happens.
+# Exit: 0 ok, 1 a check failed, 77 kubectl missing (the rest still ran).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+k8s="$here/k8s"
+tools="$here/tools"
+
+fail() { echo "validate.sh: FAIL: $*" >&2; exit 1; }
+
+# A Python 3 with PyYAML: the one on PATH, else Debian's (python3-yaml).
+py=""
+for candidate in python3 /usr/bin/python3; do
+  if command -v "$candidate" >/dev/null 2>&1 &&
+     "$candidate" -c 'import yaml' >/dev/null 2>&1; then
+    py="$candidate"
+    break
+  fi
+done
+[[ -n "$py" ]] || fail "no python3 with PyYAML (apt-get install python3-yaml)"
+
+tmp="$(mktemp -d)"
+api_pid=""
+cleanup() {
+  if [[ -n "$api_pid" ]]; then kill "$api_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Every manifest except the kustomization itself, in a stable order.
+mapfile -t manifests < <(find "$k8s" -name '*.yaml' ! -name kustomization.yaml | sort)
+(( ${#manifests[@]} > 0 )) || fail "no manifests under $k8s"
+
+have_kubectl=1
+command -v kubectl >/dev/null 2>&1 || have_kubectl=0
+
+if (( have_kubectl )); then
+  # --- 1. kubectl apply --dry-run=client against a loopback fake API ------
+  "$py" "$tools/fake_kube_api.py" "$tmp/port" &
+  api_pid=$!
+  for _ in $(seq 100); do
+    [[ -s "$tmp/port" ]] && break
+    kill -0 "$api_pid" 2>/dev/null || fail "fake_kube_api.py exited"
+    sleep 0.1
+  done
+  [[ -s "$tmp/port" ]] || fail "fake_kube_api.py did not start"
+  cat >"$tmp/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: offline
+    cluster: {server: "http://127.0.0.1:$(cat "$tmp/port")"}
+users:
+  - name: offline
+    user: {}
+contexts:
+  - name: offline
+    context: {cluster: offline, user: offline, namespace: default}
+current-context: offline
+EOF
+  export KUBECONFIG="$tmp/kubeconfig" NO_PROXY=127.0.0.1 no_proxy=127.0.0.1
+  kc=(kubectl --cache-dir "$tmp/cache" --request-timeout=20s)
+
+  for m in "${manifests[@]}"; do
+    echo "== kubectl apply --dry-run=client -f ${m#"$here"/}"
+    "${kc[@]}" apply --dry-run=client --validate=false -f "$m" ||
+      fail "kubectl rejected $m"
+  done
+  echo "== kubectl apply --dry-run=client -k k8s"
+  "${kc[@]}" apply --dry-run=client --validate=false -k "$k8s" ||
+    fail "kubectl rejected the kustomization"
+
+  # The dry run must be able to fail: a retired apiVersion is rejected.
+  sed 's#^apiVersion: apps/v1$#apiVersion: extensions/v1beta1#' \
+    "$k8s/daemonset.yaml" >"$tmp/bad.yaml"
+  if "${kc[@]}" apply --dry-run=client --validate=false -f "$tmp/bad.yaml" \
+      >/dev/null 2>&1; then
+    fail "kubectl accepted a DaemonSet in extensions/v1beta1"
+  fi
+
+  # --- kustomize build (offline, no API server involved) -------------------
+  echo "== kubectl kustomize k8s"
+  kubectl kustomize "$k8s" >"$tmp/kustomized.yaml" || fail "kustomize failed"
+  kustomized=(--kustomized "$tmp/kustomized.yaml")
+else
+  echo "validate.sh: kubectl not found: skipping the dry run and kustomize" >&2
+  kustomized=()
+fi
+
+# --- 2. field checks ---------------------------------------------------------
+binaries=()
+for pair in "dlcached:${DLCACHED:-}" "dlcachectl:${DLCACHECTL:-}"; do
+  name="${pair%%:*}" path="${pair#*:}"
+  if [[ -n "$path" ]]; then
+    if [[ -x "$path" ]]; then
+      binaries+=("--$name" "$path")
+    else
+      echo "validate.sh: $name $path not built: not checking its flags" >&2
+    fi
+  fi
+done
+echo "== check_manifests.py"
+"$py" "$tools/check_manifests.py" --source-root "$here/.." \
+  "${kustomized[@]}" "${binaries[@]}" \
+  "${manifests[@]}" || fail "manifest checks"
+echo "== check_manifests.py --self-test"
+"$py" "$tools/check_manifests.py" --self-test "${manifests[@]}" ||
+  fail "the checks missed a known breakage"
+
+# --- 3. the probes and the Job's command against a real dlcached -------------
+if [[ -x "${DLCACHED:-}" && -x "${DLCACHECTL:-}" ]]; then
+  echo "== smoke_probes.py"
+  "$py" "$tools/smoke_probes.py" "$DLCACHED" "$DLCACHECTL" "${manifests[@]}" ||
+    fail "probes against a real dlcached"
+else
+  echo "validate.sh: DLCACHED/DLCACHECTL not built: probes not run" >&2
+fi
+
+# --- Dockerfile: provides what the manifests execute -------------------------
+dockerfile="$here/docker/Dockerfile"
+[[ -f "$dockerfile" ]] || fail "no $dockerfile"
+for needle in /usr/bin/tini /usr/local/bin/dlcached /usr/local/bin/dlcachectl \
+              "USER 10001"; do
+  grep -qF -- "$needle" "$dockerfile" ||
+    fail "Dockerfile does not mention $needle (used by the manifests)"
+done
+for exe in /usr/local/bin/dlcached /usr/bin/tini; do
+  grep -qF -- "$exe" "$k8s/daemonset.yaml" ||
+    fail "daemonset.yaml no longer runs $exe; update this check"
+done
+
+if (( ! have_kubectl )); then exit 77; fi
+echo "validate.sh: OK"
