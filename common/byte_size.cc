@@ -14,8 +14,8 @@ namespace dlcache {
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   absl::string_view t = absl::StripAsciiWhitespace(text);
   size_t i = 0;
-  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) ||
-                          t[i] == '.')) {
+  while (i < t.size() &&
+         (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) {
     ++i;
   }
   double value;
@@ -44,12 +44,14 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   } else if (unit == "tb") {
     mul = 1e12;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad size unit in '", text, "': want B, KiB, MiB, GiB, TiB (or K/M/G/T)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad size unit in '", text,
+                     "': want B, KiB, MiB, GiB, TiB (or K/M/G/T)"));
   }
   double bytes = value * mul;
   if (!std::isfinite(bytes) || bytes >= 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("size '", text, "' is too large"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("size '", text, "' is too large"));
   }
   return static_cast<uint64_t>(std::llround(bytes));
 }

@@ -27,9 +27,9 @@ absl::StatusOr<sockaddr_un> MakeAddr(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unix socket path '", path, "' is empty or longer than ",
-        sizeof(addr.sun_path) - 1, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unix socket path '", path, "' is empty or longer than ",
+                     sizeof(addr.sun_path) - 1, " bytes"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
   return addr;

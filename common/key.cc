@@ -28,9 +28,10 @@ absl::StatusOr<std::string> Normalize(absl::string_view path, bool allow_root) {
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part.empty() || part == ".") continue;
     if (part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "key path '", path, "' contains '..'; keys must stay inside the "
-          "dataset"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("key path '", path,
+                       "' contains '..'; keys must stay inside the "
+                       "dataset"));
     }
     parts.push_back(part);
   }

@@ -2,9 +2,9 @@
 #define DLCACHE_COMMON_KEY_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dlcache {
 

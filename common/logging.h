@@ -33,9 +33,9 @@ class LogMessage {
 #define DLC_LOG_LEVEL_INFO ::dlcache::LogLevel::kInfo
 #define DLC_LOG_LEVEL_WARNING ::dlcache::LogLevel::kWarning
 #define DLC_LOG_LEVEL_ERROR ::dlcache::LogLevel::kError
-#define DLC_LOG(level)                                   \
-  if (!::dlcache::LogEnabled(DLC_LOG_LEVEL_##level)) {   \
-  } else                                                 \
+#define DLC_LOG(level)                                 \
+  if (!::dlcache::LogEnabled(DLC_LOG_LEVEL_##level)) { \
+  } else                                               \
     ::dlcache::LogMessage(DLC_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // DLCACHE_COMMON_LOGGING_H_

@@ -85,6 +85,8 @@ absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
   if (s.code() == absl::StatusCode::kFailedPrecondition) {
     s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out);
   }
+  if (!s.ok())
+    counters_[ds]->fill_errors.fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 
@@ -98,14 +100,14 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   out->info = *info;
   uint32_t count = tier_->ChunkCount(info->size);
   if (first_chunk > count || (first_chunk == count && count > 0)) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "chunk ", first_chunk, " of ", path, " is past its end (",
-        count, " chunks)"));
+    return absl::OutOfRangeError(absl::StrCat("chunk ", first_chunk, " of ",
+                                              path, " is past its end (", count,
+                                              " chunks)"));
   }
-  uint32_t end = max_chunks == 0
-                     ? count
-                     : std::min<uint64_t>(count, uint64_t{first_chunk} +
-                                                     max_chunks);
+  uint32_t end =
+      max_chunks == 0
+          ? count
+          : std::min<uint64_t>(count, uint64_t{first_chunk} + max_chunks);
   std::vector<MemoryTier::Acquisition> acquired;
   acquired.reserve(end - first_chunk);
   absl::Status status;
@@ -148,7 +150,6 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
     if (!w.ok() && status.ok()) status = w;
   }
   if (!status.ok()) {
-    counters.fill_errors.fetch_add(1, std::memory_order_relaxed);
     for (MemoryTier::Acquisition& a : acquired) tier_->Unpin(a.entry);
     return status;
   }
@@ -265,9 +266,9 @@ absl::Status CacheEngine::Prefetch(const v1::PrefetchRequest& request,
   if (!ds.ok()) return ds.status();
   if (prefetch_pool_.queued() + request.items_size() >
       options_.max_prefetch_queue) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "prefetch queue holds ", prefetch_pool_.queued(),
-        " items; try again later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("prefetch queue holds ", prefetch_pool_.queued(),
+                     " items; try again later"));
   }
   uint32_t accepted = 0;
   for (const v1::ItemKey& key : request.items()) {
@@ -390,9 +391,7 @@ absl::Status CacheEngine::Warmup(
       bool finished;
       {
         absl::MutexLock lock(&mu);
-        auto done = [&] {
-          return listing_done && in_flight == 0;
-        };
+        auto done = [&] { return listing_done && in_flight == 0; };
         mu.AwaitWithTimeout(absl::Condition(&done), period);
         finished = done();
         progress.set_listing_done(listing_done);
@@ -417,8 +416,8 @@ absl::Status CacheEngine::Warmup(
                 << progress.files_done() << " files ("
                 << progress.files_skipped() << " already cached), "
                 << progress.files_failed() << " failed, "
-                << progress.bytes_done() << " bytes in "
-                << progress.elapsed_s() << " s";
+                << progress.bytes_done() << " bytes in " << progress.elapsed_s()
+                << " s";
   emit(progress);
   return absl::OkStatus();
 }
@@ -441,7 +440,7 @@ absl::StatusOr<v1::EvictResponse> CacheEngine::Evict(
 }
 
 absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
-                                          v1::RevalidateResponse* out) {
+                                           v1::RevalidateResponse* out) {
   absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
   if (!ds.ok()) return ds.status();
   absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
@@ -465,10 +464,9 @@ absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
       out->set_chunks_dropped(out->chunks_dropped() + before);
     }
   }
-  DLC_LOG(INFO) << "revalidate " << request.dataset() << "/" << *prefix
-                << ": " << out->files_checked() << " checked, "
-                << out->files_changed() << " changed, " << out->files_missing()
-                << " gone";
+  DLC_LOG(INFO) << "revalidate " << request.dataset() << "/" << *prefix << ": "
+                << out->files_checked() << " checked, " << out->files_changed()
+                << " changed, " << out->files_missing() << " gone";
   return absl::OkStatus();
 }
 

@@ -60,16 +60,16 @@ class CacheEngine {
   // Queues fills without leases. RESOURCE_EXHAUSTED if too much is queued.
   absl::Status Prefetch(const v1::PrefetchRequest& request,
                         v1::PrefetchResponse* response);
-  absl::Status Stat(const v1::StatRequest& request,
-                    v1::StatResponse* response);
+  absl::Status Stat(const v1::StatRequest& request, v1::StatResponse* response);
 
   // Lists the source under the prefix and fills every file, calling emit
   // with progress about every `period` and once at the end (done = true).
   // emit returning false cancels the warm-up. NOT_FOUND for an unknown
   // dataset or a missing prefix; INVALID_ARGUMENT for a bad prefix.
-  absl::Status Warmup(const v1::WarmupRequest& request,
-                      const std::function<bool(const v1::WarmupProgress&)>& emit,
-                      absl::Duration period = absl::Milliseconds(200));
+  absl::Status Warmup(
+      const v1::WarmupRequest& request,
+      const std::function<bool(const v1::WarmupProgress&)>& emit,
+      absl::Duration period = absl::Milliseconds(200));
 
   absl::StatusOr<v1::EvictResponse> Evict(const v1::EvictRequest& request);
   // Memory side of Revalidate: stats every file the tier knows under the
@@ -84,11 +84,10 @@ class CacheEngine {
   // Reads one chunk through the local tiers and `backend` (for peers asking
   // this node: pass the chain below the peer router), keeping it cached, and
   // calls fn with the pinned bytes.
-  absl::Status ReadLocal(
-      const ChunkId& id, ChunkBackend* backend,
-      absl::FunctionRef<absl::Status(const FileInfo&, absl::Span<const char>,
-                                     uint64_t)>
-          fn);
+  absl::Status ReadLocal(const ChunkId& id, ChunkBackend* backend,
+                         absl::FunctionRef<absl::Status(
+                             const FileInfo&, absl::Span<const char>, uint64_t)>
+                             fn);
 
  private:
   struct Counters {

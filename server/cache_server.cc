@@ -1,12 +1,11 @@
 #include "server/cache_server.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <filesystem>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -50,9 +49,9 @@ absl::Status ValidateConfig(const ServerConfig& c) {
         "--chunk_size=", c.chunk_size, " must be a multiple of 4 KiB"));
   }
   if (c.segment_bytes < c.chunk_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--segment_bytes=", c.segment_bytes,
-        " must be at least --chunk_size=", c.chunk_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--segment_bytes=", c.segment_bytes,
+                     " must be at least --chunk_size=", c.chunk_size));
   }
   if (c.socket_path.empty()) {
     return absl::InvalidArgumentError("--socket must not be empty");
@@ -63,8 +62,8 @@ absl::Status ValidateConfig(const ServerConfig& c) {
 // Refuses to steal the socket of a live server; removes a stale one.
 absl::Status ClaimSocket(const std::string& path) {
   std::error_code ec;
-  std::filesystem::create_directories(
-      std::filesystem::path(path).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
+                                      ec);
   if (ConnectUnix(path, SOCK_STREAM).ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "another dlcached is serving on ", path, "; stop it or pick --socket"));
@@ -110,9 +109,9 @@ absl::Status CacheServer::Init() {
       }
     }
     if (!source.ok()) {
-      return absl::Status(source.status().code(),
-                          absl::StrCat("dataset '", d.name,
-                                       "': ", source.status().message()));
+      return absl::Status(
+          source.status().code(),
+          absl::StrCat("dataset '", d.name, "': ", source.status().message()));
     }
     DLC_LOG(INFO) << "dataset '" << d.name << "' from "
                   << (*source)->Describe();
@@ -177,8 +176,8 @@ absl::Status CacheServer::Init() {
   if (!fd_server.ok()) return fd_server.status();
   fd_server_ = *std::move(fd_server);
 
-  cache_service_ = std::make_unique<CacheServiceImpl>(engine_.get(),
-                                                      arena_.get(), fd_path);
+  cache_service_ =
+      std::make_unique<CacheServiceImpl>(engine_.get(), arena_.get(), fd_path);
   admin_service_ = std::make_unique<AdminServiceImpl>(
       engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); });
   {
@@ -217,24 +216,26 @@ absl::Status CacheServer::Init() {
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
   }
-  DLC_LOG(INFO) << "dlcached " << kVersion << " serving on unix:"
-                << config_.socket_path << " (" << names.size()
-                << " datasets, chunk " << config_.chunk_size << " bytes)";
+  DLC_LOG(INFO) << "dlcached " << kVersion
+                << " serving on unix:" << config_.socket_path << " ("
+                << names.size() << " datasets, chunk " << config_.chunk_size
+                << " bytes)";
   return absl::OkStatus();
 }
 
 CacheServer::~CacheServer() { Shutdown(); }
 
 void CacheServer::Shutdown() {
-  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  if (!shutdown_.HasBeenNotified())
+    shutdown_.Notify();
   else {
     stopped_.WaitForNotification();
     return;
   }
   // Session streams block until their clients leave; a short deadline
   // cancels them so shutdown does not wait on clients.
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::milliseconds(200);
+  auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(200);
   if (grpc_server_) grpc_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (fd_server_) fd_server_->Stop();

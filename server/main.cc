@@ -88,9 +88,11 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the dlcache per-node server.\n\n"
-      "  dlcached --source=DIR                    serve DIR as dataset 'default'\n"
+      "  dlcached --source=DIR                    serve DIR as dataset "
+      "'default'\n"
       "  dlcached --dataset=NAME=DIR[,NAME=DIR]   serve several datasets\n"
-      "  dlcached --flagfile=FILE                 flags from FILE, one a line\n\n"
+      "  dlcached --flagfile=FILE                 flags from FILE, one a "
+      "line\n\n"
       "Clients connect to --socket; dlcachectl administers it.");
   // --help lists this file's flags (absl's default matches the binary's
   // name against source file names, which finds none here).
@@ -125,8 +127,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "dlcached: cannot start: %s\n",
                  server.status().ToString().c_str());
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2
-                                                                         : 1;
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::thread waiter([&] {
     int sig = 0;

@@ -29,9 +29,9 @@ struct ServerConfig {
 
   // Shared-memory arena: segment files under shm_dir (a tmpfs).
   std::string shm_dir = "/dev/shm/dlcache";
-  uint64_t arena_bytes = 1ull << 30;    // 0 = half of shm_dir's free space
+  uint64_t arena_bytes = 1ull << 30;  // 0 = half of shm_dir's free space
   uint64_t segment_bytes = 256ull << 20;
-  uint64_t chunk_size = 4ull << 20;     // files are split into chunks of this
+  uint64_t chunk_size = 4ull << 20;  // files are split into chunks of this
   // At a clean shutdown, leave the segments in shm_dir with a manifest so
   // the next server on this node re-adopts them warm.
   bool keep_arena = true;

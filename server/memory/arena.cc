@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <random>
 
-#include "common/logging.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 
 namespace dlcache {
 namespace {
@@ -33,16 +33,16 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   uint64_t seg = options.segment_bytes / options.align * options.align;
   uint64_t total = options.total_bytes / options.align * options.align;
   if (seg == 0 || total == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "arena: size ", options.total_bytes, " and segment size ",
-        options.segment_bytes, " must each be at least ", options.align,
-        " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena: size ", options.total_bytes, " and segment size ",
+                     options.segment_bytes, " must each be at least ",
+                     options.align, " bytes"));
   }
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
   if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "arena: cannot create ", options.dir, ": ", ec.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("arena: cannot create ", options.dir, ": ", ec.message()));
   }
   struct statvfs vfs;
   if (::statvfs(options.dir.c_str(), &vfs) != 0) {
@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   if (total > free_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "arena of ", Gib(total), " does not fit in ", options.dir, " (",
-        Gib(free_bytes), " free). In a container /dev/shm is often 64 MiB: "
+        Gib(free_bytes),
+        " free). In a container /dev/shm is often 64 MiB: "
         "mount a larger tmpfs (emptyDir medium: Memory with sizeLimit) or "
         "lower --arena_bytes"));
   }
@@ -79,18 +80,18 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   std::unique_ptr<Arena> arena(new Arena());
   arena->dir_ = options.dir;
   arena->total_bytes_ = total;
-  arena->epoch_ = std::random_device{}() | (uint64_t{std::random_device{}()}
-                                            << 32);
+  arena->epoch_ =
+      std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   arena->adopted_ = reuse;
   for (uint32_t i = 0; i < count; ++i) {
     Segment s;
     s.size = std::min(seg, total - uint64_t{i} * seg);
     s.path = absl::StrFormat("%s/seg-%05u", options.dir, i);
     if (!reuse) ::unlink(s.path.c_str());
-    UniqueFd fd(::open(s.path.c_str(),
-                       reuse ? O_RDWR | O_CLOEXEC
-                             : O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-                       0644));
+    UniqueFd fd(::open(
+        s.path.c_str(),
+        reuse ? O_RDWR | O_CLOEXEC : O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+        0644));
     if (!fd.valid()) {
       return absl::FailedPreconditionError(
           absl::StrCat("arena: create ", s.path, ": ", strerror(errno)));
@@ -128,8 +129,8 @@ absl::StatusOr<UniqueFd> Arena::OpenReadOnly(uint32_t id) const {
   }
   UniqueFd fd(::open(segments_[id].path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
-    return absl::InternalError(absl::StrCat(
-        "open ", segments_[id].path, " read-only: ", strerror(errno)));
+    return absl::InternalError(absl::StrCat("open ", segments_[id].path,
+                                            " read-only: ", strerror(errno)));
   }
   return fd;
 }

@@ -24,16 +24,16 @@ struct ChunkEntry {
   uint32_t dataset = 0;
   uint32_t chunk = 0;
   State state = State::kFilling;
-  absl::Status fill_status;    // set when kFailed
+  absl::Status fill_status;  // set when kFailed
   SlotRef slot;
-  bool has_slot = false;       // false for empty chunks
+  bool has_slot = false;  // false for empty chunks
   uint32_t segment = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t checksum = 0;
   // Leases, fillers and waiters: a pinned entry is never evicted or freed.
   uint32_t pins = 0;
-  bool referenced = false;     // CLOCK bit
+  bool referenced = false;  // CLOCK bit
 };
 
 }  // namespace dlcache

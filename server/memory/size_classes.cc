@@ -8,8 +8,8 @@ namespace dlcache {
 SizeClasses::SizeClasses(uint64_t slab_size) : slab_size_(slab_size) {
   for (int i = 0;; ++i) {
     double raw = kPage * std::pow(2.0, i / 4.0);
-    uint64_t s = (static_cast<uint64_t>(std::ceil(raw)) + kPage - 1) / kPage *
-                 kPage;
+    uint64_t s =
+        (static_cast<uint64_t>(std::ceil(raw)) + kPage - 1) / kPage * kPage;
     if (s >= slab_size_) break;
     if (sizes_.empty() || s > sizes_.back()) sizes_.push_back(s);
   }

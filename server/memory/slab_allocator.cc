@@ -34,9 +34,9 @@ absl::StatusOr<SlotRef> SlabAllocator::Allocate(
     absl::FunctionRef<void(ChunkEntry*)> on_evict) {
   int c = classes_.ClassFor(bytes);
   if (c < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "item of ", bytes, " bytes does not fit a slab of ",
-        classes_.slab_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("item of ", bytes, " bytes does not fit a slab of ",
+                     classes_.slab_size()));
   }
   SlotRef ref;
   if (TakeFreeSlot(c, owner, &ref)) return ref;

@@ -30,8 +30,9 @@ class SlabAllocator {
   // victim before its slot is reused (the callee drops it from its index and
   // deletes it). RESOURCE_EXHAUSTED when every candidate is pinned;
   // INVALID_ARGUMENT for a size out of range.
-  absl::StatusOr<SlotRef> Allocate(uint64_t bytes, ChunkEntry* owner,
-                                   absl::FunctionRef<void(ChunkEntry*)> on_evict);
+  absl::StatusOr<SlotRef> Allocate(
+      uint64_t bytes, ChunkEntry* owner,
+      absl::FunctionRef<void(ChunkEntry*)> on_evict);
   void Free(SlotRef ref);
 
   // Re-adoption of an arena that outlived its server: places `owner` at a
@@ -45,7 +46,9 @@ class SlabAllocator {
   uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
   uint64_t OffsetOf(SlotRef ref) const;
 
-  uint64_t capacity_bytes() const { return slabs_.size() * classes_.slab_size(); }
+  uint64_t capacity_bytes() const {
+    return slabs_.size() * classes_.slab_size();
+  }
   // Bytes of the slots in use (class sizes, not item lengths).
   uint64_t used_bytes() const { return used_bytes_; }
   uint32_t slab_count() const { return slabs_.size(); }
@@ -61,9 +64,9 @@ class SlabAllocator {
     std::vector<uint32_t> free_slots;
   };
   struct ClassState {
-    std::vector<uint32_t> slabs;          // slabs of this class
-    std::vector<uint32_t> with_free;      // slabs that have a free slot
-    size_t hand_slab = 0;                 // CLOCK hand: index into slabs
+    std::vector<uint32_t> slabs;      // slabs of this class
+    std::vector<uint32_t> with_free;  // slabs that have a free slot
+    size_t hand_slab = 0;             // CLOCK hand: index into slabs
     uint32_t hand_slot = 0;
   };
 

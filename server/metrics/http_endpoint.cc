@@ -33,14 +33,13 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad metrics host '", host, "': want an IPv4 address"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad metrics host '", host, "': want an IPv4 address"));
   }
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
-          0 ||
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::listen(fd.get(), 16) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "metrics: cannot listen on ", address, ": ", std::strerror(errno)));

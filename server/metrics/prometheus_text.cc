@@ -9,11 +9,11 @@ namespace dlcache {
 namespace {
 
 std::string Escape(const std::string& v) {
-  return absl::StrReplaceAll(v, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+  return absl::StrReplaceAll(v,
+                             {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
 }
 
-void Gauge(std::string* out, const char* name, const char* help,
-           double value) {
+void Gauge(std::string* out, const char* name, const char* help, double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
                   " gauge\n", name, " ", value, "\n");
 }
@@ -21,8 +21,8 @@ void Gauge(std::string* out, const char* name, const char* help,
 void PerDataset(std::string* out, const v1::StatsResponse& stats,
                 const char* name, const char* type, const char* help,
                 const std::function<uint64_t(const v1::DatasetStats&)>& get) {
-  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ",
-                  type, "\n");
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type,
+                  "\n");
   for (const v1::DatasetStats& d : stats.datasets()) {
     absl::StrAppend(out, name, "{dataset=\"", Escape(d.dataset()), "\"} ",
                     get(d), "\n");

@@ -7,8 +7,8 @@ namespace dlcache {
 grpc::Status AdminServiceImpl::Warmup(
     grpc::ServerContext* context, const v1::WarmupRequest* request,
     grpc::ServerWriter<v1::WarmupProgress>* writer) {
-  return ToGrpcStatus(engine_->Warmup(
-      *request, [&](const v1::WarmupProgress& progress) {
+  return ToGrpcStatus(
+      engine_->Warmup(*request, [&](const v1::WarmupProgress& progress) {
         // A failed write means the caller went away: stop warming.
         return !context->IsCancelled() && writer->Write(progress);
       }));
@@ -54,9 +54,9 @@ grpc::Status AdminServiceImpl::Sync(
       }));
 }
 
-grpc::Status AdminServiceImpl::Revalidate(
-    grpc::ServerContext* context, const v1::RevalidateRequest* request,
-    v1::RevalidateResponse* response) {
+grpc::Status AdminServiceImpl::Revalidate(grpc::ServerContext* context,
+                                          const v1::RevalidateRequest* request,
+                                          v1::RevalidateResponse* response) {
   // SSD first: the memory tier re-reads file metadata through it.
   if (ssd_.revalidate) {
     if (absl::Status s = ssd_.revalidate(*request, response); !s.ok()) {

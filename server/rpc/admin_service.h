@@ -17,8 +17,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   using ProgressFn = std::function<bool(const v1::WarmupProgress&)>;
   // The SSD tier's side of Sync and Revalidate; empty when there is none.
   struct SsdOps {
-    std::function<absl::Status(const v1::SyncRequest&, const ProgressFn&)>
-        sync;
+    std::function<absl::Status(const v1::SyncRequest&, const ProgressFn&)> sync;
     std::function<absl::Status(const v1::RevalidateRequest&,
                                v1::RevalidateResponse*)>
         revalidate;

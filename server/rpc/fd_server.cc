@@ -18,8 +18,8 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(
     std::function<bool(uint64_t)> session_open) {
   absl::StatusOr<UniqueFd> listener = ListenUnix(path, SOCK_SEQPACKET);
   if (!listener.ok()) return listener.status();
-  std::unique_ptr<FdServer> server(new FdServer(
-      path, *std::move(listener), arena, std::move(session_open)));
+  std::unique_ptr<FdServer> server(
+      new FdServer(path, *std::move(listener), arena, std::move(session_open)));
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }

@@ -55,9 +55,9 @@ absl::StatusOr<std::unique_ptr<PosixSource>> PosixSource::Open(
     const std::string& root) {
   int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "source root ", root, " is not a readable directory: ",
-        strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("source root ", root,
+                     " is not a readable directory: ", strerror(errno)));
   }
   return std::unique_ptr<PosixSource>(new PosixSource(root, fd));
 }
@@ -91,8 +91,7 @@ absl::StatusOr<FileInfo> PosixSource::Stat(absl::string_view path) {
   struct stat st;
   if (::fstat(owned.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
   if (!S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(
-        absl::StrCat(path, " is not a regular file"));
+    return absl::NotFoundError(absl::StrCat(path, " is not a regular file"));
   }
   return InfoOf(st);
 }
@@ -111,9 +110,9 @@ absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
       return ErrnoStatus(errno, "read", path);
     }
     if (n == 0) {
-      return absl::OutOfRangeError(absl::StrCat(
-          path, " is shorter than expected: ended at ", offset + done,
-          ", wanted ", offset + dst.size()));
+      return absl::OutOfRangeError(
+          absl::StrCat(path, " is shorter than expected: ended at ",
+                       offset + done, ", wanted ", offset + dst.size()));
     }
     done += n;
   }
@@ -161,8 +160,8 @@ absl::Status PosixSource::List(
       }
       absl::string_view name(ent->d_name);
       if (name == "." || name == "..") continue;
-      std::string child = d.path.empty() ? std::string(name)
-                                         : absl::StrCat(d.path, "/", name);
+      std::string child =
+          d.path.empty() ? std::string(name) : absl::StrCat(d.path, "/", name);
       struct stat cst;
       if (::fstatat(::dirfd(dir), ent->d_name, &cst, AT_SYMLINK_NOFOLLOW) !=
           0) {

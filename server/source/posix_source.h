@@ -23,10 +23,10 @@ class PosixSource : public Source {
   absl::StatusOr<FileInfo> Stat(absl::string_view path) override;
   absl::Status ReadAt(absl::string_view path, uint64_t offset,
                       absl::Span<char> dst) override;
-  absl::Status List(absl::string_view prefix,
-                    absl::FunctionRef<bool(absl::string_view path,
-                                           const FileInfo& info)>
-                        fn) override;
+  absl::Status List(
+      absl::string_view prefix,
+      absl::FunctionRef<bool(absl::string_view path, const FileInfo& info)> fn)
+      override;
   std::string Describe() const override { return "posix:" + root_; }
 
  private:

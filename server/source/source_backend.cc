@@ -6,8 +6,7 @@
 
 namespace dlcache {
 
-SourceBackend::SourceBackend(std::vector<Dataset> datasets,
-                             uint64_t chunk_size)
+SourceBackend::SourceBackend(std::vector<Dataset> datasets, uint64_t chunk_size)
     : datasets_(std::move(datasets)), chunk_size_(chunk_size) {
   for (size_t i = 0; i < datasets_.size(); ++i) {
     by_name_[datasets_[i].name] = i;

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace dlcache {
 namespace {
@@ -128,9 +128,10 @@ bool MemoryTier::PutFile(uint32_t dataset, absl::string_view path,
   return true;
 }
 
-absl::Status MemoryTier::ServeHits(
-    uint64_t session, uint32_t dataset, absl::Span<const HitRequest> requests,
-    std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served) {
+absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
+                                   absl::Span<const HitRequest> requests,
+                                   std::vector<std::vector<LeasedChunk>>* out,
+                                   std::vector<bool>* served) {
   absl::MutexLock lock(&mu_);
   auto sit = sessions_.find(session);
   if (sit == sessions_.end()) {
@@ -145,10 +146,10 @@ absl::Status MemoryTier::ServeHits(
     if (r.first_chunk > count || (r.first_chunk == count && count > 0)) {
       continue;  // out of range: the slow path words the error
     }
-    uint32_t end = r.max_chunks == 0
-                       ? count
-                       : std::min<uint64_t>(count, uint64_t{r.first_chunk} +
-                                                       r.max_chunks);
+    uint32_t end =
+        r.max_chunks == 0
+            ? count
+            : std::min<uint64_t>(count, uint64_t{r.first_chunk} + r.max_chunks);
     bool all = true;
     for (uint32_t c = r.first_chunk; c < end && all; ++c) {
       ChunkEntry* e = rec->chunks[c];
@@ -199,8 +200,8 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
         absl::StrCat("file ", path, " changed while it was being read"));
   }
   if (chunk >= rec->chunks.size()) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "chunk ", chunk, " of ", path, " is past its end"));
+    return absl::OutOfRangeError(
+        absl::StrCat("chunk ", chunk, " of ", path, " is past its end"));
   }
   ChunkEntry*& slot = rec->chunks[chunk];
   if (slot != nullptr) {
@@ -218,9 +219,8 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
   entry->pins = 1;
   absl::StatusOr<SlotRef> ref = allocator_.Allocate(
       entry->length, entry.get(),
-      [this](ChunkEntry* victim) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        EvictVictim(victim);
-      });
+      [this](ChunkEntry* victim)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { EvictVictim(victim); });
   if (!ref.ok()) return ref.status();
   entry->slot = *ref;
   entry->has_slot = true;

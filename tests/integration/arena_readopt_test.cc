@@ -36,8 +36,9 @@ class ArenaReadoptTest : public ::testing::Test {
     c.chunk_size = 1 << 20;
     c.metrics_address = "";
     c.datasets = {{"ds", data_.path()}};
-    c.source_factory = [this](const DatasetConfig& d)
-        -> absl::StatusOr<std::shared_ptr<Source>> {
+    c.source_factory =
+        [this](
+            const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
       auto posix = PosixSource::Open(d.source_root);
       if (!posix.ok()) return posix.status();
       source_ = std::make_shared<testing::CountingSource>(
@@ -122,8 +123,8 @@ TEST_F(ArenaReadoptTest, CorruptedSegmentBytesAreDroppedNotServed) {
   }
   // Scribble over the start of every segment while no server runs.
   for (int seg = 0; seg < 4; ++seg) {
-    std::string path = absl::StrCat(shm_.path(), "/arena/seg-",
-                                    absl::StrFormat("%05u", seg));
+    std::string path =
+        absl::StrCat(shm_.path(), "/arena/seg-", absl::StrFormat("%05u", seg));
     int fd = ::open(path.c_str(), O_WRONLY);
     ASSERT_GE(fd, 0);
     std::string junk(8192, 'J');

@@ -1,5 +1,7 @@
 // Starts the real dlcached binary: configuration errors, start-up checks,
 // clean shutdown.
+#include "tests/testing/dlcached_process.h"
+
 #include <sys/wait.h>
 
 #include <array>
@@ -8,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dlcache {
@@ -36,8 +37,9 @@ RunResult RunDlcached(const std::string& args) {
 class DlcachedProcessTest : public ::testing::Test {
  protected:
   std::string Flags() {
-    return absl::StrCat("--socket=", tmp_.path(), "/s.sock --shm_dir=",
-                        shm_.path(), " --metrics_address= ");
+    return absl::StrCat("--socket=", tmp_.path(),
+                        "/s.sock --shm_dir=", shm_.path(),
+                        " --metrics_address= ");
   }
   testing::TempDir tmp_;
   testing::TempDir shm_{"/dev/shm"};

@@ -33,8 +33,7 @@ std::string HttpGet(int port, const std::string& path) {
 }
 
 TEST(MetricsTest, ServesPrometheusTextPerDataset) {
-  auto t = testing::TestServer::Start(
-      {.datasets = {"imagenet", "coco"}});
+  auto t = testing::TestServer::Start({.datasets = {"imagenet", "coco"}});
   ASSERT_TRUE(t.ok()) << t.status();
   int port = (*t)->server().metrics_port();
   ASSERT_GT(port, 0);

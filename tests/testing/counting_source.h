@@ -30,9 +30,9 @@ class CountingSource : public Source {
     if (absl::Status f = fault(); !f.ok()) return f;
     return inner_->ReadAt(path, offset, dst);
   }
-  absl::Status List(absl::string_view prefix,
-                    absl::FunctionRef<bool(absl::string_view, const FileInfo&)>
-                        fn) override {
+  absl::Status List(
+      absl::string_view prefix,
+      absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) override {
     if (absl::Status f = fault(); !f.ok()) return f;
     return inner_->List(prefix, fn);
   }

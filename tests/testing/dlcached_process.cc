@@ -39,8 +39,8 @@ absl::Status DlcachedProcess::Start(absl::Duration timeout) {
     int status;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return absl::InternalError(absl::StrCat(
-          "dlcached exited during start, status ", status));
+      return absl::InternalError(
+          absl::StrCat("dlcached exited during start, status ", status));
     }
     if (ConnectUnix(socket_path_, SOCK_STREAM).ok()) return absl::OkStatus();
     absl::SleepFor(absl::Milliseconds(10));  // poll interval of the wait

@@ -5,8 +5,7 @@
 
 namespace dlcache::testing {
 
-absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(
-    Options options) {
+absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(Options options) {
   std::unique_ptr<TestServer> t(new TestServer());
   t->root_ = std::make_unique<TempDir>();
   t->shm_dir_ = std::make_unique<TempDir>("/dev/shm");
@@ -25,9 +24,9 @@ absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(
     t->source_dirs_[name] = std::move(dir);
   }
   TestServer* raw = t.get();
-  config.source_factory = [raw, wrap = options.wrap_source](
-                              const DatasetConfig& d)
-      -> absl::StatusOr<std::shared_ptr<Source>> {
+  config.source_factory =
+      [raw, wrap = options.wrap_source](
+          const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
     absl::StatusOr<std::unique_ptr<PosixSource>> posix =
         PosixSource::Open(d.source_root);
     if (!posix.ok()) return posix.status();
@@ -49,8 +48,8 @@ TestServer::~TestServer() {
   server_.reset();
 }
 
-void TestServer::WriteFile(const std::string& dataset,
-                           const std::string& path, absl::string_view bytes) {
+void TestServer::WriteFile(const std::string& dataset, const std::string& path,
+                           absl::string_view bytes) {
   WriteFileOrDie(absl::StrCat(source_dir(dataset), "/", path), bytes);
 }
 

@@ -23,8 +23,8 @@ TEST(ArenaTest, CreatesSegmentsAndRemovesThem) {
     (*arena)->base(0)[0] = 'z';
     auto fd = (*arena)->OpenReadOnly(0);
     ASSERT_TRUE(fd.ok());
-    void* rw = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      fd->get(), 0);
+    void* rw =
+        ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
     EXPECT_EQ(rw, MAP_FAILED);
     EXPECT_EQ((*arena)->OpenReadOnly(3).status().code(),
               absl::StatusCode::kOutOfRange);

@@ -70,9 +70,10 @@ TEST_F(PosixSourceTest, ListsRecursivelyWithoutFollowingSymlinks) {
                          })
                   .ok());
   EXPECT_EQ(seen, (std::set<std::string>{"sub/deep/b.bin"}));
-  EXPECT_EQ(source_->List("missing", [](absl::string_view, const FileInfo&) {
-                     return true;
-                   }).code(),
+  EXPECT_EQ(source_
+                ->List("missing",
+                       [](absl::string_view, const FileInfo&) { return true; })
+                .code(),
             absl::StatusCode::kNotFound);
 }
 

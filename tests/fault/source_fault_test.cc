@@ -1,0 +1,180 @@
+// Faults below the cache: a sick or vanished source, concurrent misses, an
+// arena full of leases. Driven through the engine of an in-process server.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/counting_source.h"
+#include "tests/testing/test_server.h"
+
+namespace dlcache {
+namespace {
+
+using testing::CountingSource;
+
+class SourceFaultTest : public ::testing::Test {
+ protected:
+  void Start(uint64_t arena_bytes = 64ull << 20) {
+    testing::TestServer::Options o;
+    o.arena_bytes = arena_bytes;
+    o.segment_bytes = 8ull << 20;
+    o.chunk_size = 1ull << 20;
+    o.wrap_source = [this](const std::string&, std::shared_ptr<Source> inner) {
+      source_ = std::make_shared<CountingSource>(std::move(inner));
+      return source_;
+    };
+    auto t = testing::TestServer::Start(o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    server_ = *std::move(t);
+    session_ = engine().OpenSession();
+  }
+  CacheEngine& engine() { return server_->server().engine(); }
+
+  v1::GetBatchResponse Get(const std::vector<std::string>& paths) {
+    v1::GetBatchRequest req;
+    req.set_session_id(session_);
+    req.set_dataset("ds");
+    for (const std::string& p : paths) req.add_items()->set_path(p);
+    v1::GetBatchResponse resp;
+    absl::Status s = engine().GetBatch(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+  void ReleaseAll(const v1::GetBatchResponse& resp) {
+    std::vector<uint64_t> leases;
+    for (const auto& item : resp.items()) {
+      for (const auto& c : item.chunks()) leases.push_back(c.lease());
+    }
+    engine().Release(session_, leases);
+  }
+
+  std::unique_ptr<testing::TestServer> server_;
+  std::shared_ptr<CountingSource> source_;
+  uint64_t session_ = 0;
+};
+
+TEST_F(SourceFaultTest, EioIsUnavailableAndNothingIsCached) {
+  Start();
+  server_->WriteFile("ds", "a", std::string(5000, 'a'));
+  source_->set_fault(absl::UnavailableError("read a: Input/output error"));
+  v1::GetBatchResponse r = Get({"a"});
+  EXPECT_EQ(r.items(0).code(),
+            static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_NE(r.items(0).message().find("Input/output"), std::string::npos);
+  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+  source_->set_fault(absl::OkStatus());
+  r = Get({"a"});
+  ASSERT_EQ(r.items(0).code(), 0) << r.items(0).message();
+  EXPECT_EQ(r.items(0).file_size(), 5000u);
+  v1::StatsResponse stats;
+  ASSERT_TRUE(engine().Stats(v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.datasets(0).fill_errors(), 1u);
+}
+
+TEST_F(SourceFaultTest, FileVanishingBetweenStatAndReadIsNotFound) {
+  Start();
+  server_->WriteFile("ds", "gone", std::string(5000, 'g'));
+  v1::StatRequest sreq;
+  sreq.set_dataset("ds");
+  sreq.add_paths("gone");
+  v1::StatResponse sresp;
+  ASSERT_TRUE(engine().Stat(sreq, &sresp).ok());  // metadata now known
+  std::remove((server_->source_dir("ds") + "/gone").c_str());
+  v1::GetBatchResponse r = Get({"gone"});
+  EXPECT_EQ(r.items(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+}
+
+TEST_F(SourceFaultTest, ShrunkFileIsOutOfRangeNotGarbage) {
+  Start();
+  server_->WriteFile("ds", "f", std::string(9000, 'f'));
+  v1::StatRequest sreq;
+  sreq.set_dataset("ds");
+  sreq.add_paths("f");
+  v1::StatResponse sresp;
+  ASSERT_TRUE(engine().Stat(sreq, &sresp).ok());
+  server_->WriteFile("ds", "f", std::string(100, 'f'));
+  v1::GetBatchResponse r = Get({"f"});
+  EXPECT_EQ(r.items(0).code(), static_cast<int>(absl::StatusCode::kOutOfRange));
+}
+
+TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
+  Start();
+  server_->WriteFile("ds", "hot", std::string(300000, 'h'));
+  absl::Notification gate;
+  source_->set_read_gate(&gate);
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      uint64_t s = engine().OpenSession();
+      v1::GetBatchRequest req;
+      req.set_session_id(s);
+      req.set_dataset("ds");
+      req.add_items()->set_path("hot");
+      v1::GetBatchResponse resp;
+      if (engine().GetBatch(req, &resp).ok() && resp.items(0).code() == 0) {
+        ok.fetch_add(1);
+      }
+      engine().CloseSession(s);
+    });
+  }
+  // Let every reader reach the tier before the one read is allowed on.
+  while (source_->reads() == 0) absl::SleepFor(absl::Milliseconds(1));
+  gate.Notify();
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(source_->reads(), 1u);
+}
+
+TEST_F(SourceFaultTest, ArenaFullOfLeasesIsResourceExhaustedAndRecovers) {
+  Start(/*arena_bytes=*/8ull << 20);  // 8 chunks of 1 MiB
+  std::vector<std::string> paths;
+  for (int i = 0; i < 8; ++i) {
+    paths.push_back(absl::StrCat("big", i));
+    server_->WriteFile("ds", paths.back(), std::string(1 << 20, 'a' + i));
+  }
+  server_->WriteFile("ds", "one-more", std::string(1 << 20, 'z'));
+  v1::GetBatchResponse held = Get(paths);
+  for (const auto& item : held.items()) ASSERT_EQ(item.code(), 0);
+  v1::GetBatchResponse r = Get({"one-more"});
+  EXPECT_EQ(r.items(0).code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  ReleaseAll(held);
+  r = Get({"one-more"});
+  EXPECT_EQ(r.items(0).code(), 0) << r.items(0).message();
+}
+
+TEST_F(SourceFaultTest, BatchWithBadKeysServesTheGoodOnes) {
+  Start();
+  server_->WriteFile("ds", "good", "ok");
+  v1::GetBatchResponse r = Get({"good", "../etc/passwd", "/abs", "", "nope"});
+  EXPECT_EQ(r.items(0).code(), 0);
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_EQ(r.items(i).code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument))
+        << i;
+  }
+  EXPECT_EQ(r.items(4).code(), static_cast<int>(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SourceFaultTest, UnknownDatasetFailsTheBatchWithTheKnownNames) {
+  Start();
+  v1::GetBatchRequest req;
+  req.set_session_id(session_);
+  req.set_dataset("imagenet");
+  req.add_items()->set_path("x");
+  v1::GetBatchResponse resp;
+  absl::Status s = engine().GetBatch(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("ds"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace dlcache
