@@ -499,6 +499,16 @@ absl::Status CacheEngine::Stats(const v1::StatsRequest& request,
   return absl::OkStatus();
 }
 
+absl::StatusOr<FileInfo> CacheEngine::StatVia(absl::string_view dataset,
+                                              absl::string_view path,
+                                              ChunkBackend* backend) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
+  if (!ds.ok()) return ds.status();
+  absl::StatusOr<std::string> p = NormalizeKeyPath(path);
+  if (!p.ok()) return p.status();
+  return FileInfoFor(*ds, datasets_[*ds], *p, backend);
+}
+
 absl::Status CacheEngine::ReadLocal(
     const ChunkId& id, ChunkBackend* backend,
     absl::FunctionRef<absl::Status(const FileInfo&, absl::Span<const char>,

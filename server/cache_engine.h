@@ -81,6 +81,12 @@ class CacheEngine {
   absl::Status Stats(const v1::StatsRequest& request,
                      v1::StatsResponse* response) const;
 
+  // Size and mtime of a file as this node knows it, else from `backend`.
+  // INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE.
+  absl::StatusOr<FileInfo> StatVia(absl::string_view dataset,
+                                   absl::string_view path,
+                                   ChunkBackend* backend);
+
   // Reads one chunk through the local tiers and `backend` (for peers asking
   // this node: pass the chain below the peer router), keeping it cached, and
   // calls fn with the pinned bytes.

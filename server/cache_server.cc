@@ -12,6 +12,10 @@
 #include "common/fd_passing.h"
 #include "common/key.h"
 #include "common/logging.h"
+#include "server/cluster/membership.h"
+#include "server/cluster/peer_client.h"
+#include "server/cluster/peer_router.h"
+#include "server/cluster/peer_service.h"
 #include "server/memory/arena.h"
 #include "server/metrics/http_endpoint.h"
 #include "server/metrics/prometheus_text.h"
@@ -161,13 +165,19 @@ absl::Status CacheServer::Init() {
   }
   sources_ =
       std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
-  ChunkBackend* chain = sources_.get();
+  // The chain that never asks peers: what this node answers peers from.
+  ChunkBackend* local = sources_.get();
+  absl::StatusOr<ChunkBackend*> chain = InitCluster(local);
+  if (!chain.ok()) return chain.status();
 
   CacheEngine::Options engine_options;
   engine_options.fill_threads = config_.fill_threads;
   engine_options.warmup_parallelism = config_.warmup_parallelism;
-  engine_ = std::make_unique<CacheEngine>(names, tier_.get(), chain,
+  engine_ = std::make_unique<CacheEngine>(names, tier_.get(), *chain,
                                           sources_.get(), engine_options);
+  if (membership_) {
+    if (absl::Status s = StartPeerService(local); !s.ok()) return s;
+  }
 
   const std::string fd_path = config_.socket_path + ".fds";
   absl::StatusOr<std::unique_ptr<FdServer>> fd_server = FdServer::Start(
@@ -223,6 +233,74 @@ absl::Status CacheServer::Init() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
+  if (config_.peers.empty() && config_.peer_dns.empty()) return local;
+  if (config_.peer_address.empty()) {
+    return absl::InvalidArgumentError(
+        "--peers/--peer_dns need --peer_address (host:port to serve peers on)");
+  }
+  const std::string self_id =
+      config_.node_id.empty() ? config_.peer_address : config_.node_id;
+  Membership::Options m;
+  m.peers = config_.peers;
+  m.dns = config_.peer_dns;
+  absl::StatusOr<ClusterNode> self = ParsePeerEntry(self_id);
+  if (!self.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--node_id='", self_id, "' must be the host:port peers reach this "
+        "node at: ", self.status().message()));
+  }
+  m.self = *self;
+  m.on_change = [](std::shared_ptr<const Placement> p) {
+    DLC_LOG(INFO) << "cluster membership changed";
+  };
+  absl::StatusOr<std::unique_ptr<Membership>> membership =
+      Membership::Create(std::move(m));
+  if (!membership.ok()) return membership.status();
+  membership_ = *std::move(membership);
+  membership_->StartRefresh();
+  PeerClientOptions client;
+  client.token = config_.peer_token;
+  connector_ = std::make_unique<GrpcPeerConnector>(client);
+  PeerRouter::Options r;
+  r.self_id = self->id;
+  r.timeout = config_.peer_timeout;
+  router_ = std::make_unique<PeerRouter>(r, membership_.get(),
+                                         connector_.get(), local);
+  DLC_LOG(INFO) << "cluster: node " << self->id << ", "
+                << config_.peers.size() << " static peers"
+                << (config_.peer_dns.empty() ? "" : ", dns ")
+                << config_.peer_dns;
+  return router_.get();
+}
+
+absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
+  PeerServiceImpl::Options o;
+  o.token = config_.peer_token;
+  CacheEngine* engine = engine_.get();
+  peer_service_ = std::make_unique<PeerServiceImpl>(
+      o,
+      [engine, local](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
+        return engine->ReadLocal(id, local, sink);
+      },
+      [engine, local](absl::string_view dataset, absl::string_view path) {
+        return engine->StatVia(dataset, path, local);
+      });
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.peer_address,
+                           grpc::InsecureServerCredentials(), &peer_port_);
+  builder.RegisterService(peer_service_->service());
+  builder.SetMaxSendMessageSize(64 << 20);
+  peer_server_ = builder.BuildAndStart();
+  if (peer_server_ == nullptr || peer_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve peers on ", config_.peer_address));
+  }
+  DLC_LOG(INFO) << "peers: serving on " << config_.peer_address << " (port "
+                << peer_port_ << ")";
+  return absl::OkStatus();
+}
+
 CacheServer::~CacheServer() { Shutdown(); }
 
 void CacheServer::Shutdown() {
@@ -238,6 +316,7 @@ void CacheServer::Shutdown() {
       std::chrono::system_clock::now() + std::chrono::milliseconds(200);
   if (grpc_server_) grpc_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
+  if (peer_server_) peer_server_->Shutdown(deadline);
   if (fd_server_) fd_server_->Stop();
   metrics_.reset();
   if (grpc_server_) ::unlink(config_.socket_path.c_str());

@@ -23,6 +23,10 @@ class AdminServiceImpl;
 class FdServer;
 class HttpEndpoint;
 class MemoryTier;
+class Membership;
+class PeerConnector;
+class PeerRouter;
+class PeerServiceImpl;
 class SourceBackend;
 
 // A whole dlcached: arena, memory tier, backend chain, engine, gRPC services
@@ -48,18 +52,33 @@ class CacheServer {
   SourceBackend& sources() { return *sources_; }
   int metrics_port() const;
   int admin_port() const { return admin_port_; }
+  // TCP port of the peer service (0 when single-node).
+  int peer_port() const { return peer_port_; }
+  // Null when single-node.
+  Membership* membership() { return membership_.get(); }
+  PeerRouter* peer_router() { return router_.get(); }
   v1::StatusResponse StatusNow() const;
 
  private:
   explicit CacheServer(ServerConfig config);
   absl::Status Init();
+  // Builds membership and the peer router on top of `local` (the chain
+  // that never asks peers); returns the chain local clients fill through.
+  absl::StatusOr<ChunkBackend*> InitCluster(ChunkBackend* local);
+  absl::Status StartPeerService(ChunkBackend* local);
 
   ServerConfig config_;
   absl::Time start_time_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<MemoryTier> tier_;
   std::unique_ptr<SourceBackend> sources_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<PeerConnector> connector_;
+  std::unique_ptr<PeerRouter> router_;
   std::unique_ptr<CacheEngine> engine_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<grpc::Server> peer_server_;
+  int peer_port_ = 0;
   std::unique_ptr<CacheServiceImpl> cache_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -54,6 +54,20 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
 ABSL_FLAG(std::string, admin_address, "",
           "Also serve the admin API on this TCP host:port; empty = off");
 ABSL_FLAG(std::string, log_level, "INFO", "INFO, WARNING or ERROR");
+ABSL_FLAG(std::string, peer_address, "",
+          "Serve peers on this TCP host:port (multi-node); empty = single node");
+ABSL_FLAG(std::string, node_id, "",
+          "This node's host:port as peers reach it (default --peer_address; "
+          "in Kubernetes $(POD_IP):PORT, matching what --peer_dns resolves)");
+ABSL_FLAG(std::vector<std::string>, peers, {},
+          "Static cluster members host:port (or id=host:port), comma-separated");
+ABSL_FLAG(std::string, peer_dns, "",
+          "name:port of a headless Service listing the cluster members, "
+          "re-resolved every 10 s");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "File holding the shared secret peers must present");
+ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(2),
+          "Deadline of a peer fetch before falling back to the source");
 
 namespace {
 
@@ -69,6 +83,23 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.admin_address = absl::GetFlag(FLAGS_admin_address);
+  c.peer_address = absl::GetFlag(FLAGS_peer_address);
+  c.node_id = absl::GetFlag(FLAGS_node_id);
+  c.peers = absl::GetFlag(FLAGS_peers);
+  c.peer_dns = absl::GetFlag(FLAGS_peer_dns);
+  c.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
+  if (std::string f = absl::GetFlag(FLAGS_peer_token_file); !f.empty()) {
+    std::ifstream in(f);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read --peer_token_file=", f));
+    }
+    std::getline(in, c.peer_token);
+    if (c.peer_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peer_token_file=", f, " is empty"));
+    }
+  }
   if (std::string src = absl::GetFlag(FLAGS_source); !src.empty()) {
     c.datasets.push_back({"default", src});
   }
