@@ -75,9 +75,26 @@ const char* dlc_last_error(void);
 /* "OK", "NOT_FOUND", ...; never NULL. */
 const char* dlc_status_name(int code);
 
-/* socket_path NULL = the default /run/dlcache/dlcached.sock. */
+/* socket_path NULL = the default /run/dlcache/dlcached.sock. Waits up to
+ * 10 s for a server that is still starting; DLC_UNAVAILABLE after that. */
 int dlc_connect(const char* socket_path, const char* client_name,
                 dlc_client** out);
+
+/* Connection options; fill with dlc_options_init() first, then change what
+ * you need (new fields may be added at the end in later versions, so never
+ * initialise the struct yourself). */
+typedef struct {
+  const char* socket_path;  /* NULL = the default socket */
+  const char* client_name;  /* NULL = "client" */
+  double connect_timeout_s; /* default 10 */
+  double rpc_timeout_s;     /* default 60 */
+  double release_delay_s;   /* default 0.005 */
+  int verify_checksums;     /* 1 = check XXH3 of every chunk; default 0 */
+} dlc_options;
+
+void dlc_options_init(dlc_options* options);
+/* Like dlc_connect; non-positive timeouts give DLC_INVALID_ARGUMENT. */
+int dlc_connect_with_options(const dlc_options* options, dlc_client** out);
 void dlc_close(dlc_client* client);
 
 int dlc_get_batch(dlc_client* client, const char* dataset,

@@ -1,0 +1,64 @@
+#ifndef DLCACHE_CLIENT_CLI_ADMIN_CLIENT_H_
+#define DLCACHE_CLIENT_CLI_ADMIN_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "dlcache/v1/admin.pb.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace dlcache {
+namespace cli {
+
+// dlcachectl's connection to dlcached's AdminService, over the Unix socket
+// ("unix:/run/dlcache/dlcached.sock") or the TCP admin address
+// ("host:port"). Thread-safe; every call blocks.
+class AdminClient {
+ public:
+  // Waits up to `timeout` for the channel to connect. UNAVAILABLE with
+  // "cannot reach dlcached at TARGET: is it running?" otherwise.
+  static absl::StatusOr<std::unique_ptr<AdminClient>> Connect(
+      const std::string& target, absl::Duration timeout);
+  ~AdminClient();
+
+  // Unary calls, each with a deadline of `timeout`. They return the
+  // server's status (NOT_FOUND for an unknown dataset, ...) with the target
+  // named in the message.
+  absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout);
+  absl::StatusOr<v1::StatsResponse> Stats(absl::string_view dataset,
+                                          absl::Duration timeout);
+  absl::StatusOr<v1::EvictResponse> Evict(absl::string_view dataset,
+                                          absl::string_view prefix,
+                                          absl::Duration timeout);
+
+  // Streams a warm-up: `on_progress` runs on the calling thread for every
+  // message. `timeout` bounds the whole call (InfiniteDuration: none).
+  // Returns the stream's final status.
+  absl::Status Warmup(const v1::WarmupRequest& request, absl::Duration timeout,
+                      const std::function<void(const v1::WarmupProgress&)>&
+                          on_progress);
+
+  const std::string& target() const { return target_; }
+
+ private:
+  struct Stub;
+  AdminClient(std::string target, std::shared_ptr<grpc::Channel> channel);
+  absl::Status Annotate(absl::string_view rpc, absl::Status st) const;
+
+  std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace cli
+}  // namespace dlcache
+
+#endif  // DLCACHE_CLIENT_CLI_ADMIN_CLIENT_H_

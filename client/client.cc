@@ -1,0 +1,162 @@
+#include "dlcache/client.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/rpc/client_core.h"
+
+namespace dlcache {
+
+Item::Item(Item&& other) noexcept
+    : status_(std::move(other.status_)),
+      file_size_(other.file_size_),
+      chunk_count_(other.chunk_count_),
+      hit_(other.hit_),
+      chunks_(std::move(other.chunks_)),
+      leases_(std::move(other.leases_)),
+      core_(std::move(other.core_)) {
+  other.chunks_.clear();
+  other.leases_.clear();
+}
+
+Item& Item::operator=(Item&& other) noexcept {
+  if (this != &other) {
+    Release();
+    status_ = std::move(other.status_);
+    file_size_ = other.file_size_;
+    chunk_count_ = other.chunk_count_;
+    hit_ = other.hit_;
+    chunks_ = std::move(other.chunks_);
+    leases_ = std::move(other.leases_);
+    core_ = std::move(other.core_);
+    other.chunks_.clear();
+    other.leases_.clear();
+  }
+  return *this;
+}
+
+Item::~Item() { Release(); }
+
+void Item::Release() {
+  if (core_ != nullptr && !leases_.empty()) core_->QueueRelease(leases_);
+  leases_.clear();
+  chunks_.clear();
+  // Dropping the core last: it may be the final reference, which ends the
+  // session and unmaps the chunks cleared above.
+  core_.reset();
+}
+
+uint64_t Item::size() const {
+  uint64_t total = 0;
+  for (const ChunkView& c : chunks_) total += c.size;
+  return total;
+}
+
+std::optional<absl::Span<const std::byte>> Item::contiguous() const {
+  if (chunks_.empty()) return absl::Span<const std::byte>();
+  if (chunks_.size() > 1) return std::nullopt;
+  return absl::Span<const std::byte>(chunks_[0].data, chunks_[0].size);
+}
+
+absl::Status Item::CopyTo(absl::Span<std::byte> dst) const {
+  const uint64_t need = size();
+  if (dst.size() < need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CopyTo: destination holds ", dst.size(), " bytes, item has ", need));
+  }
+  std::byte* out = dst.data();
+  for (const ChunkView& c : chunks_) {
+    if (c.size == 0) continue;
+    std::memcpy(out, c.data, c.size);
+    out += c.size;
+  }
+  return absl::OkStatus();
+}
+
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    Release();
+    items_ = std::move(other.items_);
+    other.items_.clear();
+  }
+  return *this;
+}
+
+Batch::~Batch() { Release(); }
+
+void Batch::Release() {
+  // Items of one batch share one core: gather their leases and queue them
+  // under a single lock instead of one per item.
+  std::shared_ptr<internal::ClientCore> core;
+  std::vector<uint64_t> leases;
+  for (Item& item : items_) {
+    if (item.core_ == nullptr) continue;
+    if (core == nullptr) {
+      core = item.core_;
+      leases.reserve(items_.size());
+    }
+    if (item.core_ != core) {
+      item.Release();  // from another client (moved in): on its own
+      continue;
+    }
+    leases.insert(leases.end(), item.leases_.begin(), item.leases_.end());
+    item.leases_.clear();
+    item.chunks_.clear();
+    item.core_.reset();
+  }
+  if (core != nullptr) core->QueueRelease(leases);
+}
+
+Client::Client(std::shared_ptr<internal::ClientCore> core)
+    : core_(std::move(core)) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<internal::ClientCore>> core =
+      internal::ClientCore::Connect(options);
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<Client>(new Client(*std::move(core)));
+}
+
+Client::~Client() {
+  // Items that outlive the Client keep the core (and the session) alive;
+  // what was released so far goes out now rather than after release_delay.
+  if (core_ != nullptr) core_->FlushReleases().IgnoreError();
+}
+
+absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
+                                       absl::Span<const std::string> paths) {
+  return core_->GetBatch(dataset, paths);
+}
+
+absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
+                                       absl::Span<const ItemRequest> items) {
+  return core_->GetBatch(dataset, items);
+}
+
+absl::Status Client::Prefetch(absl::string_view dataset,
+                              absl::Span<const std::string> paths) {
+  return core_->Prefetch(dataset, paths);
+}
+
+absl::StatusOr<std::vector<FileStatus>> Client::Stat(
+    absl::string_view dataset, absl::Span<const std::string> paths) {
+  return core_->Stat(dataset, paths);
+}
+
+absl::Status Client::FlushReleases() { return core_->FlushReleases(); }
+
+std::vector<MappedSegment> Client::segments() const {
+  return core_->segments();
+}
+
+uint64_t Client::chunk_size() const { return core_->chunk_size(); }
+
+uint64_t Client::session_id() const { return core_->session_id(); }
+
+absl::Status Client::session_status() const {
+  return core_->session_status();
+}
+
+}  // namespace dlcache

@@ -1,0 +1,388 @@
+// The dlcachectl binary against a real in-process dlcached: output,
+// exit codes, --json, the warm-up progress (plain and on a pseudo-terminal)
+// and the errors when the server is down.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/source/source.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/test_server.h"
+
+#ifndef DLCACHECTL_BINARY
+#error "DLCACHECTL_BINARY must name the dlcachectl binary"
+#endif
+
+extern char** environ;
+
+namespace dlcache {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+struct CtlResult {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+// The environment of this process with DLCACHE_SOCKET replaced (or removed
+// when `socket_env` is empty).
+std::vector<std::string> ChildEnv(const std::string& socket_env) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "DLCACHE_SOCKET=")) env.push_back(*e);
+  }
+  if (!socket_env.empty()) env.push_back("DLCACHE_SOCKET=" + socket_env);
+  return env;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Runs dlcachectl with `args`; stdout and stderr are pipes (not a TTY).
+CtlResult RunCtl(std::vector<std::string> args, const std::string& socket_env = "") {
+  args.insert(args.begin(), DLCACHECTL_BINARY);
+  std::vector<std::string> env = ChildEnv(socket_env);
+  std::vector<char*> argv = CStrings(args), envp = CStrings(env);
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  CtlResult r;
+  pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int open = 2;
+  char buf[4096];
+  while (open > 0 && absl::Now() < deadline) {
+    if (::poll(p, 2, 100) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || p[i].revents == 0) continue;
+      ssize_t n = ::read(p[i].fd, buf, sizeof(buf));
+      if (n <= 0) {
+        ::close(p[i].fd);
+        p[i].fd = -1;
+        --open;
+        continue;
+      }
+      (i == 0 ? r.out : r.err).append(buf, n);
+    }
+  }
+  if (open > 0) ::kill(pid, SIGKILL);
+  for (pollfd& f : p) {
+    if (f.fd >= 0) ::close(f.fd);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// Runs dlcachectl on a pseudo-terminal; returns everything it wrote.
+CtlResult RunCtlOnTty(std::vector<std::string> args) {
+  args.insert(args.begin(), DLCACHECTL_BINARY);
+  std::vector<std::string> env = ChildEnv("");
+  std::vector<char*> argv = CStrings(args), envp = CStrings(env);
+  int master = -1;
+  winsize ws{};
+  ws.ws_col = 120;
+  ws.ws_row = 40;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, &ws);
+  if (pid == 0) {
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  CtlResult r;
+  if (pid < 0) return r;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  char buf[4096];
+  while (absl::Now() < deadline) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    ssize_t n = ::read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child closed the terminal
+    r.out.append(buf, n);
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// Fails reads of every path containing "bad".
+class PathFaultSource : public Source {
+ public:
+  explicit PathFaultSource(std::shared_ptr<Source> inner)
+      : inner_(std::move(inner)) {}
+  absl::StatusOr<FileInfo> Stat(absl::string_view path) override {
+    return inner_->Stat(path);
+  }
+  absl::Status ReadAt(absl::string_view path, uint64_t offset,
+                      absl::Span<char> dst) override {
+    if (absl::StrContains(path, "bad")) {
+      return absl::UnavailableError("injected: source read failed");
+    }
+    return inner_->ReadAt(path, offset, dst);
+  }
+  absl::Status List(absl::string_view prefix,
+                    absl::FunctionRef<bool(absl::string_view, const FileInfo&)>
+                        fn) override {
+    return inner_->List(prefix, fn);
+  }
+  std::string Describe() const override { return "fault:" + inner_->Describe(); }
+
+ private:
+  std::shared_ptr<Source> inner_;
+};
+
+class DlcachectlTest : public ::testing::Test {
+ protected:
+  void Start(bool faults = false, bool admin_tcp = false) {
+    testing::TestServer::Options o;
+    o.arena_bytes = 64ull << 20;
+    o.segment_bytes = 16ull << 20;
+    o.chunk_size = 1ull << 20;
+    if (faults) {
+      o.wrap_source = [](const std::string&, std::shared_ptr<Source> s)
+          -> std::shared_ptr<Source> {
+        return std::make_shared<PathFaultSource>(std::move(s));
+      };
+    }
+    if (admin_tcp) {
+      o.edit_config = [](ServerConfig* c) {
+        c->admin_address = "127.0.0.1:0";
+      };
+    }
+    auto s = testing::TestServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+  }
+
+  void WriteFiles(const std::string& dir, int n, size_t size) {
+    for (int i = 0; i < n; ++i) {
+      server_->WriteFile("ds", absl::StrCat(dir, "/f", i),
+                         testing::RandomBytes(size, i));
+    }
+  }
+
+  std::string Sock() const { return server_->socket_path(); }
+
+  std::unique_ptr<testing::TestServer> server_;
+};
+
+TEST_F(DlcachectlTest, Status) {
+  Start();
+  CtlResult r = RunCtl({"--socket", Sock(), "status"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("dlcached "));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("at unix:", Sock(), ": SERVING")));
+  EXPECT_THAT(r.out, HasSubstr("64.0 MiB used"));  // "X of 64.0 MiB used"
+  EXPECT_THAT(r.out, ContainsRegex("sessions +0 open"));
+  EXPECT_THAT(r.out, ContainsRegex("\n  ds +/"));  // dataset table row
+  EXPECT_EQ(r.err, "");
+
+  CtlResult j = RunCtl({"status", "--json", "--socket", Sock()});
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_THAT(j.out, StartsWith("{\"state\":\"SERVING\""));
+  EXPECT_THAT(j.out, HasSubstr("\"arena_bytes\":67108864"));
+  EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 1);
+}
+
+TEST_F(DlcachectlTest, SocketFromTheEnvironment) {
+  Start();
+  CtlResult r = RunCtl({"status"}, /*socket_env=*/Sock());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("SERVING"));
+  // --socket wins over the environment.
+  CtlResult bad = RunCtl({"status", "--socket", Sock() + ".nope"}, Sock());
+  EXPECT_EQ(bad.rc, 3);
+}
+
+TEST_F(DlcachectlTest, WarmupShowsProgressAndResumes) {
+  Start();
+  WriteFiles("train", 30, 200000);
+  WriteFiles("val", 5, 1000);
+  CtlResult r = RunCtl({"--socket", Sock(), "warmup", "ds", "train", "-j", "4",
+                  "--interval", "0"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, StartsWith("warming up ds/train via unix:"));
+  EXPECT_THAT(r.out, Not(HasSubstr("\r")));  // not a TTY: plain lines
+  EXPECT_THAT(r.out, HasSubstr("30/30 files"));
+  EXPECT_THAT(r.out, HasSubstr("100.0%"));
+  EXPECT_THAT(r.out, HasSubstr("done: 30 files (0 already cached), 5.72 MiB"));
+  EXPECT_THAT(r.out, HasSubstr(", 0 failed\n"));
+
+  CtlResult again = RunCtl({"--socket", Sock(), "warmup", "ds", "train"});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("done: 30 files (30 already cached)"));
+
+  CtlResult all = RunCtl({"--socket", Sock(), "--json", "warmup", "ds"});
+  ASSERT_EQ(all.rc, 0) << all.err;
+  EXPECT_THAT(all.out, StartsWith("{\"files_total\":35,\"files_done\":35,"
+                                  "\"files_skipped\":30,"));
+  EXPECT_THAT(all.out, HasSubstr("\"done\":true"));
+  EXPECT_EQ(std::count(all.out.begin(), all.out.end(), '\n'), 1);
+
+  CtlResult stats = RunCtl({"--socket", Sock(), "stats"});
+  ASSERT_EQ(stats.rc, 0) << stats.err;
+  std::vector<std::string> lines = absl::StrSplit(stats.out, '\n');
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_THAT(lines[0], StartsWith("DATASET  HIT RATE"));
+  EXPECT_THAT(lines[1], StartsWith("ds "));
+  EXPECT_THAT(lines[1], HasSubstr("5.73 MiB"));  // cached: train/ and val/
+}
+
+TEST_F(DlcachectlTest, WarmupOnATerminalRedrawsOneLine) {
+  Start();
+  WriteFiles("t", 20, 50000);
+  CtlResult r = RunCtlOnTty({"--socket", Sock(), "warmup", "ds"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\r["));
+  EXPECT_THAT(r.out, HasSubstr("100.0%  20/20 files"));
+  // Redraws stay on one line: the only line breaks are the header, the end
+  // of the bar and the summary (the terminal shows "\n" as "\r\n").
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+}
+
+TEST_F(DlcachectlTest, WarmupFailuresAreListedAndExitNonZero) {
+  Start(/*faults=*/true);
+  WriteFiles("good", 3, 10000);
+  server_->WriteFile("ds", "bad/one", "xxxx");
+  server_->WriteFile("ds", "bad/two", "yyyy");
+  CtlResult r = RunCtl({"--socket", Sock(), "warmup", "ds"});
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("5 files"));
+  EXPECT_THAT(r.out, HasSubstr("2 failed\nfirst failures:\n"));
+  EXPECT_THAT(r.out, HasSubstr("bad/one"));
+  EXPECT_THAT(r.out, HasSubstr("bad/two"));
+  EXPECT_THAT(r.out, HasSubstr("injected"));
+
+  CtlResult j = RunCtl({"--socket", Sock(), "warmup", "ds", "bad", "--json"});
+  EXPECT_EQ(j.rc, 1);
+  EXPECT_THAT(j.out, HasSubstr("\"files_failed\":2"));
+}
+
+TEST_F(DlcachectlTest, StatsAndEvict) {
+  Start();
+  WriteFiles("a", 4, (1 << 20) + 10);  // 2 chunks each
+  WriteFiles("b", 2, 100);
+  ASSERT_EQ(RunCtl({"--socket", Sock(), "warmup", "ds"}).rc, 0);
+
+  CtlResult j = RunCtl({"--socket", Sock(), "stats", "ds", "--json"});
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_THAT(j.out, StartsWith("{\"datasets\":[{\"dataset\":\"ds\""));
+  EXPECT_THAT(j.out, HasSubstr("\"cached_chunks\":10"));
+  EXPECT_THAT(j.out, HasSubstr("\"hit_rate\":"));
+
+  CtlResult e = RunCtl({"--socket", Sock(), "evict", "ds", "a"});
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_EQ(e.out, "evicted 8 chunks (4.00 MiB) of ds/a\n");
+  CtlResult again = RunCtl({"--socket", Sock(), "evict", "ds", "a", "--json"});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_THAT(again.out, StartsWith("{\"evicted_chunks\":0,"));
+
+  CtlResult after = RunCtl({"--socket", Sock(), "stats", "ds", "--json"});
+  EXPECT_THAT(after.out, HasSubstr("\"cached_chunks\":2"));
+}
+
+TEST_F(DlcachectlTest, ServerErrorsExitOne) {
+  Start();
+  CtlResult stats = RunCtl({"--socket", Sock(), "stats", "nope"});
+  EXPECT_EQ(stats.rc, 1);
+  EXPECT_THAT(stats.err, HasSubstr("dlcachectl: stats: NOT_FOUND"));
+  CtlResult warm = RunCtl({"--socket", Sock(), "warmup", "nope"});
+  EXPECT_EQ(warm.rc, 1);
+  EXPECT_THAT(warm.err, HasSubstr("NOT_FOUND"));
+  CtlResult json = RunCtl({"--socket", Sock(), "evict", "nope", "--json"});
+  EXPECT_EQ(json.rc, 1);
+  EXPECT_THAT(json.out, StartsWith("{\"error\":{\"code\":\"NOT_FOUND\""));
+}
+
+TEST_F(DlcachectlTest, TcpAdminAddress) {
+  Start(false, /*admin_tcp=*/true);
+  const int port = server_->server().admin_port();
+  ASSERT_GT(port, 0);
+  CtlResult r = RunCtl({"status", "--address", absl::StrCat("127.0.0.1:", port)});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("at 127.0.0.1:", port, ": SERVING")));
+}
+
+TEST(DlcachectlNoServerTest, UnreachableServerExitsThree) {
+  testing::TempDir dir;
+  const std::string sock = dir.path() + "/none.sock";
+  absl::Time start = absl::Now();
+  CtlResult r = RunCtl({"status", "--socket", sock});
+  EXPECT_EQ(r.rc, 3);
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("cannot reach dlcached at unix:",
+                                            sock, ": is it running?")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // no waiting on a
+                                                      // missing socket
+  CtlResult j = RunCtl({"stats", "--json", "--socket", sock});
+  EXPECT_EQ(j.rc, 3);
+  EXPECT_THAT(j.out, StartsWith("{\"error\":{\"code\":\"UNAVAILABLE\""));
+  // A TCP address where nobody listens, with a short --timeout.
+  CtlResult tcp = RunCtl({"status", "--address", "127.0.0.1:1", "--timeout", "1s"});
+  EXPECT_EQ(tcp.rc, 3);
+  EXPECT_THAT(tcp.err, HasSubstr("cannot reach dlcached at 127.0.0.1:1"));
+}
+
+TEST(DlcachectlNoServerTest, StaleSocketOfAStoppedServerExitsThree) {
+  std::string sock;
+  {
+    auto s = testing::TestServer::Start();
+    ASSERT_TRUE(s.ok()) << s.status();
+    sock = (*s)->socket_path();
+    ASSERT_EQ(RunCtl({"status", "--socket", sock}).rc, 0);
+  }
+  CtlResult r = RunCtl({"status", "--socket", sock});
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is it running?"));
+}
+
+TEST(DlcachectlNoServerTest, HelpForEveryCommand) {
+  for (const char* cmd : {"status", "stats", "warmup", "evict"}) {
+    CtlResult r = RunCtl({cmd, "--help"});
+    EXPECT_EQ(r.rc, 0) << cmd;
+    EXPECT_THAT(r.out, StartsWith(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
+  }
+  CtlResult top = RunCtl({"-h"});
+  EXPECT_EQ(top.rc, 0);
+  EXPECT_THAT(top.out, HasSubstr("Exit status:"));
+  CtlResult bad = RunCtl({"warmup", "ds", "--frob"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("unknown flag --frob"));
+}
+
+}  // namespace
+}  // namespace dlcache

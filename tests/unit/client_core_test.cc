@@ -1,0 +1,570 @@
+// dlcache::Client against a fake CacheService (tests/unit/client_fake_server.h):
+// the protocol, handle validation and lease bookkeeping of the client alone.
+// The end-to-end tests against the real dlcached are in
+// tests/integration/client_integration_test.cc.
+
+#include <signal.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "dlcache/client.h"
+#include "dlcache/dlcache_c.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/client_fake_server.h"
+
+namespace dlcache {
+namespace {
+
+using client_testing::FakeFdServer;
+using client_testing::FakeServer;
+using client_testing::TempDir;
+using client_testing::WaitFor;
+using testing::HasSubstr;
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+std::string ItemBytes(const Item& item) {
+  std::string out(item.size(), '\0');
+  EXPECT_TRUE(
+      item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(out.data()),
+                                 out.size()))
+          .ok());
+  return out;
+}
+
+ClientOptions Options(const FakeServer& server) {
+  ClientOptions o;
+  o.socket_path = server.socket_path();
+  o.client_name = "unit-test";
+  o.connect_timeout = absl::Seconds(5);
+  o.rpc_timeout = absl::Seconds(5);
+  return o;
+}
+
+class ClientCoreTest : public testing::Test {
+ protected:
+  std::unique_ptr<Client> Connect(ClientOptions o) {
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+  std::unique_ptr<Client> Connect() { return Connect(Options(server_)); }
+
+  FakeServer server_;
+};
+
+TEST_F(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
+  const std::string small = RandomBytes(1000, 1);
+  const std::string big = RandomBytes((1 << 20) * 2 + 17, 2);  // 3 chunks
+  server_.service().AddFile("a/small", small);
+  server_.service().AddFile("a/big", big);
+  server_.service().AddFile("empty", "");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->chunk_size(), 1u << 20);
+  EXPECT_EQ(client->segments().size(), 2u);
+  EXPECT_GE(client->session_id(), 100u);
+  EXPECT_TRUE(client->session_status().ok());
+
+  std::vector<std::string> keys = {"a/small", "a/big", "empty", "missing"};
+  absl::StatusOr<Batch> batch = client->GetBatch("ds", keys);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->size(), 4u);
+  const Item& s = (*batch)[0];
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s.file_size(), small.size());
+  ASSERT_TRUE(s.contiguous().has_value());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(s.contiguous()->data()),
+                        s.contiguous()->size()),
+            small);
+  // The view points into the mapping, not into a copy.
+  const std::byte* base = nullptr;
+  for (const MappedSegment& seg : client->segments()) {
+    if (seg.id == s.chunks()[0].segment) base = seg.base;
+  }
+  EXPECT_EQ(s.chunks()[0].data, base + s.chunks()[0].offset);
+
+  const Item& b = (*batch)[1];
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b.chunk_count(), 3u);
+  EXPECT_EQ(b.chunks().size(), 3u);
+  EXPECT_FALSE(b.contiguous().has_value());
+  EXPECT_EQ(ItemBytes(b), big);
+  for (size_t i = 0; i < b.chunks().size(); ++i) {
+    EXPECT_EQ(b.chunks()[i].index, i);
+    EXPECT_EQ(Checksum(b.chunks()[i].data, b.chunks()[i].size),
+              b.chunks()[i].checksum);
+  }
+
+  EXPECT_TRUE((*batch)[2].ok());
+  EXPECT_EQ((*batch)[2].size(), 0u);
+  EXPECT_EQ((*batch)[3].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(server_.service().outstanding_leases(), 5u);
+}
+
+TEST_F(ClientCoreTest, ChunkRangesAreRequested) {
+  server_.service().AddFile("big", RandomBytes(4 << 20, 3));  // 4 chunks
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<ItemRequest> reqs = {{"big", 1, 2}, {"big", 3, 0}};
+  auto batch = client->GetBatch("ds", reqs);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ((*batch)[0].chunks().size(), 2u);
+  EXPECT_EQ((*batch)[0].chunks()[0].index, 1u);
+  EXPECT_EQ((*batch)[0].chunks()[1].index, 2u);
+  ASSERT_EQ((*batch)[1].chunks().size(), 1u);
+  EXPECT_EQ((*batch)[1].chunks()[0].index, 3u);
+}
+
+TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
+  server_.service().AddFile("f", "hello");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  {
+    auto batch = client->GetBatch("ds", std::vector<std::string>(10, "f"));
+    ASSERT_TRUE(batch.ok());
+    EXPECT_EQ(server_.service().outstanding_leases(), 10u);
+  }
+  EXPECT_TRUE(WaitFor([&] { return server_.service().outstanding_leases() == 0; }))
+      << server_.service().outstanding_leases() << " leases left";
+  EXPECT_GE(server_.service().release_rpcs(), 1);
+}
+
+TEST_F(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
+  server_.service().AddFile("f", "hello");
+  ClientOptions o = Options(server_);
+  o.release_delay = absl::Hours(1);  // the flusher must not get there first
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  {
+    auto batch = client->GetBatch("ds", std::vector<std::string>(3, "f"));
+    ASSERT_TRUE(batch.ok());
+    (*batch)[0].Release();
+    EXPECT_TRUE((*batch)[0].chunks().empty());
+  }
+  auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(server_.service().piggybacked(), 3);
+  EXPECT_EQ(server_.service().release_rpcs(), 0);
+  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  again->items().clear();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  EXPECT_EQ(server_.service().release_rpcs(), 1);
+  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+  // Nothing pending: no RPC.
+  ASSERT_TRUE(client->FlushReleases().ok());
+  EXPECT_EQ(server_.service().release_rpcs(), 1);
+}
+
+TEST_F(ClientCoreTest, MovedItemsReleaseOnce) {
+  server_.service().AddFile("f", "hello");
+  ClientOptions o = Options(server_);
+  o.release_delay = absl::Hours(1);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>(2, "f"));
+  ASSERT_TRUE(batch.ok());
+  Item a = std::move((*batch)[0]);
+  EXPECT_TRUE((*batch)[0].chunks().empty());
+  Item b = std::move((*batch)[1]);
+  a = std::move(b);  // releases a's old lease
+  batch->items().clear();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  EXPECT_EQ(ItemBytes(a), "hello");
+  a.Release();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+}
+
+TEST_F(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
+  v1::ChunkHandle bad;
+  bad.set_segment(0);
+  bad.set_offset(server_.arena().segment_size() - 10);
+  bad.set_length(20);
+  server_.service().AddRawFile("bad", bad, 20);
+  v1::ChunkHandle unknown_segment;
+  unknown_segment.set_segment(9);
+  unknown_segment.set_length(1);
+  server_.service().AddRawFile("noseg", unknown_segment, 1);
+  server_.service().AddFile("good", "ok");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto batch =
+      client->GetBatch("ds", std::vector<std::string>{"bad", "good", "noseg"});
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ((*batch)[0].status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT((*batch)[0].status().message(), HasSubstr("outside"));
+  EXPECT_TRUE((*batch)[0].chunks().empty());
+  EXPECT_TRUE((*batch)[1].ok());
+  EXPECT_EQ((*batch)[2].status().code(), absl::StatusCode::kInternal);
+  // The refused items' leases go back without waiting for the batch.
+  EXPECT_TRUE(WaitFor([&] { return server_.service().outstanding_leases() == 1; }));
+}
+
+TEST_F(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
+  server_.service().AddFile("f", "payload");
+  v1::ChunkHandle h;
+  h.set_segment(1);
+  h.set_offset(0);
+  h.set_length(7);
+  h.set_checksum(12345);  // wrong
+  server_.service().AddRawFile("corrupt", h, 7);
+  ClientOptions o = Options(server_);
+  o.verify_checksums = true;
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f", "corrupt"});
+  ASSERT_TRUE(batch.ok());
+  EXPECT_TRUE((*batch)[0].ok()) << (*batch)[0].status();
+  EXPECT_EQ((*batch)[1].status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(ClientCoreTest, BadDatasetNameFailsTheCall) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->GetBatch("", std::vector<std::string>{"x"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      client->GetBatch("../x", std::vector<std::string>{"x"}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server_.service().get_batch_calls(), 0);
+  auto empty = client->GetBatch("ds", std::vector<std::string>{});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->size(), 0u);
+}
+
+TEST_F(ClientCoreTest, StatAndPrefetch) {
+  server_.service().AddFile("f", "12345");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto st = client->Stat("ds", std::vector<std::string>{"f", "nope"});
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->size(), 2u);
+  EXPECT_TRUE((*st)[0].status.ok());
+  EXPECT_EQ((*st)[0].size, 5u);
+  EXPECT_EQ((*st)[0].mtime_ns, 1234);
+  EXPECT_EQ((*st)[1].status.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(client->Prefetch("ds", std::vector<std::string>{"f"}).ok());
+}
+
+TEST_F(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
+  const std::string bytes = RandomBytes(5000, 9);
+  server_.service().AddFile("f", bytes);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(batch.ok());
+  Item item = std::move((*batch)[0]);
+  batch = Batch();
+  client.reset();
+  EXPECT_EQ(server_.service().open_sessions(), 1);
+  EXPECT_EQ(ItemBytes(item), bytes);  // still mapped
+  item = Item();
+  EXPECT_TRUE(WaitFor([&] { return server_.service().open_sessions() == 0; }));
+  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+}
+
+TEST_F(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
+  server_.service().AddFile("f", "x");
+  ClientOptions o = Options(server_);
+  o.release_delay = absl::Hours(1);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>(4, "f"));
+  ASSERT_TRUE(batch.ok());
+  batch->items().clear();
+  client.reset();
+  EXPECT_TRUE(WaitFor([&] { return server_.service().ended_sessions() == 1; }));
+  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+}
+
+TEST_F(ClientCoreTest, LostServerMakesCallsUnavailableButItemsReadable) {
+  server_.service().AddFile("f", "still here");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(batch.ok());
+  server_.Stop();
+  EXPECT_TRUE(WaitFor([&] { return !client->session_status().ok(); }));
+  auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(again.status().message(), HasSubstr("lost"));
+  EXPECT_EQ(ItemBytes((*batch)[0]), "still here");
+  EXPECT_TRUE(client->FlushReleases().ok());
+}
+
+TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
+  server_.service().AddFile("f", "inherited");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(batch.ok());
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int rc = 0;
+    auto b = client->GetBatch("ds", std::vector<std::string>{"f"});
+    if (b.status().code() != absl::StatusCode::kFailedPrecondition) rc |= 1;
+    if (client->FlushReleases().code() != absl::StatusCode::kFailedPrecondition) {
+      rc |= 2;
+    }
+    char buf[16] = {};
+    if (!(*batch)[0]
+             .CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(buf), 16))
+             .ok() ||
+        std::string(buf) != "inherited") {
+      rc |= 4;
+    }
+    // Destroying the inherited objects must neither hang nor talk to the
+    // server on the parent's behalf.
+    *batch = Batch();
+    client.reset();
+    ::_exit(rc);
+  }
+  int status = 0;
+  bool exited = WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; });
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(exited) << "the child hung";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The parent is unaffected and still holds its lease.
+  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  EXPECT_EQ(server_.service().open_sessions(), 1);
+  auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+TEST(ClientConnectTest, NoServerIsUnavailableWithAClearMessage) {
+  TempDir dir;
+  ClientOptions o;
+  o.socket_path = dir.Sub("none.sock");
+  o.connect_timeout = absl::Milliseconds(300);
+  absl::Time start = absl::Now();
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr(absl::StrCat("cannot reach dlcached at unix:",
+                                     o.socket_path, ": is it running?")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST(ClientConnectTest, FdHandOverFailureFailsConnect) {
+  FakeServer server(2, 8 << 20, 1 << 20, FakeFdServer::Mode::kWrongSize);
+  auto c = Client::Connect(Options(server));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss) << c.status();
+  // The half-open session was ended.
+  EXPECT_TRUE(WaitFor([&] { return server.service().open_sessions() == 0; }));
+}
+
+TEST(ClientConnectTest, ConcurrentGetBatchFromManyThreads) {
+  FakeServer server;
+  for (int i = 0; i < 32; ++i) {
+    server.service().AddFile(absl::StrCat("f", i), RandomBytes(3000 + i, i));
+  }
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        std::vector<std::string> keys;
+        for (int i = 0; i < 32; ++i) keys.push_back(absl::StrCat("f", (i + t) % 32));
+        auto b = (*client)->GetBatch("ds", keys);
+        if (!b.ok()) {
+          ++bad;
+          continue;
+        }
+        for (size_t i = 0; i < b->size(); ++i) {
+          if (!(*b)[i].ok() || (*b)[i].size() != 3000 + (i + t) % 32) ++bad;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  ASSERT_TRUE((*client)->FlushReleases().ok());
+  EXPECT_EQ(server.service().outstanding_leases(), 0u);
+}
+
+struct Latency {
+  double p50_us = 1e9;
+  double cpu_us = 1e9;  // calling thread's CPU time per call, mean
+};
+
+Latency Measure(Client& client, absl::Span<const std::string> keys,
+                int rounds) {
+  std::vector<double> us;
+  timespec c0, c1;
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+  for (int i = 0; i < rounds; ++i) {
+    absl::Time t0 = absl::Now();
+    auto b = client.GetBatch("ds", keys);
+    if (!b.ok() || !(*b)[keys.size() - 1].ok()) return {};
+    us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+  }
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+  std::sort(us.begin(), us.end());
+  Latency l;
+  l.p50_us = us[us.size() / 2];
+  l.cpu_us = ((c1.tv_sec - c0.tv_sec) * 1e6 + (c1.tv_nsec - c0.tv_nsec) / 1e3) /
+             rounds;
+  return l;
+}
+
+// Client-side cost of a 256-key warm batch: the fake does almost no work,
+// so this bounds what the client and gRPC add to the round trip.
+TEST(ClientLatencyTest, WarmBatchOf256Keys) {
+  FakeServer server(2, 64 << 20, 4 << 20);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 256; ++i) {
+    keys.push_back(absl::StrCat("train/n", i / 16, "/img", i, ".jpg"));
+    server.service().AddFile(keys.back(), std::string(110000, 'x'));
+  }
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok());
+  const Latency one = Measure(**client, absl::MakeSpan(keys).subspan(0, 1), 300);
+  const Latency all = Measure(**client, keys, 300);
+  std::printf(
+      "GetBatch vs fake server: 1 key p50 %.0f us (client thread CPU %.0f us), "
+      "256 keys p50 %.0f us (client thread CPU %.0f us)\n",
+      one.p50_us, one.cpu_us, all.p50_us, all.cpu_us);
+  RecordProperty("p50_1_key_us", static_cast<int>(one.p50_us));
+  RecordProperty("p50_256_keys_us", static_cast<int>(all.p50_us));
+  RecordProperty("cpu_256_keys_us", static_cast<int>(all.cpu_us));
+  // Generous: catches pathologies (per-call channels, sleeps), not noise on
+  // a loaded 2-core CI machine.
+  EXPECT_LT(all.p50_us, 5000);
+}
+
+// --- C ABI -------------------------------------------------------------
+
+TEST(ClientCApiTest, RoundTrip) {
+  FakeServer server;
+  const std::string bytes = RandomBytes((1 << 20) + 5, 77);
+  server.service().AddFile("f", bytes);
+  dlc_client* client = nullptr;
+  ASSERT_EQ(dlc_connect(server.socket_path().c_str(), "c-test", &client), DLC_OK)
+      << dlc_last_error();
+  size_t count = 0;
+  ASSERT_EQ(dlc_segments(client, nullptr, 0, &count), DLC_OK);
+  EXPECT_EQ(count, 2u);
+  dlc_segment segs[4];
+  ASSERT_EQ(dlc_segments(client, segs, 4, &count), DLC_OK);
+  EXPECT_NE(segs[0].base, nullptr);
+
+  const char* paths[] = {"f", "missing"};
+  dlc_batch* batch = nullptr;
+  ASSERT_EQ(dlc_get_batch(client, "ds", paths, 2, &batch), DLC_OK)
+      << dlc_last_error();
+  ASSERT_EQ(dlc_batch_size(batch), 2u);
+  dlc_item_info info;
+  ASSERT_EQ(dlc_batch_item(batch, 0, &info), DLC_OK);
+  EXPECT_EQ(info.code, DLC_OK);
+  EXPECT_EQ(info.file_size, bytes.size());
+  EXPECT_EQ(info.size, bytes.size());
+  EXPECT_EQ(info.num_chunks, 2u);
+  EXPECT_STREQ(dlc_batch_item_error(batch, 0), "");
+  dlc_chunk chunk;
+  ASSERT_EQ(dlc_batch_chunk(batch, 0, 1, &chunk), DLC_OK);
+  EXPECT_EQ(chunk.size, 5u);
+  EXPECT_EQ(chunk.index, 1u);
+  EXPECT_EQ(std::memcmp(chunk.data, bytes.data() + (1 << 20), 5), 0);
+  EXPECT_EQ(dlc_batch_chunk(batch, 0, 2, &chunk), DLC_OUT_OF_RANGE);
+  std::string copy(bytes.size(), '\0');
+  ASSERT_EQ(dlc_batch_copy_item(batch, 0, copy.data(), copy.size()), DLC_OK);
+  EXPECT_EQ(copy, bytes);
+  EXPECT_EQ(dlc_batch_copy_item(batch, 0, copy.data(), 10),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_THAT(dlc_last_error(), HasSubstr("destination"));
+
+  ASSERT_EQ(dlc_batch_item(batch, 1, &info), DLC_OK);
+  EXPECT_EQ(info.code, DLC_NOT_FOUND);
+  EXPECT_THAT(dlc_batch_item_error(batch, 1), HasSubstr("no such file"));
+  EXPECT_EQ(dlc_batch_item(batch, 2, &info), DLC_OUT_OF_RANGE);
+
+  EXPECT_EQ(dlc_prefetch(client, "ds", paths, 1), DLC_OK);
+  // A batch may outlive its client.
+  dlc_close(client);
+  EXPECT_EQ(std::memcmp(chunk.data, bytes.data() + (1 << 20), 5), 0);
+  dlc_batch_free(batch);
+  EXPECT_TRUE(WaitFor([&] { return server.service().open_sessions() == 0; }));
+  EXPECT_EQ(server.service().outstanding_leases(), 0u);
+}
+
+TEST(ClientCApiTest, BadArgumentsNeverCrash) {
+  dlc_client* client = reinterpret_cast<dlc_client*>(0x1);
+  EXPECT_EQ(dlc_connect("/nonexistent/dir/x.sock", "t", nullptr),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_get_batch(nullptr, "ds", nullptr, 0, nullptr),
+            DLC_INVALID_ARGUMENT);
+  dlc_batch* batch = reinterpret_cast<dlc_batch*>(0x1);
+  EXPECT_EQ(dlc_get_batch(nullptr, "ds", nullptr, 0, &batch),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(batch, nullptr);
+  EXPECT_THAT(dlc_last_error(), HasSubstr("client is NULL"));
+  EXPECT_EQ(dlc_prefetch(nullptr, "ds", nullptr, 0), DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_batch_size(nullptr), 0u);
+  dlc_item_info info;
+  EXPECT_EQ(dlc_batch_item(nullptr, 0, &info), DLC_INVALID_ARGUMENT);
+  EXPECT_STREQ(dlc_batch_item_error(nullptr, 0), "");
+  dlc_chunk chunk;
+  EXPECT_EQ(dlc_batch_chunk(nullptr, 0, 0, &chunk), DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_batch_copy_item(nullptr, 0, nullptr, 0), DLC_INVALID_ARGUMENT);
+  size_t count;
+  EXPECT_EQ(dlc_segments(nullptr, nullptr, 0, &count), DLC_INVALID_ARGUMENT);
+  dlc_close(nullptr);
+  dlc_batch_free(nullptr);
+  EXPECT_STREQ(dlc_status_name(DLC_NOT_FOUND), "NOT_FOUND");
+  EXPECT_STREQ(dlc_status_name(999), "UNKNOWN");
+  (void)client;
+
+  client = nullptr;
+  TempDir dir;
+  std::string sock = dir.Sub("none.sock");
+  dlc_options options;
+  dlc_options_init(&options);
+  EXPECT_EQ(options.connect_timeout_s, 10.0);
+  options.socket_path = sock.c_str();
+  options.connect_timeout_s = 0;
+  EXPECT_EQ(dlc_connect_with_options(&options, &client), DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_connect_with_options(nullptr, &client), DLC_INVALID_ARGUMENT);
+  options.connect_timeout_s = 0.2;
+  EXPECT_EQ(dlc_connect_with_options(&options, &client), DLC_UNAVAILABLE);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_THAT(dlc_last_error(), HasSubstr("is it running?"));
+}
+
+TEST(ClientCApiTest, NullPathEntryIsInvalidArgument) {
+  FakeServer server;
+  dlc_client* client = nullptr;
+  ASSERT_EQ(dlc_connect(server.socket_path().c_str(), nullptr, &client), DLC_OK)
+      << dlc_last_error();
+  const char* paths[] = {"a", nullptr};
+  dlc_batch* batch = nullptr;
+  EXPECT_EQ(dlc_get_batch(client, "ds", paths, 2, &batch),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_THAT(dlc_last_error(), HasSubstr("paths[1]"));
+  EXPECT_EQ(dlc_get_batch(client, "ds", nullptr, 1, &batch),
+            DLC_INVALID_ARGUMENT);
+  dlc_close(client);
+}
+
+}  // namespace
+}  // namespace dlcache
