@@ -26,6 +26,8 @@
 #include "server/source/source_backend.h"
 #include "server/tier/arena_manifest.h"
 #include "server/tier/memory_tier.h"
+#include "server/tier/ssd_tier.h"
+#include "server/cluster/placement.h"
 
 namespace dlcache {
 namespace {
@@ -167,6 +169,28 @@ absl::Status CacheServer::Init() {
       std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
   // The chain that never asks peers: what this node answers peers from.
   ChunkBackend* local = sources_.get();
+  if (!config_.ssd_dir.empty()) {
+    SsdTierOptions o;
+    o.dir = config_.ssd_dir;
+    o.capacity_bytes = config_.ssd_bytes;
+    o.chunk_size = config_.chunk_size;
+    o.verify_on_open = config_.ssd_verify_on_start;
+    o.clock = config_.clock;
+    absl::StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, local);
+    if (!ssd.ok()) {
+      return absl::Status(ssd.status().code(),
+                          absl::StrCat("SSD tier in ", config_.ssd_dir, ": ",
+                                       ssd.status().message()));
+    }
+    ssd_ = *std::move(ssd);
+    SsdTierStats st = ssd_->Stats();
+    DLC_LOG(INFO) << "ssd tier: " << config_.ssd_dir << ", " << st.chunks
+                  << " chunks (" << st.bytes << " bytes) on disk, capacity "
+                  << st.capacity_bytes;
+    // Peers above the SSD: this node's SSD keeps its own share only, and
+    // answers peers from it.
+    local = ssd_.get();
+  }
   absl::StatusOr<ChunkBackend*> chain = InitCluster(local);
   if (!chain.ok()) return chain.status();
 
@@ -188,8 +212,60 @@ absl::Status CacheServer::Init() {
 
   cache_service_ =
       std::make_unique<CacheServiceImpl>(engine_.get(), arena_.get(), fd_path);
+  AdminServiceImpl::SsdOps ssd_ops;
+  if (ssd_) {
+    SsdTier* ssd = ssd_.get();
+    SourceBackend* sources = sources_.get();
+    uint32_t parallelism = config_.warmup_parallelism;
+    ssd_ops.sync = [ssd, sources, parallelism](
+                       const v1::SyncRequest& req,
+                       const AdminServiceImpl::ProgressFn& emit) {
+      absl::StatusOr<Source*> source = sources->Find(req.dataset());
+      if (!source.ok()) return source.status();
+      return ssd->Sync(
+          req.dataset(), req.prefix(), *source,
+          req.parallelism() > 0 ? req.parallelism() : parallelism,
+          [&](const SsdSyncProgress& p) {
+            v1::WarmupProgress out;
+            out.set_files_total(p.files_total);
+            out.set_files_done(p.files_done);
+            out.set_files_skipped(p.files_skipped);
+            out.set_files_failed(p.files_failed);
+            out.set_bytes_total(p.bytes_total);
+            out.set_bytes_done(p.bytes_done);
+            out.set_listing_done(p.listing_done);
+            out.set_elapsed_s(p.elapsed_s);
+            out.set_done(p.done);
+            for (const std::string& f : p.failures) out.add_failures(f);
+            return emit(out);
+          });
+    };
+    ssd_ops.revalidate = [ssd, sources, this](const v1::RevalidateRequest& req,
+                                              v1::RevalidateResponse* out) {
+      absl::StatusOr<Source*> source = sources->Find(req.dataset());
+      if (!source.ok()) return source.status();
+      SsdRevalidateResult r;
+      absl::Status s = ssd->Revalidate(req.dataset(), req.prefix(), *source,
+                                       req.verify_checksums(), &r);
+      out->set_files_checked(r.files_checked);
+      out->set_files_changed(r.files_changed);
+      out->set_files_missing(r.files_missing);
+      out->set_chunks_dropped(r.chunks_dropped);
+      out->set_ssd_corrupt(r.corrupt_dropped);
+      // Same size and mtime, other bytes: the memory tier cannot tell from
+      // metadata, so those files are dropped from memory here.
+      for (const std::string& path : r.content_changed) {
+        v1::EvictRequest e;
+        e.set_dataset(req.dataset());
+        e.set_prefix(path);
+        engine_->Evict(e).IgnoreError();
+      }
+      return s;
+    };
+  }
   admin_service_ = std::make_unique<AdminServiceImpl>(
-      engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); });
+      engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
+      std::move(ssd_ops));
   {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + config_.socket_path,
@@ -360,6 +436,29 @@ v1::StatusResponse CacheServer::StatusNow() const {
     r.set_cached_chunks(t.cached_chunks);
   }
   if (arena_) r.set_segments(arena_->segment_count());
+  if (ssd_) {
+    SsdTierStats st = ssd_->Stats();
+    v1::SsdStatus* out = r.mutable_ssd();
+    out->set_enabled(true);
+    out->set_dir(config_.ssd_dir);
+    out->set_capacity_bytes(st.effective_capacity_bytes);
+    out->set_bytes(st.bytes);
+    out->set_chunks(st.chunks);
+    out->set_hits(st.hits);
+    out->set_misses(st.misses);
+    out->set_corruptions(st.corruptions);
+    out->set_write_drops(st.write_drops + st.disk_full_drops);
+    out->set_disk_full_events(st.disk_full_events);
+    out->set_disk_full(st.disk_full);
+    out->set_writes(st.writes);
+  }
+  if (membership_) {
+    r.set_node_id(config_.node_id.empty() ? config_.peer_address
+                                          : config_.node_id);
+    for (const ClusterNode& n : membership_->placement()->nodes()) {
+      r.add_peers(n.address);
+    }
+  }
   for (const DatasetConfig& d : config_.datasets) {
     v1::DatasetInfo* info = r.add_datasets();
     info->set_name(d.name);

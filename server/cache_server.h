@@ -28,6 +28,7 @@ class PeerConnector;
 class PeerRouter;
 class PeerServiceImpl;
 class SourceBackend;
+class SsdTier;
 
 // A whole dlcached: arena, memory tier, backend chain, engine, gRPC services
 // on the Unix socket (and the optional TCP admin address), the segment-fd
@@ -57,6 +58,8 @@ class CacheServer {
   // Null when single-node.
   Membership* membership() { return membership_.get(); }
   PeerRouter* peer_router() { return router_.get(); }
+  // Null without --ssd_dir.
+  SsdTier* ssd() { return ssd_.get(); }
   v1::StatusResponse StatusNow() const;
 
  private:
@@ -72,6 +75,7 @@ class CacheServer {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<MemoryTier> tier_;
   std::unique_ptr<SourceBackend> sources_;
+  std::unique_ptr<SsdTier> ssd_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<PeerConnector> connector_;
   std::unique_ptr<PeerRouter> router_;

@@ -54,6 +54,13 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
 ABSL_FLAG(std::string, admin_address, "",
           "Also serve the admin API on this TCP host:port; empty = off");
 ABSL_FLAG(std::string, log_level, "INFO", "INFO, WARNING or ERROR");
+ABSL_FLAG(std::string, ssd_dir, "",
+          "Local SSD directory for the persistent tier (RocksDB index + data "
+          "files); empty = memory only");
+ABSL_FLAG(ByteSize, ssd_bytes, ByteSize{0},
+          "SSD tier capacity; 0 = 90% of the free space of --ssd_dir");
+ABSL_FLAG(bool, ssd_verify_on_start, false,
+          "Checksum every SSD chunk at start (else each chunk on first read)");
 ABSL_FLAG(std::string, peer_address, "",
           "Serve peers on this TCP host:port (multi-node); empty = single node");
 ABSL_FLAG(std::string, node_id, "",
@@ -83,6 +90,9 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.admin_address = absl::GetFlag(FLAGS_admin_address);
+  c.ssd_dir = absl::GetFlag(FLAGS_ssd_dir);
+  c.ssd_bytes = absl::GetFlag(FLAGS_ssd_bytes).bytes;
+  c.ssd_verify_on_start = absl::GetFlag(FLAGS_ssd_verify_on_start);
   c.peer_address = absl::GetFlag(FLAGS_peer_address);
   c.node_id = absl::GetFlag(FLAGS_node_id);
   c.peers = absl::GetFlag(FLAGS_peers);
