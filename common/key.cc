@@ -44,6 +44,24 @@ absl::StatusOr<std::string> Normalize(absl::string_view path, bool allow_root) {
 
 }  // namespace
 
+bool IsNormalKeyPath(absl::string_view path) {
+  if (path.empty() || path.size() > kMaxPathBytes || path.front() == '/' ||
+      path.back() == '/') {
+    return false;
+  }
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/') {
+      if (path[i] == '\0') return false;
+      continue;
+    }
+    absl::string_view part = path.substr(start, i - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = i + 1;
+  }
+  return true;
+}
+
 absl::StatusOr<std::string> NormalizeKeyPath(absl::string_view path) {
   return Normalize(path, /*allow_root=*/false);
 }

@@ -14,6 +14,11 @@ namespace dlcache {
 // Thread-safe, pure.
 absl::StatusOr<std::string> NormalizeKeyPath(absl::string_view path);
 
+// True if `path` is valid and already normalised (NormalizeKeyPath would
+// return it unchanged): the common case, checked in one pass without
+// allocating.
+bool IsNormalKeyPath(absl::string_view path);
+
 // Like NormalizeKeyPath, but "" (the dataset root) is allowed and returns "".
 // Used for warm-up and evict prefixes.
 absl::StatusOr<std::string> NormalizePrefix(absl::string_view prefix);

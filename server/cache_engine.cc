@@ -189,34 +189,44 @@ void CacheEngine::FillItem(uint64_t session, uint32_t ds,
 }
 
 absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
-                                   v1::GetBatchResponse* response) {
+                                   v1::GetBatchResponse* response,
+                                   const std::function<void()>& before_fill) {
   if (!request.release().empty()) {
     tier_->Release(request.session_id(), request.release());
   }
   absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
   if (!ds.ok()) return ds.status();
   const int n = request.items_size();
-  std::vector<std::string> paths(n);
+  // Keys are nearly always normal already; only the others are copied.
+  std::vector<std::string> normalized(n);
+  std::vector<absl::string_view> paths(n);
   std::vector<MemoryTier::HitRequest> hits;
   std::vector<int> hit_index;
   hits.reserve(n);
   hit_index.reserve(n);
+  response->mutable_items()->Reserve(n);
   for (int i = 0; i < n; ++i) {
     response->add_items();
     const v1::ItemKey& key = request.items(i);
-    absl::StatusOr<std::string> path = NormalizeKeyPath(key.path());
-    if (!path.ok()) {
-      SetError(path.status(), response->mutable_items(i));
-      continue;
+    if (IsNormalKeyPath(key.path())) {
+      paths[i] = key.path();
+    } else {
+      absl::StatusOr<std::string> path = NormalizeKeyPath(key.path());
+      if (!path.ok()) {
+        SetError(path.status(), response->mutable_items(i));
+        continue;
+      }
+      normalized[i] = *std::move(path);
+      paths[i] = normalized[i];
     }
-    paths[i] = *std::move(path);
     hits.push_back({paths[i], key.first_chunk(), key.max_chunks()});
     hit_index.push_back(i);
   }
   std::vector<std::vector<LeasedChunk>> leased(hits.size());
   std::vector<bool> served(hits.size());
   absl::Status s =
-      tier_->ServeHits(request.session_id(), *ds, hits, &leased, &served);
+      tier_->ServeHits(request.session_id(), *ds, absl::MakeSpan(hits),
+                       &leased, &served);
   if (!s.ok()) return s;
 
   Counters& counters = *counters_[*ds];
@@ -228,9 +238,8 @@ absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
       misses.push_back(hit_index[h]);
       continue;
     }
-    absl::optional<FileInfo> info = tier_->LookupFile(*ds, hits[h].path);
-    out->set_file_size(info ? info->size : 0);
-    out->set_chunk_count(info ? tier_->ChunkCount(info->size) : 0);
+    out->set_file_size(hits[h].file_size);
+    out->set_chunk_count(hits[h].chunk_count);
     out->set_hit(true);
     out->mutable_chunks()->Reserve(leased[h].size());
     for (const LeasedChunk& c : leased[h]) {
@@ -242,6 +251,7 @@ absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
   counters.hits.fetch_add(hit_chunks, std::memory_order_relaxed);
   counters.bytes_served.fetch_add(hit_bytes, std::memory_order_relaxed);
 
+  if (!misses.empty() && before_fill) before_fill();
   if (misses.size() == 1) {
     int i = misses[0];
     FillItem(request.session_id(), *ds, paths[i], request.items(i),

@@ -53,7 +53,16 @@ class CacheEngine {
   // FAILED_PRECONDITION (bad session), NOT_FOUND (unknown dataset) or
   // INVALID_ARGUMENT (bad dataset name).
   absl::Status GetBatch(const v1::GetBatchRequest& request,
-                        v1::GetBatchResponse* response);
+                        v1::GetBatchResponse* response) {
+    return GetBatch(request, response, nullptr);
+  }
+  // As above. `before_fill`, when set, runs once on the calling thread when
+  // the batch has misses, after the hits are in `response` and before the
+  // first (blocking) fill: the Session stream hands its read loop to
+  // another thread there, so that later batches are not held up.
+  absl::Status GetBatch(const v1::GetBatchRequest& request,
+                        v1::GetBatchResponse* response,
+                        const std::function<void()>& before_fill);
   size_t Release(uint64_t session, absl::Span<const uint64_t> leases) {
     return tier_->Release(session, leases);
   }

@@ -441,7 +441,7 @@ v1::StatusResponse CacheServer::StatusNow() const {
     v1::SsdStatus* out = r.mutable_ssd();
     out->set_enabled(true);
     out->set_dir(config_.ssd_dir);
-    out->set_capacity_bytes(st.effective_capacity_bytes);
+    out->set_capacity_bytes(st.capacity_bytes);
     out->set_bytes(st.bytes);
     out->set_chunks(st.chunks);
     out->set_hits(st.hits);

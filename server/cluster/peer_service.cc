@@ -11,6 +11,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "common/key.h"
 #include "common/logging.h"
@@ -62,10 +64,12 @@ void ReleaseSlice(void* arg) {
   delete ref;
 }
 
-// How long to wait for gRPC to drop zero-copy slices after the last write
-// before giving up on them (they are released when written to the socket
-// or when the stream dies, so this is only a guard against a stuck
-// transport keeping the chunk pinned forever).
+// gRPC drops a zero-copy slice once its bytes are written to the socket.
+// On a cancelled stream (asker gone, deadline passed) it keeps the unsent
+// ones until the call is destroyed, which happens only after the handler
+// returns; those bytes are never read again, so the wait ends there. The
+// guard bounds the wait in any other case of a stuck transport.
+constexpr absl::Duration kSliceReleasePoll = absl::Milliseconds(10);
 constexpr absl::Duration kSliceReleaseGuard = absl::Seconds(60);
 
 }  // namespace
@@ -163,7 +167,7 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
         id, [&](const FileInfo& info, absl::Span<const char> bytes,
                 uint64_t checksum) {
           sent = true;
-          return Send(stream, info, bytes, checksum);
+          return Send(ctx, stream, info, bytes, checksum);
         });
     if (status.ok() && !sent) {
       status = absl::InternalError("read_local returned OK without data");
@@ -174,7 +178,8 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
     return ToGrpcStatus(status);
   }
 
-  absl::Status Send(RawStream* stream, const FileInfo& info,
+  absl::Status Send(grpc::ServerContext* ctx, RawStream* stream,
+                    const FileInfo& info,
                     absl::Span<const char> bytes, uint64_t checksum) {
     ChunkDataFields meta;
     meta.file_size = info.size;
@@ -215,13 +220,25 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
       bytes_sent_.fetch_add(n, std::memory_order_relaxed);
     } while (offset < bytes.size());
 
-    absl::MutexLock lock(&refs->mu);
-    if (!refs->mu.AwaitWithTimeout(
-            absl::Condition(refs.get(), &SliceRefs::Idle),
-            kSliceReleaseGuard)) {
-      DLC_LOG(ERROR) << "peer service: gRPC kept " << refs->outstanding
-                     << " chunk slices past " << kSliceReleaseGuard
-                     << "; unpinning anyway";
+    // A failed write means the stream is dead: nothing more is sent.
+    if (!status.ok()) return status;
+    const absl::Time give_up = absl::Now() + kSliceReleaseGuard;
+    for (;;) {
+      {
+        absl::MutexLock lock(&refs->mu);
+        if (refs->mu.AwaitWithTimeout(
+                absl::Condition(refs.get(), &SliceRefs::Idle),
+                kSliceReleasePoll)) {
+          break;
+        }
+      }
+      // Outside refs->mu: gRPC may release slices under its own locks.
+      if (ctx->IsCancelled()) break;
+      if (absl::Now() > give_up) {
+        DLC_LOG(ERROR) << "peer service: gRPC kept chunk slices past "
+                       << kSliceReleaseGuard << "; unpinning anyway";
+        break;
+      }
     }
     return status;
   }

@@ -129,7 +129,7 @@ bool MemoryTier::PutFile(uint32_t dataset, absl::string_view path,
 }
 
 absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
-                                   absl::Span<const HitRequest> requests,
+                                   absl::Span<HitRequest> requests,
                                    std::vector<std::vector<LeasedChunk>>* out,
                                    std::vector<bool>* served) {
   absl::MutexLock lock(&mu_);
@@ -139,7 +139,7 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
         absl::StrCat("unknown or closed session ", session));
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    const HitRequest& r = requests[i];
+    HitRequest& r = requests[i];
     FileRecord* rec = FindFile(dataset, r.path);
     if (rec == nullptr) continue;
     uint32_t count = rec->chunks.size();
@@ -164,6 +164,8 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
       e->referenced = true;
       chunks.push_back(LeaseLocked(sit->second, e));
     }
+    r.file_size = rec->info.size;
+    r.chunk_count = count;
     (*served)[i] = true;
   }
   return absl::OkStatus();

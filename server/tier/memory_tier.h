@@ -97,13 +97,16 @@ class MemoryTier {
     absl::string_view path;
     uint32_t first_chunk = 0;
     uint32_t max_chunks = 0;  // 0 = all
+    // Set for served requests.
+    uint64_t file_size = 0;
+    uint32_t chunk_count = 0;
   };
   // For each request whose file is known and whose chunks in range are all
   // cached, leases them for `session` and appends them to out[i], setting
   // served[i]. Others are left for the slow path. FAILED_PRECONDITION if the
   // session is unknown.
   absl::Status ServeHits(uint64_t session, uint32_t dataset,
-                         absl::Span<const HitRequest> requests,
+                         absl::Span<HitRequest> requests,
                          std::vector<std::vector<LeasedChunk>>* out,
                          std::vector<bool>* served);
 

@@ -32,6 +32,16 @@ TEST(NormalizeKeyPathTest, DotsInsideNamesAreFine) {
   EXPECT_EQ(*NormalizeKeyPath("a..b/..c/d.."), "a..b/..c/d..");
 }
 
+TEST(IsNormalKeyPathTest, AgreesWithNormalize) {
+  for (const char* p : {"a", "a/b.jpg", "a..b/c", "x/.y", "", "/a", "a/", "a//b",
+                        "./a", "a/./b", "a/..", "..", "a/../b"}) {
+    absl::StatusOr<std::string> n = NormalizeKeyPath(p);
+    bool normal = n.ok() && *n == p;
+    EXPECT_EQ(IsNormalKeyPath(p), normal) << p;
+  }
+  EXPECT_FALSE(IsNormalKeyPath(std::string("a\0b", 3)));
+}
+
 TEST(NormalizePrefixTest, AllowsRoot) {
   EXPECT_EQ(*NormalizePrefix(""), "");
   EXPECT_EQ(*NormalizePrefix("train/"), "train");

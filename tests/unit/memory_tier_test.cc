@@ -52,7 +52,7 @@ TEST_F(MemoryTierTest, HitAfterFillAndLeaseAccounting) {
   std::vector<MemoryTier::HitRequest> req = {{"a", 0, 0}, {"missing", 0, 0}};
   std::vector<std::vector<LeasedChunk>> out(2);
   std::vector<bool> served(2);
-  ASSERT_TRUE(tier_->ServeHits(s, 0, req, &out, &served).ok());
+  ASSERT_TRUE(tier_->ServeHits(s, 0, absl::MakeSpan(req), &out, &served).ok());
   EXPECT_TRUE(served[0]);
   EXPECT_FALSE(served[1]);
   ASSERT_EQ(out[0].size(), 1u);
@@ -70,7 +70,7 @@ TEST_F(MemoryTierTest, UnknownSessionIsFailedPrecondition) {
   std::vector<MemoryTier::HitRequest> req = {{"a", 0, 0}};
   std::vector<std::vector<LeasedChunk>> out(1);
   std::vector<bool> served(1);
-  EXPECT_EQ(tier_->ServeHits(999, 0, req, &out, &served).code(),
+  EXPECT_EQ(tier_->ServeHits(999, 0, absl::MakeSpan(req), &out, &served).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

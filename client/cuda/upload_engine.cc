@@ -1,0 +1,833 @@
+#include "dlcache/cuda/upload_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cuda/gather_kernel.h"
+
+namespace dlcache::cuda {
+namespace internal {
+namespace {
+
+absl::Status FromCuda(cudaError_t err, absl::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
+                                 cudaGetErrorString(err), ")");
+  switch (err) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(msg);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+    case cudaErrorSystemDriverMismatch:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+struct PinnedBuffer {
+  void* host = nullptr;
+  void* dev = nullptr;  // device mapping of `host`
+  uint64_t size = 0;
+};
+
+struct Region {
+  uint64_t size = 0;
+  uintptr_t dev = 0;  // device mapping of the base
+  int id = 0;
+};
+
+class EngineCore {
+ public:
+  EngineOptions options;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  int sm_count = 1;
+  bool can_map_host = false;
+  bool read_only_supported = false;
+
+  ~EngineCore() {
+    cudaSetDevice(device);
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    absl::MutexLock lock(&mu_);
+    for (auto& [base, region] : regions_) {
+      cudaHostUnregister(reinterpret_cast<void*>(base));
+    }
+    for (PinnedBuffer& b : idle_pinned_) cudaFreeHost(b.host);
+    for (cudaEvent_t e : idle_events_) cudaEventDestroy(e);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  absl::Status Register(const void* base, uint64_t size) {
+    if (base == nullptr || size == 0) {
+      return absl::InvalidArgumentError("RegisterHost: empty range");
+    }
+    const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    {
+      absl::MutexLock lock(&mu_);
+      if (Overlaps(b, size)) {
+        return absl::AlreadyExistsError(
+            "RegisterHost: range overlaps a registered region");
+      }
+    }
+    if (options.register_read_only && !read_only_supported) {
+      return absl::FailedPreconditionError(
+          "device cannot map read-only host memory "
+          "(cudaDevAttrHostRegisterReadOnlySupported = 0); copies are staged");
+    }
+    cudaSetDevice(device);
+    unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+    if (options.register_read_only) flags |= cudaHostRegisterReadOnly;
+    cudaError_t err = cudaHostRegister(const_cast<void*>(base), size, flags);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // registration errors are not sticky; clear it
+      return FromCuda(err, "cudaHostRegister");
+    }
+    void* dev = nullptr;
+    err = cudaHostGetDevicePointer(&dev, const_cast<void*>(base), 0);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      cudaHostUnregister(const_cast<void*>(base));
+      return FromCuda(err, "cudaHostGetDevicePointer");
+    }
+    absl::MutexLock lock(&mu_);
+    if (Overlaps(b, size)) {  // lost a race with another thread
+      cudaHostUnregister(const_cast<void*>(base));
+      return absl::AlreadyExistsError(
+          "RegisterHost: range overlaps a registered region");
+    }
+    regions_[b] = Region{size, reinterpret_cast<uintptr_t>(dev), next_id_++};
+    return absl::OkStatus();
+  }
+
+  absl::Status Unregister(const void* base) {
+    const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    {
+      absl::MutexLock lock(&mu_);
+      if (regions_.find(b) == regions_.end()) {
+        return absl::NotFoundError("UnregisterHost: not registered");
+      }
+    }
+    // Copies already enqueued may still read the region.
+    cudaSetDevice(device);
+    absl::Status st;
+    {
+      absl::MutexLock enqueue_lock(&enqueue_mu_);
+      st = FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      absl::MutexLock lock(&mu_);
+      regions_.erase(b);
+    }
+    absl::Status un = FromCuda(cudaHostUnregister(const_cast<void*>(base)),
+                               "cudaHostUnregister");
+    return st.ok() ? un : st;
+  }
+
+  // The region holding [p, p + size), if any.
+  bool Lookup(uintptr_t p, uint64_t size, Region* out) const {
+    absl::MutexLock lock(&mu_);
+    return LookupLocked(p, size, out);
+  }
+
+  absl::StatusOr<PinnedBuffer> AcquirePinned(uint64_t size) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto best = idle_pinned_.end();
+      for (auto it = idle_pinned_.begin(); it != idle_pinned_.end(); ++it) {
+        if (it->size >= size && (best == idle_pinned_.end() ||
+                                 it->size < best->size)) {
+          best = it;
+        }
+      }
+      if (best != idle_pinned_.end()) {
+        PinnedBuffer b = *best;
+        idle_pinned_.erase(best);
+        return b;
+      }
+    }
+    PinnedBuffer b;
+    b.size = AlignUp(std::max<uint64_t>(size, 64 << 10), 64 << 10);
+    cudaSetDevice(device);
+    cudaError_t err = cudaHostAlloc(
+        &b.host, b.size, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return FromCuda(err, "cudaHostAlloc (staging)");
+    }
+    err = cudaHostGetDevicePointer(&b.dev, b.host, 0);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      cudaFreeHost(b.host);
+      return FromCuda(err, "cudaHostGetDevicePointer (staging)");
+    }
+    return b;
+  }
+
+  void ReleasePinned(PinnedBuffer b) {
+    PinnedBuffer drop;
+    {
+      absl::MutexLock lock(&mu_);
+      idle_pinned_.push_back(b);
+      if (static_cast<int>(idle_pinned_.size()) <=
+          options.idle_pinned_buffers) {
+        return;
+      }
+      // Keep the largest buffers: they serve every request.
+      auto smallest = std::min_element(
+          idle_pinned_.begin(), idle_pinned_.end(),
+          [](const PinnedBuffer& x, const PinnedBuffer& y) {
+            return x.size < y.size;
+          });
+      drop = *smallest;
+      idle_pinned_.erase(smallest);
+    }
+    cudaFreeHost(drop.host);
+  }
+
+  absl::StatusOr<cudaEvent_t> AcquireEvent() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_events_.empty()) {
+        cudaEvent_t e = idle_events_.back();
+        idle_events_.pop_back();
+        return e;
+      }
+    }
+    cudaSetDevice(device);
+    cudaEvent_t e = nullptr;
+    cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (err != cudaSuccess) return FromCuda(err, "cudaEventCreate");
+    return e;
+  }
+
+  void ReleaseEvent(cudaEvent_t e) {
+    absl::MutexLock lock(&mu_);
+    idle_events_.push_back(e);
+  }
+
+  // Serialises submissions to `stream` so that the resources of one Enqueue
+  // are recorded against its own event.
+  absl::Mutex& enqueue_mu() ABSL_LOCK_RETURNED(enqueue_mu_) {
+    return enqueue_mu_;
+  }
+
+ private:
+  bool Overlaps(uintptr_t b, uint64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = regions_.lower_bound(b);
+    if (it != regions_.end() && it->first < b + size) return true;
+    if (it != regions_.begin()) {
+      --it;
+      if (it->first + it->second.size > b) return true;
+    }
+    return false;
+  }
+
+  bool LookupLocked(uintptr_t p, uint64_t size, Region* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = regions_.upper_bound(p);
+    if (it == regions_.begin()) return false;
+    --it;
+    if (p < it->first || p + size > it->first + it->second.size) return false;
+    *out = it->second;
+    out->dev += p - it->first;  // device address of p itself
+    return true;
+  }
+
+  mutable absl::Mutex mu_;
+  std::map<uintptr_t, Region> regions_ ABSL_GUARDED_BY(mu_);
+  int next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<PinnedBuffer> idle_pinned_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> idle_events_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex enqueue_mu_;
+};
+
+struct TicketState {
+  std::shared_ptr<EngineCore> core;
+  cudaEvent_t event = nullptr;
+  std::vector<PinnedBuffer> pinned;  // staging and descriptors
+  UploadStats stats;
+  bool done = false;
+  absl::Status status;
+
+  // Returns the event and buffers to the pools once the copies are done.
+  void Finish(absl::Status st) {
+    done = true;
+    status = std::move(st);
+    for (PinnedBuffer& b : pinned) core->ReleasePinned(b);
+    pinned.clear();
+    if (event != nullptr) core->ReleaseEvent(event);
+    event = nullptr;
+  }
+
+  ~TicketState() {
+    if (!done) {
+      Finish(FromCuda(cudaEventSynchronize(event), "cudaEventSynchronize"));
+    }
+  }
+};
+
+struct DeviceAllocation {
+  std::shared_ptr<EngineCore> core;
+  void* ptr = nullptr;
+  uint64_t size = 0;
+  ~DeviceAllocation() {
+    if (ptr != nullptr) {
+      cudaSetDevice(core->device);
+      cudaFree(ptr);
+    }
+  }
+};
+
+struct MarkState {
+  std::shared_ptr<EngineCore> core;
+  cudaEvent_t event = nullptr;
+  ~MarkState() {
+    if (event != nullptr) core->ReleaseEvent(event);
+  }
+};
+
+namespace {
+
+// A copy source resolved to both address spaces.
+struct Src {
+  uintptr_t host = 0;
+  uintptr_t dev = 0;
+  int region = 0;  // registered region id; -1 = staging buffer
+};
+
+struct Run {
+  Src src;
+  uint64_t size = 0;
+  uint64_t dst_offset = 0;
+};
+
+// True if some op's destination intersects [lo, hi). `by_dst` holds the
+// ops' (dst_offset, end) pairs sorted by dst_offset. Ops are expected not to
+// overlap each other, so the last op starting before `hi` decides.
+bool DstGapUsed(const std::vector<std::pair<uint64_t, uint64_t>>& by_dst,
+                uint64_t lo, uint64_t hi) {
+  if (lo >= hi) return false;
+  auto it = std::lower_bound(by_dst.begin(), by_dst.end(),
+                             std::make_pair(hi, uint64_t{0}));
+  if (it == by_dst.begin()) return false;
+  return std::prev(it)->second > lo;
+}
+
+}  // namespace
+}  // namespace internal
+
+using internal::EngineCore;
+using internal::FromCuda;
+using internal::PinnedBuffer;
+using internal::Region;
+using internal::Run;
+using internal::Src;
+
+absl::Status CudaAvailable(int device) {
+  static const absl::Status* count_status = [] {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return new absl::Status(absl::UnavailableError(
+          absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ",
+                       cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                       ")")));
+    }
+    if (count == 0) {
+      return new absl::Status(
+          absl::UnavailableError("no usable CUDA device: none found"));
+    }
+    return new absl::Status(absl::OkStatus());
+  }();
+  if (!count_status->ok()) return *count_status;
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA device ", device, " does not exist (", count, " found)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view UploadMethodName(UploadMethod method) {
+  switch (method) {
+    case UploadMethod::kAuto:
+      return "auto";
+    case UploadMethod::kMemcpy:
+      return "memcpy";
+    case UploadMethod::kMemcpyBatch:
+      return "memcpy_batch";
+    case UploadMethod::kGatherKernel:
+      return "kernel";
+  }
+  return "?";
+}
+
+absl::StatusOr<UploadMethod> ParseUploadMethod(absl::string_view name) {
+  for (UploadMethod m :
+       {UploadMethod::kAuto, UploadMethod::kMemcpy, UploadMethod::kMemcpyBatch,
+        UploadMethod::kGatherKernel}) {
+    if (name == UploadMethodName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown upload method '", name,
+                   "' (auto, memcpy, memcpy_batch, kernel)"));
+}
+
+// ---- DeviceBuffer, StreamMark, UploadTicket ----
+
+DeviceBuffer::DeviceBuffer() = default;
+DeviceBuffer::DeviceBuffer(DeviceBuffer&&) noexcept = default;
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&&) noexcept = default;
+DeviceBuffer::~DeviceBuffer() = default;
+std::byte* DeviceBuffer::data() const {
+  return alloc_ ? static_cast<std::byte*>(alloc_->ptr) : nullptr;
+}
+uint64_t DeviceBuffer::size() const { return alloc_ ? alloc_->size : 0; }
+
+StreamMark::StreamMark() = default;
+StreamMark::StreamMark(StreamMark&&) noexcept = default;
+StreamMark& StreamMark::operator=(StreamMark&&) noexcept = default;
+StreamMark::~StreamMark() = default;
+bool StreamMark::Done() const {
+  return state_ == nullptr || cudaEventQuery(state_->event) != cudaErrorNotReady;
+}
+absl::Status StreamMark::Wait() const {
+  if (state_ == nullptr) return absl::OkStatus();
+  return FromCuda(cudaEventSynchronize(state_->event), "cudaEventSynchronize");
+}
+
+UploadTicket::UploadTicket() = default;
+UploadTicket::UploadTicket(UploadTicket&&) noexcept = default;
+UploadTicket& UploadTicket::operator=(UploadTicket&&) noexcept = default;
+UploadTicket::~UploadTicket() = default;
+
+bool UploadTicket::Ready() const {
+  if (state_ == nullptr || state_->done) return true;
+  cudaError_t err = cudaEventQuery(state_->event);
+  if (err == cudaErrorNotReady) return false;
+  state_->Finish(FromCuda(err, "cudaEventQuery"));
+  return true;
+}
+
+absl::Status UploadTicket::Wait() {
+  if (state_ == nullptr) return absl::OkStatus();
+  if (!state_->done) {
+    state_->Finish(
+        FromCuda(cudaEventSynchronize(state_->event), "cudaEventSynchronize"));
+  }
+  return state_->status;
+}
+
+absl::Status UploadTicket::MakeStreamWait(CUstream_st* stream) const {
+  if (state_ == nullptr || state_->done) return absl::OkStatus();
+  return FromCuda(cudaStreamWaitEvent(stream, state_->event, 0),
+                  "cudaStreamWaitEvent");
+}
+
+const UploadStats& UploadTicket::stats() const {
+  static const UploadStats kEmpty;
+  return state_ ? state_->stats : kEmpty;
+}
+
+// ---- UploadEngine ----
+
+UploadEngine::UploadEngine(std::shared_ptr<EngineCore> core)
+    : core_(std::move(core)) {}
+UploadEngine::~UploadEngine() = default;
+
+absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::Create(
+    const EngineOptions& options) {
+  if (options.gather_threads <= 0 || options.gather_threads > 1024 ||
+      options.gather_threads % 32 != 0 || options.gather_blocks_per_sm <= 0 ||
+      options.gather_piece_bytes < 16 || options.gather_piece_bytes % 16 != 0) {
+    return absl::InvalidArgumentError("bad gather kernel options");
+  }
+  if (absl::Status st = CudaAvailable(options.device); !st.ok()) return st;
+  auto core = std::make_shared<EngineCore>();
+  core->options = options;
+  core->device = options.device;
+  if (absl::Status st =
+          FromCuda(cudaSetDevice(options.device), "cudaSetDevice");
+      !st.ok()) {
+    return st;
+  }
+  cudaDeviceProp prop{};
+  if (absl::Status st = FromCuda(cudaGetDeviceProperties(&prop, options.device),
+                                 "cudaGetDeviceProperties");
+      !st.ok()) {
+    return st;
+  }
+  core->sm_count = std::max(1, prop.multiProcessorCount);
+  core->can_map_host = prop.canMapHostMemory != 0;
+  int ro = 0;
+  cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported,
+                         options.device);
+  core->read_only_supported = ro != 0;
+  if (absl::Status st = FromCuda(
+          cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+      !st.ok()) {
+    core->stream = nullptr;
+    return st;
+  }
+  return std::unique_ptr<UploadEngine>(new UploadEngine(std::move(core)));
+}
+
+absl::Status UploadEngine::RegisterHost(const void* base, uint64_t size) {
+  return core_->Register(base, size);
+}
+
+absl::Status UploadEngine::UnregisterHost(const void* base) {
+  return core_->Unregister(base);
+}
+
+bool UploadEngine::IsRegistered(const void* p, uint64_t size) const {
+  Region r;
+  return core_->Lookup(reinterpret_cast<uintptr_t>(p), size, &r);
+}
+
+CUstream_st* UploadEngine::stream() const { return core_->stream; }
+int UploadEngine::device() const { return core_->device; }
+const EngineOptions& UploadEngine::options() const { return core_->options; }
+
+UploadMethod UploadEngine::ResolveMethod(UploadMethod requested, uint64_t runs,
+                                         uint64_t run_bytes) const {
+  UploadMethod m =
+      requested != UploadMethod::kAuto ? requested : core_->options.method;
+  if (m == UploadMethod::kAuto) {
+    m = runs <= 1 ? UploadMethod::kMemcpy : UploadMethod::kMemcpyBatch;
+  }
+  if (m == UploadMethod::kGatherKernel && !core_->can_map_host) {
+    m = UploadMethod::kMemcpy;
+  }
+  return m;
+}
+
+absl::StatusOr<DeviceBuffer> UploadEngine::AllocateDevice(uint64_t bytes) {
+  auto alloc = std::make_unique<internal::DeviceAllocation>();
+  alloc->core = core_;
+  alloc->size = bytes;
+  cudaSetDevice(core_->device);
+  if (bytes > 0) {
+    cudaError_t err = cudaMalloc(&alloc->ptr, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      alloc->ptr = nullptr;
+      return FromCuda(err, absl::StrCat("cudaMalloc(", bytes, ")"));
+    }
+  }
+  DeviceBuffer buf;
+  buf.alloc_ = std::move(alloc);
+  return buf;
+}
+
+absl::Status UploadEngine::CopyToHost(const void* device_src, void* host_dst,
+                                      uint64_t size) {
+  absl::MutexLock lock(&core_->enqueue_mu());
+  cudaSetDevice(core_->device);
+  absl::Status st = FromCuda(cudaMemcpyAsync(host_dst, device_src, size,
+                                             cudaMemcpyDeviceToHost,
+                                             core_->stream),
+                             "cudaMemcpyAsync (to host)");
+  absl::Status sync =
+      FromCuda(cudaStreamSynchronize(core_->stream), "cudaStreamSynchronize");
+  return st.ok() ? sync : st;
+}
+
+absl::Status UploadEngine::Fill(void* device_dst, uint8_t value,
+                                uint64_t size) {
+  absl::MutexLock lock(&core_->enqueue_mu());
+  cudaSetDevice(core_->device);
+  absl::Status st = FromCuda(
+      cudaMemsetAsync(device_dst, value, size, core_->stream), "cudaMemset");
+  absl::Status sync =
+      FromCuda(cudaStreamSynchronize(core_->stream), "cudaStreamSynchronize");
+  return st.ok() ? sync : st;
+}
+
+absl::StatusOr<StreamMark> UploadEngine::Mark(CUstream_st* stream) {
+  absl::StatusOr<cudaEvent_t> event = core_->AcquireEvent();
+  if (!event.ok()) return event.status();
+  auto state = std::make_unique<internal::MarkState>();
+  state->core = core_;
+  state->event = *event;
+  cudaSetDevice(core_->device);
+  if (absl::Status st = FromCuda(
+          cudaEventRecord(*event, stream == nullptr ? cudaStreamLegacy : stream),
+          "cudaEventRecord");
+      !st.ok()) {
+    return st;
+  }
+  StreamMark mark;
+  mark.state_ = std::move(state);
+  return mark;
+}
+
+absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
+    absl::Span<const CopyOp> ops, void* dst, uint64_t dst_size,
+    const EnqueueOptions& options) {
+  const EngineOptions& eo = core_->options;
+  if (dst == nullptr && !ops.empty()) {
+    return absl::InvalidArgumentError("Enqueue: null destination");
+  }
+  UploadStats stats;
+  stats.ops = ops.size();
+
+  // Resolve every source; unregistered ones are staged below.
+  std::vector<Run> runs;
+  runs.reserve(ops.size());
+  std::vector<size_t> staged;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CopyOp& op = ops[i];
+    if (op.size == 0) continue;
+    if (op.src == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Enqueue: op ", i, " has a null source"));
+    }
+    if (op.dst_offset > dst_size || op.size > dst_size - op.dst_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Enqueue: op ", i, " [", op.dst_offset, ", +", op.size,
+          ") is outside the ", dst_size, "-byte destination"));
+    }
+    stats.bytes += op.size;
+    Run run;
+    run.size = op.size;
+    run.dst_offset = op.dst_offset;
+    run.src.host = reinterpret_cast<uintptr_t>(op.src);
+    Region region;
+    if (core_->Lookup(run.src.host, op.size, &region)) {
+      run.src.dev = region.dev;
+      run.src.region = region.id;
+    } else {
+      run.src.region = -1;
+      staged.push_back(runs.size());
+    }
+    runs.push_back(run);
+  }
+
+  auto state = std::make_unique<internal::TicketState>();
+  state->core = core_;
+
+  // Staging: lay the staged ops out in dst order, keeping small dst gaps so
+  // that they still coalesce, and keeping each op's address congruent to its
+  // destination modulo 256 so the gather kernel can use 16-byte accesses.
+  if (!staged.empty()) {
+    std::sort(staged.begin(), staged.end(), [&](size_t a, size_t b) {
+      return runs[a].dst_offset < runs[b].dst_offset;
+    });
+    std::vector<uint64_t> at(staged.size());
+    uint64_t end = 0, prev_dst_end = 0;
+    for (size_t k = 0; k < staged.size(); ++k) {
+      const Run& r = runs[staged[k]];
+      uint64_t off;
+      if (k > 0 && r.dst_offset >= prev_dst_end &&
+          r.dst_offset - prev_dst_end <= eo.coalesce_gap) {
+        off = end + (r.dst_offset - prev_dst_end);
+      } else {
+        off = internal::AlignUp(end, 256) + r.dst_offset % 256;
+      }
+      at[k] = off;
+      end = off + r.size;
+      prev_dst_end = r.dst_offset + r.size;
+    }
+    absl::StatusOr<PinnedBuffer> buf = core_->AcquirePinned(end);
+    if (!buf.ok()) return buf.status();
+    state->pinned.push_back(*buf);
+    for (size_t k = 0; k < staged.size(); ++k) {
+      Run& r = runs[staged[k]];
+      std::memcpy(static_cast<char*>(buf->host) + at[k],
+                  reinterpret_cast<const void*>(r.src.host), r.size);
+      r.src.host = reinterpret_cast<uintptr_t>(buf->host) + at[k];
+      r.src.dev = reinterpret_cast<uintptr_t>(buf->dev) + at[k];
+      stats.staged_bytes += r.size;
+    }
+  }
+
+  // Coalesce runs that are adjacent (up to an equal gap) in both source and
+  // destination, unless the destination gap belongs to another op.
+  if (eo.coalesce && runs.size() > 1) {
+    std::vector<std::pair<uint64_t, uint64_t>> by_dst;
+    by_dst.reserve(runs.size());
+    for (const Run& r : runs) by_dst.emplace_back(r.dst_offset, r.dst_offset + r.size);
+    std::sort(by_dst.begin(), by_dst.end());
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+      if (a.src.region != b.src.region) return a.src.region < b.src.region;
+      return a.src.host < b.src.host;
+    });
+    std::vector<Run> merged;
+    merged.reserve(runs.size());
+    for (const Run& r : runs) {
+      if (!merged.empty()) {
+        Run& m = merged.back();
+        const uint64_t src_end = m.src.host + m.size;
+        const uint64_t dst_end = m.dst_offset + m.size;
+        if (m.src.region == r.src.region && r.src.host >= src_end &&
+            r.dst_offset >= dst_end &&
+            r.src.host - src_end == r.dst_offset - dst_end &&
+            r.dst_offset - dst_end <= eo.coalesce_gap &&
+            !internal::DstGapUsed(by_dst, dst_end, r.dst_offset)) {
+          m.size = r.dst_offset + r.size - m.dst_offset;
+          continue;
+        }
+      }
+      merged.push_back(r);
+    }
+    runs = std::move(merged);
+  }
+  stats.runs = runs.size();
+  for (const Run& r : runs) stats.copied_bytes += r.size;
+  stats.method = ResolveMethod(options.method, stats.runs, stats.copied_bytes);
+
+  // The gather kernel reads its descriptors through the device mapping of a
+  // pinned buffer, so a launch costs no extra copy.
+  std::vector<internal::GatherPiece> pieces;
+  if (stats.method == UploadMethod::kGatherKernel) {
+    const uintptr_t dbase = reinterpret_cast<uintptr_t>(dst);
+    for (const Run& r : runs) {
+      uint64_t s = r.src.dev, d = dbase + r.dst_offset, left = r.size;
+      if ((s & 15) != (d & 15)) {
+        // Misaligned against each other: bytewise, in pieces.
+        while (left > 0) {
+          uint64_t n = std::min(left, eo.gather_piece_bytes);
+          pieces.push_back({s, d, n});
+          s += n, d += n, left -= n;
+        }
+        continue;
+      }
+      if ((s & 15) != 0) {
+        uint64_t head = std::min<uint64_t>(left, 16 - (s & 15));
+        pieces.push_back({s, d, head});
+        s += head, d += head, left -= head;
+      }
+      while (left > 0) {
+        uint64_t n = std::min(left, eo.gather_piece_bytes);
+        pieces.push_back({s, d, n});
+        s += n, d += n, left -= n;
+      }
+    }
+    if (!pieces.empty()) {
+      absl::StatusOr<PinnedBuffer> desc =
+          core_->AcquirePinned(pieces.size() * sizeof(internal::GatherPiece));
+      if (!desc.ok()) return desc.status();
+      state->pinned.push_back(*desc);
+      std::memcpy(desc->host, pieces.data(),
+                  pieces.size() * sizeof(internal::GatherPiece));
+    }
+  }
+
+  absl::StatusOr<cudaEvent_t> event = core_->AcquireEvent();
+  if (!event.ok()) return event.status();
+  state->event = *event;
+  state->stats = stats;
+
+  absl::Status submit;
+  {
+    absl::MutexLock lock(&core_->enqueue_mu());
+    cudaSetDevice(core_->device);
+    cudaStream_t stream = core_->stream;
+    if (options.after != nullptr && options.after->state_ != nullptr) {
+      submit = FromCuda(
+          cudaStreamWaitEvent(stream, options.after->state_->event, 0),
+          "cudaStreamWaitEvent");
+    }
+    char* d = static_cast<char*>(dst);
+    if (submit.ok()) {
+      switch (stats.method) {
+        case UploadMethod::kAuto:  // resolved above
+        case UploadMethod::kMemcpy:
+          for (const Run& r : runs) {
+            submit = FromCuda(
+                cudaMemcpyAsync(d + r.dst_offset,
+                                reinterpret_cast<const void*>(r.src.host),
+                                r.size, cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync");
+            if (!submit.ok()) break;
+          }
+          break;
+        case UploadMethod::kMemcpyBatch: {
+          if (runs.empty()) break;
+          std::vector<void*> dsts(runs.size());
+          std::vector<const void*> srcs(runs.size());
+          std::vector<size_t> sizes(runs.size());
+          for (size_t i = 0; i < runs.size(); ++i) {
+            dsts[i] = d + runs[i].dst_offset;
+            srcs[i] = reinterpret_cast<const void*>(runs[i].src.host);
+            sizes[i] = runs[i].size;
+          }
+          cudaMemcpyAttributes attr{};
+          attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+          attr.srcLocHint.type = cudaMemLocationTypeHost;
+          attr.dstLocHint.type = cudaMemLocationTypeDevice;
+          attr.dstLocHint.id = core_->device;
+          size_t attr_idx = 0;
+          cudaError_t err =
+              cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                   runs.size(), &attr, &attr_idx, 1, stream);
+          if (err == cudaErrorNotSupported || err == cudaErrorInvalidValue) {
+            // Older drivers: one copy per run does the same.
+            cudaGetLastError();
+            state->stats.method = UploadMethod::kMemcpy;
+            for (const Run& r : runs) {
+              submit = FromCuda(
+                  cudaMemcpyAsync(d + r.dst_offset,
+                                  reinterpret_cast<const void*>(r.src.host),
+                                  r.size, cudaMemcpyHostToDevice, stream),
+                  "cudaMemcpyAsync");
+              if (!submit.ok()) break;
+            }
+          } else {
+            submit = FromCuda(err, "cudaMemcpyBatchAsync");
+          }
+          break;
+        }
+        case UploadMethod::kGatherKernel: {
+          if (pieces.empty()) break;
+          const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(
+              pieces.size(),
+              static_cast<uint64_t>(core_->sm_count) * eo.gather_blocks_per_sm));
+          submit = FromCuda(
+              internal::LaunchGather(
+                  static_cast<const internal::GatherPiece*>(
+                      state->pinned.back().dev),
+                  static_cast<uint32_t>(pieces.size()), blocks,
+                  static_cast<uint32_t>(eo.gather_threads), stream),
+              "gather kernel launch");
+          break;
+        }
+      }
+    }
+    // Record even after a failed submission, so that the ticket's resources
+    // are only reused once whatever was queued has finished.
+    absl::Status rec =
+        FromCuda(cudaEventRecord(state->event, stream), "cudaEventRecord");
+    if (submit.ok()) submit = rec;
+  }
+  if (!submit.ok()) {
+    cudaGetLastError();
+    return submit;  // ~TicketState waits for what was queued
+  }
+  UploadTicket ticket;
+  ticket.state_ = std::move(state);
+  return ticket;
+}
+
+}  // namespace dlcache::cuda

@@ -1,0 +1,163 @@
+#include "server/cluster/placement.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace dlcache {
+namespace {
+
+std::vector<ClusterNode> MakeNodes(int n, int first = 0) {
+  std::vector<ClusterNode> nodes;
+  for (int i = first; i < first + n; ++i) {
+    nodes.push_back({absl::StrCat("node-", i), absl::StrCat("10.0.0.", i, ":7070")});
+  }
+  return nodes;
+}
+
+// Keys shaped like a dataset: many files, a few chunks each.
+struct Key {
+  std::string path;
+  uint32_t chunk;
+};
+std::vector<Key> MakeKeys(int files, int chunks_per_file) {
+  std::vector<Key> keys;
+  for (int f = 0; f < files; ++f) {
+    for (int c = 0; c < chunks_per_file; ++c) {
+      keys.push_back({absl::StrCat("train/shard-", f / 100, "/img-", f, ".jpg"),
+                      static_cast<uint32_t>(c)});
+    }
+  }
+  return keys;
+}
+
+ChunkId Id(const Key& k, absl::string_view dataset = "imagenet") {
+  return ChunkId{dataset, k.path, k.chunk};
+}
+
+TEST(PlacementTest, EmptyHasNoOwner) {
+  Placement p({});
+  EXPECT_TRUE(p.empty());
+  EXPECT_EQ(p.Owner(ChunkId{"d", "a", 0}), nullptr);
+  EXPECT_EQ(p.OwnerIndex(ChunkId{"d", "a", 0}), 0u);
+}
+
+TEST(PlacementTest, SingleNodeOwnsEverything) {
+  Placement p(MakeNodes(1));
+  for (const Key& k : MakeKeys(100, 3)) {
+    ASSERT_EQ(p.Owner(Id(k))->id, "node-0");
+  }
+}
+
+TEST(PlacementTest, OrderAndDuplicatesDoNotMatter) {
+  std::vector<ClusterNode> a = MakeNodes(5);
+  std::vector<ClusterNode> b(a.rbegin(), a.rend());
+  b.push_back(a[2]);
+  Placement pa(a), pb(b);
+  EXPECT_EQ(pb.size(), 5u);
+  EXPECT_TRUE(pa.SameNodes(pb));
+  for (const Key& k : MakeKeys(2000, 2)) {
+    ASSERT_EQ(pa.Owner(Id(k))->id, pb.Owner(Id(k))->id) << k.path;
+  }
+}
+
+TEST(PlacementTest, RepeatedIdKeepsFirstEntry) {
+  Placement p({{"n", "a:1"}, {"n", "b:2"}});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p.nodes()[0].address, "a:1");
+  EXPECT_NE(p.Find("n"), nullptr);
+  EXPECT_EQ(p.Find("m"), nullptr);
+}
+
+TEST(PlacementTest, KeyHashSeparatesFields) {
+  EXPECT_NE(Placement::KeyHash({"ab", "c", 0}), Placement::KeyHash({"a", "bc", 0}));
+  EXPECT_NE(Placement::KeyHash({"d", "p", 0}), Placement::KeyHash({"d", "p", 1}));
+  EXPECT_NE(Placement::KeyHash({"d1", "p", 0}), Placement::KeyHash({"d2", "p", 0}));
+  EXPECT_EQ(Placement::KeyHash({"d", "p", 7}), Placement::KeyHash({"d", "p", 7}));
+}
+
+TEST(PlacementTest, OwnerIsStableAcrossVersions) {
+  // Every node (and every dlcached version) must agree on owners: pin a few.
+  Placement p(MakeNodes(4));
+  const std::vector<Key> keys = MakeKeys(4, 1);
+  std::vector<std::string> owners;
+  for (const Key& k : keys) owners.push_back(p.Owner(Id(k))->id);
+  Placement again(MakeNodes(4));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(again.Owner(Id(keys[i]))->id, owners[i]);
+  }
+}
+
+class PlacementBalanceTest : public testing::TestWithParam<int> {};
+
+TEST_P(PlacementBalanceTest, SharesAreBalanced) {
+  const int n = GetParam();
+  Placement p(MakeNodes(n));
+  const std::vector<Key> keys = MakeKeys(20000, 5);  // 100k chunks
+  std::vector<int> count(n, 0);
+  for (const Key& k : keys) ++count[p.OwnerIndex(Id(k))];
+  const double mean = static_cast<double>(keys.size()) / n;
+  for (int i = 0; i < n; ++i) {
+    // Binomial stddev is below sqrt(mean) (< 320 here); allow ~5 sigma.
+    EXPECT_NEAR(count[i], mean, 5 * std::sqrt(mean) + 1) << "node " << i;
+  }
+}
+
+TEST_P(PlacementBalanceTest, AddingANodeMovesOnlyItsShare) {
+  const int n = GetParam();
+  Placement before(MakeNodes(n));
+  Placement after(MakeNodes(n + 1));
+  const std::string joined = absl::StrCat("node-", n);
+  const std::vector<Key> keys = MakeKeys(20000, 5);
+  int moved = 0;
+  for (const Key& k : keys) {
+    const std::string& a = before.Owner(Id(k))->id;
+    const std::string& b = after.Owner(Id(k))->id;
+    if (a != b) {
+      ++moved;
+      ASSERT_EQ(b, joined) << "a key moved between two old nodes";
+    }
+  }
+  const double expected = static_cast<double>(keys.size()) / (n + 1);
+  EXPECT_NEAR(moved, expected, 5 * std::sqrt(expected) + 1);
+}
+
+TEST_P(PlacementBalanceTest, RemovingANodeMovesOnlyItsKeys) {
+  const int n = GetParam() + 1;
+  std::vector<ClusterNode> all = MakeNodes(n);
+  std::vector<ClusterNode> rest = all;
+  rest.erase(rest.begin() + n / 2);
+  Placement before(all), after(rest);
+  // Index in before's (sorted) node list.
+  const int gone = before.Find(all[n / 2].id) - before.nodes().data();
+  const std::vector<Key> keys = MakeKeys(20000, 5);
+  int moved = 0;
+  std::vector<int> heirs(n, 0);
+  for (const Key& k : keys) {
+    const size_t a = before.OwnerIndex(Id(k));
+    const std::string& b = after.Owner(Id(k))->id;
+    if (static_cast<int>(a) == gone) {
+      ++moved;
+      ++heirs[before.Find(b) - before.nodes().data()];
+    } else {
+      ASSERT_EQ(before.nodes()[a].id, b) << "a surviving node lost a key";
+    }
+  }
+  const double expected = static_cast<double>(keys.size()) / n;
+  EXPECT_NEAR(moved, expected, 5 * std::sqrt(expected) + 1);
+  // The departed node's keys spread evenly over the survivors.
+  const double per_heir = static_cast<double>(moved) / (n - 1);
+  for (int i = 0; i < n; ++i) {
+    if (i == gone) continue;
+    EXPECT_NEAR(heirs[i], per_heir, 5 * std::sqrt(per_heir) + 1) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, PlacementBalanceTest,
+                         testing::Values(2, 3, 5, 10));
+
+}  // namespace
+}  // namespace dlcache
