@@ -15,7 +15,7 @@ Item::Item(Item&& other) noexcept
       hit_(other.hit_),
       chunks_(std::move(other.chunks_)),
       leases_(std::move(other.leases_)),
-      core_(std::move(other.core_)) {
+      owner_(std::move(other.owner_)) {
   other.chunks_.clear();
   other.leases_.clear();
 }
@@ -29,7 +29,7 @@ Item& Item::operator=(Item&& other) noexcept {
     hit_ = other.hit_;
     chunks_ = std::move(other.chunks_);
     leases_ = std::move(other.leases_);
-    core_ = std::move(other.core_);
+    owner_ = std::move(other.owner_);
     other.chunks_.clear();
     other.leases_.clear();
   }
@@ -39,12 +39,14 @@ Item& Item::operator=(Item&& other) noexcept {
 Item::~Item() { Release(); }
 
 void Item::Release() {
-  if (core_ != nullptr && !leases_.empty()) core_->QueueRelease(leases_);
+  if (owner_ != nullptr && !leases_.empty()) {
+    owner_->core->QueueRelease(owner_->generation, leases_);
+  }
   leases_.clear();
   chunks_.clear();
-  // Dropping the core last: it may be the final reference, which ends the
+  // Dropping the owner last: it may be the final reference, which ends the
   // session and unmaps the chunks cleared above.
-  core_.reset();
+  owner_.reset();
 }
 
 uint64_t Item::size() const {
@@ -86,26 +88,26 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 Batch::~Batch() { Release(); }
 
 void Batch::Release() {
-  // Items of one batch share one core: gather their leases and queue them
-  // under a single lock instead of one per item.
-  std::shared_ptr<internal::ClientCore> core;
+  // The items of one batch share one owner: gather their leases and queue
+  // them under a single lock instead of one per item.
+  std::shared_ptr<const internal::LeaseOwner> owner;
   std::vector<uint64_t> leases;
   for (Item& item : items_) {
-    if (item.core_ == nullptr) continue;
-    if (core == nullptr) {
-      core = item.core_;
+    if (item.owner_ == nullptr) continue;
+    if (owner == nullptr) {
+      owner = item.owner_;
       leases.reserve(items_.size());
     }
-    if (item.core_ != core) {
-      item.Release();  // from another client (moved in): on its own
+    if (item.owner_ != owner) {
+      item.Release();  // from another batch (moved in): on its own
       continue;
     }
     leases.insert(leases.end(), item.leases_.begin(), item.leases_.end());
     item.leases_.clear();
     item.chunks_.clear();
-    item.core_.reset();
+    item.owner_.reset();
   }
-  if (core != nullptr) core->QueueRelease(leases);
+  if (owner != nullptr) owner->core->QueueRelease(owner->generation, leases);
 }
 
 Client::Client(std::shared_ptr<internal::ClientCore> core)
@@ -151,9 +153,15 @@ std::vector<MappedSegment> Client::segments() const {
   return core_->segments();
 }
 
+uint64_t Client::mapping_generation() const {
+  return core_->mapping_generation();
+}
+
 uint64_t Client::chunk_size() const { return core_->chunk_size(); }
 
 uint64_t Client::session_id() const { return core_->session_id(); }
+
+uint64_t Client::sessions_opened() const { return core_->sessions_opened(); }
 
 absl::Status Client::session_status() const {
   return core_->session_status();

@@ -324,7 +324,10 @@ absl::Status CacheEngine::Stat(const v1::StatRequest& request,
 absl::Status CacheEngine::Warmup(
     const v1::WarmupRequest& request,
     const std::function<bool(const v1::WarmupProgress&)>& emit,
-    absl::Duration period) {
+    absl::Duration period, bool owned_only) {
+  if (request.cluster() && !owned_only && cluster_warmup_) {
+    return cluster_warmup_(request, emit);
+  }
   absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
   if (!ds.ok()) return ds.status();
   absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
@@ -373,13 +376,44 @@ absl::Status CacheEngine::Warmup(
               mu.Await(absl::Condition(&room));
               if (cancelled) return false;
               ++in_flight;
-              progress.set_files_total(progress.files_total() + 1);
-              progress.set_bytes_total(progress.bytes_total() + info.size);
             }
-            workers.Schedule([&, path = std::string(path), info] {
+            std::vector<uint32_t> owned;  // owned_only: the chunks to fill
+            uint64_t bytes = info.size;
+            if (owned_only && owned_) {
+              bytes = 0;
+              const uint32_t count = tier_->ChunkCount(info.size);
+              for (uint32_t c = 0; c < count; ++c) {
+                if (!owned_(ChunkId{datasets_[*ds], path, c})) continue;
+                owned.push_back(c);
+                bytes += std::min<uint64_t>(tier_->chunk_size(),
+                                            info.size - c * tier_->chunk_size());
+              }
+            }
+            {
+              absl::MutexLock lock(&mu);
+              progress.set_files_total(progress.files_total() + 1);
+              progress.set_bytes_total(progress.bytes_total() + bytes);
+            }
+            workers.Schedule([&, path = std::string(path), info, bytes,
+                              owned = std::move(owned)] {
               // The listing is fresher than what the tier knows: a changed
               // file has its stale chunks dropped here.
               tier_->PutFile(*ds, path, info);
+              if (owned_only && owned_) {
+                // Chunk by chunk: the owned ones are scattered over the
+                // file. A cached chunk is a hit, nothing is read for it.
+                absl::Status s;
+                bool all_cached = true;
+                for (uint32_t c : owned) {
+                  Pinned pinned;
+                  s = PinChunks(*ds, path, c, 1, backend_, &pinned);
+                  for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+                  if (!s.ok()) break;
+                  all_cached = all_cached && pinned.hit;
+                }
+                finish_one(path, bytes, s, s.ok() && all_cached);
+                return;
+              }
               uint32_t count = tier_->ChunkCount(info.size);
               if (tier_->CachedChunks(*ds, path) == count) {
                 finish_one(path, info.size, absl::OkStatus(), true);
@@ -422,7 +456,8 @@ absl::Status CacheEngine::Warmup(
     progress.add_failures(absl::StrCat("listing: ", list_status.ToString()));
     progress.set_files_failed(progress.files_failed() + 1);
   }
-  DLC_LOG(INFO) << "warmup " << datasets_[*ds] << "/" << *prefix << ": "
+  DLC_LOG(INFO) << "warmup " << (owned_only ? "(owned chunks) " : "")
+                << datasets_[*ds] << "/" << *prefix << ": "
                 << progress.files_done() << " files ("
                 << progress.files_skipped() << " already cached), "
                 << progress.files_failed() << " failed, "

@@ -75,10 +75,31 @@ class CacheEngine {
   // with progress about every `period` and once at the end (done = true).
   // emit returning false cancels the warm-up. NOT_FOUND for an unknown
   // dataset or a missing prefix; INVALID_ARGUMENT for a bad prefix.
+  //
+  // owned_only (a node's share of a cluster warm-up): fills only the chunks
+  // the ownership filter (SetWarmupHooks) accepts; bytes in the progress
+  // count those chunks only, and a file is "skipped" when all of them were
+  // cached. Without a filter every chunk counts as owned.
+  // request.cluster() with a cluster hook set (and !owned_only) hands the
+  // whole call to that hook instead; without one it is the plain warm-up.
   absl::Status Warmup(
       const v1::WarmupRequest& request,
       const std::function<bool(const v1::WarmupProgress&)>& emit,
-      absl::Duration period = absl::Milliseconds(200));
+      absl::Duration period = absl::Milliseconds(200),
+      bool owned_only = false);
+
+  // Whether this node owns a chunk (evaluated per chunk, at warm-up time).
+  using ChunkFilter = std::function<bool(const ChunkId&)>;
+  // Runs a cluster warm-up (fan-out to every node, progress aggregated).
+  using ClusterWarmupFn = std::function<absl::Status(
+      const v1::WarmupRequest&,
+      const std::function<bool(const v1::WarmupProgress&)>&)>;
+  // Set by CacheServer on a multi-node server before it serves anything;
+  // not synchronised with Warmup calls. Either may be null.
+  void SetWarmupHooks(ChunkFilter owned, ClusterWarmupFn cluster) {
+    owned_ = std::move(owned);
+    cluster_warmup_ = std::move(cluster);
+  }
 
   absl::StatusOr<v1::EvictResponse> Evict(const v1::EvictRequest& request);
   // Memory side of Revalidate: stats every file the tier knows under the
@@ -142,6 +163,8 @@ class CacheEngine {
   std::vector<std::unique_ptr<Counters>> counters_;
   ThreadPool fill_pool_;
   ThreadPool prefetch_pool_;
+  ChunkFilter owned_;
+  ClusterWarmupFn cluster_warmup_;
 };
 
 }  // namespace dlcache

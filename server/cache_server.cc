@@ -5,10 +5,15 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/key.h"
 #include "common/logging.h"
@@ -26,6 +31,7 @@
 #include "server/source/source_backend.h"
 #include "server/tier/arena_manifest.h"
 #include "server/tier/memory_tier.h"
+#include "server/tier/deferred_backend.h"
 #include "server/tier/ssd_tier.h"
 #include "server/cluster/placement.h"
 
@@ -170,26 +176,13 @@ absl::Status CacheServer::Init() {
   // The chain that never asks peers: what this node answers peers from.
   ChunkBackend* local = sources_.get();
   if (!config_.ssd_dir.empty()) {
-    SsdTierOptions o;
-    o.dir = config_.ssd_dir;
-    o.capacity_bytes = config_.ssd_bytes;
-    o.chunk_size = config_.chunk_size;
-    o.verify_on_open = config_.ssd_verify_on_start;
-    o.clock = config_.clock;
-    absl::StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, local);
-    if (!ssd.ok()) {
-      return absl::Status(ssd.status().code(),
-                          absl::StrCat("SSD tier in ", config_.ssd_dir, ": ",
-                                       ssd.status().message()));
-    }
-    ssd_ = *std::move(ssd);
-    SsdTierStats st = ssd_->Stats();
-    DLC_LOG(INFO) << "ssd tier: " << config_.ssd_dir << ", " << st.chunks
-                  << " chunks (" << st.bytes << " bytes) on disk, capacity "
-                  << st.capacity_bytes;
+    absl::StatusOr<ChunkBackend*> ssd = InitSsd(local);
+    if (!ssd.ok()) return ssd.status();
     // Peers above the SSD: this node's SSD keeps its own share only, and
     // answers peers from it.
-    local = ssd_.get();
+    local = *ssd;
+  } else {
+    recovered_.Notify();
   }
   absl::StatusOr<ChunkBackend*> chain = InitCluster(local);
   if (!chain.ok()) return chain.status();
@@ -213,13 +206,16 @@ absl::Status CacheServer::Init() {
   cache_service_ =
       std::make_unique<CacheServiceImpl>(engine_.get(), arena_.get(), fd_path);
   AdminServiceImpl::SsdOps ssd_ops;
-  if (ssd_) {
-    SsdTier* ssd = ssd_.get();
+  if (!config_.ssd_dir.empty()) {
     SourceBackend* sources = sources_.get();
     uint32_t parallelism = config_.warmup_parallelism;
-    ssd_ops.sync = [ssd, sources, parallelism](
+    ssd_ops.sync = [this, sources, parallelism](
                        const v1::SyncRequest& req,
                        const AdminServiceImpl::ProgressFn& emit) {
+      SsdTier* ssd = this->ssd();
+      if (ssd == nullptr) {
+        return absl::UnavailableError("the SSD tier is still recovering");
+      }
       absl::StatusOr<Source*> source = sources->Find(req.dataset());
       if (!source.ok()) return source.status();
       return ssd->Sync(
@@ -240,8 +236,12 @@ absl::Status CacheServer::Init() {
             return emit(out);
           });
     };
-    ssd_ops.revalidate = [ssd, sources, this](const v1::RevalidateRequest& req,
-                                              v1::RevalidateResponse* out) {
+    ssd_ops.revalidate = [sources, this](const v1::RevalidateRequest& req,
+                                         v1::RevalidateResponse* out) {
+      SsdTier* ssd = this->ssd();
+      if (ssd == nullptr) {
+        return absl::UnavailableError("the SSD tier is still recovering");
+      }
       absl::StatusOr<Source*> source = sources->Find(req.dataset());
       if (!source.ok()) return source.status();
       SsdRevalidateResult r;
@@ -309,6 +309,53 @@ absl::Status CacheServer::Init() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
+  SsdTierOptions o;
+  o.dir = config_.ssd_dir;
+  o.capacity_bytes = config_.ssd_bytes;
+  o.chunk_size = config_.chunk_size;
+  o.verify_on_open = config_.ssd_verify_on_start;
+  o.clock = config_.clock;
+  auto open = [this, o, next]() -> absl::Status {
+    absl::StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, next);
+    if (!ssd.ok()) {
+      return absl::Status(ssd.status().code(),
+                          absl::StrCat("SSD tier in ", config_.ssd_dir, ": ",
+                                       ssd.status().message()));
+    }
+    ssd_ = *std::move(ssd);
+    ssd_ptr_.store(ssd_.get(), std::memory_order_release);
+    SsdTierStats st = ssd_->Stats();
+    DLC_LOG(INFO) << "ssd tier: " << config_.ssd_dir << ", " << st.chunks
+                  << " chunks (" << st.bytes << " bytes) on disk";
+    return absl::OkStatus();
+  };
+  if (!config_.ssd_verify_on_start) {
+    // Checksums are verified lazily, on each read: opening is quick.
+    absl::Status s = open();
+    recovered_.Notify();
+    if (!s.ok()) return s;
+    return ssd_.get();
+  }
+  // Eager verification reads every chunk: serve memory hits meanwhile and
+  // let misses wait for the tier (RECOVERING).
+  deferred_ = std::make_unique<DeferredBackend>(absl::Minutes(10));
+  recovery_ = std::thread([this, open, next] {
+    DLC_LOG(INFO) << "RECOVERING: verifying the SSD tier in "
+                  << config_.ssd_dir;
+    absl::Status s = open();
+    if (!s.ok()) {
+      DLC_LOG(ERROR) << s << "; serving without the SSD tier";
+      deferred_->Set(next);
+    } else {
+      deferred_->Set(ssd_.get());
+    }
+    DLC_LOG(INFO) << "SERVING";
+    recovered_.Notify();
+  });
+  return deferred_.get();
+}
+
 absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   if (config_.peers.empty() && config_.peer_dns.empty()) return local;
   if (config_.peer_address.empty()) {
@@ -334,6 +381,17 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
       Membership::Create(std::move(m));
   if (!membership.ok()) return membership.status();
   membership_ = *std::move(membership);
+  self_id_ = self->id;
+  if (!membership_->SelfListed()) {
+    DLC_LOG(WARNING)
+        << "cluster: this node's id " << self->id
+        << " is not among the nodes --peers"
+        << (config_.peer_dns.empty() ? "" : "/--peer_dns") << " list ("
+        << membership_->placement()->size() - 1
+        << " other(s)); the other nodes will not route its share to it. "
+           "--node_id must be host:port exactly as peers see this node "
+           "(in Kubernetes $(POD_IP):port, matching --peer_dns)";
+  }
   membership_->StartRefresh();
   PeerClientOptions client;
   client.token = config_.peer_token;
@@ -354,6 +412,17 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
   PeerServiceImpl::Options o;
   o.token = config_.peer_token;
   CacheEngine* engine = engine_.get();
+  Membership* membership = membership_.get();
+  engine->SetWarmupHooks(
+      [membership, self = self_id_](const ChunkId& id) {
+        const std::shared_ptr<const Placement> p = membership->placement();
+        const ClusterNode* owner = p->Owner(id);
+        return owner == nullptr || owner->id == self;
+      },
+      [this](const v1::WarmupRequest& request,
+             const std::function<bool(const v1::WarmupProgress&)>& emit) {
+        return ClusterWarmup(request, emit);
+      });
   peer_service_ = std::make_unique<PeerServiceImpl>(
       o,
       [engine, local](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
@@ -361,6 +430,11 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
       },
       [engine, local](absl::string_view dataset, absl::string_view path) {
         return engine->StatVia(dataset, path, local);
+      },
+      [engine](const v1::WarmupRequest& request,
+               const std::function<bool(const v1::WarmupProgress&)>& emit) {
+        return engine->Warmup(request, emit, absl::Milliseconds(200),
+                              /*owned_only=*/true);
       });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.peer_address,
@@ -374,6 +448,137 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
   }
   DLC_LOG(INFO) << "peers: serving on " << config_.peer_address << " (port "
                 << peer_port_ << ")";
+  return absl::OkStatus();
+}
+
+absl::Status CacheServer::ClusterWarmup(
+    const v1::WarmupRequest& request,
+    const std::function<bool(const v1::WarmupProgress&)>& emit) {
+  // Bad names fail here, once, rather than on every node.
+  absl::StatusOr<uint32_t> ds = engine_->DatasetId(request.dataset());
+  if (!ds.ok()) return ds.status();
+  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  if (!prefix.ok()) return prefix.status();
+  // One node set for the whole warm-up: each share is asked of the node
+  // that owns it in this snapshot.
+  const std::shared_ptr<const Placement> placement = membership_->placement();
+  v1::WarmupRequest share_request = request;
+  share_request.set_cluster(false);
+  struct Share {
+    const ClusterNode* node = nullptr;
+    v1::WarmupProgress last;
+    bool finished = false;
+    absl::Status status;
+  };
+  const absl::Time start = absl::Now();
+  absl::Mutex mu;
+  std::vector<Share> shares;  // guarded by mu (after the threads start)
+  bool cancelled = false;     // guarded by mu
+  for (const ClusterNode& n : placement->nodes()) {
+    shares.emplace_back();
+    shares.back().node = &n;
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto on_progress = [&](const v1::WarmupProgress& p) {
+        absl::MutexLock lock(&mu);
+        shares[i].last = p;
+        return !cancelled;
+      };
+      const ClusterNode& node = *shares[i].node;
+      absl::Status s;
+      if (node.id == self_id_) {
+        s = engine_->Warmup(share_request, on_progress,
+                            absl::Milliseconds(200), /*owned_only=*/true);
+      } else {
+        s = connector_->Connect(node.address)
+                ->WarmupShare(share_request, on_progress,
+                              absl::InfiniteDuration());
+      }
+      absl::MutexLock lock(&mu);
+      shares[i].finished = true;
+      shares[i].status = s;
+    });
+  }
+  // Files are listed by every node; a file is done once every share of it
+  // is. Bytes are disjoint shares and add up.
+  auto merge = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    v1::WarmupProgress out;
+    bool all_done = true, all_listed = true, first = true;
+    uint64_t failed = 0;
+    for (const Share& sh : shares) {
+      const v1::WarmupProgress& p = sh.last;
+      out.set_files_total(std::max(out.files_total(), p.files_total()));
+      out.set_bytes_total(out.bytes_total() + p.bytes_total());
+      out.set_bytes_done(out.bytes_done() + p.bytes_done());
+      all_done = all_done && sh.finished;
+      if (!sh.status.ok()) {
+        // A node that failed leaves its share of every file not done.
+        failed = std::max<uint64_t>(
+            failed, std::max<uint64_t>(1, p.files_total() - p.files_done()));
+        if (out.failures_size() < 20) {
+          out.add_failures(absl::StrCat("node ", sh.node->id, ": ",
+                                        sh.status.ToString()));
+        }
+        continue;
+      }
+      all_listed = all_listed && p.listing_done();
+      failed = std::max(failed, p.files_failed());
+      out.set_files_done(first ? p.files_done()
+                               : std::min(out.files_done(), p.files_done()));
+      out.set_files_skipped(first ? p.files_skipped()
+                                  : std::min(out.files_skipped(),
+                                             p.files_skipped()));
+      first = false;
+      for (const std::string& f : p.failures()) {
+        if (out.failures_size() >= 20) break;
+        out.add_failures(absl::StrCat("node ", sh.node->id, ": ", f));
+      }
+    }
+    out.set_files_failed(failed);
+    out.set_listing_done(all_listed);
+    out.set_done(all_done);
+    out.set_elapsed_s(absl::ToDoubleSeconds(absl::Now() - start));
+    return out;
+  };
+  v1::WarmupProgress progress;
+  for (;;) {
+    bool finished;
+    {
+      absl::MutexLock lock(&mu);
+      auto all_finished = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        for (const Share& sh : shares) {
+          if (!sh.finished) return false;
+        }
+        return true;
+      };
+      mu.AwaitWithTimeout(absl::Condition(&all_finished),
+                          absl::Milliseconds(200));
+      finished = all_finished();
+      progress = merge();
+    }
+    if (finished) break;
+    if (!emit(progress)) {
+      absl::MutexLock lock(&mu);
+      cancelled = true;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Share& sh : shares) {
+    // This node's own answer (e.g. a missing prefix) is the call's answer;
+    // the other nodes would have said the same.
+    if (sh.node->id == self_id_ && !sh.status.ok() &&
+        !absl::IsCancelled(sh.status)) {
+      return sh.status;
+    }
+  }
+  DLC_LOG(INFO) << "cluster warmup " << request.dataset() << "/" << *prefix
+                << " on " << shares.size() << " node(s): "
+                << progress.files_done() << " files, " << progress.bytes_done()
+                << " bytes, " << progress.files_failed() << " failed in "
+                << progress.elapsed_s() << " s";
+  emit(progress);
   return absl::OkStatus();
 }
 
@@ -394,6 +599,7 @@ void CacheServer::Shutdown() {
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (peer_server_) peer_server_->Shutdown(deadline);
   if (fd_server_) fd_server_->Stop();
+  if (recovery_.joinable()) recovery_.join();
   metrics_.reset();
   if (grpc_server_) ::unlink(config_.socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
@@ -420,7 +626,9 @@ int CacheServer::metrics_port() const {
 
 v1::StatusResponse CacheServer::StatusNow() const {
   v1::StatusResponse r;
-  r.set_state(shutdown_.HasBeenNotified() ? "DRAINING" : "SERVING");
+  r.set_state(shutdown_.HasBeenNotified()    ? "DRAINING"
+              : !recovered_.HasBeenNotified() ? "RECOVERING"
+                                              : "SERVING");
   r.set_version(kVersion);
   r.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_time_));
   r.set_socket_path(config_.socket_path);
@@ -436,8 +644,8 @@ v1::StatusResponse CacheServer::StatusNow() const {
     r.set_cached_chunks(t.cached_chunks);
   }
   if (arena_) r.set_segments(arena_->segment_count());
-  if (ssd_) {
-    SsdTierStats st = ssd_->Stats();
+  if (SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire)) {
+    SsdTierStats st = ssd->Stats();
     v1::SsdStatus* out = r.mutable_ssd();
     out->set_enabled(true);
     out->set_dir(config_.ssd_dir);
@@ -455,8 +663,33 @@ v1::StatusResponse CacheServer::StatusNow() const {
   if (membership_) {
     r.set_node_id(config_.node_id.empty() ? config_.peer_address
                                           : config_.node_id);
-    for (const ClusterNode& n : membership_->placement()->nodes()) {
+    std::shared_ptr<const Placement> placement = membership_->placement();
+    for (const ClusterNode& n : placement->nodes()) {
       r.add_peers(n.address);
+    }
+    v1::ClusterStatus* c = r.mutable_cluster();
+    c->set_enabled(true);
+    c->set_self_in_placement(membership_->SelfListed());
+    c->set_nodes(placement->size());
+    if (router_) {
+      PeerRouter::Stats rs = router_->stats();
+      c->set_local_reads(rs.local_reads);
+      c->set_peer_reads(rs.peer_reads);
+      c->set_peer_bytes(rs.peer_bytes);
+      c->set_fallbacks(rs.fallbacks);
+      c->set_skipped_down(rs.skipped_down);
+      c->set_local_stats(rs.local_stats);
+      c->set_peer_stats(rs.peer_stats);
+      c->set_stat_fallbacks(rs.stat_fallbacks);
+    }
+    if (peer_service_) {
+      PeerServiceImpl::Stats ps = peer_service_->stats();
+      c->set_served_fetches(ps.fetches);
+      c->set_served_fetch_errors(ps.fetch_errors);
+      c->set_served_bytes(ps.bytes_sent);
+      c->set_served_stats(ps.stats);
+      c->set_unauthenticated(ps.unauthenticated);
+      c->set_serving_in_flight(ps.in_flight);
     }
   }
   for (const DatasetConfig& d : config_.datasets) {

@@ -2,7 +2,10 @@
 #define DLCACHE_SERVER_CACHE_SERVER_H_
 
 #include <memory>
+#include <atomic>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -29,6 +32,7 @@ class PeerRouter;
 class PeerServiceImpl;
 class SourceBackend;
 class SsdTier;
+class DeferredBackend;
 
 // A whole dlcached: arena, memory tier, backend chain, engine, gRPC services
 // on the Unix socket (and the optional TCP admin address), the segment-fd
@@ -58,8 +62,10 @@ class CacheServer {
   // Null when single-node.
   Membership* membership() { return membership_.get(); }
   PeerRouter* peer_router() { return router_.get(); }
-  // Null without --ssd_dir.
-  SsdTier* ssd() { return ssd_.get(); }
+  // Null without --ssd_dir, and while the SSD tier is still recovering.
+  SsdTier* ssd() { return ssd_ptr_.load(std::memory_order_acquire); }
+  // Blocks until the SSD tier (if any) has finished recovering.
+  void WaitRecovered() { recovered_.WaitForNotification(); }
   v1::StatusResponse StatusNow() const;
 
  private:
@@ -68,7 +74,18 @@ class CacheServer {
   // Builds membership and the peer router on top of `local` (the chain
   // that never asks peers); returns the chain local clients fill through.
   absl::StatusOr<ChunkBackend*> InitCluster(ChunkBackend* local);
+  // Opens the SSD tier above `next`; with --ssd_verify_on_start in the
+  // background (the server is RECOVERING until it is done). Returns the
+  // layer to put in the chain.
+  absl::StatusOr<ChunkBackend*> InitSsd(ChunkBackend* next);
   absl::Status StartPeerService(ChunkBackend* local);
+  // AdminService.Warmup with cluster = true: every node of the current
+  // placement (this one included) fills the chunks it owns; their progress
+  // streams are merged into one. A node that fails is reported in the
+  // progress (failures, files_failed), not as the call's status.
+  absl::Status ClusterWarmup(
+      const v1::WarmupRequest& request,
+      const std::function<bool(const v1::WarmupProgress&)>& emit);
 
   ServerConfig config_;
   absl::Time start_time_;
@@ -76,7 +93,12 @@ class CacheServer {
   std::unique_ptr<MemoryTier> tier_;
   std::unique_ptr<SourceBackend> sources_;
   std::unique_ptr<SsdTier> ssd_;
+  std::atomic<SsdTier*> ssd_ptr_{nullptr};
+  std::unique_ptr<DeferredBackend> deferred_;
+  std::thread recovery_;
+  absl::Notification recovered_;
   std::unique_ptr<Membership> membership_;
+  std::string self_id_;  // this node's id in the placement (multi-node)
   std::unique_ptr<PeerConnector> connector_;
   std::unique_ptr<PeerRouter> router_;
   std::unique_ptr<CacheEngine> engine_;

@@ -124,8 +124,18 @@ absl::Status FetchRun(int sock, const std::string& path, uint64_t session_id,
 absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Fetch(
     const std::string& fd_socket_path, uint64_t session_id,
     absl::Span<const SegmentSpec> segments, absl::Duration timeout) {
-  if (absl::Status st = ValidateSpecs(segments); !st.ok()) return st;
   std::vector<SegmentSpec> sorted(segments.begin(), segments.end());
+  absl::StatusOr<std::vector<UniqueFd>> fds =
+      FetchFds(fd_socket_path, session_id, &sorted, timeout);
+  if (!fds.ok()) return fds.status();
+  return Map(sorted, *fds);
+}
+
+absl::StatusOr<std::vector<UniqueFd>> SegmentMap::FetchFds(
+    const std::string& fd_socket_path, uint64_t session_id,
+    std::vector<SegmentSpec>* segments, absl::Duration timeout) {
+  if (absl::Status st = ValidateSpecs(*segments); !st.ok()) return st;
+  std::vector<SegmentSpec>& sorted = *segments;
   std::sort(sorted.begin(), sorted.end(),
             [](const SegmentSpec& a, const SegmentSpec& b) {
               return a.id < b.id;
@@ -159,7 +169,28 @@ absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Fetch(
     if (!st.ok()) return st;
     begin = end;
   }
-  return Map(sorted, fds);
+  return fds;
+}
+
+bool SegmentMap::MapsSameFiles(absl::Span<const SegmentSpec> segments,
+                               absl::Span<const UniqueFd> fds) const {
+  if (segments.size() != segments_.size() || fds.size() != segments.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const SegmentMapping* m =
+        segments[i].id < by_id_.size() ? &by_id_[segments[i].id] : nullptr;
+    if (m == nullptr || m->base == nullptr || m->size != segments[i].size) {
+      return false;
+    }
+    struct stat st;
+    if (::fstat(fds[i].get(), &st) != 0 ||
+        static_cast<uint64_t>(st.st_dev) != m->device ||
+        static_cast<uint64_t>(st.st_ino) != m->inode) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Map(
@@ -191,8 +222,10 @@ absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Map(
           "mmap of segment ", s.id, " (", s.size, " bytes, read-only): ",
           strerror(errno)));
     }
-    map->segments_.push_back(
-        {s.id, static_cast<const std::byte*>(p), static_cast<size_t>(s.size)});
+    map->segments_.push_back({s.id, static_cast<const std::byte*>(p),
+                              static_cast<size_t>(s.size),
+                              static_cast<uint64_t>(st.st_dev),
+                              static_cast<uint64_t>(st.st_ino)});
     max_id = std::max(max_id, s.id);
   }
   std::sort(map->segments_.begin(), map->segments_.end(),

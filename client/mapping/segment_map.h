@@ -25,6 +25,10 @@ struct SegmentMapping {
   uint32_t id = 0;
   const std::byte* base = nullptr;
   size_t size = 0;
+  // The mapped file, to tell whether a restarted server serves the same
+  // files (a re-adopted arena) or new ones.
+  uint64_t device = 0;
+  uint64_t inode = 0;
 };
 
 // The client's read-only view of the server's shared-memory arena: every
@@ -50,6 +54,13 @@ class SegmentMap {
       absl::Span<const SegmentSpec> segments,
       absl::Duration timeout = absl::Seconds(10));
 
+  // The first half of Fetch: the fds, without mapping them. `segments` is
+  // sorted by id in place; fds[i] holds (*segments)[i]. Same error codes.
+  static absl::StatusOr<std::vector<UniqueFd>> FetchFds(
+      const std::string& fd_socket_path, uint64_t session_id,
+      std::vector<SegmentSpec>* segments,
+      absl::Duration timeout = absl::Seconds(10));
+
   // Maps already received fds: fds[i] holds segments[i]. Checks with
   // fstat() that every file is at least as large as announced (a mapping
   // past EOF would SIGBUS on access). Same error codes as Fetch.
@@ -73,6 +84,13 @@ class SegmentMap {
     }
     return m.base + offset;
   }
+
+  // Whether this map already maps exactly these files: the same segment
+  // ids and sizes, and fds[i] the same file (device and inode) as the
+  // mapping of segments[i]. A server that re-adopted its arena hands out
+  // new fds of the same files, whose existing mappings stay right.
+  bool MapsSameFiles(absl::Span<const SegmentSpec> segments,
+                     absl::Span<const UniqueFd> fds) const;
 
   // The mappings in id order.
   const std::vector<SegmentMapping>& segments() const { return segments_; }

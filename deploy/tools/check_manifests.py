@@ -41,8 +41,9 @@ DLCACHED_FLAGS = {
     "socket", "shm_dir", "arena_bytes", "segment_bytes", "chunk_size",
     "keep_arena", "source", "dataset", "fill_threads", "warmup_parallelism",
     "metrics_address", "admin_address", "log_level",
-    "ssd_dir", "ssd_bytes", "node_id", "peer_address", "peer_dns",
-    "peer_token_file", "flagfile",
+    "ssd_dir", "ssd_bytes", "ssd_verify_on_start", "node_id",
+    "peer_address", "peers", "peer_dns", "peer_token_file", "peer_timeout",
+    "flagfile",
 }
 # Defined by absl itself, not by an ABSL_FLAG of ours.
 ABSL_BUILTIN_FLAGS = {"flagfile", "fromenv", "tryfromenv", "undefok"}
@@ -61,8 +62,7 @@ DLCACHECTL_DEFAULT_TIMEOUT_S = 10
 # Flags the manifests already use whose implementation is still to land
 # (SSD tier: issue 3; peers: issue 5). A source tree or binary without them
 # gets a warning, not a failure. Empty these sets once they are in.
-PENDING_DLCACHED_FLAGS = {"ssd_dir", "ssd_bytes", "node_id", "peer_address",
-                          "peer_dns", "peer_token_file"}
+PENDING_DLCACHED_FLAGS = set()
 PENDING_DLCACHECTL_FLAGS = {"cluster"}
 
 # Memory the process needs besides the arena (gRPC, index, fill buffers,
@@ -377,7 +377,10 @@ class Checker:
             {k: re.sub(r"\$\((\w+)\)", "x", v) for k, v in flags.items()},
             where + " flags")
         if "node_id" not in argflags:
-            self.error(where, "--node_id=$(NODE_NAME) must be in args")
+            self.error(where, "--node_id=$(POD_IP):<peer port> must be in "
+                       "args")
+        else:
+            self.check_node_id(where, c, argflags["node_id"], flags)
 
         flagfile = argflags.get("flagfile")
         if not flagfile:
@@ -487,6 +490,26 @@ class Checker:
                            "%d MiB overhead" % (kind, res[kind]["memory"],
                                                 flags.get("arena_bytes"),
                                                 MIN_OVERHEAD_BYTES >> 20))
+
+    def check_node_id(self, where, c, node_id, flags):
+        # Placement hashes node ids and DNS lists pods as IP:port, so the id
+        # must be that same pod-IP:peer-port or the node counts twice.
+        m = re.fullmatch(r"\$\((\w+)\):(\d+)", node_id)
+        if not m:
+            self.error(where, "--node_id=%s is not $(POD_IP):<peer port>, the "
+                       "address --peer_dns resolves this pod to" % node_id)
+            return
+        var, port = m.group(1), int(m.group(2))
+        env = {e.get("name"): e for e in c.get("env") or []}
+        path = (((env.get(var) or {}).get("valueFrom") or {})
+                .get("fieldRef") or {}).get("fieldPath")
+        if path != "status.podIP":
+            self.error(where, "--node_id uses $(%s), which is not the pod IP "
+                       "(env %s from fieldRef status.podIP)" % (var, var))
+        peer = parse_host_port(flags.get("peer_address", "") or "")
+        if peer and peer[1] != port:
+            self.error(where, "--node_id port %d is not the --peer_address "
+                       "port %d" % (port, peer[1]))
 
     def check_ports(self, where, c, flags, svc, tmpl):
         ports = {p.get("containerPort"): p.get("name")
@@ -743,6 +766,17 @@ def self_test(docs):
         "flagfile not from configmap": lambda d: ds_container(d).update(
             args=["--flagfile=/tmp/dlcached.flags"] +
             ds_container(d)["args"][1:]),
+        "node_id is the node name": lambda d: ds_container(d).update(
+            args=[a if not a.startswith("--node_id=")
+                  else "--node_id=$(NODE_NAME)"
+                  for a in ds_container(d)["args"]]),
+        "node_id on another port": lambda d: ds_container(d).update(
+            args=[a if not a.startswith("--node_id=")
+                  else "--node_id=$(POD_IP):7071"
+                  for a in ds_container(d)["args"]]),
+        "POD_IP not the pod IP": lambda d: [
+            e["valueFrom"]["fieldRef"].update(fieldPath="spec.nodeName")
+            for e in ds_container(d)["env"] if e["name"] == "POD_IP"],
         "node_id in flagfile": lambda d: cm(d).update(
             {FLAGFILE_KEY: cm(d)[FLAGFILE_KEY] + "--node_id=a\n"}),
         "warmup of unknown dataset": lambda d: [

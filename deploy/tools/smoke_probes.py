@@ -75,8 +75,11 @@ def rewrite_flags(text, tmp, shm, known):
             value = os.path.join(tmp, "token")
             with open(value, "w") as f:
                 f.write("smoke-test-token\n")
-        elif name in ("arena_bytes", "ssd_bytes"):
+        elif name == "arena_bytes":
             value = SMALL
+        elif name == "ssd_bytes":
+            # The SSD tier needs room for at least one of its data files.
+            value = "512MiB"
         elif name == "segment_bytes":
             value = "16MiB"
         elif name in ("metrics_address", "admin_address", "peer_address"):
@@ -142,7 +145,8 @@ def main():
         local_socket = os.path.join(tmp, "run", "dlcached.sock")
         args = [dlcached, "--flagfile=" + flagfile]
         if "node_id" in known:
-            args.append("--node_id=smoke")
+            # host:port as peers would reach it (unused: no --peer_dns).
+            args.append("--node_id=127.0.0.1:7070")
         log = open(os.path.join(tmp, "dlcached.log"), "w+")
         server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         keep_arena = "keep_arena" in known and \

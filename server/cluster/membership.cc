@@ -210,6 +210,17 @@ void Membership::PublishLocked() {
   if (options_.on_change) options_.on_change(next);
 }
 
+bool Membership::SelfListed() const {
+  if (options_.self.id.empty()) return true;
+  absl::MutexLock lock(&update_mu_);
+  for (const std::vector<ClusterNode>* list : {&static_, &dns_nodes_}) {
+    for (const ClusterNode& n : *list) {
+      if (n.id == options_.self.id) return true;
+    }
+  }
+  return false;
+}
+
 void Membership::StartRefresh() {
   if (dns_host_.empty()) return;
   {

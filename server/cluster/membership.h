@@ -87,6 +87,13 @@ class Membership {
   // node set changed.
   void SetStaticNodes(std::vector<ClusterNode> nodes);
 
+  // Whether the static entries or the DNS answer list self's id (not just
+  // the self entry this object adds). False means the other nodes do not
+  // know this node under its id: --node_id differs from what --peers or
+  // --peer_dns give (a pod name vs. its IP, another port), so the cluster
+  // would see it twice, or not at all. True without a self entry.
+  bool SelfListed() const;
+
   // Starts re-resolving every refresh_interval in a background thread.
   // No-op without a DNS name or when already started.
   void StartRefresh();
@@ -103,7 +110,7 @@ class Membership {
   std::string dns_port_;
 
   // Serialises updates, so snapshots and callbacks come in order.
-  absl::Mutex update_mu_;
+  mutable absl::Mutex update_mu_;
   std::vector<ClusterNode> static_ ABSL_GUARDED_BY(update_mu_);
   std::vector<ClusterNode> dns_nodes_ ABSL_GUARDED_BY(update_mu_);
 

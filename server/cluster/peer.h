@@ -2,6 +2,7 @@
 #define DLCACHE_SERVER_CLUSTER_PEER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -9,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "dlcache/v1/admin.pb.h"
 #include "server/source/source.h"
 #include "server/tier/chunk_backend.h"
 
@@ -40,6 +42,23 @@ class Peer {
   virtual absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
                                             absl::string_view path,
                                             absl::Duration timeout) = 0;
+
+  // Progress of a peer's share of a cluster warm-up; returning false
+  // cancels the peer's warm-up.
+  using WarmupProgressFn = std::function<bool(const v1::WarmupProgress&)>;
+  // Runs the peer's owner-only warm-up (PeerService.WarmupShare) and calls
+  // on_progress with each progress message it streams, the last one with
+  // done = true. Blocks until the peer finished, for at most `timeout`
+  // (InfiniteDuration: no deadline; a warm-up of a large dataset takes
+  // long, and progress keeps coming). UNAVAILABLE (peer down),
+  // DEADLINE_EXCEEDED, UNAUTHENTICATED, CANCELLED (on_progress returned
+  // false), or the peer's answer (NOT_FOUND, ...). The default is
+  // UNIMPLEMENTED, for peers that cannot warm up.
+  virtual absl::Status WarmupShare(const v1::WarmupRequest& request,
+                                   const WarmupProgressFn& on_progress,
+                                   absl::Duration timeout) {
+    return absl::UnimplementedError("this peer cannot warm up");
+  }
 };
 
 // Makes Peer connections by address ("host:port"). Connecting does not

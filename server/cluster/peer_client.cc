@@ -169,6 +169,31 @@ absl::StatusOr<FileInfo> PeerClient::StatFile(absl::string_view dataset,
   return info;
 }
 
+absl::Status PeerClient::WarmupShare(const v1::WarmupRequest& request,
+                                     const WarmupProgressFn& on_progress,
+                                     absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, impl_->token, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader(
+      impl_->stub->WarmupShare(&ctx, request));
+  v1::WarmupProgress progress;
+  bool cancelled = false;
+  while (reader->Read(&progress)) {
+    if (!on_progress(progress)) {
+      cancelled = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (cancelled) {
+    return absl::CancelledError(
+        absl::StrCat("peer ", address_, ": warm-up cancelled"));
+  }
+  if (!status.ok()) return impl_->PeerError(address_, status);
+  return absl::OkStatus();
+}
+
 std::shared_ptr<Peer> GrpcPeerConnector::Connect(absl::string_view address) {
   return std::make_shared<PeerClient>(std::string(address), options_);
 }

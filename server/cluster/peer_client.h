@@ -42,6 +42,9 @@ class PeerClient : public Peer {
   absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
                                     absl::string_view path,
                                     absl::Duration timeout) override;
+  absl::Status WarmupShare(const v1::WarmupRequest& request,
+                           const WarmupProgressFn& on_progress,
+                           absl::Duration timeout) override;
 
   const std::string& address() const { return address_; }
 

@@ -76,10 +76,12 @@ constexpr absl::Duration kSliceReleaseGuard = absl::Seconds(60);
 
 class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
  public:
-  GrpcService(Options options, ReadLocalFn read_local, StatLocalFn stat_local)
+  GrpcService(Options options, ReadLocalFn read_local, StatLocalFn stat_local,
+              WarmupShareFn warmup_share)
       : options_(std::move(options)),
         read_local_(std::move(read_local)),
-        stat_local_(std::move(stat_local)) {
+        stat_local_(std::move(stat_local)),
+        warmup_share_(std::move(warmup_share)) {
     options_.piece_bytes = std::max<size_t>(options_.piece_bytes, 4096);
     // Serve FetchChunk as a split stream of raw byte buffers: the response
     // messages are built from slices over the chunk's bytes instead of
@@ -112,8 +114,25 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status WarmupShare(
+      grpc::ServerContext* ctx, const v1::WarmupRequest* request,
+      grpc::ServerWriter<v1::WarmupProgress>* writer) override {
+    if (!Authorized(ctx)) return Unauthenticated();
+    if (!warmup_share_) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "this node does not take warm-up shares");
+    }
+    warmups_.fetch_add(1, std::memory_order_relaxed);
+    absl::Status s = warmup_share_(
+        *request, [&](const v1::WarmupProgress& progress) {
+          return !ctx->IsCancelled() && writer->Write(progress);
+        });
+    return ToGrpcStatus(s);
+  }
+
   Stats stats() const {
     Stats s;
+    s.warmups = warmups_.load(std::memory_order_relaxed);
     s.fetches = fetches_.load(std::memory_order_relaxed);
     s.fetch_errors = fetch_errors_.load(std::memory_order_relaxed);
     s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
@@ -246,6 +265,8 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
   Options options_;
   const ReadLocalFn read_local_;
   const StatLocalFn stat_local_;
+  const WarmupShareFn warmup_share_;
+  std::atomic<uint64_t> warmups_{0};
   std::atomic<uint64_t> fetches_{0};
   std::atomic<uint64_t> fetch_errors_{0};
   std::atomic<uint64_t> bytes_sent_{0};
@@ -255,9 +276,11 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
 };
 
 PeerServiceImpl::PeerServiceImpl(Options options, ReadLocalFn read_local,
-                                 StatLocalFn stat_local)
+                                 StatLocalFn stat_local,
+                                 WarmupShareFn warmup_share)
     : service_(std::make_unique<GrpcService>(
-          std::move(options), std::move(read_local), std::move(stat_local))) {}
+          std::move(options), std::move(read_local), std::move(stat_local),
+          std::move(warmup_share))) {}
 
 PeerServiceImpl::~PeerServiceImpl() = default;
 

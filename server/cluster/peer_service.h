@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "dlcache/v1/admin.pb.h"
 #include "server/source/source.h"
 #include "server/tier/chunk_backend.h"
 
@@ -22,7 +23,8 @@ class Service;
 
 namespace dlcache {
 
-// Serves dlcache.v1.PeerService (FetchChunk, StatFile) to the other nodes,
+// Serves dlcache.v1.PeerService (FetchChunk, StatFile, WarmupShare) to the
+// other nodes,
 // by calling the functions given at construction. Register service() with a
 // grpc::ServerBuilder listening on TCP.
 //
@@ -64,14 +66,23 @@ class PeerServiceImpl {
   using StatLocalFn = std::function<absl::StatusOr<FileInfo>(
       absl::string_view dataset, absl::string_view path)>;
 
+  // Runs this node's owner-only warm-up (see WarmupShare in peer.proto),
+  // calling emit with progress; emit returns false once the asker went
+  // away, and the warm-up should then stop. NOT_FOUND, INVALID_ARGUMENT.
+  using WarmupShareFn = std::function<absl::Status(
+      const v1::WarmupRequest& request,
+      const std::function<bool(const v1::WarmupProgress&)>& emit)>;
+
   struct Options {
     std::string token;  // empty = no authentication
     size_t piece_bytes = 1 << 20;
     bool zero_copy = false;
   };
 
+  // Without warmup_share, WarmupShare answers UNIMPLEMENTED.
   PeerServiceImpl(Options options, ReadLocalFn read_local,
-                  StatLocalFn stat_local);
+                  StatLocalFn stat_local,
+                  WarmupShareFn warmup_share = nullptr);
   ~PeerServiceImpl();
 
   PeerServiceImpl(const PeerServiceImpl&) = delete;
@@ -87,6 +98,7 @@ class PeerServiceImpl {
     uint64_t stats = 0;          // StatFile calls
     uint64_t unauthenticated = 0;
     uint64_t in_flight = 0;      // FetchChunk calls running now
+    uint64_t warmups = 0;        // WarmupShare calls
   };
   Stats stats() const;
 

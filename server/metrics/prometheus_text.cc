@@ -18,6 +18,51 @@ void Gauge(std::string* out, const char* name, const char* help, double value) {
                   " gauge\n", name, " ", value, "\n");
 }
 
+void Counter(std::string* out, const char* name, const char* help,
+             uint64_t value) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
+                  " counter\n", name, " ", value, "\n");
+}
+
+// Peer traffic, only on a multi-node server.
+void Cluster(std::string* out, const v1::ClusterStatus& c) {
+  Gauge(out, "dlcache_cluster_nodes", "Nodes in the current placement",
+        c.nodes());
+  Gauge(out, "dlcache_cluster_self_listed",
+        "1 when --peers/--peer_dns list this node's --node_id",
+        c.self_in_placement() ? 1 : 0);
+  Counter(out, "dlcache_peer_local_reads_total",
+          "Owned chunks read from this node's own tiers and source",
+          c.local_reads());
+  Counter(out, "dlcache_peer_reads_total", "Chunks fetched from their owner",
+          c.peer_reads());
+  Counter(out, "dlcache_peer_read_bytes_total",
+          "Chunk bytes fetched from owners", c.peer_bytes());
+  Counter(out, "dlcache_peer_fallbacks_total",
+          "Chunks read locally because the owner failed or was skipped",
+          c.fallbacks());
+  Counter(out, "dlcache_peer_skipped_down_total",
+          "Fallbacks because the owner was marked down", c.skipped_down());
+  Counter(out, "dlcache_peer_stat_fallbacks_total",
+          "File stats answered locally because the owner failed",
+          c.stat_fallbacks());
+  Counter(out, "dlcache_peer_served_fetches_total",
+          "Chunk fetches this node answered for peers", c.served_fetches());
+  Counter(out, "dlcache_peer_served_fetch_errors_total",
+          "Chunk fetches from peers answered with an error",
+          c.served_fetch_errors());
+  Counter(out, "dlcache_peer_served_bytes_total",
+          "Chunk bytes sent to peers", c.served_bytes());
+  Counter(out, "dlcache_peer_served_stats_total",
+          "File stats answered for peers", c.served_stats());
+  Counter(out, "dlcache_peer_unauthenticated_total",
+          "Peer calls refused for a missing or wrong token",
+          c.unauthenticated());
+  Gauge(out, "dlcache_peer_serving_in_flight",
+        "Chunk fetches from peers being answered now",
+        c.serving_in_flight());
+}
+
 void PerDataset(std::string* out, const v1::StatsResponse& stats,
                 const char* name, const char* type, const char* help,
                 const std::function<uint64_t(const v1::DatasetStats&)>& get) {
@@ -76,6 +121,7 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
   PerDataset(&out, stats, "dlcache_leased_bytes", "gauge",
              "Bytes pinned by leases",
              [](const D& d) { return d.leased_bytes(); });
+  if (status.cluster().enabled()) Cluster(&out, status.cluster());
   return out;
 }
 

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +25,8 @@
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/synchronization/notification.h"
+#include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
 
@@ -66,11 +70,13 @@ class ClientIntegrationTest : public ::testing::Test {
     server_ = *std::move(s);
   }
 
-  std::unique_ptr<Client> Connect() {
+  std::unique_ptr<Client> Connect(
+      absl::Duration rpc_timeout = absl::Seconds(60)) {
     ClientOptions o;
     o.socket_path = server_->socket_path();
     o.client_name = "client-integration-test";
     o.connect_timeout = absl::Seconds(10);
+    o.rpc_timeout = rpc_timeout;
     auto c = Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *std::move(c) : nullptr;
@@ -295,14 +301,16 @@ TEST_F(ClientIntegrationTest, KilledClientProcessHasItsLeasesReleased) {
 
 TEST_F(ClientIntegrationTest, ServerShutdownMakesTheClientUnavailable) {
   server_->WriteFile("ds", "f", "kept bytes");
-  auto client = Connect();
+  auto client = Connect(absl::Milliseconds(500));
   ASSERT_NE(client, nullptr);
   auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(batch.ok()) << batch.status();
   server_.reset();
   EXPECT_TRUE(Eventually([&] { return !client->session_status().ok(); }));
+  // It keeps trying to reconnect; a call waits rpc_timeout for that.
   auto after = client->GetBatch("ds", std::vector<std::string>{"f"});
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(after.status().message(), HasSubstr("not back"));
   // The mapping outlives the server: what the client holds stays readable.
   EXPECT_EQ(Bytes((*batch)[0]), "kept bytes");
 }
@@ -372,6 +380,92 @@ TEST_F(ClientIntegrationTest, StatAndPrefetch) {
   EXPECT_EQ((*st)[0].chunk_count, 3u);
   EXPECT_EQ((*st)[1].status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Leases(), 0u);  // neither takes a lease
+}
+
+// Batches go over the session stream; one that needs a (slow) fill must not
+// hold up hits asked for meanwhile on the same session.
+TEST(ClientStreamIntegrationTest, AMissDoesNotHoldUpHitsOnTheSameSession) {
+  std::shared_ptr<testing::CountingSource> counting;
+  testing::TestServer::Options o;
+  o.wrap_source = [&](const std::string&, std::shared_ptr<Source> inner) {
+    counting = std::make_shared<testing::CountingSource>(std::move(inner));
+    return counting;
+  };
+  auto server = testing::TestServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string cold = testing::RandomBytes(70000, 3);
+  (*server)->WriteFile("ds", "hot", "hot bytes");
+  (*server)->WriteFile("ds", "cold", cold);
+  ClientOptions co;
+  co.socket_path = (*server)->socket_path();
+  auto client = Client::Connect(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->GetBatch("ds", std::vector<std::string>{"hot"}).ok());
+
+  absl::Notification gate;
+  const uint64_t reads = counting->reads();
+  counting->set_read_gate(&gate);
+  std::atomic<bool> cold_done{false};
+  std::thread slow([&] {
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>{"cold"});
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE((*b)[0].ok()) << (*b)[0].status();
+    EXPECT_TRUE(Bytes((*b)[0]) == cold);
+    cold_done = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return counting->reads() > reads; }));
+  for (int i = 0; i < 20; ++i) {
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>{"hot"});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE((*b)[0].hit());
+    EXPECT_EQ(Bytes((*b)[0]), "hot bytes");
+  }
+  EXPECT_FALSE(cold_done.load());  // still waiting for its fill
+  gate.Notify();
+  slow.join();
+  EXPECT_TRUE(cold_done.load());
+}
+
+TEST_F(ClientIntegrationTest, ConcurrentGetBatchFromManyThreadsOnOneClient) {
+  constexpr int kFiles = 64;
+  std::vector<std::string> paths;
+  std::vector<uint64_t> sums;
+  for (int i = 0; i < kFiles; ++i) {
+    paths.push_back(absl::StrCat("c/f", i));
+    std::string bytes = testing::RandomBytes(1000 + 97 * i, 40 + i);
+    sums.push_back(Checksum(bytes.data(), bytes.size()));
+    server_->WriteFile("ds", paths.back(), bytes);
+  }
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 40; ++round) {
+        // Each thread asks for a different rotation of the files.
+        std::vector<std::string> keys;
+        for (int i = 0; i < 16; ++i) {
+          keys.push_back(paths[(t * 7 + round + i * 3) % kFiles]);
+        }
+        auto b = client->GetBatch("ds", keys);
+        if (!b.ok()) {
+          ++bad;
+          continue;
+        }
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const std::string bytes = Bytes((*b)[i]);
+          const int f = (t * 7 + round + i * 3) % kFiles;
+          if (!(*b)[i].ok() || Checksum(bytes.data(), bytes.size()) != sums[f]) {
+            ++bad;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(Eventually([&] { return Leases() == 0; })) << Leases();
 }
 
 // The hot path against the real server: 256 warm keys per GetBatch (the

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "dlcache/client.h"
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
@@ -53,8 +54,12 @@ ClientOptions Options(const FakeServer& server) {
   return o;
 }
 
-class ClientCoreTest : public testing::Test {
+// Parameter: whether the fake answers batches and releases on the session
+// stream (dlcached's way, packed answers) or the client uses unary RPCs.
+class ClientCoreTest : public testing::TestWithParam<bool> {
  protected:
+  void SetUp() override { server_.service().set_session_requests(GetParam()); }
+
   std::unique_ptr<Client> Connect(ClientOptions o) {
     auto c = Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -65,7 +70,7 @@ class ClientCoreTest : public testing::Test {
   FakeServer server_;
 };
 
-TEST_F(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
+TEST_P(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
   const std::string small = RandomBytes(1000, 1);
   const std::string big = RandomBytes((1 << 20) * 2 + 17, 2);  // 3 chunks
   server_.service().AddFile("a/small", small);
@@ -114,7 +119,7 @@ TEST_F(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
   EXPECT_EQ(server_.service().outstanding_leases(), 5u);
 }
 
-TEST_F(ClientCoreTest, ChunkRangesAreRequested) {
+TEST_P(ClientCoreTest, ChunkRangesAreRequested) {
   server_.service().AddFile("big", RandomBytes(4 << 20, 3));  // 4 chunks
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -128,7 +133,7 @@ TEST_F(ClientCoreTest, ChunkRangesAreRequested) {
   EXPECT_EQ((*batch)[1].chunks()[0].index, 3u);
 }
 
-TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
+TEST_P(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
   server_.service().AddFile("f", "hello");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -142,7 +147,7 @@ TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
   EXPECT_GE(server_.service().release_rpcs(), 1);
 }
 
-TEST_F(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
+TEST_P(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
   server_.service().AddFile("f", "hello");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);  // the flusher must not get there first
@@ -168,7 +173,7 @@ TEST_F(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
   EXPECT_EQ(server_.service().release_rpcs(), 1);
 }
 
-TEST_F(ClientCoreTest, MovedItemsReleaseOnce) {
+TEST_P(ClientCoreTest, MovedItemsReleaseOnce) {
   server_.service().AddFile("f", "hello");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
@@ -189,7 +194,7 @@ TEST_F(ClientCoreTest, MovedItemsReleaseOnce) {
   EXPECT_EQ(server_.service().outstanding_leases(), 0u);
 }
 
-TEST_F(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
+TEST_P(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
   v1::ChunkHandle bad;
   bad.set_segment(0);
   bad.set_offset(server_.arena().segment_size() - 10);
@@ -214,7 +219,7 @@ TEST_F(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
   EXPECT_TRUE(WaitFor([&] { return server_.service().outstanding_leases() == 1; }));
 }
 
-TEST_F(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
+TEST_P(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
   server_.service().AddFile("f", "payload");
   v1::ChunkHandle h;
   h.set_segment(1);
@@ -232,7 +237,7 @@ TEST_F(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
   EXPECT_EQ((*batch)[1].status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST_F(ClientCoreTest, BadDatasetNameFailsTheCall) {
+TEST_P(ClientCoreTest, BadDatasetNameFailsTheCall) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->GetBatch("", std::vector<std::string>{"x"}).status().code(),
@@ -246,7 +251,7 @@ TEST_F(ClientCoreTest, BadDatasetNameFailsTheCall) {
   EXPECT_EQ(empty->size(), 0u);
 }
 
-TEST_F(ClientCoreTest, StatAndPrefetch) {
+TEST_P(ClientCoreTest, StatAndPrefetch) {
   server_.service().AddFile("f", "12345");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -260,7 +265,7 @@ TEST_F(ClientCoreTest, StatAndPrefetch) {
   EXPECT_TRUE(client->Prefetch("ds", std::vector<std::string>{"f"}).ok());
 }
 
-TEST_F(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
+TEST_P(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
   const std::string bytes = RandomBytes(5000, 9);
   server_.service().AddFile("f", bytes);
   auto client = Connect();
@@ -277,7 +282,7 @@ TEST_F(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
   EXPECT_EQ(server_.service().outstanding_leases(), 0u);
 }
 
-TEST_F(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
+TEST_P(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
   server_.service().AddFile("f", "x");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
@@ -291,22 +296,181 @@ TEST_F(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
   EXPECT_EQ(server_.service().outstanding_leases(), 0u);
 }
 
-TEST_F(ClientCoreTest, LostServerMakesCallsUnavailableButItemsReadable) {
+TEST_P(ClientCoreTest, LostServerWithoutReconnectIsUnavailableForGood) {
   server_.service().AddFile("f", "still here");
-  auto client = Connect();
+  ClientOptions o = Options(server_);
+  o.reconnect = false;
+  auto client = Connect(o);
   ASSERT_NE(client, nullptr);
   auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(batch.ok());
   server_.Stop();
   EXPECT_TRUE(WaitFor([&] { return !client->session_status().ok(); }));
+  const absl::Time start = absl::Now();
   auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
   EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(again.status().message(), HasSubstr("lost"));
+  EXPECT_THAT(again.status().message(), HasSubstr("create a new Client"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));  // no waiting
+  EXPECT_EQ(ItemBytes((*batch)[0]), "still here");
+  EXPECT_TRUE(client->FlushReleases().ok());
+  server_.Restart();
+  EXPECT_FALSE(client->session_status().ok());
+  EXPECT_EQ(client->sessions_opened(), 1u);
+}
+
+TEST_P(ClientCoreTest, WhileReconnectingCallsWaitUpToRpcTimeout) {
+  server_.service().AddFile("f", "still here");
+  ClientOptions o = Options(server_);
+  o.rpc_timeout = absl::Milliseconds(300);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(batch.ok());
+  server_.Stop();
+  EXPECT_TRUE(WaitFor([&] { return !client->session_status().ok(); }));
+  const absl::Time start = absl::Now();
+  auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(again.status().message(), HasSubstr("not back after"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+  EXPECT_EQ(client->Stat("ds", std::vector<std::string>{"f"}).status().code(),
+            absl::StatusCode::kUnavailable);
+  // The mapping outlives the session: what the client holds stays readable.
   EXPECT_EQ(ItemBytes((*batch)[0]), "still here");
   EXPECT_TRUE(client->FlushReleases().ok());
 }
 
-TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
+TEST_P(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheMappingsOfTheSameArena) {
+  server_.service().AddFile("f", "before and after");
+  ClientOptions o = Options(server_);
+  o.release_delay = absl::Hours(1);
+  int hook_calls = 0;
+  o.on_segments_changed = [&](const std::vector<MappedSegment>&, uint64_t) {
+    ++hook_calls;
+  };
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto old = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(old.ok());
+  const std::vector<MappedSegment> before = client->segments();
+  server_.Restart();
+  ASSERT_TRUE(WaitFor([&] {
+    return client->sessions_opened() == 2 && client->session_status().ok();
+  })) << client->session_status();
+  auto now = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(ItemBytes((*now)[0]), "before and after");
+  // Same epoch and geometry: the mappings are kept and shared.
+  EXPECT_EQ(client->mapping_generation(), 1u);
+  EXPECT_EQ(hook_calls, 0);
+  ASSERT_EQ(client->segments().size(), before.size());
+  EXPECT_EQ(client->segments()[0].base, before[0].base);
+  EXPECT_EQ((*now)[0].chunks()[0].data, (*old)[0].chunks()[0].data);
+  // The old session's lease died with it: it is not sent to the new one.
+  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  *old = Batch();
+  ASSERT_TRUE(client->FlushReleases().ok());
+  auto third = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(server_.service().piggybacked(), 0);
+  EXPECT_EQ(server_.service().release_rpcs(), 0);
+  EXPECT_EQ(server_.service().outstanding_leases(), 2u);
+}
+
+TEST_P(ClientCoreTest, ANewArenaIsMappedAgainWhileOldItemsKeepTheirMapping) {
+  const std::string bytes = RandomBytes(3000, 4);
+  server_.service().AddFile("f", bytes);
+  ClientOptions o = Options(server_);
+  absl::Mutex mu;
+  std::vector<MappedSegment> announced;
+  uint64_t announced_generation = 0;
+  o.on_segments_changed = [&](const std::vector<MappedSegment>& segs,
+                              uint64_t generation) {
+    absl::MutexLock lock(&mu);
+    announced = segs;
+    announced_generation = generation;
+  };
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  auto old = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(client->mapping_generation(), 1u);
+  server_.SwitchToNewArena();
+  server_.service().AddFile("f", bytes);
+  server_.service().DropSessions();
+  ASSERT_TRUE(WaitFor([&] { return client->mapping_generation() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return client->session_status().ok(); }));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(announced_generation, 2u);
+    ASSERT_EQ(announced.size(), 2u);
+    EXPECT_EQ(announced[0].base, client->segments()[0].base);
+  }
+  auto now = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(now.ok()) << now.status();
+  // New items point into the new mapping, old ones still into the old.
+  EXPECT_NE((*now)[0].chunks()[0].data, (*old)[0].chunks()[0].data);
+  EXPECT_EQ(ItemBytes((*now)[0]), bytes);
+  EXPECT_EQ(ItemBytes((*old)[0]), bytes);
+  const std::byte* base = client->segments()[0].base;
+  const std::byte* p = (*now)[0].chunks()[0].data;
+  EXPECT_TRUE(p >= base && p < base + client->segments()[0].size);
+}
+
+TEST_P(ClientCoreTest, ANewEpochWithTheSameFilesKeepsTheMappings) {
+  server_.service().AddFile("f", "same pages");
+  ClientOptions o = Options(server_);
+  int hook_calls = 0;
+  o.on_segments_changed = [&](const std::vector<MappedSegment>&, uint64_t) {
+    ++hook_calls;
+  };
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  const int fd_requests = server_.fd_server().requests();
+  const std::byte* base = client->segments()[0].base;
+  server_.service().set_arena_epoch(7);  // a server that re-adopted them
+  server_.service().DropSessions();
+  ASSERT_TRUE(WaitFor([&] {
+    return client->sessions_opened() == 2 && client->session_status().ok();
+  }));
+  // The new fds were fetched and found to be the mapped files.
+  EXPECT_GT(server_.fd_server().requests(), fd_requests);
+  EXPECT_EQ(client->mapping_generation(), 1u);
+  EXPECT_EQ(client->segments()[0].base, base);
+  EXPECT_EQ(hook_calls, 0);
+  auto b = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(ItemBytes((*b)[0]), "same pages");
+}
+
+TEST_P(ClientCoreTest, GetBatchDuringAnOutageWaitsForTheNewSession) {
+  server_.service().AddFile("f", "back again");
+  ClientOptions o = Options(server_);
+  o.rpc_timeout = absl::Seconds(20);
+  o.reconnect_max_backoff = absl::Milliseconds(100);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  server_.Stop();
+  ASSERT_TRUE(WaitFor([&] { return !client->session_status().ok(); }));
+  std::atomic<bool> returned{false};
+  absl::StatusOr<Batch> result = absl::UnknownError("not run");
+  std::thread caller([&] {
+    result = client->GetBatch("ds", std::vector<std::string>{"f"});
+    returned = true;
+  });
+  // A few failed attempts: the caller is waiting by then.
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::StrContains(client->session_status().message(), "attempt 3");
+  })) << client->session_status();
+  EXPECT_FALSE(returned.load());
+  server_.Restart();
+  caller.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(ItemBytes((*result)[0]), "back again");
+  EXPECT_EQ(client->sessions_opened(), 2u);
+}
+
+TEST_P(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
   server_.service().AddFile("f", "inherited");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -348,6 +512,79 @@ TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
   EXPECT_EQ(server_.service().open_sessions(), 1);
   auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(again.ok()) << again.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClientCoreTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SessionStream" : "Unary";
+                         });
+
+TEST(ClientStreamTest, BatchesAndReleasesGoOnTheSessionStream) {
+  FakeServer server;
+  server.service().AddFile("f", "x");
+  ClientOptions o = Options(server);
+  o.release_delay = absl::Hours(1);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok());
+  {
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>(3, "f"));
+    ASSERT_TRUE(b.ok());
+  }
+  ASSERT_TRUE((*client)->FlushReleases().ok());
+  EXPECT_EQ(server.service().stream_batches(), 1);
+  EXPECT_EQ(server.service().stream_releases(), 1);
+  EXPECT_EQ(server.service().outstanding_leases(), 0u);
+  // The option turns the stream off.
+  o.session_requests = false;
+  auto unary = Client::Connect(o);
+  ASSERT_TRUE(unary.ok());
+  ASSERT_TRUE((*unary)->GetBatch("ds", std::vector<std::string>{"f"}).ok());
+  EXPECT_EQ(server.service().stream_batches(), 1);
+}
+
+TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
+  FakeServer server;
+  server.service().AddFile("slow", "s");
+  server.service().AddFile("fast", "f");
+  server.service().set_delay("slow", absl::Seconds(1));
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok());
+  std::atomic<bool> slow_done{false};
+  std::thread slow([&] {
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>{"slow"});
+    EXPECT_TRUE(b.ok() && (*b)[0].ok());
+    slow_done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return server.service().stream_batches() == 1; }));
+  for (int i = 0; i < 5; ++i) {
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>{"fast"});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(ItemBytes((*b)[0]), "f");
+  }
+  // Answered out of order: the fast ones came back first.
+  EXPECT_FALSE(slow_done.load());
+  slow.join();
+  EXPECT_TRUE(slow_done.load());
+}
+
+TEST(ClientStreamTest, AnAnswerAfterTheDeadlineHasItsLeasesReleased) {
+  FakeServer server;
+  server.service().AddFile("slow", "s");
+  server.service().set_delay("slow", absl::Milliseconds(600));
+  ClientOptions o = Options(server);
+  o.rpc_timeout = absl::Milliseconds(150);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok());
+  auto b = (*client)->GetBatch("ds", std::vector<std::string>{"slow"});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded);
+  // The late answer took a lease that nobody holds: the client gives it
+  // back.
+  EXPECT_TRUE(WaitFor([&] {
+    return server.service().get_batch_calls() == 1 &&
+           server.service().stream_releases() == 1 &&
+           server.service().outstanding_leases() == 0;
+  }));
+  EXPECT_TRUE((*client)->session_status().ok());
 }
 
 TEST(ClientConnectTest, NoServerIsUnavailableWithAClearMessage) {

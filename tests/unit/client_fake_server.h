@@ -153,6 +153,7 @@ class FakeFdServer {
     thread_.join();
   }
   const std::string& path() const { return path_; }
+  void set_arena(FakeArena* arena) { arena_.store(arena); }
   int requests() const { return requests_.load(); }
   uint64_t last_session_id() const { return last_session_.load(); }
 
@@ -195,7 +196,7 @@ class FakeFdServer {
     if (mode_ == Mode::kBadMagic) hdr.magic = 0x12345678;
     if (mode_ == Mode::kWrongRange) hdr.first_segment += 1;
     const bool bad_range =
-        req.first_segment + uint64_t{req.count} > uint64_t(arena_->segments());
+        req.first_segment + uint64_t{req.count} > uint64_t(arena()->segments());
     if (mode_ == Mode::kRefuse || bad_range || req.count > kMaxFdsPerMessage) {
       hdr.code = static_cast<int>(absl::StatusCode::kFailedPrecondition);
       hdr.count = 0;
@@ -208,16 +209,18 @@ class FakeFdServer {
     std::string msg(reinterpret_cast<const char*>(&hdr), sizeof(hdr));
     std::vector<int> fds;
     for (uint32_t i = 0; i < req.count; ++i) {
-      uint64_t size = arena_->segment_size();
+      uint64_t size = arena()->segment_size();
       if (mode_ == Mode::kWrongSize) size += 4096;
       msg.append(reinterpret_cast<const char*>(&size), sizeof(size));
-      fds.push_back(arena_->read_only_fd(static_cast<int>(req.first_segment + i)));
+      fds.push_back(arena()->read_only_fd(static_cast<int>(req.first_segment + i)));
     }
     if (mode_ == Mode::kMissingFd) fds.pop_back();
     return SendWithFds(sock, msg, fds).ok();
   }
 
-  FakeArena* arena_;
+  FakeArena* arena() const { return arena_.load(); }
+
+  std::atomic<FakeArena*> arena_;
   std::string path_;
   Mode mode_;
   UniqueFd listen_, stop_r_, stop_w_;
@@ -229,7 +232,8 @@ class FakeFdServer {
 // A CacheService over FakeArena. Files are added with AddFile (bytes copied
 // into the arena, split into chunk_size chunks). Tracks leases per session
 // like dlcached does: released on Release, on GetBatch.release, and when
-// the Session stream ends.
+// the Session stream ends. Like dlcached it answers get_batch and release
+// on the Session stream too (set_session_requests).
 class FakeCacheService final : public v1::CacheService::Service {
  public:
   FakeCacheService(FakeArena* arena, std::string fd_socket_path,
@@ -248,8 +252,8 @@ class FakeCacheService final : public v1::CacheService::Service {
       v1::ChunkHandle h;
       uint32_t seg;
       uint64_t seg_off;
-      if (!arena_->Allocate(len, &seg, &seg_off)) std::abort();
-      std::memcpy(arena_->writable(seg) + seg_off, bytes.data() + off, len);
+      if (!arena()->Allocate(len, &seg, &seg_off)) std::abort();
+      std::memcpy(arena()->writable(seg) + seg_off, bytes.data() + off, len);
       h.set_segment(seg);
       h.set_offset(seg_off);
       h.set_length(len);
@@ -302,6 +306,87 @@ class FakeCacheService final : public v1::CacheService::Service {
     absl::MutexLock lock(&mu_);
     announced_segments_ = n;
   }
+  // Whether sessions opened from now on announce session_requests (answer
+  // get_batch and release on the stream, in the packed form). Default on,
+  // like dlcached; off makes the client use the unary RPCs.
+  void set_session_requests(bool on) {
+    absl::MutexLock lock(&mu_);
+    session_requests_ = on;
+  }
+  // Stream batches that ask for `path` are answered after `delay`, on
+  // another thread, while later requests are answered at once (so answers
+  // come out of order, as dlcached's do when a batch needs fills).
+  void set_delay(const std::string& path, absl::Duration delay) {
+    absl::MutexLock lock(&mu_);
+    delays_[path] = delay;
+  }
+  // Serves from `arena` from now on (files must be added again).
+  void set_arena(FakeArena* arena) { arena_.store(arena); }
+  // Changes the epoch announced by sessions opened from now on (a
+  // "restarted" server with the same segments).
+  void set_arena_epoch(uint64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    epoch_ = epoch;
+  }
+  int stream_batches() const {
+    absl::MutexLock lock(&mu_);
+    return stream_batches_;
+  }
+  int stream_releases() const {
+    absl::MutexLock lock(&mu_);
+    return stream_releases_;
+  }
+  // Ends every open Session stream (as a server restart would, without
+  // stopping the server).
+  void DropSessions() {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, ctx] : contexts_) ctx->TryCancel();
+  }
+
+  // packed_items into items, as dlcached's CacheServiceImpl::ExpandKeys.
+  static void Expand(v1::GetBatchRequest* req) {
+    const v1::PackedKeys& p = req->packed_items();
+    uint32_t begin = 0;
+    for (int i = 0; i < p.path_end_size(); ++i) {
+      v1::ItemKey* k = req->add_items();
+      k->set_path(p.paths().substr(begin, p.path_end(i) - begin));
+      if (p.first_chunk_size() > 0) {
+        k->set_first_chunk(p.first_chunk(i));
+        k->set_max_chunks(p.max_chunks(i));
+      }
+      begin = p.path_end(i);
+    }
+    req->clear_packed_items();
+  }
+
+  // The column form of a GetBatch answer (v1::PackedBatch), as dlcached's
+  // CacheServiceImpl::PackBatch writes it.
+  static void Pack(const v1::GetBatchResponse& r, v1::PackedBatch* p) {
+    uint32_t next = 0;
+    for (int i = 0; i < r.items_size(); ++i) {
+      const v1::ItemResult& it = r.items(i);
+      p->add_code(it.code());
+      p->add_file_size(it.file_size());
+      p->add_chunk_count(it.chunk_count());
+      p->add_first_handle(next);
+      p->add_hit(it.hit());
+      if (it.code() != 0) {
+        v1::ItemError* e = p->add_errors();
+        e->set_item(i);
+        e->set_message(it.message());
+        continue;
+      }
+      for (const v1::ChunkHandle& h : it.chunks()) {
+        p->add_segment(h.segment());
+        p->add_offset(h.offset());
+        p->add_length(h.length());
+        p->add_lease(h.lease());
+        p->add_checksum(h.checksum());
+        p->add_index(h.index());
+        ++next;
+      }
+    }
+  }
 
   grpc::Status Session(
       grpc::ServerContext* ctx,
@@ -313,32 +398,95 @@ class FakeCacheService final : public v1::CacheService::Service {
     }
     uint64_t id;
     int segments;
+    bool session_requests;
+    uint64_t epoch;
     {
       absl::MutexLock lock(&mu_);
       id = next_session_++;
       ++open_sessions_;
       sessions_.insert({id, req.open().client_name()});
+      contexts_[id] = ctx;
       segments = announced_segments_ >= 0 ? announced_segments_
-                                          : arena_->segments();
+                                          : arena()->segments();
+      session_requests = session_requests_;
+      epoch = epoch_;
     }
     v1::SessionEvent ev;
     v1::SessionOpened* o = ev.mutable_opened();
     o->set_session_id(id);
     o->set_fd_socket_path(fd_socket_path_);
     o->set_chunk_size(chunk_size_);
-    o->set_arena_epoch(1);
+    o->set_arena_epoch(epoch);
+    o->set_session_requests(session_requests);
     for (int i = 0; i < segments; ++i) {
       v1::SegmentInfo* s = o->add_segments();
       s->set_id(i);
-      s->set_size(arena_->segment_size());
+      s->set_size(arena()->segment_size());
     }
     stream->Write(ev);
+    absl::Mutex write_mu;
+    std::vector<std::thread> delayed;
     while (stream->Read(&req)) {
+      if (req.has_release()) {
+        v1::ReleaseResponse resp;
+        v1::ReleaseRequest r = req.release();
+        r.set_session_id(id);
+        Release(nullptr, &r, &resp);
+        {
+          absl::MutexLock lock(&mu_);
+          ++stream_releases_;
+        }
+        v1::SessionEvent answer;
+        answer.set_request_id(req.request_id());
+        *answer.mutable_released() = resp;
+        absl::MutexLock lock(&write_mu);
+        stream->Write(answer);
+        continue;
+      }
+      if (!req.has_get_batch()) continue;
+      v1::GetBatchRequest batch = req.get_batch();
+      batch.set_session_id(id);
+      Expand(&batch);
+      absl::Duration delay = absl::ZeroDuration();
+      {
+        absl::MutexLock lock(&mu_);
+        ++stream_batches_;
+        for (const v1::ItemKey& k : batch.items()) {
+          auto it = delays_.find(k.path());
+          if (it != delays_.end()) delay = std::max(delay, it->second);
+        }
+      }
+      auto answer = [this, &write_mu, stream, batch,
+                     request_id = req.request_id()] {
+        v1::GetBatchResponse resp;
+        grpc::Status st = Serve(batch, &resp);
+        v1::SessionEvent ev;
+        ev.set_request_id(request_id);
+        v1::BatchResult* r = ev.mutable_batch();
+        if (st.ok()) {
+          Pack(resp, r->mutable_items());
+        } else {
+          r->set_code(st.error_code());
+          r->set_message(st.error_message());
+        }
+        absl::MutexLock lock(&write_mu);
+        stream->Write(ev);
+      };
+      if (delay == absl::ZeroDuration()) {
+        answer();
+      } else {
+        delayed.emplace_back([answer, delay] {
+          absl::SleepFor(delay);  // the injected latency itself
+          answer();
+        });
+      }
     }
+    for (std::thread& t : delayed) t.join();
     absl::MutexLock lock(&mu_);
     --open_sessions_;
     ++ended_sessions_;
     sessions_.erase(id);
+    contexts_.erase(id);
     for (auto it = leases_.begin(); it != leases_.end();) {
       if (it->second == id) {
         leases_.erase(it++);
@@ -351,6 +499,12 @@ class FakeCacheService final : public v1::CacheService::Service {
 
   grpc::Status GetBatch(grpc::ServerContext*, const v1::GetBatchRequest* req,
                         v1::GetBatchResponse* resp) override {
+    return Serve(*req, resp);
+  }
+
+  grpc::Status Serve(const v1::GetBatchRequest& request,
+                     v1::GetBatchResponse* resp) {
+    const v1::GetBatchRequest* req = &request;
     absl::MutexLock lock(&mu_);
     ++get_batch_calls_;
     if (sessions_.count(req->session_id()) == 0) {
@@ -437,7 +591,9 @@ class FakeCacheService final : public v1::CacheService::Service {
     std::vector<v1::ChunkHandle> chunks;
   };
 
-  FakeArena* arena_;
+  FakeArena* arena() const { return arena_.load(); }
+
+  std::atomic<FakeArena*> arena_;
   const std::string fd_socket_path_;
   const uint64_t chunk_size_;
   mutable absl::Mutex mu_;
@@ -452,6 +608,12 @@ class FakeCacheService final : public v1::CacheService::Service {
   int ended_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   int get_batch_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int announced_segments_ ABSL_GUARDED_BY(mu_) = -1;
+  bool session_requests_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  int stream_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int stream_releases_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, absl::Duration> delays_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, grpc::ServerContext*> contexts_ ABSL_GUARDED_BY(mu_);
 };
 
 // The fake arena, fd server and CacheService on a temporary Unix socket.
@@ -476,6 +638,24 @@ class FakeServer {
     server_.reset();
   }
 
+  // Serves again on the same socket, arena and fd server (a restarted
+  // server that kept its arena).
+  void Restart() {
+    Stop();
+    Start();
+  }
+  // From now on hands out a second, new arena (new files, same geometry)
+  // with a new epoch, as a server restarted after a crash would; files
+  // must be added again.
+  FakeArena& SwitchToNewArena() {
+    new_arena_ = std::make_unique<FakeArena>(arena_.segments(),
+                                             arena_.segment_size());
+    fd_server_.set_arena(new_arena_.get());
+    service_.set_arena(new_arena_.get());
+    service_.set_arena_epoch(2);
+    return *new_arena_;
+  }
+
   const std::string& socket_path() const { return socket_path_; }
   FakeCacheService& service() { return service_; }
   FakeArena& arena() { return arena_; }
@@ -493,6 +673,7 @@ class FakeServer {
 
   TempDir dir_;
   FakeArena arena_;
+  std::unique_ptr<FakeArena> new_arena_;
   std::string socket_path_;
   FakeFdServer fd_server_;
   FakeCacheService service_;

@@ -26,9 +26,25 @@
 // destroyed and sent in bulk (piggy-backed on the next GetBatch, or after
 // ClientOptions::release_delay, or by FlushReleases()); if the process dies,
 // the server releases all of its leases when the session stream breaks.
+//
+// Server restarts: when the session is lost (dlcached restarted or crashed)
+// the Client reconnects by itself in the background (exponential backoff,
+// ClientOptions::reconnect_*), opens a new session and maps the new
+// server's segments again (or keeps its mappings when the server and its
+// arena are the same). Calls made meanwhile wait up to rpc_timeout for the
+// new session, then fail with UNAVAILABLE. Items returned before the loss
+// stay valid and readable: they keep the old mappings alive (the pages stay
+// mapped whatever the server does), but their leases died with the old
+// session, so the server no longer pins those bytes: a restarted server
+// that re-adopted its arena may reuse the memory for other chunks, and the
+// bytes an old Item shows may then change. Drop such Items soon; new
+// GetBatch calls return fresh, leased handles. GPU users that registered
+// segments() must re-register when mapping_generation() changes (or use
+// ClientOptions::on_segments_changed).
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +58,13 @@
 #include "absl/types/span.h"
 
 namespace dlcache {
+
+// A mapped shared-memory segment (for GPU registration).
+struct MappedSegment {
+  uint32_t id = 0;
+  const std::byte* base = nullptr;
+  size_t size = 0;
+};
 
 struct ClientOptions {
   // dlcached's gRPC Unix socket.
@@ -59,6 +82,27 @@ struct ClientOptions {
   // item with DATA_LOSS on a mismatch (costs ~1 ms per 28 MB; off by
   // default because the server verifies on fill).
   bool verify_checksums = false;
+  // Reconnect by itself after the session is lost. Attempts are spaced by
+  // a jittered delay that starts at reconnect_initial_backoff and doubles
+  // up to reconnect_max_backoff; each attempt waits at most
+  // connect_timeout. Off: a lost Client fails every call with UNAVAILABLE
+  // and must be recreated.
+  bool reconnect = true;
+  absl::Duration reconnect_initial_backoff = absl::Milliseconds(50);
+  absl::Duration reconnect_max_backoff = absl::Seconds(2);
+  // Send GetBatch and releases on the already open session stream when the
+  // server supports it (no per-call RPC set-up, compact answers); off, or
+  // with an older server: one unary RPC per call.
+  bool session_requests = true;
+  // Called after a reconnect mapped new segments (a restarted server), with
+  // the new mappings and the new mapping_generation(), before any GetBatch
+  // returns items that point into them. Runs on the client's reconnect
+  // thread: it must not call GetBatch (that would wait for this very
+  // reconnect) and must not destroy the last Item of the client. Not called
+  // for the mappings made by Connect.
+  std::function<void(const std::vector<MappedSegment>& segments,
+                     uint64_t mapping_generation)>
+      on_segments_changed;
 };
 
 // One chunk of a file, mapped read-only. `data` is valid while the owning
@@ -70,13 +114,6 @@ struct ChunkView {
   uint32_t segment = 0;   // shared-memory segment id
   uint64_t offset = 0;    // offset within the segment
   uint64_t checksum = 0;  // XXH3-64 of the bytes
-};
-
-// A mapped shared-memory segment (for GPU registration).
-struct MappedSegment {
-  uint32_t id = 0;
-  const std::byte* base = nullptr;
-  size_t size = 0;
 };
 
 // Request for one file, or a range of its chunks.
@@ -96,6 +133,7 @@ struct FileStatus {
 
 namespace internal {
 class ClientCore;
+struct LeaseOwner;
 }  // namespace internal
 
 // The result for one requested file. Owns the leases of its chunks and
@@ -139,7 +177,9 @@ class Item {
   // then an Item needs no heap allocation of its own.
   absl::InlinedVector<ChunkView, 1> chunks_;
   absl::InlinedVector<uint64_t, 1> leases_;
-  std::shared_ptr<internal::ClientCore> core_;
+  // Shared by the items of one batch: the client state the leases go back
+  // to, the session they belong to and the mapping the bytes lie in.
+  std::shared_ptr<const internal::LeaseOwner> owner_;
 };
 
 // The items of one GetBatch, in request order. Destroying the Batch (or
@@ -179,11 +219,13 @@ class Client {
   ~Client();
 
   // Returns one Item per path, in order. The call fails as a whole only when
-  // the server is unreachable or the session is lost (UNAVAILABLE), the
-  // dataset name is bad (INVALID_ARGUMENT), the dataset is unknown
-  // (NOT_FOUND), after fork() (FAILED_PRECONDITION) or on the RPC deadline
-  // (DEADLINE_EXCEEDED); per-file errors are in Item::status(). Blocks until
-  // every item is filled.
+  // the server is unreachable or the session is lost and not back within
+  // rpc_timeout (UNAVAILABLE), the dataset name is bad (INVALID_ARGUMENT),
+  // the dataset is unknown (NOT_FOUND), after fork() (FAILED_PRECONDITION)
+  // or on the RPC deadline (DEADLINE_EXCEEDED); per-file errors are in
+  // Item::status(). Blocks until every item is filled. A session lost
+  // during the call is retried on the next session (within rpc_timeout).
+  // Any number of threads may call it at once.
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const std::string> paths);
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
@@ -199,14 +241,24 @@ class Client {
   // Sends pending lease releases now. Blocks.
   absl::Status FlushReleases();
 
-  // The mapped segments. Stable for the life of the Client.
+  // The segments of the current session's mappings. They change only when
+  // a reconnect had to map a restarted server's segments; then
+  // mapping_generation() changes too. Mappings that Items still use stay
+  // mapped until those Items are gone.
   std::vector<MappedSegment> segments() const;
+  // 1 after Connect; +1 each time a reconnect mapped new segments. A GPU
+  // uploader compares it with the value it registered segments() at.
+  uint64_t mapping_generation() const;
   uint64_t chunk_size() const;
+  // The current session (a restarted server may hand out the same id
+  // again; sessions_opened() tells sessions apart).
   uint64_t session_id() const;
-  // OK while the session with dlcached is open; UNAVAILABLE (or the
-  // stream's error) once it was lost, e.g. because dlcached restarted. A
-  // lost Client stays readable for the Items it returned but GetBatch fails:
-  // create a new Client.
+  // Sessions opened so far: 1 after Connect, +1 per reconnect.
+  uint64_t sessions_opened() const;
+  // OK while a session with dlcached is open; UNAVAILABLE (or the stream's
+  // error) while it is lost, e.g. because dlcached restarted, until a
+  // reconnect succeeds (with ClientOptions::reconnect off: for good, and
+  // the Client must be recreated). Items stay readable either way.
   absl::Status session_status() const;
 
  private:

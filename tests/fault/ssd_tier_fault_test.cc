@@ -1,0 +1,466 @@
+// SSD tier under hostile conditions: a full disk, corrupt index and data
+// files, files lost while stopped, a failing layer below.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/checksum.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "server/tier/ssd_tier.h"
+#include "tests/testing/fake_chunk_backend.h"
+#include "tests/testing/temp_dir.h"
+
+namespace dlcache {
+namespace {
+
+using ::dlcache::testing::FakeChunkBackend;
+using ::dlcache::testing::RandomBytes;
+using ::dlcache::testing::TempDir;
+
+constexpr uint64_t kChunk = 64 << 10;
+constexpr char kDs[] = "ds";
+
+class ManualClock : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void SleepFor(absl::Duration d) const override {}
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000000);
+};
+
+class SsdTierFaultTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    tier_.reset();
+    if (mounted_) {
+      if (::umount2(mnt_.c_str(), MNT_DETACH) != 0) {
+        ADD_FAILURE() << "umount " << mnt_ << ": " << std::strerror(errno);
+      }
+    }
+  }
+
+  // Mounts a tmpfs of `size` at `at` (default <tmp>/mnt); false (the test
+  // skips) when mounting is not permitted here.
+  bool MountTmpfs(const std::string& size, const std::string& at = "") {
+    mnt_ = at.empty() ? dir_.path() + "/mnt" : at;
+    std::filesystem::create_directories(mnt_);
+    std::string opts = "size=" + size;
+    if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      return false;
+    }
+    mounted_ = true;
+    return true;
+  }
+
+  SsdTierOptions Options(const std::string& root) {
+    SsdTierOptions o;
+    o.dir = root + "/ssd";
+    o.capacity_bytes = 64 << 20;
+    o.chunk_size = kChunk;
+    o.data_file_bytes = 1 << 20;
+    o.write_queue_depth = 256;
+    return o;
+  }
+  absl::Status Open(const SsdTierOptions& o) {
+    tier_.reset();
+    absl::StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, &backend_);
+    if (!t.ok()) return t.status();
+    tier_ = *std::move(t);
+    return absl::OkStatus();
+  }
+  std::string Put(absl::string_view path, size_t size, uint64_t seed) {
+    std::string b = RandomBytes(size, seed);
+    backend_.PutFile(kDs, path, b, 1000);
+    return b;
+  }
+  // Reads a whole file through the tier; "" on error (and a failure).
+  std::string ReadFile(absl::string_view path) {
+    absl::StatusOr<FileInfo> info = tier_->StatFile(kDs, path);
+    EXPECT_TRUE(info.ok()) << info.status();
+    if (!info.ok()) return "";
+    std::string out;
+    for (uint32_t c = 0; uint64_t{c} * kChunk < info->size; ++c) {
+      std::string buf(std::min<uint64_t>(kChunk, info->size - c * kChunk),
+                      '\0');
+      uint64_t sum = 0;
+      absl::Status s = tier_->ReadChunk(ChunkId{kDs, path, c}, *info,
+                                        absl::MakeSpan(buf), &sum);
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return "";
+      EXPECT_EQ(sum, Checksum(buf.data(), buf.size()));
+      out += buf;
+    }
+    return out;
+  }
+  std::vector<std::string> DataFiles(const std::string& root) {
+    std::vector<std::string> out;
+    for (const auto& e :
+         std::filesystem::directory_iterator(root + "/ssd/data")) {
+      out.push_back(e.path().string());
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  std::string mnt_;
+  bool mounted_ = false;
+  FakeChunkBackend backend_{kChunk};
+  std::unique_ptr<SsdTier> tier_;
+};
+
+TEST_F(SsdTierFaultTest, SmallDiskKeepsItsHeadroomAndNeverFills) {
+  if (!MountTmpfs("6m")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  SsdTierOptions o = Options(mnt_);  // capacity 64 MiB: the disk is smaller
+  o.min_free_bytes = 1 << 20;
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 30; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), 8 * kChunk, i));  // 15 MiB
+  }
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]) << i;
+    tier_->Flush();
+    EXPECT_GE(tier_->Stats().free_bytes, o.min_free_bytes / 2) << i;
+  }
+  SsdTierStats s = tier_->Stats();
+  EXPECT_GT(s.low_space_evictions, 0u);
+  EXPECT_EQ(s.disk_full_events, 0u);
+  EXPECT_EQ(s.write_errors, 0u);
+  EXPECT_GT(s.writes, 30u * 8 / 2);
+  // The newest files are on SSD.
+  const uint64_t reads = backend_.reads();
+  EXPECT_EQ(ReadFile("f29"), bytes[29]);
+  EXPECT_EQ(backend_.reads(), reads);
+
+  // A restart on the crowded disk serves what is there.
+  tier_.reset();
+  ASSERT_TRUE(Open(o).ok());
+  EXPECT_EQ(ReadFile("f29"), bytes[29]);
+  EXPECT_EQ(backend_.reads(), reads);
+  EXPECT_EQ(tier_->Stats().hits, 8u);
+}
+
+TEST_F(SsdTierFaultTest, EnospcOnDataFilesIsHandled) {
+  // The data files get a small file system of their own, and the tier is
+  // told there is room: as if someone filled the disk between its check
+  // and its write. The index stays on the big file system.
+  const std::string root = dir_.path() + "/root";
+  if (!MountTmpfs("2m", root + "/ssd/data")) {
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  }
+  SsdTierOptions o = Options(root);
+  o.min_free_bytes = 1 << 20;
+  o.disk_full_retry = absl::ZeroDuration();
+  o.free_space = [](const std::string& path) -> uint64_t {
+    return 1ull << 40;
+  };
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 30; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), 8 * kChunk, i));
+  }
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]) << i;
+    tier_->Flush();
+  }
+  SsdTierStats s = tier_->Stats();
+  EXPECT_GE(s.disk_full_events, 1u);
+  EXPECT_GE(s.disk_full_drops, 1u);
+  EXPECT_GE(s.low_space_evictions, 1u);
+  EXPECT_EQ(s.write_errors, 0u);
+  EXPECT_LE(s.disk_bytes, 2u << 20);
+  // Each ENOSPC gave way by a data file, so writes went on: the last
+  // file is (mostly) on SSD.
+  const uint64_t reads = backend_.reads();
+  ASSERT_EQ(ReadFile("f29"), bytes[29]);
+  EXPECT_GT(tier_->Stats().hits, 0u);
+  EXPECT_LT(backend_.reads() - reads, 8u);
+}
+
+TEST_F(SsdTierFaultTest, FullDiskPausesWritesUntilTheRetryTime) {
+  if (!MountTmpfs("4m")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  ManualClock clock;
+  SsdTierOptions o = Options(mnt_);
+  o.clock = &clock;
+  o.min_free_bytes = 512 << 10;
+  o.disk_full_retry = absl::Seconds(30);
+  ASSERT_TRUE(Open(o).ok());
+  std::string a = Put("a", kChunk, 1);
+  std::string b = Put("b", kChunk, 2);
+  std::string c = Put("c", kChunk, 3);
+  // Metadata first, so that only chunk writes meet the full disk.
+  for (const char* f : {"a", "b", "c"}) {
+    ASSERT_TRUE(tier_->StatFile(kDs, f).ok());
+  }
+  // Someone else fills the disk.
+  const std::string filler = mnt_ + "/filler";
+  {
+    int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    std::string block(64 << 10, 'z');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ASSERT_EQ(errno, ENOSPC);
+    ::close(fd);
+  }
+  EXPECT_EQ(ReadFile("a"), a);
+  tier_->Flush();
+  SsdTierStats s = tier_->Stats();
+  EXPECT_EQ(s.disk_full_events, 1u);
+  EXPECT_TRUE(s.disk_full);
+  EXPECT_EQ(s.chunks, 0u);
+
+  // Paused: no further attempt, just counted drops.
+  EXPECT_EQ(ReadFile("b"), b);
+  tier_->Flush();
+  s = tier_->Stats();
+  EXPECT_EQ(s.disk_full_events, 1u);
+  EXPECT_EQ(s.disk_full_drops, 2u);
+
+  // Space comes back and the pause ends: writes resume.
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  clock.Advance(absl::Seconds(31));
+  EXPECT_EQ(ReadFile("c"), c);
+  tier_->Flush();
+  s = tier_->Stats();
+  EXPECT_FALSE(s.disk_full);
+  EXPECT_EQ(s.chunks, 1u);
+  const uint64_t reads = backend_.reads();
+  EXPECT_EQ(ReadFile("c"), c);
+  EXPECT_EQ(backend_.reads(), reads);
+}
+
+TEST_F(SsdTierFaultTest, SomeoneElseFillingTheDiskMakesTheTierGiveWay) {
+  if (!MountTmpfs("8m")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  SsdTierOptions o = Options(mnt_);
+  o.min_free_bytes = 1 << 20;
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 6; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), 8 * kChunk, i));  // 3 MiB
+    ReadFile(absl::StrCat("f", i));
+  }
+  tier_->Flush();
+  ASSERT_EQ(tier_->Stats().chunks, 48u);
+  // Another user takes all but 1.5 MiB.
+  {
+    int fd = ::open((mnt_ + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    std::string block(64 << 10, 'z');
+    while (tier_->Stats().free_bytes > (3 << 19) &&
+           ::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  std::string more = Put("more", 8 * kChunk, 42);
+  EXPECT_EQ(ReadFile("more"), more);
+  tier_->Flush();
+  SsdTierStats s = tier_->Stats();
+  EXPECT_GT(s.low_space_evictions, 0u);
+  EXPECT_GE(s.free_bytes, o.min_free_bytes / 2);
+  EXPECT_LT(s.chunks, 48u + 8u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]);
+  }
+}
+
+TEST_F(SsdTierFaultTest, DefaultCapacityFollowsTheFileSystem) {
+  if (!MountTmpfs("32m")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  SsdTierOptions o = Options(mnt_);
+  o.capacity_bytes = 0;
+  o.min_free_bytes = 1 << 20;
+  ASSERT_TRUE(Open(o).ok());
+  const uint64_t cap = tier_->Stats().capacity_bytes;
+  EXPECT_GT(cap, 26u << 20);
+  EXPECT_LE(cap, 29u << 20);  // 90% of 32 MiB less the index
+}
+
+TEST_F(SsdTierFaultTest, OpenOnAFullDiskFailsCleanly) {
+  if (!MountTmpfs("1m")) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const std::string filler = mnt_ + "/filler";
+  {
+    int fd = ::open(filler.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    std::string block(4096, 'z');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  SsdTierOptions o = Options(mnt_);
+  o.min_free_bytes = 256 << 10;
+  absl::Status s = Open(o);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  s = Open(o);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(SsdTierFaultTest, CorruptIndexIsRepairedOrResetAndNeverServesBadBytes) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 10; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), 3 * kChunk + i, i));
+    ReadFile(absl::StrCat("f", i));
+  }
+  tier_.reset();
+  // Scribble over every file of the RocksDB.
+  for (const auto& e :
+       std::filesystem::directory_iterator(o.dir + "/index")) {
+    if (!e.is_regular_file()) continue;
+    std::string junk = RandomBytes(std::max<size_t>(e.file_size(), 64), 77);
+    testing::WriteFileOrDie(e.path().string(), junk);
+  }
+  ASSERT_TRUE(Open(o).ok());
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]);
+  }
+  SsdTierStats s = tier_->Stats();
+  if (s.index_reset) {
+    bool moved = false;
+    for (const auto& e : std::filesystem::directory_iterator(o.dir)) {
+      moved |= e.path().filename().string().rfind("index.corrupt-", 0) == 0;
+    }
+    EXPECT_TRUE(moved);
+  }
+  // Either way it works as a cache again.
+  tier_->Flush();
+  const uint64_t reads = backend_.reads();
+  EXPECT_EQ(ReadFile("f3"), bytes[3]);
+  EXPECT_EQ(backend_.reads(), reads);
+}
+
+TEST_F(SsdTierFaultTest, BrokenCurrentFileNeverCrashesOrServesJunk) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  Put("f", kChunk, 1);
+  ReadFile("f");
+  tier_.reset();
+  // A CURRENT naming a manifest that does not exist, and no table files
+  // to rebuild from... RocksDB's repair may still succeed with an empty
+  // DB; what matters is that Open never crashes and never serves junk.
+  testing::WriteFileOrDie(o.dir + "/index/CURRENT", "MANIFEST-999999\n");
+  o.reset_corrupt_index = false;
+  absl::Status s = Open(o);
+  EXPECT_TRUE(s.ok() || absl::IsDataLoss(s) || absl::IsFailedPrecondition(s))
+      << s;
+  if (s.ok()) {
+    EXPECT_EQ(ReadFile("f"), backend_.Bytes(kDs, "f"));
+  }
+}
+
+TEST_F(SsdTierFaultTest, ScribbledDataFilesNeverLeakBadBytes) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 24; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), 4 * kChunk, i));
+    ReadFile(absl::StrCat("f", i));
+  }
+  tier_->Flush();
+  const uint64_t chunks = tier_->Stats().chunks;
+  ASSERT_EQ(chunks, 96u);
+  tier_.reset();
+  std::mt19937_64 rng(5);
+  for (const std::string& path : DataFiles(dir_.path())) {
+    int fd = ::open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    for (int k = 0; k < 5; ++k) {
+      char junk = static_cast<char>(rng());
+      off_t at = static_cast<off_t>(rng() % size);
+      char old = 0;
+      ASSERT_EQ(::pread(fd, &old, 1, at), 1);
+      if (junk == old) junk ^= 1;
+      ASSERT_EQ(::pwrite(fd, &junk, 1, at), 1);
+    }
+    ::close(fd);
+  }
+  ASSERT_TRUE(Open(o).ok());
+  const uint64_t reads = backend_.reads();
+  for (int i = 0; i < 24; ++i) {
+    ASSERT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]) << i;
+  }
+  SsdTierStats s = tier_->Stats();
+  EXPECT_GT(s.corruptions, 0u);
+  EXPECT_EQ(backend_.reads() - reads, s.corruptions);
+  EXPECT_EQ(s.hits + s.corruptions, chunks);
+}
+
+TEST_F(SsdTierFaultTest, DataFileLostWhileStoppedIsForgotten) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  std::string bytes = Put("f", 20 * kChunk, 1);  // two data files
+  ReadFile("f");
+  tier_->Flush();
+  tier_.reset();
+  std::vector<std::string> files = DataFiles(dir_.path());
+  ASSERT_EQ(files.size(), 2u);
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(::unlink(files[0].c_str()), 0);
+  ASSERT_TRUE(Open(o).ok());
+  EXPECT_EQ(tier_->Stats().chunks, 4u);
+  const uint64_t reads = backend_.reads();
+  EXPECT_EQ(ReadFile("f"), bytes);
+  EXPECT_EQ(backend_.reads(), reads + 16);
+}
+
+TEST_F(SsdTierFaultTest, FailingLayerBelowStoresNothing) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  Put("f", kChunk, 1);
+  FileInfo info = *tier_->StatFile(kDs, "f");
+  backend_.fail_next_reads(1);
+  std::string buf(kChunk, '\0');
+  uint64_t sum = 0;
+  absl::Status s =
+      tier_->ReadChunk(ChunkId{kDs, "f", 0}, info, absl::MakeSpan(buf), &sum);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  tier_->Flush();
+  EXPECT_EQ(tier_->Stats().chunks, 0u);
+  EXPECT_EQ(tier_->Stats().queued, 0u);
+  // Vanished at the source: NOT_FOUND passes through.
+  backend_.RemoveFile(kDs, "f");
+  s = tier_->ReadChunk(ChunkId{kDs, "f", 0}, info, absl::MakeSpan(buf), &sum);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+}
+
+TEST_F(SsdTierFaultTest, ShutdownWritesWhatWasQueued) {
+  SsdTierOptions o = Options(dir_.path());
+  ASSERT_TRUE(Open(o).ok());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 16; ++i) {
+    bytes.push_back(Put(absl::StrCat("f", i), kChunk, i));
+    ReadFile(absl::StrCat("f", i));
+  }
+  tier_.reset();  // no Flush
+  const uint64_t reads = backend_.reads();
+  ASSERT_TRUE(Open(o).ok());
+  EXPECT_EQ(tier_->Stats().chunks, 16u);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(ReadFile(absl::StrCat("f", i)), bytes[i]);
+  }
+  EXPECT_EQ(backend_.reads(), reads);
+}
+
+}  // namespace
+}  // namespace dlcache
