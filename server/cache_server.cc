@@ -263,6 +263,18 @@ absl::Status CacheServer::Init() {
       return s;
     };
   }
+  if (!config_.ssd_dir.empty()) {
+    ssd_ops.evict = [this](const v1::EvictRequest& req,
+                           v1::EvictResponse* out) -> absl::Status {
+      SsdTier* ssd = this->ssd();
+      if (ssd == nullptr) return absl::OkStatus();
+      absl::StatusOr<SsdEvictResult> r = ssd->Evict(req.dataset(), req.prefix());
+      if (!r.ok()) return r.status();
+      out->set_evicted_chunks(out->evicted_chunks() + r->chunks);
+      out->set_evicted_bytes(out->evicted_bytes() + r->bytes);
+      return absl::OkStatus();
+    };
+  }
   admin_service_ = std::make_unique<AdminServiceImpl>(
       engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
       std::move(ssd_ops));

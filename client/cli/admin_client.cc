@@ -114,5 +114,28 @@ absl::Status AdminClient::Warmup(
   return Annotate("Warmup", FromGrpcStatus(reader->Finish()));
 }
 
+absl::Status AdminClient::Sync(
+    const v1::SyncRequest& request, absl::Duration timeout,
+    const std::function<void(const v1::WarmupProgress&)>& on_progress) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader =
+      stub_->stub->Sync(&ctx, request);
+  v1::WarmupProgress progress;
+  while (reader->Read(&progress)) on_progress(progress);
+  return Annotate("Sync", FromGrpcStatus(reader->Finish()));
+}
+
+absl::StatusOr<v1::RevalidateResponse> AdminClient::Revalidate(
+    const v1::RevalidateRequest& request, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  v1::RevalidateResponse resp;
+  absl::Status st =
+      FromGrpcStatus(stub_->stub->Revalidate(&ctx, request, &resp));
+  if (!st.ok()) return Annotate("Revalidate", st);
+  return resp;
+}
+
 }  // namespace cli
 }  // namespace dlcache

@@ -37,8 +37,8 @@ const std::vector<FlagSpec>& GlobalFlags() {
        "talk to the TCP admin address instead of the socket"},
       {"json", "", "machine-readable output: one JSON object on stdout"},
       {"timeout", "DURATION",
-       "connect and call deadline, e.g. 5s, 500ms, 2m (default 10s; warmup "
-       "has none unless given)"},
+       "connect and call deadline, e.g. 5s, 500ms, 2m (default 10s; warmup, "
+       "sync and revalidate have none unless given)"},
       {"help", "", "show help", 'h'},
   };
   return *flags;
@@ -77,7 +77,32 @@ const std::vector<Command>& Commands() {
        {{"parallel", "N", "files filled at once (default: the server's)", 'j'},
         {"interval", "SECONDS",
          "seconds between progress lines when not on a terminal (default "
+         "5)"},
+        {"cluster", "",
+         "every node of the cluster fills the chunks it owns, so the source "
+         "is read once per chunk; progress is the whole cluster's"}}},
+      {"sync", "DATASET [PREFIX]", "copy from the source to the SSD tier",
+       "Copies DATASET (or PREFIX inside it) from the source to the server's "
+       "SSD tier,\nskipping chunks that are there and up to date, so that a "
+       "restarted or cold\nnode serves them without the source. Progress as "
+       "for warmup. Fails when the\nserver runs without an SSD tier "
+       "(dlcached --ssd_dir). Exits 1 if any file\nfailed.\n",
+       1, 2,
+       {{"parallel", "N", "files copied at once (default: the server's)", 'j'},
+        {"interval", "SECONDS",
+         "seconds between progress lines when not on a terminal (default "
          "5)"}}},
+      {"revalidate", "DATASET [PREFIX]",
+       "drop cached data that changed at the source",
+       "Compares the cached files of DATASET (or under PREFIX) with the "
+       "source (size and\nmtime) and drops the chunks of files that changed "
+       "or vanished, in memory and\non SSD; anything served afterwards is "
+       "current. Prints how many files were\nchecked, changed and missing "
+       "and how many chunks were dropped.\n",
+       1, 2,
+       {{"verify-checksums", "",
+         "also re-read every SSD chunk from the source and check its "
+         "checksum (slow)"}}},
       {"evict", "DATASET [PREFIX]", "drop cached chunks",
        "Drops the cached chunks of DATASET, or only of files under PREFIX. "
        "Chunks that\nclients still hold are dropped from the index now and "
@@ -110,8 +135,8 @@ std::string MainHelp() {
                   "\nEnvironment:\n"
                   "  DLCACHE_SOCKET   default of --socket\n"
                   "\nExit status: 0 success; 1 the command failed or a file "
-                  "failed to warm up;\n2 bad command line; 3 dlcached could "
-                  "not be reached.\n\n"
+                  "failed to warm up or\nsync; 2 bad command line; 3 dlcached "
+                  "could not be reached.\n\n"
                   "Run 'dlcachectl COMMAND --help' for a command's help.\n");
   return s;
 }
@@ -270,45 +295,72 @@ WarmupSnapshot ToSnapshot(const v1::WarmupProgress& p) {
   return s;
 }
 
-int RunWarmup(const Context& ctx, AdminClient& admin) {
-  v1::WarmupRequest req;
-  req.set_dataset(ctx.args.positional[1]);
-  if (ctx.args.positional.size() > 2) req.set_prefix(ctx.args.positional[2]);
+// Warm-up (into memory) and sync (to the SSD tier) stream the same
+// progress messages and are shown alike.
+int RunFill(const Context& ctx, AdminClient& admin, bool sync) {
+  const std::string& dataset = ctx.args.positional[1];
+  const std::string prefix =
+      ctx.args.positional.size() > 2 ? ctx.args.positional[2] : "";
   // CheckArgs() validated the numbers already.
   uint32_t parallel = 0;
   if (ctx.args.Has("parallel")) {
     (void)absl::SimpleAtoi(ctx.args.Get("parallel"), &parallel);
   }
-  req.set_parallelism(parallel);
   double interval = 5.0;
   if (ctx.args.Has("interval")) {
     (void)absl::SimpleAtod(ctx.args.Get("interval"), &interval);
   }
 
   const std::string what =
-      req.prefix().empty() ? req.dataset()
-                           : absl::StrCat(req.dataset(), "/", req.prefix());
+      prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix);
+  const char* verb = sync ? "sync" : "warmup";
   std::unique_ptr<ProgressBar> bar;
   if (!ctx.json) {
-    ctx.out() << "warming up " << what << " via " << admin.target() << "\n";
+    ctx.out() << (sync ? "syncing " : "warming up ") << what
+              << (sync ? " to the SSD tier" : "")
+              << (!sync && ctx.args.Has("cluster") ? " on the whole cluster"
+                                                   : "")
+              << " via " << admin.target() << "\n";
     bar = std::make_unique<ProgressBar>(ctx.out(), ctx.env->out_is_tty,
                                         ctx.env->terminal_width, interval);
   }
   v1::WarmupProgress last;
   bool got_any = false;
-  absl::Status st = admin.Warmup(
-      req, ctx.timeout_given ? ctx.timeout : absl::InfiniteDuration(),
-      [&](const v1::WarmupProgress& p) {
-        last = p;
-        got_any = true;
-        if (bar != nullptr) bar->Update(ToSnapshot(p));
-      });
+  auto on_progress = [&](const v1::WarmupProgress& p) {
+    last = p;
+    got_any = true;
+    if (bar != nullptr) bar->Update(ToSnapshot(p));
+  };
+  const absl::Duration timeout =
+      ctx.timeout_given ? ctx.timeout : absl::InfiniteDuration();
+  absl::Status st;
+  if (sync) {
+    v1::SyncRequest req;
+    req.set_dataset(dataset);
+    req.set_prefix(prefix);
+    req.set_parallelism(parallel);
+    st = admin.Sync(req, timeout, on_progress);
+  } else {
+    v1::WarmupRequest req;
+    req.set_dataset(dataset);
+    req.set_prefix(prefix);
+    req.set_parallelism(parallel);
+    req.set_cluster(ctx.args.Has("cluster"));
+    st = admin.Warmup(req, timeout, on_progress);
+  }
   if (bar != nullptr && got_any) bar->Finish(ToSnapshot(last));
-  if (!st.ok()) return Fail(ctx, absl::StrCat("warmup of ", what), st);
+  if (!st.ok()) {
+    if (sync && absl::IsFailedPrecondition(st)) {
+      // The one way a sync fails before it starts: say so plainly.
+      return Fail(ctx, absl::StrCat("cannot sync ", what), st);
+    }
+    return Fail(ctx, absl::StrCat(verb, " of ", what), st);
+  }
   if (!last.done()) {
-    return Fail(ctx, absl::StrCat("warmup of ", what),
-                absl::UnavailableError(
-                    "the progress stream ended before the warm-up was done"));
+    return Fail(ctx, absl::StrCat(verb, " of ", what),
+                absl::UnavailableError(absl::StrCat(
+                    "the progress stream ended before the ", verb,
+                    " was done")));
   }
   if (ctx.json) {
     ctx.out() << ProtoToJson(last) << "\n";
@@ -316,7 +368,8 @@ int RunWarmup(const Context& ctx, AdminClient& admin) {
     const double rate =
         last.elapsed_s() > 0 ? last.bytes_done() / last.elapsed_s() : 0;
     ctx.out() << "done: " << FormatCount(last.files_done()) << " files ("
-              << FormatCount(last.files_skipped()) << " already cached), "
+              << FormatCount(last.files_skipped())
+              << (sync ? " already on SSD), " : " already cached), ")
               << FormatBytes(last.bytes_done()) << " in "
               << FormatElapsed(last.elapsed_s()) << " (" << FormatRate(rate)
               << "), " << FormatCount(last.files_failed()) << " failed\n";
@@ -333,6 +386,34 @@ int RunWarmup(const Context& ctx, AdminClient& admin) {
     }
   }
   return last.files_failed() > 0 ? kExitFailed : kExitOk;
+}
+
+int RunRevalidate(const Context& ctx, AdminClient& admin) {
+  v1::RevalidateRequest req;
+  req.set_dataset(ctx.args.positional[1]);
+  if (ctx.args.positional.size() > 2) req.set_prefix(ctx.args.positional[2]);
+  req.set_verify_checksums(ctx.args.Has("verify-checksums"));
+  const std::string what =
+      req.prefix().empty() ? req.dataset()
+                           : absl::StrCat(req.dataset(), "/", req.prefix());
+  absl::StatusOr<v1::RevalidateResponse> r = admin.Revalidate(
+      req, ctx.timeout_given ? ctx.timeout : absl::InfiniteDuration());
+  if (!r.ok()) return Fail(ctx, absl::StrCat("revalidate ", what), r.status());
+  if (ctx.json) {
+    ctx.out() << ProtoToJson(*r) << "\n";
+    return kExitOk;
+  }
+  ctx.out() << "revalidated " << what << ": "
+            << FormatCount(r->files_checked()) << " files checked, "
+            << FormatCount(r->files_changed()) << " changed, "
+            << FormatCount(r->files_missing()) << " missing; "
+            << FormatCount(r->chunks_dropped()) << " chunks dropped";
+  if (req.verify_checksums()) {
+    ctx.out() << "; " << FormatCount(r->ssd_corrupt())
+              << " corrupt SSD chunks";
+  }
+  ctx.out() << "\n";
+  return kExitOk;
 }
 
 int RunEvict(const Context& ctx, AdminClient& admin) {
@@ -362,7 +443,8 @@ int RunEvict(const Context& ctx, AdminClient& admin) {
 // bad command line is a usage error even when the server is down.
 absl::Status CheckArgs(const Context& ctx) {
   const std::string& name = ctx.command->name;
-  if (name == "warmup" || name == "evict") {
+  if (name == "warmup" || name == "evict" || name == "sync" ||
+      name == "revalidate") {
     if (absl::Status st = ValidateDatasetName(ctx.args.positional[1]);
         !st.ok()) {
       return st;
@@ -508,7 +590,9 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
   }
   if (name == "status") return RunStatus(ctx, **admin);
   if (name == "stats") return RunStats(ctx, **admin);
-  if (name == "warmup") return RunWarmup(ctx, **admin);
+  if (name == "warmup") return RunFill(ctx, **admin, /*sync=*/false);
+  if (name == "sync") return RunFill(ctx, **admin, /*sync=*/true);
+  if (name == "revalidate") return RunRevalidate(ctx, **admin);
   if (name == "evict") return RunEvict(ctx, **admin);
   return Usage(env, absl::StrCat("unknown command '", name, "'"), nullptr);
 }

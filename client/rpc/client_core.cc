@@ -181,9 +181,13 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(
                      (*conn)->end_status.message()));
   }
   core->supervisor_thread_ = std::thread([c = core.get()] {
+    ::pthread_setname_np(::pthread_self(), "dlc-reconnect");
     c->SuperviseLoop();
   });
-  core->flush_thread_ = std::thread([c = core.get()] { c->FlushLoop(); });
+  core->flush_thread_ = std::thread([c = core.get()] {
+    ::pthread_setname_np(::pthread_self(), "dlc-release");
+    c->FlushLoop();
+  });
   return core;
 }
 
@@ -224,7 +228,10 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
   open.mutable_open()->set_pid(::getpid());
   // A failed write shows up as the end of the stream in ReadLoop.
   conn->stream->Write(open);
-  conn->reader = std::thread([this, c = conn.get()] { ReadLoop(c); });
+  conn->reader = std::thread([this, c = conn.get()] {
+    ::pthread_setname_np(::pthread_self(), "dlc-session");
+    ReadLoop(c);
+  });
 
   bool timed_out = false, opened = false;
   absl::Status why;
@@ -354,7 +361,6 @@ void ClientCore::ReadLoop(Conn* conn) {
         conn->segments.push_back({s.id(), s.size()});
       }
       conn->opened = true;
-      if (getenv("HACK_SELF_READ")) return;
       continue;
     }
     if (!event->has_batch() && !event->has_released()) continue;
@@ -676,13 +682,6 @@ absl::Status ClientCore::StreamCall(Conn& conn,
       ended = conn.ended;
     }
     if (!ended) written = conn.stream->Write(request);
-  }
-  if (getenv("HACK_SELF_READ") && written) {
-    auto ev = std::make_unique<v1::SessionEvent>();
-    conn.stream->Read(ev.get());
-    call->event = std::move(ev);
-    { absl::MutexLock lock(&conn.mu); conn.calls.erase(id); }
-    return absl::OkStatus();
   }
   bool answered = written && call->done.WaitForNotificationWithDeadline(deadline);
   if (!answered) {

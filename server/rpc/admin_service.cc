@@ -33,6 +33,7 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
   absl::StatusOr<v1::EvictResponse> r = engine_->Evict(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = *std::move(r);
+  if (ssd_.evict) return ToGrpcStatus(ssd_.evict(*request, response));
   return grpc::Status::OK;
 }
 

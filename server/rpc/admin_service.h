@@ -21,6 +21,9 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     std::function<absl::Status(const v1::RevalidateRequest&,
                                v1::RevalidateResponse*)>
         revalidate;
+    // Drops the dataset/prefix from SSD too; adds to the response.
+    std::function<absl::Status(const v1::EvictRequest&, v1::EvictResponse*)>
+        evict;
   };
   AdminServiceImpl(CacheEngine* engine, StatusFiller status, SsdOps ssd = {})
       : engine_(engine), status_(std::move(status)), ssd_(std::move(ssd)) {}

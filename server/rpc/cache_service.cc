@@ -1,5 +1,7 @@
 #include "server/rpc/cache_service.h"
 
+#include <pthread.h>
+
 #include <memory>
 #include <system_error>
 #include <thread>
@@ -240,6 +242,7 @@ bool CacheServiceImpl::HandOffReading(const std::shared_ptr<StreamSession>& s) {
   // batches with misses get here, and those wait for a fill anyway.
   try {
     std::thread([this, s] {
+      ::pthread_setname_np(::pthread_self(), "dlc-session-rd");
       ReadLoop(s);
       absl::MutexLock lock(&s->mu);
       --s->active;

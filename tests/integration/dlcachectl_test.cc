@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "dlcache/client.h"
 #include "gtest/gtest.h"
 #include "server/source/source.h"
 #include "tests/testing/temp_dir.h"
@@ -168,7 +169,7 @@ class PathFaultSource : public Source {
 
 class DlcachectlTest : public ::testing::Test {
  protected:
-  void Start(bool faults = false, bool admin_tcp = false) {
+  void Start(bool faults = false, bool admin_tcp = false, bool ssd = false) {
     testing::TestServer::Options o;
     o.arena_bytes = 64ull << 20;
     o.segment_bytes = 16ull << 20;
@@ -179,11 +180,14 @@ class DlcachectlTest : public ::testing::Test {
         return std::make_shared<PathFaultSource>(std::move(s));
       };
     }
-    if (admin_tcp) {
-      o.edit_config = [](ServerConfig* c) {
-        c->admin_address = "127.0.0.1:0";
-      };
-    }
+    const std::string ssd_dir = ssd_dir_.path() + "/ssd";
+    o.edit_config = [admin_tcp, ssd, ssd_dir](ServerConfig* c) {
+      if (admin_tcp) c->admin_address = "127.0.0.1:0";
+      if (ssd) {
+        c->ssd_dir = ssd_dir;
+        c->ssd_bytes = 64ull << 20;
+      }
+    };
     auto s = testing::TestServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -198,6 +202,25 @@ class DlcachectlTest : public ::testing::Test {
 
   std::string Sock() const { return server_->socket_path(); }
 
+  // The bytes a client is served now for `path` of dataset "ds".
+  std::string Served(const std::string& path) {
+    ClientOptions o;
+    o.socket_path = Sock();
+    auto client = Client::Connect(o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return "";
+    auto b = (*client)->GetBatch("ds", std::vector<std::string>{path});
+    EXPECT_TRUE(b.ok() && (*b)[0].ok());
+    if (!b.ok() || !(*b)[0].ok()) return "";
+    std::string out((*b)[0].size(), '\0');
+    EXPECT_TRUE((*b)[0]
+                    .CopyTo(absl::MakeSpan(
+                        reinterpret_cast<std::byte*>(out.data()), out.size()))
+                    .ok());
+    return out;
+  }
+
+  testing::TempDir ssd_dir_;
   std::unique_ptr<testing::TestServer> server_;
 };
 
@@ -329,6 +352,84 @@ TEST_F(DlcachectlTest, ServerErrorsExitOne) {
   EXPECT_THAT(json.out, StartsWith("{\"error\":{\"code\":\"NOT_FOUND\""));
 }
 
+TEST_F(DlcachectlTest, RevalidateDropsWhatChangedAtTheSource) {
+  Start();
+  server_->WriteFile("ds", "rv/a", "first a");
+  server_->WriteFile("ds", "rv/b", "first b");
+  server_->WriteFile("ds", "rv/c", "first c");
+  ASSERT_EQ(RunCtl({"--socket", Sock(), "warmup", "ds", "rv"}).rc, 0);
+  EXPECT_EQ(Served("rv/b"), "first b");
+
+  // Change one file (another size, so even a coarse mtime cannot hide it).
+  server_->WriteFile("ds", "rv/b", "second version of b");
+  EXPECT_EQ(Served("rv/b"), "first b");  // stale until revalidated
+  CtlResult r = RunCtl({"--socket", Sock(), "revalidate", "ds", "rv"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(r.out,
+            "revalidated ds/rv: 3 files checked, 1 changed, 0 missing; 1 "
+            "chunks dropped\n");
+  EXPECT_EQ(Served("rv/b"), "second version of b");
+  EXPECT_EQ(Served("rv/a"), "first a");
+
+  // A vanished file; --json has every field.
+  ASSERT_EQ(::unlink((server_->source_dir("ds") + "/rv/c").c_str()), 0);
+  CtlResult j = RunCtl({"--socket", Sock(), "--json", "revalidate", "ds"});
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_EQ(j.out,
+            "{\"files_checked\":3,\"files_changed\":0,\"files_missing\":1,"
+            "\"chunks_dropped\":1,\"ssd_corrupt\":0}\n");
+  CtlResult v = RunCtl(
+      {"--socket", Sock(), "revalidate", "ds", "--verify-checksums"});
+  ASSERT_EQ(v.rc, 0) << v.err;
+  EXPECT_THAT(v.out, HasSubstr("2 files checked, 0 changed, 0 missing"));
+  EXPECT_THAT(v.out, HasSubstr("0 corrupt SSD chunks"));
+
+  CtlResult bad = RunCtl({"--socket", Sock(), "revalidate", "nope"});
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_THAT(bad.err, HasSubstr("revalidate nope: NOT_FOUND"));
+}
+
+TEST_F(DlcachectlTest, SyncWithoutAnSsdTierSaysSoClearly) {
+  Start();
+  WriteFiles("s", 2, 100);
+  CtlResult r = RunCtl({"--socket", Sock(), "sync", "ds", "s"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("dlcachectl: cannot sync ds/s: "
+                               "FAILED_PRECONDITION: "));
+  EXPECT_THAT(r.err, HasSubstr("no SSD tier"));
+  EXPECT_THAT(r.err, HasSubstr("--ssd_dir"));
+  CtlResult j = RunCtl({"--socket", Sock(), "--json", "sync", "ds"});
+  EXPECT_EQ(j.rc, 1);
+  EXPECT_THAT(j.out,
+              StartsWith("{\"error\":{\"code\":\"FAILED_PRECONDITION\""));
+}
+
+TEST_F(DlcachectlTest, SyncCopiesToTheSsdTierAndResumes) {
+  Start(false, false, /*ssd=*/true);
+  WriteFiles("s", 6, 3000);
+  CtlResult r = RunCtl({"--socket", Sock(), "sync", "ds", "s", "-j", "2",
+                        "--interval", "0"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, StartsWith("syncing ds/s to the SSD tier via unix:"));
+  EXPECT_THAT(r.out, HasSubstr("6/6 files"));
+  EXPECT_THAT(r.out, HasSubstr("done: 6 files (0 already on SSD)"));
+  CtlResult again = RunCtl({"--socket", Sock(), "--json", "sync", "ds", "s"});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("\"files_skipped\":6"));
+  EXPECT_THAT(again.out, HasSubstr("\"done\":true"));
+}
+
+TEST_F(DlcachectlTest, WarmupClusterFlagReachesTheServer) {
+  Start();
+  WriteFiles("w", 3, 100);
+  // A single node is a cluster of one: the flag is accepted and the
+  // warm-up completes.
+  CtlResult r = RunCtl({"--socket", Sock(), "warmup", "ds", "w", "--cluster"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, StartsWith("warming up ds/w on the whole cluster via"));
+  EXPECT_THAT(r.out, HasSubstr("done: 3 files"));
+}
+
 TEST_F(DlcachectlTest, TcpAdminAddress) {
   Start(false, /*admin_tcp=*/true);
   const int port = server_->server().admin_port();
@@ -371,7 +472,8 @@ TEST(DlcachectlNoServerTest, StaleSocketOfAStoppedServerExitsThree) {
 }
 
 TEST(DlcachectlNoServerTest, HelpForEveryCommand) {
-  for (const char* cmd : {"status", "stats", "warmup", "evict"}) {
+  for (const char* cmd :
+       {"status", "stats", "warmup", "sync", "revalidate", "evict"}) {
     CtlResult r = RunCtl({cmd, "--help"});
     EXPECT_EQ(r.rc, 0) << cmd;
     EXPECT_THAT(r.out, StartsWith(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
