@@ -285,4 +285,13 @@ int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
   });
 }
 
+int dlc_mapping_generation(const dlc_client* client, uint64_t* generation) {
+  return Guard([&] {
+    if (client == nullptr) return NullArg("client");
+    if (generation == nullptr) return NullArg("generation");
+    *generation = client->client->mapping_generation();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 }  // extern "C"

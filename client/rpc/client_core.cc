@@ -329,11 +329,12 @@ ClientCore::~ClientCore() {
     current = conn_;
     opening = opening_;
   }
-  if (flush_thread_.joinable()) flush_thread_.join();
   // Ending the stream makes the server drop every lease of the session, so
-  // pending releases need not be sent.
+  // pending releases need not be sent; it also ends a release the flusher
+  // may be waiting for.
   if (current != nullptr) current->ctx.TryCancel();
   if (opening != nullptr) opening->ctx.TryCancel();
+  if (flush_thread_.joinable()) flush_thread_.join();
   if (supervisor_thread_.joinable()) supervisor_thread_.join();
   {
     absl::MutexLock lock(&mu_);

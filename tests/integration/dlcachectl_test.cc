@@ -185,7 +185,7 @@ class DlcachectlTest : public ::testing::Test {
       if (admin_tcp) c->admin_address = "127.0.0.1:0";
       if (ssd) {
         c->ssd_dir = ssd_dir;
-        c->ssd_bytes = 64ull << 20;
+        c->ssd_bytes = 512ull << 20;
       }
     };
     auto s = testing::TestServer::Start(o);

@@ -705,6 +705,10 @@ TEST(ClientCApiTest, RoundTrip) {
   dlc_segment segs[4];
   ASSERT_EQ(dlc_segments(client, segs, 4, &count), DLC_OK);
   EXPECT_NE(segs[0].base, nullptr);
+  uint64_t generation = 0;
+  ASSERT_EQ(dlc_mapping_generation(client, &generation), DLC_OK);
+  EXPECT_EQ(generation, 1u);
+  EXPECT_EQ(dlc_mapping_generation(client, nullptr), DLC_INVALID_ARGUMENT);
 
   const char* paths[] = {"f", "missing"};
   dlc_batch* batch = nullptr;

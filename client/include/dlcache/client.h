@@ -30,8 +30,9 @@
 // Server restarts: when the session is lost (dlcached restarted or crashed)
 // the Client reconnects by itself in the background (exponential backoff,
 // ClientOptions::reconnect_*), opens a new session and maps the new
-// server's segments again (or keeps its mappings when the server and its
-// arena are the same). Calls made meanwhile wait up to rpc_timeout for the
+// server's segments (or keeps its mappings when the new server re-adopted
+// the very same arena files, as dlcached does after a clean restart with
+// --keep_arena). Calls made meanwhile wait up to rpc_timeout for the
 // new session, then fail with UNAVAILABLE. Items returned before the loss
 // stay valid and readable: they keep the old mappings alive (the pages stay
 // mapped whatever the server does), but their leases died with the old

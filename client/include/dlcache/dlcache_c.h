@@ -117,9 +117,18 @@ int dlc_batch_copy_item(const dlc_batch* batch, size_t item, void* dst,
 void dlc_batch_free(dlc_batch* batch);
 
 /* Mapped segments, for GPU registration. Fills up to max entries and stores
- * the total count in *count. */
+ * the total count in *count. They change when the client reconnected to a
+ * restarted dlcached that has new segments; then the mapping generation
+ * changes too (see dlc_mapping_generation). */
 int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
                  size_t* count);
+
+/* The client's mapping generation: 1 after connecting, +1 each time a
+ * reconnect (the client reconnects by itself after a dlcached restart) had
+ * to map new segments. Compare it with the value segments were registered
+ * at and register dlc_segments() again when it changed. Batches returned
+ * before keep reading their old mapping. */
+int dlc_mapping_generation(const dlc_client* client, uint64_t* generation);
 
 #ifdef __cplusplus
 }  /* extern "C" */
