@@ -1,22 +1,20 @@
 #include "client/rpc/client_core.h"
 
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <pthread.h>
-
-#include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <utility>
-
 #include <google/protobuf/arena.h>
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
@@ -177,8 +175,7 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(
     absl::MutexLock lock(&(*conn)->mu);
     return absl::UnavailableError(
         absl::StrCat("the session with dlcached at ", core->target_,
-                     " ended while opening: ",
-                     (*conn)->end_status.message()));
+                     " ended while opening: ", (*conn)->end_status.message()));
   }
   core->supervisor_thread_ = std::thread([c = core.get()] {
     ::pthread_setname_np(::pthread_self(), "dlc-reconnect");
@@ -200,9 +197,9 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
     absl::StatusOr<UniqueFd> probe =
         ConnectUnix(options_.socket_path, SOCK_STREAM);
     if (!probe.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach dlcached at ", target_, ": ",
-                       probe.status().message()));
+      return absl::UnavailableError(absl::StrCat("cannot reach dlcached at ",
+                                                 target_, ": ",
+                                                 probe.status().message()));
     }
   }
   auto conn = std::make_shared<Conn>();
@@ -210,9 +207,9 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
   if (!conn->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     struct stat st;
     const bool exists = ::stat(options_.socket_path.c_str(), &st) == 0;
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach dlcached at ", target_, ": is it running?",
-        exists ? "" : " (the socket file does not exist)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach dlcached at ", target_, ": is it running?",
+                     exists ? "" : " (the socket file does not exist)"));
   }
   conn->stub = v1::CacheService::NewStub(conn->channel);
   conn->stream = conn->stub->Session(&conn->ctx);
@@ -246,15 +243,15 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
   }
   if (timed_out) {
     Abandon(conn);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "dlcached at ", target_, " did not open a session within ",
-        absl::FormatDuration(options_.connect_timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("dlcached at ", target_, " did not open a session within ",
+                     absl::FormatDuration(options_.connect_timeout)));
   }
   if (!opened) {
     Abandon(conn);
-    return absl::Status(why.code(),
-                        absl::StrCat("opening a session with dlcached at ",
-                                     target_, ": ", why.message()));
+    return absl::Status(
+        why.code(), absl::StrCat("opening a session with dlcached at ", target_,
+                                 ": ", why.message()));
   }
 
   if (previous != nullptr && previous->arena_epoch == conn->arena_epoch &&
@@ -265,9 +262,9 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
     return conn;
   }
   std::vector<SegmentSpec> specs = conn->segments;
-  absl::StatusOr<std::vector<UniqueFd>> fds = SegmentMap::FetchFds(
-      conn->fd_socket_path, conn->session_id, &specs,
-      std::max(deadline - absl::Now(), absl::Seconds(1)));
+  absl::StatusOr<std::vector<UniqueFd>> fds =
+      SegmentMap::FetchFds(conn->fd_socket_path, conn->session_id, &specs,
+                           std::max(deadline - absl::Now(), absl::Seconds(1)));
   if (!fds.ok()) {
     Abandon(conn);
     return fds.status();
@@ -278,7 +275,8 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
     conn->map = previous->map;
     return conn;
   }
-  absl::StatusOr<std::unique_ptr<SegmentMap>> map = SegmentMap::Map(specs, *fds);
+  absl::StatusOr<std::unique_ptr<SegmentMap>> map =
+      SegmentMap::Map(specs, *fds);
   if (!map.ok()) {
     Abandon(conn);
     return map.status();
@@ -429,9 +427,8 @@ void ClientCore::SuperviseLoop() {
   auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || conn_ended_;
   };
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_;
-  };
+  auto stopping = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; };
   mu_.Lock();
   while (true) {
     mu_.Await(absl::Condition(&wake));
@@ -469,8 +466,8 @@ void ClientCore::SuperviseLoop() {
           options_.on_segments_changed(segs, generation);
         }
         if (Install(*next, new_mapping)) {
-          DLC_LOG(INFO) << "reconnected to dlcached at " << target_
-                        << " after " << attempts << " attempt(s) in "
+          DLC_LOG(INFO) << "reconnected to dlcached at " << target_ << " after "
+                        << attempts << " attempt(s) in "
                         << absl::FormatDuration(absl::Now() - lost_at)
                         << ": session " << (*next)->session_id << ", "
                         << (new_mapping ? "segments mapped again"
@@ -486,17 +483,16 @@ void ClientCore::SuperviseLoop() {
           stop = true;
           break;
         }
-        down_status_ = absl::UnavailableError(absl::StrCat(
-            "reconnecting (attempt ", attempts,
-            "): ", next.status().message()));
+        down_status_ = absl::UnavailableError(
+            absl::StrCat("reconnecting (attempt ", attempts,
+                         "): ", next.status().message()));
       }
       if (attempts == 1) {
         DLC_LOG(INFO) << "reconnect to dlcached at " << target_
                       << " failed, retrying with backoff: " << next.status();
       }
       // Jitter keeps many clients of one node from retrying in lockstep.
-      const absl::Duration delay =
-          backoff * absl::Uniform(rng, 0.5, 1.0);
+      const absl::Duration delay = backoff * absl::Uniform(rng, 0.5, 1.0);
       {
         absl::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stopping), delay)) {
@@ -516,9 +512,8 @@ void ClientCore::FlushLoop() {
   auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || !pending_.empty();
   };
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_;
-  };
+  auto stopping = [this]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; };
   bool failing = false;
   mu_.Lock();
   while (true) {
@@ -543,8 +538,8 @@ void ClientCore::FlushLoop() {
     failing = !st.ok();
     mu_.Lock();
     // The leases were requeued; do not hammer a struggling server.
-    if (failing && mu_.AwaitWithTimeout(absl::Condition(&stopping),
-                                        absl::Seconds(1))) {
+    if (failing &&
+        mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1))) {
       break;
     }
   }
@@ -622,9 +617,8 @@ std::vector<MappedSegment> ClientCore::segments() const {
 
 absl::Status ClientCore::RpcError(absl::string_view what,
                                   absl::Status st) const {
-  return absl::Status(
-      st.code(), absl::StrCat(what, " to dlcached at ", target_, ": ",
-                              st.message()));
+  return absl::Status(st.code(), absl::StrCat(what, " to dlcached at ", target_,
+                                              ": ", st.message()));
 }
 
 absl::Status ClientCore::LostError(absl::string_view what) const {
@@ -635,11 +629,11 @@ absl::Status ClientCore::LostError(absl::string_view what) const {
         down_status_.message(),
         "); create a new Client (or set ClientOptions::reconnect)"));
   }
-  return absl::UnavailableError(absl::StrCat(
-      what, ": the session with dlcached at ", target_,
-      " was lost and is not back after ",
-      absl::FormatDuration(options_.rpc_timeout), " (",
-      down_status_.message(), ")"));
+  return absl::UnavailableError(
+      absl::StrCat(what, ": the session with dlcached at ", target_,
+                   " was lost and is not back after ",
+                   absl::FormatDuration(options_.rpc_timeout), " (",
+                   down_status_.message(), ")"));
 }
 
 absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::AwaitConn(
@@ -665,15 +659,18 @@ bool ClientCore::Lost(Conn& conn) const {
 
 absl::Status ClientCore::StreamCall(Conn& conn,
                                     const v1::SessionRequest& request,
-                                    Call* call,
-                                    absl::Time deadline,
+                                    Call* call, absl::Time deadline,
                                     absl::string_view what) {
   const uint64_t id = request.request_id();
+  bool ended;
   {
     absl::MutexLock lock(&conn.mu);
-    if (conn.ended) return LostError(what);
-    conn.calls[id] = call;
+    ended = conn.ended;
+    if (!ended) conn.calls[id] = call;
   }
+  // Not under conn.mu: LostError takes mu_, which Install holds while it
+  // takes a conn's mu.
+  if (ended) return LostError(what);
   bool written = false;
   {
     absl::MutexLock lock(&conn.write_mu);
@@ -684,7 +681,8 @@ absl::Status ClientCore::StreamCall(Conn& conn,
     }
     if (!ended) written = conn.stream->Write(request);
   }
-  bool answered = written && call->done.WaitForNotificationWithDeadline(deadline);
+  bool answered =
+      written && call->done.WaitForNotificationWithDeadline(deadline);
   if (!answered) {
     bool mine;
     {
@@ -693,9 +691,9 @@ absl::Status ClientCore::StreamCall(Conn& conn,
     }
     if (mine) {
       if (!written) return LostError(what);
-      return absl::DeadlineExceededError(absl::StrCat(
-          what, ": no answer from dlcached at ", target_, " within ",
-          absl::FormatDuration(options_.rpc_timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": no answer from dlcached at ", target_,
+                       " within ", absl::FormatDuration(options_.rpc_timeout)));
     }
     // The reader took the call: its answer (or the stream's end) is being
     // handed over right now.
@@ -797,7 +795,8 @@ absl::StatusOr<Batch> ClientCore::StreamGetBatch(Conn& conn,
   }
   const v1::BatchResult& result = call.event->batch();
   if (result.code() != 0) {
-    return RpcError("GetBatch", StatusFromCode(result.code(), result.message()));
+    return RpcError("GetBatch",
+                    StatusFromCode(result.code(), result.message()));
   }
   return ItemsFromPacked(conn, result.items(), n);
 }
@@ -892,8 +891,7 @@ absl::StatusOr<Batch> ClientCore::ItemsFromNested(
       }
     }
     if (!item.status_.ok()) {
-      rejected.insert(rejected.end(), item.leases_.begin(),
-                      item.leases_.end());
+      rejected.insert(rejected.end(), item.leases_.begin(), item.leases_.end());
       item.leases_.clear();
       item.chunks_.clear();
       continue;
@@ -908,14 +906,14 @@ absl::StatusOr<Batch> ClientCore::ItemsFromPacked(Conn& conn,
                                                   const v1::PackedBatch& p,
                                                   size_t n) {
   const int handles = p.lease_size();
-  bool well_formed =
-      static_cast<size_t>(p.code_size()) == n &&
-      static_cast<size_t>(p.file_size_size()) == n &&
-      static_cast<size_t>(p.chunk_count_size()) == n &&
-      static_cast<size_t>(p.first_handle_size()) == n &&
-      static_cast<size_t>(p.hit_size()) == n && p.segment_size() == handles &&
-      p.offset_size() == handles && p.length_size() == handles &&
-      p.checksum_size() == handles && p.index_size() == handles;
+  bool well_formed = static_cast<size_t>(p.code_size()) == n &&
+                     static_cast<size_t>(p.file_size_size()) == n &&
+                     static_cast<size_t>(p.chunk_count_size()) == n &&
+                     static_cast<size_t>(p.first_handle_size()) == n &&
+                     static_cast<size_t>(p.hit_size()) == n &&
+                     p.segment_size() == handles &&
+                     p.offset_size() == handles && p.length_size() == handles &&
+                     p.checksum_size() == handles && p.index_size() == handles;
   for (size_t i = 0; well_formed && i < n; ++i) {
     const uint32_t end = i + 1 < n ? p.first_handle(i + 1) : handles;
     well_formed = p.first_handle(i) <= end && end <= uint32_t(handles);
@@ -943,8 +941,8 @@ absl::StatusOr<Batch> ClientCore::ItemsFromPacked(Conn& conn,
       while (next_error < p.errors_size() && p.errors(next_error).item() < i) {
         ++next_error;
       }
-      const bool has_message = next_error < p.errors_size() &&
-                               p.errors(next_error).item() == i;
+      const bool has_message =
+          next_error < p.errors_size() && p.errors(next_error).item() == i;
       item.status_ = StatusFromCode(
           p.code(i), has_message ? p.errors(next_error).message() : "");
       for (uint32_t h = begin; h < end; ++h) rejected.push_back(p.lease(h));
@@ -974,8 +972,7 @@ absl::StatusOr<Batch> ClientCore::ItemsFromPacked(Conn& conn,
       }
     }
     if (!item.status_.ok()) {
-      rejected.insert(rejected.end(), item.leases_.begin(),
-                      item.leases_.end());
+      rejected.insert(rejected.end(), item.leases_.begin(), item.leases_.end());
       item.leases_.clear();
       item.chunks_.clear();
       continue;

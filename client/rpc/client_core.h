@@ -190,6 +190,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // at construction in a forked child. Cheaper than getpid() per call.
   const uint64_t fork_generation_;
 
+  // Lock order: mu_ before a Conn's mu; a Conn's write_mu before its mu.
   mutable absl::Mutex mu_;
   // The current session; replaced by the supervisor after a reconnect.
   std::shared_ptr<Conn> conn_ ABSL_GUARDED_BY(mu_);

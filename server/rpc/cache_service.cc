@@ -1,12 +1,11 @@
 #include "server/rpc/cache_service.h"
 
+#include <google/protobuf/arena.h>
 #include <pthread.h>
 
 #include <memory>
 #include <system_error>
 #include <thread>
-
-#include <google/protobuf/arena.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -64,8 +63,8 @@ absl::Status CacheServiceImpl::ExpandKeys(v1::GetBatchRequest* request) {
   const int n = packed.path_end_size();
   const bool ranges = packed.first_chunk_size() > 0;
   if (request->items_size() > 0 ||
-      (ranges && (packed.first_chunk_size() != n ||
-                  packed.max_chunks_size() != n)) ||
+      (ranges &&
+       (packed.first_chunk_size() != n || packed.max_chunks_size() != n)) ||
       (!ranges && packed.max_chunks_size() != 0)) {
     return absl::InvalidArgumentError(
         "GetBatchRequest: packed_items is malformed (or comes with items)");

@@ -1,10 +1,10 @@
 #ifndef DLCACHE_SERVER_RPC_CACHE_SERVICE_H_
 #define DLCACHE_SERVER_RPC_CACHE_SERVICE_H_
 
+#include <google/protobuf/arena.h>
+
 #include <memory>
 #include <string>
-
-#include <google/protobuf/arena.h>
 
 #include "dlcache/v1/cache.grpc.pb.h"
 #include "server/cache_engine.h"
@@ -70,8 +70,7 @@ class CacheServiceImpl final : public v1::CacheService::Service {
   // Answers one get_batch; false if the read loop was handed off meanwhile.
   // Its messages go on `arena`, which holds the request.
   bool AnswerBatch(const std::shared_ptr<StreamSession>& s,
-                   v1::SessionRequest* request,
-                   google::protobuf::Arena* arena);
+                   v1::SessionRequest* request, google::protobuf::Arena* arena);
   // Starts a thread that continues ReadLoop(s). False (the caller keeps
   // reading) if no thread can be started.
   bool HandOffReading(const std::shared_ptr<StreamSession>& s);

@@ -2,25 +2,24 @@
 // goes: the engine call alone and the answer's encodings (nested
 // GetBatchResponse vs PackedBatch) in-process, then whole calls to a real
 // dlcached process over the unary RPC and over the Session stream, from one
-// thread and from several. Prints a table; the bounds only catch pathologies, since
-// the machines this runs on are shared and noisy. Report CPU time (what the
-// code costs) next to wall p50 (what a caller waits).
+// thread and from several. Prints a table; the bounds only catch pathologies,
+// since the machines this runs on are shared and noisy. Report CPU time (what
+// the code costs) next to wall p50 (what a caller waits).
 
+#include <google/protobuf/arena.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <google/protobuf/arena.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -106,10 +105,10 @@ Figures Measure(int rounds, Fn fn, pid_t server = 0) {
 }
 
 void Print(const std::string& what, const Figures& f) {
-  std::printf("  %-40s p50 %6.1f us  p90 %6.1f us  thread CPU %5.1f us  "
-              "process CPU %5.1f us",
-              what.c_str(), f.p50_us, f.p90_us, f.thread_cpu_us,
-              f.process_cpu_us);
+  std::printf(
+      "  %-40s p50 %6.1f us  p90 %6.1f us  thread CPU %5.1f us  "
+      "process CPU %5.1f us",
+      what.c_str(), f.p50_us, f.p90_us, f.thread_cpu_us, f.process_cpu_us);
   if (f.server_cpu_us >= 0) {
     std::printf("  dlcached CPU %5.1f us", f.server_cpu_us);
   }
@@ -179,9 +178,10 @@ class GetBatchLatencyTest : public ::testing::Test {
 };
 
 TEST_F(GetBatchLatencyTest, StepByStep) {
-  std::printf("warm GetBatch of %d keys (110 kB files, one chunk each), %d "
-              "rounds:\n",
-              kKeys, Rounds());
+  std::printf(
+      "warm GetBatch of %d keys (110 kB files, one chunk each), %d "
+      "rounds:\n",
+      kKeys, Rounds());
   {
     // Warm the cache through a client first.
     auto c = Connect(true);
@@ -228,14 +228,13 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
         Measure(Rounds(), [&] { nested->SerializeToString(&nested_wire); }));
   Print("nested: parse", Measure(Rounds(), [&] {
           google::protobuf::Arena a;
-          auto* m = google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(
-              &a);
+          auto* m =
+              google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(&a);
           ASSERT_TRUE(m->ParseFromString(nested_wire));
         }));
   Print("packed: convert from nested", Measure(Rounds(), [&] {
           google::protobuf::Arena a;
-          auto* p =
-              google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
+          auto* p = google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
           CacheServiceImpl::PackBatch(*nested, p);
         }));
   v1::PackedBatch packed;
@@ -244,8 +243,7 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
         Measure(Rounds(), [&] { packed.SerializeToString(&packed_wire); }));
   Print("packed: parse", Measure(Rounds(), [&] {
           google::protobuf::Arena a;
-          auto* m =
-              google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
+          auto* m = google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
           ASSERT_TRUE(m->ParseFromString(packed_wire));
         }));
   std::printf("  wire size: nested %zu bytes, packed %zu bytes\n",
@@ -258,14 +256,22 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
     auto client = Connect(stream, true);
     ASSERT_NE(client, nullptr);
     const std::string name = stream ? "session stream" : "unary RPC";
-    Print(name + ", 1 key", Measure(Rounds(), [&] {
-            auto b = client->GetBatch("ds", absl::MakeSpan(keys_).subspan(0, 1));
-            ASSERT_TRUE(b.ok() && (*b)[0].hit());
-          }, pid));
-    Figures f = Measure(Rounds(), [&] {
-      auto b = client->GetBatch("ds", keys_);
-      ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
-    }, pid);
+    Print(name + ", 1 key",
+          Measure(
+              Rounds(),
+              [&] {
+                auto b =
+                    client->GetBatch("ds", absl::MakeSpan(keys_).subspan(0, 1));
+                ASSERT_TRUE(b.ok() && (*b)[0].hit());
+              },
+              pid));
+    Figures f = Measure(
+        Rounds(),
+        [&] {
+          auto b = client->GetBatch("ds", keys_);
+          ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
+        },
+        pid);
     Print(absl::StrCat(name, ", ", kKeys, " keys"), f);
     RecordProperty(stream ? "stream_p50_us" : "unary_p50_us",
                    static_cast<int>(f.p50_us));
@@ -294,13 +300,14 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
     for (std::thread& t : threads) t.join();
     const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
     const int calls = per_thread * kThreads;
-    std::printf("  %-40s %6.0f batches/s  process CPU %5.1f us/batch  "
-                "dlcached CPU %5.1f us/batch\n",
-                absl::StrCat(stream ? "session stream" : "unary RPC", ", ",
-                             kThreads, " threads")
-                    .c_str(),
-                calls / secs, (ProcessCpuUs() - p0) / calls,
-                (ChildCpuUs(pid) - s0) / calls);
+    std::printf(
+        "  %-40s %6.0f batches/s  process CPU %5.1f us/batch  "
+        "dlcached CPU %5.1f us/batch\n",
+        absl::StrCat(stream ? "session stream" : "unary RPC", ", ", kThreads,
+                     " threads")
+            .c_str(),
+        calls / secs, (ProcessCpuUs() - p0) / calls,
+        (ChildCpuUs(pid) - s0) / calls);
     EXPECT_EQ(bad.load(), 0);
   }
 }
@@ -313,10 +320,13 @@ TEST_F(GetBatchLatencyTest, DISABLED_ProfileOnePath) {
   auto client = Connect(stream, true);
   ASSERT_NE(client, nullptr);
   Print(stream ? "session stream, 256 keys" : "unary RPC, 256 keys",
-        Measure(10 * Rounds(), [&] {
-          auto b = client->GetBatch("ds", keys_);
-          ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
-        }, process_->pid()));
+        Measure(
+            10 * Rounds(),
+            [&] {
+              auto b = client->GetBatch("ds", keys_);
+              ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
+            },
+            process_->pid()));
 }
 
 }  // namespace

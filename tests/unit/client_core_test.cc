@@ -340,7 +340,7 @@ TEST_P(ClientCoreTest, WhileReconnectingCallsWaitUpToRpcTimeout) {
   EXPECT_TRUE(client->FlushReleases().ok());
 }
 
-TEST_P(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheMappingsOfTheSameArena) {
+TEST_P(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheSameArenaMapped) {
   server_.service().AddFile("f", "before and after");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
