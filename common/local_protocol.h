@@ -1,0 +1,444 @@
+#ifndef DLCACHE_COMMON_LOCAL_PROTOCOL_H_
+#define DLCACHE_COMMON_LOCAL_PROTOCOL_H_
+
+// The local data protocol: how a trainer process on the node talks to
+// dlcached for its data (handles, leases, segment fds). One codec, used by
+// the server (server/rpc/data_server), the client (client/rpc) and the
+// tests' fakes.
+//
+// Why not gRPC for this path: gRPC's process-wide state (its threads and
+// pollers) does not survive fork(), and PyTorch's DataLoader forks workers
+// from a parent that has often used a client already; a plain Unix socket
+// that the child opens itself has no such state. It is also ~10x cheaper
+// per call, and SO_PEERCRED gives the server the caller's uid/gid/pid.
+//
+// Transport: a Unix SOCK_STREAM socket. Every message is a frame: a 16-byte
+// header then `length` payload bytes. Integers are little-endian (client
+// and server share the machine). A "bytes" field is a u32 length followed
+// by that many bytes (any bytes: paths are POSIX names, not UTF-8).
+// "column<T>[n]" is n values of T back to back, unaligned.
+//
+// Conversation: the client sends kHello first and waits for kHelloReply
+// (one session per connection; the session and all its leases end when the
+// connection closes, whatever the reason). It then asks for segment fds
+// with kGetSegments (answered by kSegments with the fds attached as
+// SCM_RIGHTS) and sends any number of kGetBatch / kRelease / kStat /
+// kPrefetch requests, each with a request_id of its choice (unique among
+// its requests in flight), without waiting for answers. Each request gets
+// exactly one answer frame with the same request_id: its reply type, or
+// kError when the request failed as a whole. Answers may come in any order
+// (a batch that waits for fills does not hold up later hits). A frame that
+// cannot be parsed, or one over the server's limit, is answered by kError
+// with request_id 0 and the connection is closed.
+//
+// Payloads (see the Encode/Decode functions for the exact order):
+//   kHello:      u32 magic, u16 version, u16 reserved, bytes client_name,
+//                i32 numa_node (-1 = any), u32 flags (0)
+//   kHelloReply: i32 code, bytes message, u64 session_id, u64 arena_epoch,
+//                u64 chunk_size, u32 max_keys_per_batch, u32 max_frame_bytes,
+//                u32 segment_count, column<u64>[segment_count] sizes
+//   kGetSegments: u32 first, u32 count (<= kMaxSegmentsPerFrame)
+//   kSegments:   i32 code, bytes message, u32 first, u32 count; `count` fds
+//   kGetBatch:   bytes dataset, u32 n_release, column<u64> release, keys
+//   kBatch:      i32 code, bytes message, then (code 0) the packed items
+//   kRelease:    u32 n, column<u64> leases
+//   kReleased:   u32 released
+//   kStat:       bytes dataset, keys (ranges ignored)
+//   kStatReply:  i32 code, bytes message, then (code 0) the packed stats
+//   kPrefetch:   bytes dataset, keys
+//   kPrefetchReply: u32 accepted
+//   kError:      i32 code, bytes message
+// keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
+//   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
+//   key i is paths[path_end[i-1], path_end[i]) (from 0 for i = 0).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace dlcache::local {
+
+inline constexpr uint32_t kMagic = 0x4c434c44;  // "DLCL"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 16;
+// No frame is ever larger, whatever a server or client allows below it.
+inline constexpr uint32_t kMaxFrameBytes = 256u << 20;
+// SCM_RIGHTS carries at most this many fds per frame.
+inline constexpr uint32_t kMaxSegmentsPerFrame = 64;
+
+enum class MsgType : uint16_t {
+  kHello = 1,
+  kHelloReply = 2,
+  kGetSegments = 3,
+  kSegments = 4,
+  kGetBatch = 5,
+  kBatch = 6,
+  kRelease = 7,
+  kReleased = 8,
+  kStat = 9,
+  kStatReply = 10,
+  kPrefetch = 11,
+  kPrefetchReply = 12,
+  kError = 13,
+};
+
+struct FrameHeader {
+  uint32_t length = 0;  // payload bytes after the header
+  uint16_t type = 0;    // MsgType
+  uint16_t flags = 0;   // 0
+  uint64_t request_id = 0;
+};
+
+void EncodeHeader(const FrameHeader& header, char out[kHeaderSize]);
+FrameHeader DecodeHeader(const char in[kHeaderSize]);
+// A whole frame: header (length set from payload) + payload.
+std::string MakeFrame(MsgType type, uint64_t request_id,
+                      absl::string_view payload);
+
+// Appends little-endian fields to a string. Not thread-safe.
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  void U16(uint16_t v) { Raw(&v, sizeof(v)); }
+  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
+  void I32(int32_t v) { Raw(&v, sizeof(v)); }
+  void U64(uint64_t v) { Raw(&v, sizeof(v)); }
+  void I64(int64_t v) { Raw(&v, sizeof(v)); }
+  void Bytes(absl::string_view s);
+  void Raw(const void* p, size_t n) {
+    out_->append(static_cast<const char*>(p), n);
+  }
+  template <typename T>
+  void Column(absl::Span<const T> values) {
+    Raw(values.data(), values.size() * sizeof(T));
+  }
+
+ private:
+  std::string* out_;
+};
+
+// A column of n fixed-width values inside a payload, read without copying
+// the payload (values may be unaligned there).
+template <typename T>
+class ColumnView {
+ public:
+  ColumnView() = default;
+  ColumnView(const char* data, size_t n) : data_(data), n_(n) {}
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T operator[](size_t i) const {
+    T v;
+    std::memcpy(&v, data_ + i * sizeof(T), sizeof(T));
+    return v;
+  }
+  std::vector<T> ToVector() const {
+    std::vector<T> out(n_);
+    if (n_ != 0) std::memcpy(out.data(), data_, n_ * sizeof(T));
+    return out;
+  }
+
+ private:
+  const char* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Bounds-checked reads from a payload. Every read returns false (and
+// leaves the reader failed) when the payload is too short.
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  bool U8(uint8_t* v) { return Fixed(v); }
+  bool U16(uint16_t* v) { return Fixed(v); }
+  bool U32(uint32_t* v) { return Fixed(v); }
+  bool I32(int32_t* v) { return Fixed(v); }
+  bool U64(uint64_t* v) { return Fixed(v); }
+  bool I64(int64_t* v) { return Fixed(v); }
+  bool Bytes(absl::string_view* s);
+  template <typename T>
+  bool Column(size_t n, ColumnView<T>* out) {
+    if (!ok_ || n > in_.size() / sizeof(T)) return ok_ = false;
+    *out = ColumnView<T>(in_.data(), n);
+    in_.remove_prefix(n * sizeof(T));
+    return true;
+  }
+  bool ok() const { return ok_; }
+  // True when every byte was consumed and nothing failed.
+  bool done() const { return ok_ && in_.empty(); }
+
+ private:
+  template <typename T>
+  bool Fixed(T* v) {
+    if (!ok_ || in_.size() < sizeof(T)) return ok_ = false;
+    std::memcpy(v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  absl::string_view in_;
+  bool ok_ = true;
+};
+
+// ---- Keys -----------------------------------------------------------------
+
+struct Key {
+  absl::string_view path;
+  uint32_t first_chunk = 0;
+  uint32_t max_chunks = 0;  // 0 = all from first_chunk on
+};
+
+// Decoded keys; views into the payload.
+class KeysView {
+ public:
+  size_t size() const { return path_end_.size(); }
+  Key at(size_t i) const;
+  bool has_ranges() const { return !first_chunk_.empty(); }
+
+ private:
+  friend absl::Status DecodeKeys(Reader& in, uint32_t max_keys, KeysView* out);
+  absl::string_view paths_;
+  ColumnView<uint32_t> path_end_;
+  ColumnView<uint32_t> first_chunk_;
+  ColumnView<uint32_t> max_chunks_;
+};
+
+// Encodes n keys; key_at(i) returns a Key.
+template <typename KeyAt>
+void EncodeKeys(size_t n, KeyAt key_at, std::string* out) {
+  Writer w(out);
+  bool ranges = false;
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Key k = key_at(i);
+    ranges |= k.first_chunk != 0 || k.max_chunks != 0;
+    bytes += k.path.size();
+  }
+  w.U32(static_cast<uint32_t>(n));
+  w.U32(ranges ? 1 : 0);
+  uint32_t end = 0;
+  for (size_t i = 0; i < n; ++i) {
+    end += static_cast<uint32_t>(key_at(i).path.size());
+    w.U32(end);
+  }
+  if (ranges) {
+    for (size_t i = 0; i < n; ++i) w.U32(key_at(i).first_chunk);
+    for (size_t i = 0; i < n; ++i) w.U32(key_at(i).max_chunks);
+  }
+  w.U32(static_cast<uint32_t>(bytes));
+  for (size_t i = 0; i < n; ++i) {
+    absl::string_view p = key_at(i).path;
+    w.Raw(p.data(), p.size());
+  }
+}
+// INVALID_ARGUMENT for malformed keys (path_end not monotonic or past the
+// paths) or more than max_keys of them (the message names the limit).
+absl::Status DecodeKeys(Reader& in, uint32_t max_keys, KeysView* out);
+
+// ---- Hello ----------------------------------------------------------------
+
+struct Hello {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  absl::string_view client_name;
+  int32_t numa_node = -1;
+  uint32_t flags = 0;
+};
+std::string EncodeHello(const Hello& hello);
+// INVALID_ARGUMENT for a malformed payload, a wrong magic or version.
+absl::Status DecodeHello(absl::string_view payload, Hello* out);
+
+struct HelloReply {
+  int32_t code = 0;
+  std::string message;
+  uint64_t session_id = 0;
+  uint64_t arena_epoch = 0;
+  uint64_t chunk_size = 0;
+  uint32_t max_keys_per_batch = 0;
+  uint32_t max_frame_bytes = 0;
+  std::vector<uint64_t> segment_sizes;
+};
+std::string EncodeHelloReply(const HelloReply& reply);
+absl::Status DecodeHelloReply(absl::string_view payload, HelloReply* out);
+
+// ---- Segments -------------------------------------------------------------
+
+struct GetSegments {
+  uint32_t first = 0;
+  uint32_t count = 0;
+};
+std::string EncodeGetSegments(const GetSegments& request);
+absl::Status DecodeGetSegments(absl::string_view payload, GetSegments* out);
+
+struct SegmentsReply {
+  int32_t code = 0;
+  std::string message;
+  uint32_t first = 0;
+  uint32_t count = 0;  // fds attached to the frame
+};
+std::string EncodeSegmentsReply(const SegmentsReply& reply);
+absl::Status DecodeSegmentsReply(absl::string_view payload,
+                                 SegmentsReply* out);
+
+// ---- GetBatch -------------------------------------------------------------
+
+struct GetBatchRequest {
+  absl::string_view dataset;
+  ColumnView<uint64_t> release;
+  KeysView keys;
+};
+template <typename KeyAt>
+std::string EncodeGetBatch(absl::string_view dataset,
+                           absl::Span<const uint64_t> release, size_t n,
+                           KeyAt key_at) {
+  std::string out;
+  Writer w(&out);
+  w.Bytes(dataset);
+  w.U32(static_cast<uint32_t>(release.size()));
+  w.Column(release);
+  EncodeKeys(n, key_at, &out);
+  return out;
+}
+// INVALID_ARGUMENT when malformed or over the limits.
+absl::Status DecodeGetBatch(absl::string_view payload, uint32_t max_keys,
+                            uint32_t max_release, GetBatchRequest* out);
+
+struct Handle {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t lease = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the bytes
+  uint32_t index = 0;     // chunk index within the file
+};
+
+// Builds a kBatch payload with code 0, item by item in request order.
+class BatchReplyBuilder {
+ public:
+  explicit BatchReplyBuilder(size_t items_hint = 0);
+  // A served item and its handles.
+  void AddItem(uint64_t file_size, uint64_t chunk_count, bool hit,
+               absl::Span<const Handle> handles);
+  // A failed item (code != 0).
+  void AddError(int32_t code, absl::string_view message);
+  std::string Finish() const;
+
+ private:
+  std::vector<int32_t> code_;
+  std::vector<uint64_t> file_size_;
+  std::vector<uint64_t> chunk_count_;
+  std::vector<uint32_t> first_handle_;
+  std::vector<uint8_t> hit_;
+  std::vector<uint32_t> segment_;
+  std::vector<uint64_t> offset_, length_, lease_, checksum_;
+  std::vector<uint32_t> index_;
+  std::vector<std::pair<uint32_t, std::string>> errors_;
+};
+// A kBatch payload for a batch that failed as a whole (code != 0).
+std::string EncodeBatchFailure(int32_t code, absl::string_view message);
+
+struct ItemView {
+  int32_t code = 0;
+  absl::string_view message;  // empty when OK
+  uint64_t file_size = 0;
+  uint64_t chunk_count = 0;
+  bool hit = false;
+  uint32_t first_handle = 0;
+  uint32_t handle_count = 0;
+};
+
+// A decoded kBatch payload; views into it.
+class BatchReply {
+ public:
+  int32_t code() const { return code_; }
+  absl::string_view message() const { return message_; }
+  size_t item_count() const { return item_code_.size(); }
+  size_t handle_count() const { return segment_.size(); }
+  ItemView item(size_t i) const;
+  Handle handle(size_t j) const;
+
+ private:
+  friend absl::Status DecodeBatchReply(absl::string_view payload,
+                                       BatchReply* out);
+  int32_t code_ = 0;
+  absl::string_view message_;
+  ColumnView<int32_t> item_code_;
+  ColumnView<uint64_t> file_size_;
+  ColumnView<uint64_t> chunk_count_;
+  ColumnView<uint32_t> first_handle_;
+  ColumnView<uint8_t> hit_;
+  ColumnView<uint32_t> segment_;
+  ColumnView<uint64_t> offset_, length_, lease_, checksum_;
+  ColumnView<uint32_t> index_;
+  // Item index -> message, for failed items.
+  std::vector<std::pair<uint32_t, absl::string_view>> errors_;
+};
+// DATA_LOSS for a malformed payload (handle ranges out of order or past the
+// handles, errors for unknown items).
+absl::Status DecodeBatchReply(absl::string_view payload, BatchReply* out);
+
+// ---- Release --------------------------------------------------------------
+
+std::string EncodeRelease(absl::Span<const uint64_t> leases);
+absl::Status DecodeRelease(absl::string_view payload, uint32_t max_leases,
+                           ColumnView<uint64_t>* out);
+std::string EncodeReleased(uint32_t released);
+absl::Status DecodeReleased(absl::string_view payload, uint32_t* released);
+
+// ---- Stat -----------------------------------------------------------------
+
+struct StatRequest {
+  absl::string_view dataset;
+  KeysView keys;
+};
+template <typename KeyAt>
+std::string EncodeStat(absl::string_view dataset, size_t n, KeyAt key_at) {
+  std::string out;
+  Writer(&out).Bytes(dataset);
+  EncodeKeys(n, key_at, &out);
+  return out;
+}
+absl::Status DecodeStat(absl::string_view payload, uint32_t max_keys,
+                        StatRequest* out);
+
+struct FileStat {
+  int32_t code = 0;
+  std::string message;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t chunk_count = 0;
+  uint64_t cached_chunks = 0;
+};
+std::string EncodeStatReply(int32_t code, absl::string_view message,
+                            absl::Span<const FileStat> files);
+absl::Status DecodeStatReply(absl::string_view payload, int32_t* code,
+                             std::string* message,
+                             std::vector<FileStat>* files);
+
+// ---- Prefetch -------------------------------------------------------------
+
+// Same payload as kStat; the ranges matter.
+template <typename KeyAt>
+std::string EncodePrefetch(absl::string_view dataset, size_t n,
+                           KeyAt key_at) {
+  return EncodeStat(dataset, n, key_at);
+}
+absl::Status DecodePrefetch(absl::string_view payload, uint32_t max_keys,
+                            StatRequest* out);
+std::string EncodePrefetchReply(uint32_t accepted);
+absl::Status DecodePrefetchReply(absl::string_view payload,
+                                 uint32_t* accepted);
+
+// ---- Error ----------------------------------------------------------------
+
+std::string EncodeError(const absl::Status& status);
+// The status carried by a kError payload (DATA_LOSS if malformed).
+absl::Status DecodeError(absl::string_view payload);
+
+}  // namespace dlcache::local
+
+#endif  // DLCACHE_COMMON_LOCAL_PROTOCOL_H_
