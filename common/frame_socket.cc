@@ -142,11 +142,16 @@ absl::StatusOr<Frame> FrameReceiver::Next(int sock) {
   }
   f.payload.assign(buf_.data() + start_ + kHeaderSize, f.header.length);
   start_ += kHeaderSize + f.header.length;
-  // Fds travel with the first byte of their frame, and a reader never
-  // has two frames with fds in flight (segments are asked one request at
-  // a time), so every fd received so far belongs to this frame.
-  f.fds = std::move(fds_);
-  fds_.clear();
+  // Fds travel with the first byte of their frame, but one recvmsg may
+  // also return bytes of frames before it (Linux joins stream data up to
+  // and including the segment that carries fds), so they are not
+  // necessarily this frame's. Only kSegments frames carry fds and a reader
+  // never has two of them in flight (segments are asked one request at a
+  // time): every fd received so far belongs to the next kSegments frame.
+  if (f.type() == MsgType::kSegments) {
+    f.fds = std::move(fds_);
+    fds_.clear();
+  }
   return f;
 }
 

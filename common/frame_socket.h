@@ -30,7 +30,7 @@ absl::Status SendFrame(int sock, MsgType type, uint64_t request_id,
 struct Frame {
   FrameHeader header;
   std::string payload;
-  std::vector<UniqueFd> fds;  // fds that arrived with the frame's bytes
+  std::vector<UniqueFd> fds;  // kSegments only: the fds sent with it
   MsgType type() const { return static_cast<MsgType>(header.type); }
 };
 

@@ -31,6 +31,25 @@
 // cannot be parsed, or one over the server's limit, is answered by kError
 // with request_id 0 and the connection is closed.
 //
+// What dlcached (server/rpc/data_server) answers, precisely:
+//  * frame over max_frame_bytes, malformed payload, no kHello first, a
+//    second kHello, bad magic/version: kError (request_id 0), then close;
+//  * a well-formed request over a count limit (keys > max_keys_per_batch,
+//    leases to release > max_leases_per_session): kError INVALID_ARGUMENT
+//    with the request's id; the connection stays;
+//  * a message type that is no request: kError UNIMPLEMENTED, it stays;
+//  * GetBatch failed as a whole (unknown dataset NOT_FOUND, bad name
+//    INVALID_ARGUMENT, PERMISSION_DENIED, reply over max_frame_bytes
+//    RESOURCE_EXHAUSTED): kBatch with that code; Stat likewise kStatReply
+//    with the code; Prefetch: kError with the code;
+//  * items fail on their own inside kBatch (NOT_FOUND, INVALID_ARGUMENT,
+//    UNAVAILABLE, RESOURCE_EXHAUSTED for a full arena or a session over
+//    --session_lease_share / --max_leases_per_session);
+//  * more connections than max_connections: kError RESOURCE_EXHAUSTED
+//    (request_id 0) before any hello, then close;
+//  * a client that leaves more than max_reply_queue_bytes of replies unread
+//    is disconnected.
+//
 // Payloads (see the Encode/Decode functions for the exact order):
 //   kHello:      u32 magic, u16 version, u16 reserved, bytes client_name,
 //                i32 numa_node (-1 = any), u32 flags (0)

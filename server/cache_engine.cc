@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/key.h"
 #include "common/logging.h"
@@ -71,6 +71,12 @@ absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
   }
   absl::StatusOr<FileInfo> info = backend->StatFile(name, path);
   if (!info.ok()) return info.status();
+  // Before the tier records it: a file that can never fit is refused here,
+  // without allocating or evicting anything.
+  if (absl::Status fits = options_.file_size_limit.Check(path, info->size);
+      !fits.ok()) {
+    return fits;
+  }
   tier_->PutFile(ds, path, *info);
   return *info;
 }
@@ -158,143 +164,227 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
 }
 
 void CacheEngine::FillItem(uint64_t session, uint32_t ds,
-                           absl::string_view path, const v1::ItemKey& key,
-                           v1::ItemResult* out) {
+                           absl::string_view path, uint32_t first_chunk,
+                           uint32_t max_chunks, BatchItem* out) {
   Pinned pinned;
-  absl::Status s = PinChunks(ds, path, key.first_chunk(), key.max_chunks(),
-                             backend_, &pinned);
+  absl::Status s =
+      PinChunks(ds, path, first_chunk, max_chunks, backend_, &pinned);
   if (!s.ok()) {
-    SetError(s, out);
+    out->status = std::move(s);
     return;
   }
-  out->set_file_size(pinned.info.size);
-  out->set_chunk_count(tier_->ChunkCount(pinned.info.size));
-  out->set_hit(pinned.hit);
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < pinned.entries.size(); ++i) {
-    absl::StatusOr<LeasedChunk> leased =
-        tier_->Lease(session, pinned.entries[i]);
-    if (!leased.ok()) {
-      // Session closed mid-fill: Lease dropped this pin; drop the rest.
-      for (size_t j = i + 1; j < pinned.entries.size(); ++j) {
-        tier_->Unpin(pinned.entries[j]);
-      }
-      SetError(leased.status(), out);
-      return;
-    }
-    bytes += leased->length;
-    AddHandle(*leased, out);
+  // All of the item's chunks are leased at once or none: a session that
+  // closed meanwhile, or one over its limits, leaves nothing leased.
+  absl::StatusOr<std::vector<LeasedChunk>> leased =
+      tier_->LeaseAll(session, pinned.entries);
+  if (!leased.ok()) {
+    out->status = leased.status();
+    return;
   }
+  out->file_size = pinned.info.size;
+  out->chunk_count = tier_->ChunkCount(pinned.info.size);
+  out->hit = pinned.hit;
+  out->chunks = *std::move(leased);
+  uint64_t bytes = 0;
+  for (const LeasedChunk& c : out->chunks) bytes += c.length;
   counters_[ds]->bytes_served.fetch_add(bytes, std::memory_order_relaxed);
 }
 
-absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
-                                   v1::GetBatchResponse* response,
-                                   const std::function<void()>& before_fill) {
-  if (!request.release().empty()) {
-    tier_->Release(request.session_id(), request.release());
+namespace {
+
+// A batch whose misses are being filled: the fill tasks write their own
+// items, the last one to finish hands the result over.
+struct PendingBatch {
+  BatchResult result;
+  std::atomic<size_t> remaining{0};
+  CacheEngine::BatchCallback done;
+};
+
+}  // namespace
+
+void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
+                                absl::Span<const BatchKey> keys,
+                                BatchCallback done) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
+  if (!ds.ok()) {
+    done(ds.status());
+    return;
   }
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
-  if (!ds.ok()) return ds.status();
-  const int n = request.items_size();
+  const size_t n = keys.size();
+  BatchResult result;
+  result.items.resize(n);
   // Keys are nearly always normal already; only the others are copied.
   std::vector<std::string> normalized(n);
   std::vector<absl::string_view> paths(n);
   std::vector<MemoryTier::HitRequest> hits;
-  std::vector<int> hit_index;
+  std::vector<size_t> hit_index;
   hits.reserve(n);
   hit_index.reserve(n);
-  response->mutable_items()->Reserve(n);
-  for (int i = 0; i < n; ++i) {
-    response->add_items();
-    const v1::ItemKey& key = request.items(i);
-    if (IsNormalKeyPath(key.path())) {
-      paths[i] = key.path();
+  for (size_t i = 0; i < n; ++i) {
+    const BatchKey& key = keys[i];
+    if (IsNormalKeyPath(key.path)) {
+      paths[i] = key.path;
     } else {
-      absl::StatusOr<std::string> path = NormalizeKeyPath(key.path());
+      absl::StatusOr<std::string> path = NormalizeKeyPath(key.path);
       if (!path.ok()) {
-        SetError(path.status(), response->mutable_items(i));
+        result.items[i].status = path.status();
         continue;
       }
       normalized[i] = *std::move(path);
       paths[i] = normalized[i];
     }
-    hits.push_back({paths[i], key.first_chunk(), key.max_chunks()});
+    MemoryTier::HitRequest& r = hits.emplace_back();
+    r.path = paths[i];
+    r.first_chunk = key.first_chunk;
+    r.max_chunks = key.max_chunks;
     hit_index.push_back(i);
   }
   std::vector<std::vector<LeasedChunk>> leased(hits.size());
   std::vector<bool> served(hits.size());
-  absl::Status s =
-      tier_->ServeHits(request.session_id(), *ds, absl::MakeSpan(hits),
-                       &leased, &served);
-  if (!s.ok()) return s;
-
+  if (absl::Status s = tier_->ServeHits(session, *ds, absl::MakeSpan(hits),
+                                        &leased, &served);
+      !s.ok()) {
+    done(s);
+    return;
+  }
   Counters& counters = *counters_[*ds];
   uint64_t hit_chunks = 0, hit_bytes = 0;
-  std::vector<int> misses;
+  std::vector<size_t> misses;
   for (size_t h = 0; h < hits.size(); ++h) {
-    v1::ItemResult* out = response->mutable_items(hit_index[h]);
+    BatchItem& out = result.items[hit_index[h]];
     if (!served[h]) {
       misses.push_back(hit_index[h]);
       continue;
     }
-    out->set_file_size(hits[h].file_size);
-    out->set_chunk_count(hits[h].chunk_count);
-    out->set_hit(true);
-    out->mutable_chunks()->Reserve(leased[h].size());
-    for (const LeasedChunk& c : leased[h]) {
-      AddHandle(c, out);
-      hit_bytes += c.length;
+    if (!hits[h].refused.ok()) {
+      out.status = std::move(hits[h].refused);
+      continue;
     }
+    out.file_size = hits[h].file_size;
+    out.chunk_count = hits[h].chunk_count;
+    out.hit = true;
+    for (const LeasedChunk& c : leased[h]) hit_bytes += c.length;
     hit_chunks += leased[h].size();
+    out.chunks = std::move(leased[h]);
   }
   counters.hits.fetch_add(hit_chunks, std::memory_order_relaxed);
   counters.bytes_served.fetch_add(hit_bytes, std::memory_order_relaxed);
-
-  if (!misses.empty() && before_fill) before_fill();
-  if (misses.size() == 1) {
-    int i = misses[0];
-    FillItem(request.session_id(), *ds, paths[i], request.items(i),
-             response->mutable_items(i));
-  } else if (!misses.empty()) {
-    absl::BlockingCounter pending(misses.size());
-    for (int i : misses) {
-      fill_pool_.Schedule([&, i] {
-        FillItem(request.session_id(), *ds, paths[i], request.items(i),
-                 response->mutable_items(i));
-        pending.DecrementCount();
-      });
-    }
-    pending.Wait();
+  if (misses.empty()) {
+    done(std::move(result));
+    return;
   }
-  return absl::OkStatus();
+  // Misses go to the fill pool; no thread waits for the batch. Their paths
+  // are copied: the caller's keys die when this call returns.
+  auto pending = std::make_shared<PendingBatch>();
+  pending->result = std::move(result);
+  pending->remaining.store(misses.size(), std::memory_order_relaxed);
+  pending->done = std::move(done);
+  for (size_t i : misses) {
+    fill_pool_.Schedule([this, pending, session, ds = *ds, i,
+                         path = std::string(paths[i]),
+                         first = keys[i].first_chunk,
+                         max = keys[i].max_chunks] {
+      FillItem(session, ds, path, first, max, &pending->result.items[i]);
+      // acq_rel: the last task sees every other task's item.
+      if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        pending->done(std::move(pending->result));
+      }
+    });
+  }
 }
 
-absl::Status CacheEngine::Prefetch(const v1::PrefetchRequest& request,
-                                   v1::PrefetchResponse* response) {
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+void CacheEngine::StatAsync(absl::string_view dataset,
+                            absl::Span<const BatchKey> keys,
+                            StatCallback done) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
+  if (!ds.ok()) {
+    done(ds.status());
+    return;
+  }
+  std::vector<std::string> paths;
+  paths.reserve(keys.size());
+  for (const BatchKey& k : keys) paths.emplace_back(k.path);
+  // Unknown files are stat'ed at the source, which may be slow (NFS): never
+  // on the caller's (event loop) thread.
+  // (ThreadPool takes copyable closures; the callback is move-only.)
+  auto shared_done = std::make_shared<StatCallback>(std::move(done));
+  fill_pool_.Schedule([this, ds = *ds, paths = std::move(paths),
+                       shared_done] {
+    std::vector<StatItem> out(paths.size());
+    for (size_t i = 0; i < paths.size(); ++i) {
+      absl::StatusOr<std::string> path = NormalizeKeyPath(paths[i]);
+      absl::StatusOr<FileInfo> info =
+          path.ok() ? FileInfoFor(ds, datasets_[ds], *path, backend_)
+                    : absl::StatusOr<FileInfo>(path.status());
+      if (!info.ok()) {
+        out[i].status = info.status();
+        continue;
+      }
+      out[i].info = *info;
+      out[i].chunk_count = tier_->ChunkCount(info->size);
+      out[i].cached_chunks = tier_->CachedChunks(ds, *path);
+    }
+    (*shared_done)(std::move(out));
+  });
+}
+
+absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
+    absl::string_view dataset, absl::Span<const BatchKey> keys) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) return ds.status();
-  if (prefetch_pool_.queued() + request.items_size() >
-      options_.max_prefetch_queue) {
+  if (prefetch_pool_.queued() + keys.size() > options_.max_prefetch_queue) {
     return absl::ResourceExhaustedError(
         absl::StrCat("prefetch queue holds ", prefetch_pool_.queued(),
                      " items; try again later"));
   }
   uint32_t accepted = 0;
-  for (const v1::ItemKey& key : request.items()) {
-    absl::StatusOr<std::string> path = NormalizeKeyPath(key.path());
+  for (const BatchKey& key : keys) {
+    absl::StatusOr<std::string> path = NormalizeKeyPath(key.path);
     if (!path.ok()) continue;
     ++accepted;
-    prefetch_pool_.Schedule([this, ds = *ds, path = *std::move(path), key] {
+    prefetch_pool_.Schedule([this, ds = *ds, path = *std::move(path),
+                             first = key.first_chunk, max = key.max_chunks] {
       Pinned pinned;
-      if (PinChunks(ds, path, key.first_chunk(), key.max_chunks(), backend_,
-                    &pinned)
-              .ok()) {
+      if (PinChunks(ds, path, first, max, backend_, &pinned).ok()) {
         for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
       }
     });
   }
-  response->set_accepted(accepted);
+  return accepted;
+}
+
+absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
+                                   v1::GetBatchResponse* response) {
+  if (!request.release().empty()) {
+    tier_->Release(request.session_id(), request.release());
+  }
+  std::vector<BatchKey> keys;
+  keys.reserve(request.items_size());
+  for (const v1::ItemKey& k : request.items()) {
+    keys.push_back({k.path(), k.first_chunk(), k.max_chunks()});
+  }
+  absl::Notification finished;
+  absl::StatusOr<BatchResult> result;
+  GetBatchAsync(request.session_id(), request.dataset(), keys,
+                [&](absl::StatusOr<BatchResult> r) {
+                  result = std::move(r);
+                  finished.Notify();
+                });
+  finished.WaitForNotification();
+  if (!result.ok()) return result.status();
+  response->mutable_items()->Reserve(result->items.size());
+  for (const BatchItem& item : result->items) {
+    v1::ItemResult* out = response->add_items();
+    if (!item.status.ok()) {
+      SetError(item.status, out);
+      continue;
+    }
+    out->set_file_size(item.file_size);
+    out->set_chunk_count(item.chunk_count);
+    out->set_hit(item.hit);
+    out->mutable_chunks()->Reserve(item.chunks.size());
+    for (const LeasedChunk& c : item.chunks) AddHandle(c, out);
+  }
   return absl::OkStatus();
 }
 
@@ -325,18 +415,38 @@ absl::Status CacheEngine::Warmup(
     const v1::WarmupRequest& request,
     const std::function<bool(const v1::WarmupProgress&)>& emit,
     absl::Duration period, bool owned_only) {
+  // Checked before any thread exists, and before a cluster warm-up fans
+  // out (each node checks its share again against its own limit).
+  if (request.parallelism() > options_.max_warmup_parallelism) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warm-up parallelism ", request.parallelism(),
+        " is over this server's --max_warmup_parallelism=",
+        options_.max_warmup_parallelism));
+  }
   if (request.cluster() && !owned_only && cluster_warmup_) {
     return cluster_warmup_(request, emit);
   }
+  if (warmups_running_.fetch_add(1) >= options_.max_concurrent_warmups) {
+    warmups_running_.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        options_.max_concurrent_warmups,
+        " warm-ups are running already (--max_concurrent_warmups); retry "
+        "when one has finished"));
+  }
+  struct SlotRelease {
+    std::atomic<uint32_t>* running;
+    ~SlotRelease() { running->fetch_sub(1); }
+  } slot_release{&warmups_running_};
   absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
   if (!ds.ok()) return ds.status();
   absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
   if (!source.ok()) return source.status();
-  const uint32_t parallelism = request.parallelism() > 0
-                                   ? request.parallelism()
-                                   : options_.warmup_parallelism;
+  const uint32_t parallelism = std::min(
+      request.parallelism() > 0 ? request.parallelism()
+                                : options_.warmup_parallelism,
+      std::max<uint32_t>(1, options_.max_warmup_parallelism));
   const absl::Time start = absl::Now();
 
   absl::Mutex mu;
@@ -376,6 +486,18 @@ absl::Status CacheEngine::Warmup(
               mu.Await(absl::Condition(&room));
               if (cancelled) return false;
               ++in_flight;
+            }
+            // A file the arena can never hold fails here, before the tier
+            // records it or anything is allocated.
+            if (absl::Status fits =
+                    options_.file_size_limit.Check(path, info.size);
+                !fits.ok()) {
+              {
+                absl::MutexLock lock(&mu);
+                progress.set_files_total(progress.files_total() + 1);
+              }
+              finish_one(path, info.size, fits, false);
+              return true;
             }
             std::vector<uint32_t> owned;  // owned_only: the chunks to fill
             uint64_t bytes = info.size;

@@ -9,30 +9,79 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dlcache/v1/admin.pb.h"
 #include "dlcache/v1/cache.pb.h"
 #include "server/fill/thread_pool.h"
+#include "server/source/file_size_limit.h"
 #include "server/source/source_backend.h"
 #include "server/tier/chunk_backend.h"
 #include "server/tier/memory_tier.h"
 
 namespace dlcache {
 
-// The cache's behaviour, independent of transport: the RPC services
+// One key of a batch, transport-independent. `path` is a view: it must stay
+// valid until the CacheEngine call it is passed to returns (not until the
+// callback runs: the engine copies what it keeps).
+struct BatchKey {
+  absl::string_view path;
+  uint32_t first_chunk = 0;
+  uint32_t max_chunks = 0;  // 0 = all from first_chunk on
+};
+
+// One answered key. `status` not OK: the item failed (NOT_FOUND,
+// INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED, ...) and holds no
+// leases. OK: `chunks` are leased for the batch's session.
+struct BatchItem {
+  absl::Status status;
+  uint64_t file_size = 0;
+  uint32_t chunk_count = 0;
+  bool hit = false;
+  std::vector<LeasedChunk> chunks;
+};
+
+// The answer of a whole batch, items in request order.
+struct BatchResult {
+  std::vector<BatchItem> items;
+};
+
+// A file's metadata as Stat answers it.
+struct StatItem {
+  absl::Status status;
+  FileInfo info;
+  uint32_t chunk_count = 0;
+  uint32_t cached_chunks = 0;
+};
+
+// The cache's behaviour, independent of transport: the data server
+// (server/rpc/data_server), the admin service and the peer service
 // translate to and from these calls. Serves hits from the memory tier under
-// one lock per batch; fills misses through the backend chain on a pool of
-// fill threads, one read per chunk however many clients miss it at once.
+// one lock per batch; fills misses through the backend chain on a fixed
+// pool of fill threads, one read per chunk however many clients miss it at
+// once.
 //
-// Thread-safe. Calls block until their fills finish. Does not own the tier,
-// the backends or the sources.
+// Thread-safe. GetBatchAsync, StatAsync and PrefetchKeys never wait for a
+// fill; the other calls (GetBatch, Stat, Warmup, ReadLocal, ...) block
+// until theirs finish. Does not own the tier, the backends or the sources.
 class CacheEngine {
  public:
   struct Options {
     uint32_t fill_threads = 16;
     uint32_t warmup_parallelism = 16;
     size_t max_prefetch_queue = 100000;
+    // Warmup (admin, TCP admin, peers' WarmupShare): a request asking for
+    // more parallelism is INVALID_ARGUMENT naming
+    // --max_warmup_parallelism; more warm-ups at once RESOURCE_EXHAUSTED
+    // naming --max_concurrent_warmups (a cluster warm-up holds one slot on
+    // each node for its share).
+    uint32_t max_warmup_parallelism = 64;
+    uint32_t max_concurrent_warmups = 4;
+    // Files the arena can never hold are refused as soon as their size is
+    // known, before anything is allocated or evicted (RESOURCE_EXHAUSTED;
+    // OUT_OF_RANGE past 2^32-1 chunks). Default: no limit.
+    FileSizeLimit file_size_limit;
   };
   CacheEngine(std::vector<std::string> datasets, MemoryTier* tier,
               ChunkBackend* backend, SourceBackend* sources,
@@ -49,26 +98,45 @@ class CacheEngine {
   void CloseSession(uint64_t id) { tier_->CloseSession(id); }
   bool HasSession(uint64_t id) const { return tier_->HasSession(id); }
 
-  // Per-item errors go into the response. Fails as a whole with
-  // FAILED_PRECONDITION (bad session), NOT_FOUND (unknown dataset) or
-  // INVALID_ARGUMENT (bad dataset name).
+  // --- the asynchronous, transport-independent data path ---
+  //
+  // Called with the whole batch's answer, exactly once: inline (on the
+  // calling thread, before GetBatchAsync returns) when every item was
+  // answered from the memory tier or the batch failed as a whole, else on a
+  // fill-pool thread when the last fill completes. Must not block long: it
+  // runs on a fill thread. A failed batch holds no leases.
+  using BatchCallback = absl::AnyInvocable<void(absl::StatusOr<BatchResult>)>;
+  // Answers hits under one tier lock on the calling thread and schedules
+  // each miss on the fixed fill pool; never blocks on a fill. The batch
+  // fails as a whole with FAILED_PRECONDITION (unknown or closed session),
+  // NOT_FOUND (unknown dataset) or INVALID_ARGUMENT (bad dataset name);
+  // items fail on their own (bad key, NOT_FOUND, UNAVAILABLE source,
+  // RESOURCE_EXHAUSTED arena or session limits). If the session closes
+  // while fills run, their chunks are not leased (the items fail with
+  // FAILED_PRECONDITION) and nothing leaks.
+  void GetBatchAsync(uint64_t session, absl::string_view dataset,
+                     absl::Span<const BatchKey> keys, BatchCallback done);
+  // Stat on the fill pool (it may ask the source); `done` runs there, or
+  // inline when the dataset is bad (NOT_FOUND / INVALID_ARGUMENT).
+  using StatCallback =
+      absl::AnyInvocable<void(absl::StatusOr<std::vector<StatItem>>)>;
+  void StatAsync(absl::string_view dataset, absl::Span<const BatchKey> keys,
+                 StatCallback done);
+  // Queues fills without leases; never blocks. Returns how many keys were
+  // accepted (the others are malformed). NOT_FOUND / INVALID_ARGUMENT for
+  // the dataset, RESOURCE_EXHAUSTED if too much is queued.
+  absl::StatusOr<uint32_t> PrefetchKeys(absl::string_view dataset,
+                                        absl::Span<const BatchKey> keys);
+
+  // The blocking proto form of GetBatchAsync (in-process callers and
+  // tests). Per-item errors go into the response; fails as a whole as
+  // GetBatchAsync. Must not be called on a fill-pool thread.
   absl::Status GetBatch(const v1::GetBatchRequest& request,
-                        v1::GetBatchResponse* response) {
-    return GetBatch(request, response, nullptr);
-  }
-  // As above. `before_fill`, when set, runs once on the calling thread when
-  // the batch has misses, after the hits are in `response` and before the
-  // first (blocking) fill: the Session stream hands its read loop to
-  // another thread there, so that later batches are not held up.
-  absl::Status GetBatch(const v1::GetBatchRequest& request,
-                        v1::GetBatchResponse* response,
-                        const std::function<void()>& before_fill);
+                        v1::GetBatchResponse* response);
   size_t Release(uint64_t session, absl::Span<const uint64_t> leases) {
     return tier_->Release(session, leases);
   }
-  // Queues fills without leases. RESOURCE_EXHAUSTED if too much is queued.
-  absl::Status Prefetch(const v1::PrefetchRequest& request,
-                        v1::PrefetchResponse* response);
+  // The blocking proto form of StatAsync (in-process callers and tests).
   absl::Status Stat(const v1::StatRequest& request, v1::StatResponse* response);
 
   // Lists the source under the prefix and fills every file, calling emit
@@ -152,7 +220,7 @@ class CacheEngine {
                              ChunkBackend* backend, Pinned* out);
   // Slow path for one item: pin (filling), then lease for `session`.
   void FillItem(uint64_t session, uint32_t ds, absl::string_view path,
-                const v1::ItemKey& key, v1::ItemResult* out);
+                uint32_t first_chunk, uint32_t max_chunks, BatchItem* out);
 
   const std::vector<std::string> datasets_;
   absl::flat_hash_map<std::string, uint32_t> dataset_ids_;
@@ -165,6 +233,7 @@ class CacheEngine {
   ThreadPool prefetch_pool_;
   ChunkFilter owned_;
   ClusterWarmupFn cluster_warmup_;
+  std::atomic<uint32_t> warmups_running_{0};
 };
 
 }  // namespace dlcache

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/key.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer_client.h"
@@ -24,9 +26,11 @@
 #include "server/memory/arena.h"
 #include "server/metrics/http_endpoint.h"
 #include "server/metrics/prometheus_text.h"
+#include "server/auth/tls_credentials.h"
+#include "server/rpc/admin_listener.h"
 #include "server/rpc/admin_service.h"
-#include "server/rpc/cache_service.h"
-#include "server/rpc/fd_server.h"
+#include "server/rpc/data_server.h"
+#include "server/source/file_size_limit.h"
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
 #include "server/tier/arena_manifest.h"
@@ -39,6 +43,46 @@ namespace dlcache {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
+
+// Admin gRPC servers: a fixed cap on the threads serving calls (a call past
+// it gets RESOURCE_EXHAUSTED instead of a new thread) and on the streams of
+// one connection; the Unix socket's connections are capped by AdminListener.
+void LimitAdminServer(grpc::ServerBuilder* builder) {
+  grpc::ResourceQuota quota("dlcached-admin");
+  quota.SetMaxThreads(64);
+  builder->SetResourceQuota(quota);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 8);
+}
+
+// Issue 9: TCP ports are authenticated (mTLS and/or a token) unless the
+// operator says --insecure_*; warm-up bounds are sane.
+absl::Status ValidateAuthConfig(const ServerConfig& c) {
+  if (absl::Status s = ValidateTlsConfig(c.tls); !s.ok()) return s;
+  const bool peers = !c.peers.empty() || !c.peer_dns.empty();
+  if (peers && c.peer_token.empty() && !c.tls.enabled() && !c.insecure_peers) {
+    return absl::InvalidArgumentError(
+        "the peer port would serve anyone who reaches it: give "
+        "--peer_token_file and/or --tls_cert/--tls_key/--tls_ca (mTLS), or "
+        "--insecure_peers to run it unauthenticated");
+  }
+  if (!c.admin_address.empty() && c.admin_token.empty() && !c.tls.enabled() &&
+      !c.insecure_admin) {
+    return absl::InvalidArgumentError(
+        "the TCP admin port --admin_address would let anyone who reaches it "
+        "warm, evict and sync: give --admin_token_file and/or "
+        "--tls_cert/--tls_key/--tls_ca (mTLS), or --insecure_admin");
+  }
+  if (c.max_warmup_parallelism == 0 || c.max_concurrent_warmups == 0) {
+    return absl::InvalidArgumentError(
+        "--max_warmup_parallelism and --max_concurrent_warmups must be >= 1");
+  }
+  if (c.warmup_parallelism > c.max_warmup_parallelism) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--warmup_parallelism=", c.warmup_parallelism,
+        " is over --max_warmup_parallelism=", c.max_warmup_parallelism));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateConfig(const ServerConfig& c) {
   if (c.datasets.empty()) {
@@ -67,6 +111,21 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   }
   if (c.socket_path.empty()) {
     return absl::InvalidArgumentError("--socket must not be empty");
+  }
+  if (absl::Status s = ValidateAuthConfig(c); !s.ok()) return s;
+  if (!(c.session_lease_share > 0 && c.session_lease_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--session_lease_share=", c.session_lease_share,
+        " must be in (0, 1]"));
+  }
+  if (c.max_leases_per_session == 0) {
+    return absl::InvalidArgumentError(
+        "--max_leases_per_session must be at least 1");
+  }
+  if (c.max_reply_queue_bytes < c.max_frame_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_reply_queue_bytes=", c.max_reply_queue_bytes,
+        " must be at least --max_frame_bytes=", c.max_frame_bytes));
   }
   return absl::OkStatus();
 }
@@ -130,13 +189,20 @@ absl::Status CacheServer::Init() {
     datasets.push_back({d.name, *source});
     names.push_back(d.name);
   }
+  if (config_.admin_socket_path.empty()) {
+    config_.admin_socket_path = config_.socket_path + ".admin";
+  }
   if (absl::Status s = ClaimSocket(config_.socket_path); !s.ok()) return s;
+  if (absl::Status s = ClaimSocket(config_.admin_socket_path); !s.ok()) {
+    return s;
+  }
 
   ArenaOptions arena_options;
   arena_options.dir = config_.shm_dir;
   arena_options.total_bytes = config_.arena_bytes;
   arena_options.segment_bytes = config_.segment_bytes;
   arena_options.align = config_.chunk_size;
+  arena_options.access.shared_group = config_.shared_group;
   if (arena_options.total_bytes == 0) {
     std::error_code ec;
     std::filesystem::create_directories(config_.shm_dir, ec);
@@ -166,6 +232,14 @@ absl::Status CacheServer::Init() {
   arena_ = *std::move(arena);
   tier_ = std::make_unique<MemoryTier>(arena_.get(), config_.chunk_size,
                                        names.size());
+  {
+    MemoryTier::SessionLimits limits;
+    limits.max_leased_bytes = static_cast<uint64_t>(
+        config_.session_lease_share *
+        static_cast<double>(tier_->Stats().arena_bytes));
+    limits.max_leases = config_.max_leases_per_session;
+    tier_->SetSessionLimits(limits);
+  }
   if (manifest.ok() && arena_->adopted()) {
     AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names);
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
@@ -190,26 +264,37 @@ absl::Status CacheServer::Init() {
   CacheEngine::Options engine_options;
   engine_options.fill_threads = config_.fill_threads;
   engine_options.warmup_parallelism = config_.warmup_parallelism;
+  engine_options.max_warmup_parallelism = config_.max_warmup_parallelism;
+  engine_options.max_concurrent_warmups = config_.max_concurrent_warmups;
+  {
+    std::vector<uint64_t> sizes;
+    for (uint32_t i = 0; i < arena_->segment_count(); ++i) {
+      sizes.push_back(arena_->segment_size(i));
+    }
+    engine_options.file_size_limit =
+        FileSizeLimit::ForArena(sizes, config_.chunk_size);
+  }
   engine_ = std::make_unique<CacheEngine>(names, tier_.get(), *chain,
                                           sources_.get(), engine_options);
   if (membership_) {
     if (absl::Status s = StartPeerService(local); !s.ok()) return s;
   }
 
-  const std::string fd_path = config_.socket_path + ".fds";
-  absl::StatusOr<std::unique_ptr<FdServer>> fd_server = FdServer::Start(
-      fd_path, arena_.get(),
-      [engine = engine_.get()](uint64_t s) { return engine->HasSession(s); });
-  if (!fd_server.ok()) return fd_server.status();
-  fd_server_ = *std::move(fd_server);
-
-  cache_service_ =
-      std::make_unique<CacheServiceImpl>(engine_.get(), arena_.get(), fd_path);
+  {
+    absl::StatusOr<AccessPolicy> policy =
+        AccessPolicy::FromConfig(config_.access, ::getuid(), names);
+    if (!policy.ok()) return policy.status();
+    policy_ = *std::move(policy);
+    DLC_LOG(INFO) << "access: " << policy_.DebugString();
+  }
   AdminServiceImpl::SsdOps ssd_ops;
   if (!config_.ssd_dir.empty()) {
     SourceBackend* sources = sources_.get();
     uint32_t parallelism = config_.warmup_parallelism;
-    ssd_ops.sync = [this, sources, parallelism](
+    // Sync's parallelism is clamped (not refused): it is a thread count of
+    // the SSD tier.
+    uint32_t max_parallelism = config_.max_warmup_parallelism;
+    ssd_ops.sync = [this, sources, parallelism, max_parallelism](
                        const v1::SyncRequest& req,
                        const AdminServiceImpl::ProgressFn& emit) {
       SsdTier* ssd = this->ssd();
@@ -220,7 +305,8 @@ absl::Status CacheServer::Init() {
       if (!source.ok()) return source.status();
       return ssd->Sync(
           req.dataset(), req.prefix(), *source,
-          req.parallelism() > 0 ? req.parallelism() : parallelism,
+          std::min(req.parallelism() > 0 ? req.parallelism() : parallelism,
+                   max_parallelism),
           [&](const SsdSyncProgress& p) {
             v1::WarmupProgress out;
             out.set_files_total(p.files_total);
@@ -275,29 +361,56 @@ absl::Status CacheServer::Init() {
       return absl::OkStatus();
     };
   }
+  // The admin socket is accepted by AdminListener, which reads each
+  // connection's SO_PEERCRED and hands it to grpc_server_ (built without a
+  // listening port); admin RPCs are then checked against policy_.
+  {
+    AdminListener::Options lo;
+    lo.path = config_.admin_socket_path;
+    lo.is_admin = [this](const PeerCredentials& who) {
+      return policy_.IsAdmin(who);
+    };
+    absl::StatusOr<std::unique_ptr<AdminListener>> listener =
+        AdminListener::Bind(lo);
+    if (!listener.ok()) return listener.status();
+    admin_listener_ = *std::move(listener);
+  }
+  AdminServiceImpl::SsdOps tcp_ssd_ops = ssd_ops;
   admin_service_ = std::make_unique<AdminServiceImpl>(
       engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
-      std::move(ssd_ops));
+      std::move(ssd_ops),
+      UnixSocketAdminAuthorizer(admin_listener_.get(), &policy_));
   {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix:" + config_.socket_path,
-                             grpc::InsecureServerCredentials());
-    builder.RegisterService(cache_service_.get());
     builder.RegisterService(admin_service_.get());
+    LimitAdminServer(&builder);
     builder.SetMaxReceiveMessageSize(64 << 20);
     builder.SetMaxSendMessageSize(64 << 20);
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve gRPC on unix:", config_.socket_path));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve the admin API on unix:", config_.admin_socket_path));
     }
-    ::chmod(config_.socket_path.c_str(), 0660);
+    admin_listener_->Serve(grpc_server_.get());
   }
   if (!config_.admin_address.empty()) {
+    // Authenticated by mTLS and/or the token (ValidateAuthConfig refused
+    // neither without --insecure_admin).
+    std::shared_ptr<grpc::ServerCredentials> creds =
+        grpc::InsecureServerCredentials();
+    if (config_.tls.enabled()) {
+      absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+          MakeTlsServerCredentials(config_.tls);
+      if (!tls.ok()) return tls.status();
+      creds = *std::move(tls);
+    }
+    admin_tcp_service_ = std::make_unique<AdminServiceImpl>(
+        engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
+        std::move(tcp_ssd_ops), TcpAdminAuthorizer(config_.admin_token));
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(config_.admin_address,
-                             grpc::InsecureServerCredentials(), &admin_port_);
-    builder.RegisterService(admin_service_.get());
+    builder.AddListeningPort(config_.admin_address, creds, &admin_port_);
+    builder.RegisterService(admin_tcp_service_.get());
+    LimitAdminServer(&builder);
     admin_server_ = builder.BuildAndStart();
     if (admin_server_ == nullptr || admin_port_ == 0) {
       return absl::UnavailableError(absl::StrCat(
@@ -314,8 +427,28 @@ absl::Status CacheServer::Init() {
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
   }
+  // The data socket comes up last: a client (or a test waiting for the
+  // socket) that can connect finds everything else serving.
+  {
+    DataServer::Options o;
+    o.socket_path = config_.socket_path;
+    o.event_loops = config_.data_event_loops;
+    o.max_connections = config_.max_connections;
+    o.max_keys_per_batch = config_.max_keys_per_batch;
+    o.max_frame_bytes = config_.max_frame_bytes;
+    o.max_inflight_per_connection = config_.max_inflight_per_connection;
+    o.max_reply_queue_bytes = config_.max_reply_queue_bytes;
+    o.max_release_per_request = static_cast<uint32_t>(
+        std::min<uint64_t>(config_.max_leases_per_session, UINT32_MAX));
+    o.chunk_size = config_.chunk_size;
+    absl::StatusOr<std::unique_ptr<DataServer>> data =
+        DataServer::Start(o, engine_.get(), arena_.get(), &policy_);
+    if (!data.ok()) return data.status();
+    data_server_ = *std::move(data);
+  }
   DLC_LOG(INFO) << "dlcached " << kVersion
-                << " serving on unix:" << config_.socket_path << " ("
+                << " serving on unix:" << config_.socket_path << " (admin "
+                << config_.admin_socket_path << ", "
                 << names.size() << " datasets, chunk " << config_.chunk_size
                 << " bytes)";
   return absl::OkStatus();
@@ -324,6 +457,7 @@ absl::Status CacheServer::Init() {
 absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   SsdTierOptions o;
   o.dir = config_.ssd_dir;
+  o.access.shared_group = config_.shared_group;
   o.capacity_bytes = config_.ssd_bytes;
   o.chunk_size = config_.chunk_size;
   o.verify_on_open = config_.ssd_verify_on_start;
@@ -407,6 +541,13 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   membership_->StartRefresh();
   PeerClientOptions client;
   client.token = config_.peer_token;
+  if (config_.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls =
+        MakeTlsChannelCredentials(config_.tls);
+    if (!tls.ok()) return tls.status();
+    client.tls = *std::move(tls);
+    client.tls_server_name = config_.tls.server_name;
+  }
   connector_ = std::make_unique<GrpcPeerConnector>(client);
   PeerRouter::Options r;
   r.self_id = self->id;
@@ -449,8 +590,17 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
                               /*owned_only=*/true);
       });
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.peer_address,
-                           grpc::InsecureServerCredentials(), &peer_port_);
+  // mTLS and/or the token (ValidateAuthConfig refused neither without
+  // --insecure_peers).
+  std::shared_ptr<grpc::ServerCredentials> creds =
+      grpc::InsecureServerCredentials();
+  if (config_.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        MakeTlsServerCredentials(config_.tls);
+    if (!tls.ok()) return tls.status();
+    creds = *std::move(tls);
+  }
+  builder.AddListeningPort(config_.peer_address, creds, &peer_port_);
   builder.RegisterService(peer_service_->service());
   builder.SetMaxSendMessageSize(64 << 20);
   peer_server_ = builder.BuildAndStart();
@@ -585,7 +735,8 @@ absl::Status CacheServer::ClusterWarmup(
       return sh.status;
     }
   }
-  DLC_LOG(INFO) << "cluster warmup " << request.dataset() << "/" << *prefix
+  DLC_LOG(INFO) << "cluster warmup " << LogEscape(request.dataset()) << "/"
+                << LogEscape(*prefix)
                 << " on " << shares.size() << " node(s): "
                 << progress.files_done() << " files, " << progress.bytes_done()
                 << " bytes, " << progress.files_failed() << " failed in "
@@ -607,17 +758,20 @@ void CacheServer::Shutdown() {
   // cancels them so shutdown does not wait on clients.
   auto deadline =
       std::chrono::system_clock::now() + std::chrono::milliseconds(200);
+  if (admin_listener_) admin_listener_->Stop();
   if (grpc_server_) grpc_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (peer_server_) peer_server_->Shutdown(deadline);
-  if (fd_server_) fd_server_->Stop();
+  // Closes every data connection and so every session and its leases.
+  if (data_server_) data_server_->Stop();
   if (recovery_.joinable()) recovery_.join();
   metrics_.reset();
-  if (grpc_server_) ::unlink(config_.socket_path.c_str());
+  if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
     absl::Status saved =
         SaveArenaManifest(ArenaManifestPath(config_.shm_dir), *arena_, *tier_,
-                          config_.chunk_size, engine_->datasets());
+                          config_.chunk_size, engine_->datasets(),
+                          PrivateDirOptions{config_.shared_group});
     if (saved.ok()) {
       arena_->KeepFiles();
       DLC_LOG(INFO) << "arena kept in " << config_.shm_dir

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "dlcache/v1/admin.pb.h"
+#include "server/auth/access_policy.h"
 #include "server/cache_engine.h"
 #include "server/server_config.h"
 
@@ -21,9 +22,9 @@ class Server;
 namespace dlcache {
 
 class Arena;
-class CacheServiceImpl;
+class AdminListener;
 class AdminServiceImpl;
-class FdServer;
+class DataServer;
 class HttpEndpoint;
 class MemoryTier;
 class Membership;
@@ -34,9 +35,10 @@ class SourceBackend;
 class SsdTier;
 class DeferredBackend;
 
-// A whole dlcached: arena, memory tier, backend chain, engine, gRPC services
-// on the Unix socket (and the optional TCP admin address), the segment-fd
-// socket and the metrics endpoint. Used by main.cc and, in-process, by
+// A whole dlcached: arena, memory tier, backend chain, engine, the local
+// data path (DataServer: the local protocol on --socket), the gRPC admin
+// API on --admin_socket (and the optional TCP admin address), the peer
+// service and the metrics endpoint. Used by main.cc and, in-process, by
 // tests. Thread-safe; Shutdown() may be called from any thread, once or more.
 class CacheServer {
  public:
@@ -54,6 +56,8 @@ class CacheServer {
 
   const ServerConfig& config() const { return config_; }
   CacheEngine& engine() { return *engine_; }
+  // The local data path (stats for tests and metrics).
+  DataServer& data_server() { return *data_server_; }
   SourceBackend& sources() { return *sources_; }
   int metrics_port() const;
   int admin_port() const { return admin_port_; }
@@ -105,11 +109,14 @@ class CacheServer {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   int peer_port_ = 0;
-  std::unique_ptr<CacheServiceImpl> cache_service_;
-  std::unique_ptr<AdminServiceImpl> admin_service_;
-  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<AdminServiceImpl> admin_service_;  // on --admin_socket
+  std::unique_ptr<AdminServiceImpl> admin_tcp_service_;  // --admin_address
+  // Accepts --admin_socket, records SO_PEERCRED, feeds grpc_server_.
+  std::unique_ptr<AdminListener> admin_listener_;
+  std::unique_ptr<grpc::Server> grpc_server_;  // admin, on --admin_socket
   std::unique_ptr<grpc::Server> admin_server_;
-  std::unique_ptr<FdServer> fd_server_;
+  AccessPolicy policy_ = AccessPolicy::AllowAll(0);  // set in Init()
+  std::unique_ptr<DataServer> data_server_;
   std::unique_ptr<HttpEndpoint> metrics_;
   int admin_port_ = 0;
   absl::Notification shutdown_;

@@ -5,12 +5,14 @@
 //   dlcached --flagfile=/etc/dlcache/dlcached.flags  # one --flag=value a line
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,10 +20,12 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
+#include "common/local_protocol.h"
 #include "common/logging.h"
 #include "server/cache_server.h"
 #include "server/server_config.h"
@@ -29,9 +33,41 @@
 using dlcache::ByteSize;
 
 ABSL_FLAG(std::string, socket, "/run/dlcache/dlcached.sock",
-          "Unix socket of the local API (segment fds on SOCKET.fds)");
+          "Unix socket of the local data path (trainers' clients: handles, "
+          "leases, read-only segment fds)");
+ABSL_FLAG(std::string, admin_socket, "",
+          "Unix socket of the admin API (gRPC, dlcachectl); empty = "
+          "SOCKET.admin");
+ABSL_FLAG(uint32_t, max_connections, 4096,
+          "Data connections open at once; more are refused "
+          "(RESOURCE_EXHAUSTED)");
+ABSL_FLAG(uint32_t, max_keys_per_batch, 16384,
+          "Keys in one GetBatch/Stat/Prefetch request (INVALID_ARGUMENT "
+          "above)");
+ABSL_FLAG(ByteSize, max_frame_bytes, ByteSize{16ull << 20},
+          "Largest request or reply frame of the data path (a larger request "
+          "closes the connection; a larger reply fails with "
+          "RESOURCE_EXHAUSTED)");
+ABSL_FLAG(uint32_t, max_inflight_per_connection, 64,
+          "Requests one connection has served at once; further requests wait "
+          "in its socket (backpressure)");
+ABSL_FLAG(ByteSize, max_reply_queue_bytes, ByteSize{64ull << 20},
+          "Replies queued for one client that does not read them; past this "
+          "the client is disconnected");
+ABSL_FLAG(double, session_lease_share, 0.5,
+          "Fraction of the arena one connection (session) may hold leased; "
+          "items over it fail with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_leases_per_session, 262144,
+          "Leases one connection (session) may hold at once");
+ABSL_FLAG(uint32_t, data_event_loops, 2,
+          "Event-loop threads of the data path (fixed; no thread per "
+          "connection)");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm/dlcache",
           "tmpfs directory for the shared-memory arena segments");
+ABSL_FLAG(int64_t, shared_group, -1,
+          "GID that may read --shm_dir and --ssd_dir (dirs 0750, files "
+          "0640, given to that group); -1 = none (0700/0600). Trainers need "
+          "only the socket dir either way");
 ABSL_FLAG(ByteSize, arena_bytes, ByteSize{1ull << 30},
           "Arena size, e.g. 8GiB; 0 = half the free space of --shm_dir");
 ABSL_FLAG(ByteSize, segment_bytes, ByteSize{256ull << 20},
@@ -75,6 +111,41 @@ ABSL_FLAG(std::string, peer_token_file, "",
           "File holding the shared secret peers must present");
 ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(2),
           "Deadline of a peer fetch before falling back to the source");
+ABSL_FLAG(uint32_t, max_warmup_parallelism, 64,
+          "Largest Warmup parallelism a client, the TCP admin port or a peer "
+          "may ask for (INVALID_ARGUMENT above)");
+ABSL_FLAG(uint32_t, max_concurrent_warmups, 4,
+          "Warm-ups running at once on this node (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(std::string, dataset_readers, "",
+          "Who may read which dataset: DATASET=PRINCIPALS;... with "
+          "PRINCIPALS '*' or uid:N,gid:N,... (gid: primary or supplementary "
+          "group), e.g. 'imagenet=gid:2000;coco=uid:1000,gid:3000'");
+ABSL_FLAG(std::string, default_readers, "*",
+          "Readers of datasets not in --dataset_readers: '*' (everyone who "
+          "can open --socket), 'none' (admins only) or uid:N,gid:N,...");
+ABSL_FLAG(std::vector<std::string>, admin_uids, {},
+          "Uids that may Warmup/Evict/Sync/Revalidate (root and the "
+          "server's uid always may), comma-separated");
+ABSL_FLAG(std::vector<std::string>, admin_gids, {},
+          "Gids whose members (primary or supplementary) are admins");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this node for mTLS on the peer port and the "
+          "TCP admin port (with --tls_key, --tls_ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that peers' and admin clients' certificates must "
+          "chain to");
+ABSL_FLAG(std::string, tls_server_name, "dlcached",
+          "Name (DNS subjectAltName) peers' certificates must carry; "
+          "checked instead of the dialled address");
+ABSL_FLAG(bool, insecure_peers, false,
+          "Serve peers without --peer_token_file or TLS (anyone who reaches "
+          "the port may read cached data); refused otherwise");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding the token calls to --admin_address must carry");
+ABSL_FLAG(bool, insecure_admin, false,
+          "Serve --admin_address without --admin_token_file or TLS; "
+          "refused otherwise");
 
 namespace {
 
@@ -82,6 +153,11 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   dlcache::ServerConfig c;
   c.socket_path = absl::GetFlag(FLAGS_socket);
   c.shm_dir = absl::GetFlag(FLAGS_shm_dir);
+  c.shared_group = absl::GetFlag(FLAGS_shared_group);
+  if (c.shared_group < -1 || c.shared_group > 0xfffffffe) {
+    return absl::InvalidArgumentError(
+        "--shared_group must be a gid (0..4294967294) or -1");
+  }
   c.arena_bytes = absl::GetFlag(FLAGS_arena_bytes).bytes;
   c.segment_bytes = absl::GetFlag(FLAGS_segment_bytes).bytes;
   c.chunk_size = absl::GetFlag(FLAGS_chunk_size).bytes;
@@ -90,6 +166,22 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.admin_address = absl::GetFlag(FLAGS_admin_address);
+  c.admin_socket_path = absl::GetFlag(FLAGS_admin_socket);
+  c.max_connections = absl::GetFlag(FLAGS_max_connections);
+  c.max_keys_per_batch = absl::GetFlag(FLAGS_max_keys_per_batch);
+  const uint64_t frame = absl::GetFlag(FLAGS_max_frame_bytes).bytes;
+  if (frame < 4096 || frame > dlcache::local::kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_frame_bytes=", frame, " must be 4KiB to ",
+                     dlcache::local::kMaxFrameBytes, " bytes"));
+  }
+  c.max_frame_bytes = static_cast<uint32_t>(frame);
+  c.max_inflight_per_connection =
+      absl::GetFlag(FLAGS_max_inflight_per_connection);
+  c.max_reply_queue_bytes = absl::GetFlag(FLAGS_max_reply_queue_bytes).bytes;
+  c.session_lease_share = absl::GetFlag(FLAGS_session_lease_share);
+  c.max_leases_per_session = absl::GetFlag(FLAGS_max_leases_per_session);
+  c.data_event_loops = absl::GetFlag(FLAGS_data_event_loops);
   c.ssd_dir = absl::GetFlag(FLAGS_ssd_dir);
   c.ssd_bytes = absl::GetFlag(FLAGS_ssd_bytes).bytes;
   c.ssd_verify_on_start = absl::GetFlag(FLAGS_ssd_verify_on_start);
@@ -109,6 +201,36 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
       return absl::InvalidArgumentError(
           absl::StrCat("--peer_token_file=", f, " is empty"));
     }
+  }
+  c.max_warmup_parallelism = absl::GetFlag(FLAGS_max_warmup_parallelism);
+  c.max_concurrent_warmups = absl::GetFlag(FLAGS_max_concurrent_warmups);
+  c.access.dataset_readers = absl::GetFlag(FLAGS_dataset_readers);
+  c.access.default_readers = absl::GetFlag(FLAGS_default_readers);
+  for (const auto& [flag, list, out] :
+       {std::tuple{"--admin_uids", absl::GetFlag(FLAGS_admin_uids),
+                   &c.access.admin_uids},
+        std::tuple{"--admin_gids", absl::GetFlag(FLAGS_admin_gids),
+                   &c.access.admin_gids}}) {
+    for (const std::string& id : list) {
+      uint32_t n;
+      if (!absl::SimpleAtoi(id, &n) || n == UINT32_MAX) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad ", flag, " entry '", id, "': want a number"));
+      }
+      out->push_back(n);
+    }
+  }
+  c.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  c.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  c.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  c.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  c.insecure_peers = absl::GetFlag(FLAGS_insecure_peers);
+  c.insecure_admin = absl::GetFlag(FLAGS_insecure_admin);
+  if (std::string f = absl::GetFlag(FLAGS_admin_token_file); !f.empty()) {
+    absl::StatusOr<std::string> token =
+        dlcache::ReadTokenFile(f, "--admin_token_file");
+    if (!token.ok()) return token.status();
+    c.admin_token = *std::move(token);
   }
   if (std::string src = absl::GetFlag(FLAGS_source); !src.empty()) {
     c.datasets.push_back({"default", src});
@@ -134,7 +256,9 @@ int main(int argc, char** argv) {
       "  dlcached --dataset=NAME=DIR[,NAME=DIR]   serve several datasets\n"
       "  dlcached --flagfile=FILE                 flags from FILE, one a "
       "line\n\n"
-      "Clients connect to --socket; dlcachectl administers it.");
+      "Trainers' clients connect to --socket (the local data protocol: one "
+      "session per connection, leases end with it); dlcachectl administers "
+      "through --admin_socket (default SOCKET.admin) or --admin_address.");
   // --help lists this file's flags (absl's default matches the binary's
   // name against source file names, which finds none here).
   absl::FlagsUsageConfig usage;
@@ -162,6 +286,13 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "dlcached: %s\n", config.status().ToString().c_str());
     return 2;
+  }
+  // Every data connection is an fd: lift the soft fd limit to the hard one
+  // so that --max_connections can be reached.
+  if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+                 rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
   }
   absl::StatusOr<std::unique_ptr<dlcache::CacheServer>> server =
       dlcache::CacheServer::Start(*std::move(config));

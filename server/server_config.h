@@ -10,6 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/auth/access_policy.h"
+#include "server/auth/tls_credentials.h"
 #include "server/source/source.h"
 
 namespace dlcache {
@@ -22,13 +24,30 @@ struct DatasetConfig {
 // Everything dlcached is configured with (flags / --flagfile in main.cc).
 // Defaults make `dlcached --source DIR` work on one node.
 struct ServerConfig {
-  // Local API: gRPC on this Unix socket, segment fds on socket_path + ".fds".
+  // Local data path: the local protocol (common/local_protocol.h) on this
+  // Unix socket (server/rpc/data_server.h).
   std::string socket_path = "/run/dlcache/dlcached.sock";
+  // Admin API (gRPC) on this Unix socket; empty = socket_path + ".admin".
+  std::string admin_socket_path;
   // Optional TCP address for the admin API (dlcachectl --address).
   std::string admin_address;
 
+  // Data-path limits (issue 9); each refusal names its flag.
+  uint32_t data_event_loops = 2;               // epoll threads, fixed
+  uint32_t max_connections = 4096;             // open data connections
+  uint32_t max_keys_per_batch = 16384;         // keys in one request
+  uint32_t max_frame_bytes = 16u << 20;        // one request or reply frame
+  uint32_t max_inflight_per_connection = 64;   // requests served at once
+  uint64_t max_reply_queue_bytes = 64ull << 20;  // unread replies per client
+  double session_lease_share = 0.5;  // of the arena, leased per session
+  uint64_t max_leases_per_session = 262144;
+
   // Shared-memory arena: segment files under shm_dir (a tmpfs).
   std::string shm_dir = "/dev/shm/dlcache";
+  // shm_dir and ssd_dir are created 0700 with files 0600 (refused at start
+  // when a symlink, another uid's, or group/world-writable). A gid here
+  // (--shared_group) makes them 0750/0640 and gives them to that group.
+  int64_t shared_group = -1;
   uint64_t arena_bytes = 1ull << 30;  // 0 = half of shm_dir's free space
   uint64_t segment_bytes = 256ull << 20;
   uint64_t chunk_size = 4ull << 20;  // files are split into chunks of this
@@ -40,6 +59,26 @@ struct ServerConfig {
 
   uint32_t fill_threads = 16;        // parallel source reads
   uint32_t warmup_parallelism = 16;  // default for Warmup
+  // Warm-up bounds (issue 9): a request's parallelism above this is
+  // INVALID_ARGUMENT; more warm-ups at once RESOURCE_EXHAUSTED.
+  uint32_t max_warmup_parallelism = 64;
+  uint32_t max_concurrent_warmups = 4;
+
+  // Who reads which dataset and who administers (issue 9;
+  // server/auth/access_policy.h): --dataset_readers, --default_readers,
+  // --admin_uids, --admin_gids.
+  AccessConfig access;
+  // mTLS of the peer port and the TCP admin port (--tls_cert, --tls_key,
+  // --tls_ca, --tls_server_name); disabled when no file is given.
+  TlsConfig tls;
+  // The peer port refuses to start with neither peer_token nor tls unless
+  // this is set (--insecure_peers).
+  bool insecure_peers = false;
+  // The TCP admin port (admin_address): calls must carry this token
+  // (--admin_token_file) and/or come over mTLS; with neither it refuses to
+  // start unless insecure_admin (--insecure_admin).
+  std::string admin_token;
+  bool insecure_admin = false;
 
   // Prometheus text endpoint, "host:port"; empty = off.
   std::string metrics_address = "127.0.0.1:9464";

@@ -3,6 +3,7 @@
 
 #include "dlcache/dlcache_c.h"
 
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -21,6 +22,10 @@ struct dlc_client {
 struct dlc_batch {
   dlcache::Batch batch;
   std::vector<std::string> errors;  // per item, "" for OK
+  // Per-item arrays (dlc_batch_arrays), built on first use in one block.
+  bool arrays_ready = false;
+  std::unique_ptr<unsigned char[]> array_block;
+  dlc_batch_arrays arrays{};
 };
 
 namespace {
@@ -67,6 +72,90 @@ int ToPaths(const char* const* paths, size_t num_paths,
     out->emplace_back(paths[i]);
   }
   return DLC_OK;
+}
+
+// Fills the per-item fields of item `i` into whichever arrays are given.
+inline void FillOne(const dlcache::Item& it, size_t i, int32_t* code,
+                    uint64_t* size, const void** data, uint64_t* file_size,
+                    uint8_t* hit, uint32_t* num_chunks) {
+  absl::Span<const dlcache::ChunkView> chunks = it.chunks();
+  const bool ok = it.ok();
+  if (code != nullptr) code[i] = static_cast<int32_t>(it.status().code());
+  if (size != nullptr) {
+    uint64_t n = 0;
+    for (const dlcache::ChunkView& c : chunks) n += c.size;
+    size[i] = ok ? n : 0;
+  }
+  if (data != nullptr) {
+    data[i] = (ok && chunks.size() == 1) ? chunks[0].data : nullptr;
+  }
+  if (file_size != nullptr) file_size[i] = it.file_size();
+  if (hit != nullptr) hit[i] = it.hit() ? 1 : 0;
+  if (num_chunks != nullptr) {
+    num_chunks[i] = static_cast<uint32_t>(chunks.size());
+  }
+}
+
+template <typename T>
+T* Carve(unsigned char* block, size_t* used, size_t n) {
+  *used = (*used + alignof(T) - 1) / alignof(T) * alignof(T);
+  T* p = reinterpret_cast<T*>(block + *used);
+  *used += n * sizeof(T);
+  return p;
+}
+
+// Builds batch->arrays (once). May throw std::bad_alloc (callers Guard).
+void BuildArrays(dlc_batch* b) {
+  if (b->arrays_ready) return;
+  const size_t n = b->batch.size();
+  const size_t bytes =
+      n * (sizeof(uint64_t) * 2 + sizeof(void*) + sizeof(int32_t) +
+           sizeof(uint32_t) + sizeof(uint8_t)) + 64;
+  b->array_block.reset(new unsigned char[bytes]);
+  unsigned char* block = b->array_block.get();
+  size_t used = 0;
+  uint64_t* size = Carve<uint64_t>(block, &used, n);
+  uint64_t* file_size = Carve<uint64_t>(block, &used, n);
+  const void** data = Carve<const void*>(block, &used, n);
+  int32_t* code = Carve<int32_t>(block, &used, n);
+  uint32_t* num_chunks = Carve<uint32_t>(block, &used, n);
+  uint8_t* hit = Carve<uint8_t>(block, &used, n);
+  dlc_batch_arrays& a = b->arrays;
+  a.num_items = n;
+  a.total_size = 0;
+  a.num_failed = 0;
+  a.num_multi_chunk = 0;
+  bool uniform = n > 0;
+  for (size_t i = 0; i < n; ++i) {
+    FillOne(b->batch[i], i, code, size, data, file_size, hit, num_chunks);
+    a.total_size += size[i];
+    if (code[i] != DLC_OK) {
+      ++a.num_failed;
+      uniform = false;
+    }
+    if (num_chunks[i] > 1) ++a.num_multi_chunk;
+    if (size[i] != size[0]) uniform = false;
+  }
+  a.uniform_size = uniform ? size[0] : DLC_NO_UNIFORM_SIZE;
+  a.code = code;
+  a.size = size;
+  a.file_size = file_size;
+  a.data = data;
+  a.num_chunks = num_chunks;
+  a.hit = hit;
+  b->arrays_ready = true;
+}
+
+// Wraps a C++ batch into a new dlc_batch.
+std::unique_ptr<dlc_batch> MakeBatch(dlcache::Batch batch) {
+  auto handle = std::make_unique<dlc_batch>();
+  handle->batch = std::move(batch);
+  handle->errors.resize(handle->batch.size());
+  for (size_t i = 0; i < handle->batch.size(); ++i) {
+    const absl::Status& st = handle->batch[i].status();
+    if (!st.ok()) handle->errors[i] = std::string(st.message());
+  }
+  return handle;
 }
 
 int CheckItem(const dlc_batch* batch, size_t item) {
@@ -177,14 +266,139 @@ int dlc_get_batch(dlc_client* client, const char* dataset,
     absl::StatusOr<dlcache::Batch> batch =
         client->client->GetBatch(dataset, keys);
     if (!batch.ok()) return Fail(batch.status());
-    auto handle = std::make_unique<dlc_batch>();
-    handle->batch = *std::move(batch);
-    handle->errors.resize(handle->batch.size());
-    for (size_t i = 0; i < handle->batch.size(); ++i) {
-      const absl::Status& st = handle->batch[i].status();
-      if (!st.ok()) handle->errors[i] = std::string(st.message());
+    *out = MakeBatch(*std::move(batch)).release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_get_batch_packed(dlc_client* client, const char* dataset,
+                         const char* keys, size_t keys_size, size_t num_keys,
+                         dlc_batch** out, const dlc_batch_arrays** arrays) {
+  return Guard([&] {
+    if (out == nullptr) return NullArg("out");
+    *out = nullptr;
+    if (arrays != nullptr) *arrays = nullptr;
+    if (client == nullptr) return NullArg("client");
+    if (dataset == nullptr) return NullArg("dataset");
+    if (keys == nullptr && keys_size > 0) return NullArg("keys");
+    std::vector<std::string> paths;
+    paths.reserve(num_keys);
+    const char* p = keys;
+    const char* const end = keys + keys_size;
+    while (p < end) {
+      const void* nul = std::memchr(p, '\0', static_cast<size_t>(end - p));
+      if (nul == nullptr) {
+        return Fail(DLC_INVALID_ARGUMENT,
+                    "packed keys: the last key is not NUL-terminated");
+      }
+      const char* stop = static_cast<const char*>(nul);
+      if (paths.size() == num_keys) break;  // reported below
+      paths.emplace_back(p, static_cast<size_t>(stop - p));
+      p = stop + 1;
+    }
+    if (paths.size() != num_keys || p != end) {
+      return Fail(DLC_INVALID_ARGUMENT,
+                  absl::StrCat("packed keys: expected ", num_keys,
+                               " NUL-terminated keys in ", keys_size,
+                               " bytes (a key may not contain NUL)"));
+    }
+    absl::StatusOr<dlcache::Batch> batch =
+        client->client->GetBatch(dataset, paths);
+    if (!batch.ok()) return Fail(batch.status());
+    std::unique_ptr<dlc_batch> handle = MakeBatch(*std::move(batch));
+    if (arrays != nullptr) {
+      BuildArrays(handle.get());
+      *arrays = &handle->arrays;
     }
     *out = handle.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_batch_arrays_get(dlc_batch* batch, const dlc_batch_arrays** out) {
+  return Guard([&] {
+    if (out == nullptr) return NullArg("out");
+    *out = nullptr;
+    if (batch == nullptr) return NullArg("batch");
+    BuildArrays(batch);
+    *out = &batch->arrays;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_batch_fill_arrays(const dlc_batch* batch, size_t first, size_t count,
+                          int32_t* code, uint64_t* size, const void** data,
+                          uint64_t* file_size, uint8_t* hit,
+                          uint32_t* num_chunks) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    const size_t n = batch->batch.size();
+    if (first > n || count > n - first) {
+      return Fail(DLC_OUT_OF_RANGE,
+                  absl::StrCat("items [", first, ", ", first, "+", count,
+                               ") of a batch of ", n));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      FillOne(batch->batch[first + i], i, code, size, data, file_size, hit,
+              num_chunks);
+    }
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
+                   uint64_t stride, uint64_t* offsets) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    const size_t n = batch->batch.size();
+    // Sizes first: check everything before writing a byte.
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const dlcache::Item& it = batch->batch[i];
+      const uint64_t sz = it.ok() ? it.size() : 0;
+      if (stride > 0 && sz > stride) {
+        return Fail(DLC_INVALID_ARGUMENT,
+                    absl::StrCat("item ", i, " has ", sz,
+                                 " bytes, more than the stride of ", stride));
+      }
+      total += sz;
+    }
+    uint64_t need = total;
+    if (stride > 0) {
+      if (n > 0 && stride > UINT64_MAX / n) {
+        return Fail(DLC_INVALID_ARGUMENT, "num_items * stride overflows");
+      }
+      need = stride * n;
+    }
+    if (dst_size < need) {
+      return Fail(DLC_INVALID_ARGUMENT,
+                  absl::StrCat("dst has ", dst_size, " bytes, ", need,
+                               " needed"));
+    }
+    if (dst == nullptr && need > 0) return NullArg("dst");
+    auto* out = static_cast<unsigned char*>(dst);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const dlcache::Item& it = batch->batch[i];
+      if (offsets != nullptr) offsets[i] = pos;
+      uint64_t written = 0;
+      if (it.ok()) {
+        for (const dlcache::ChunkView& c : it.chunks()) {
+          if (c.size > 0) std::memcpy(out + pos + written, c.data, c.size);
+          written += c.size;
+        }
+      }
+      if (stride > 0) {
+        if (written < stride) {
+          std::memset(out + pos + written, 0,
+                      static_cast<size_t>(stride - written));
+        }
+        pos += stride;
+      } else {
+        pos += written;
+      }
+    }
+    if (offsets != nullptr) offsets[n] = pos;
     return static_cast<int>(DLC_OK);
   });
 }

@@ -18,15 +18,44 @@ class Channel;
 namespace dlcache {
 namespace cli {
 
-// dlcachectl's connection to dlcached's AdminService, over the Unix socket
-// ("unix:/run/dlcache/dlcached.sock") or the TCP admin address
+// dlcached serves its admin API (gRPC) on the data socket's path plus this
+// suffix unless `dlcached --admin_socket` says otherwise; the data socket
+// itself speaks the local protocol (dlcache::Client).
+inline constexpr absl::string_view kAdminSocketSuffix = ".admin";
+
+// The gRPC target of dlcached's admin API: `address` ("host:port") when not
+// empty, else "unix:" + `admin_socket` when not empty, else "unix:" +
+// `data_socket` + kAdminSocketSuffix. Pure.
+std::string AdminTarget(absl::string_view data_socket,
+                        absl::string_view admin_socket,
+                        absl::string_view address);
+
+// dlcachectl's connection to dlcached's AdminService, over the admin Unix
+// socket ("unix:/run/dlcache/dlcached.sock.admin") or the TCP admin address
 // ("host:port"). Thread-safe; every call blocks.
+// How dlcachectl authenticates to a TCP admin address (dlcached
+// --admin_address): mTLS with these PEM files (all three or none; the
+// server's certificate must name tls_server_name) and/or a token sent as
+// "x-dlcache-token" metadata on every call. Unused on the Unix socket.
+struct AdminAuthOptions {
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  std::string tls_server_name = "dlcached";
+  std::string token;
+};
+
 class AdminClient {
  public:
   // Waits up to `timeout` for the channel to connect. UNAVAILABLE with
   // "cannot reach dlcached at TARGET: is it running?" otherwise.
   static absl::StatusOr<std::unique_ptr<AdminClient>> Connect(
       const std::string& target, absl::Duration timeout);
+  // As above, with TLS and/or a token. INVALID_ARGUMENT for unreadable or
+  // partial TLS files.
+  static absl::StatusOr<std::unique_ptr<AdminClient>> Connect(
+      const std::string& target, absl::Duration timeout,
+      const AdminAuthOptions& auth);
   ~AdminClient();
 
   // Unary calls, each with a deadline of `timeout`. They return the

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -31,10 +32,23 @@ constexpr absl::Duration kDefaultTimeout = absl::Seconds(10);
 const std::vector<FlagSpec>& GlobalFlags() {
   static const auto* flags = new std::vector<FlagSpec>{
       {"socket", "PATH",
-       "dlcached's Unix socket (default $DLCACHE_SOCKET, else "
-       "/run/dlcache/dlcached.sock)"},
+       "dlcached's data socket (default $DLCACHE_SOCKET, else "
+       "/run/dlcache/dlcached.sock); the admin API is on PATH.admin"},
+      {"admin_socket", "PATH",
+       "dlcached's admin socket, when not the --socket path + .admin"},
       {"address", "HOST:PORT",
        "talk to the TCP admin address instead of the socket"},
+      {"tls_cert", "FILE",
+       "with --address: PEM client certificate for mTLS (with --tls_key, "
+       "--tls_ca)"},
+      {"tls_key", "FILE", "with --address: PEM key of --tls_cert"},
+      {"tls_ca", "FILE", "with --address: PEM CA the server must chain to"},
+      {"tls_server_name", "NAME",
+       "with --address: name the server certificate must carry (default "
+       "dlcached)"},
+      {"token_file", "FILE",
+       "with --address: file whose first line is dlcached's "
+       "--admin_token_file token"},
       {"json", "", "machine-readable output: one JSON object on stdout"},
       {"timeout", "DURATION",
        "connect and call deadline, e.g. 5s, 500ms, 2m (default 10s; warmup, "
@@ -133,7 +147,8 @@ std::string MainHelp() {
   absl::StrAppend(&s, t.Render(false), "\nFlags:\n",
                   FormatFlagHelp(GlobalFlags()),
                   "\nEnvironment:\n"
-                  "  DLCACHE_SOCKET   default of --socket\n"
+                  "  DLCACHE_SOCKET   default of --socket (the data socket; "
+                  "admin on PATH.admin)\n"
                   "\nExit status: 0 success; 1 the command failed or a file "
                   "failed to warm up or\nsync; 2 bad command line; 3 dlcached "
                   "could not be reached.\n\n"
@@ -549,7 +564,7 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     ctx.timeout_given = true;
   }
   if (ctx.args.Has("address")) {
-    if (ctx.args.Has("socket")) {
+    if (ctx.args.Has("socket") || ctx.args.Has("admin_socket")) {
       return Usage(env, "give either --socket or --address, not both",
                    ctx.command);
     }
@@ -557,11 +572,19 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     if (address.find(':') == std::string::npos) {
       return Usage(env, "--address must be HOST:PORT", ctx.command);
     }
-    ctx.target = address;
+    ctx.target = AdminTarget("", "", address);
+  } else if (ctx.args.Has("admin_socket")) {
+    const std::string admin_socket = ctx.args.Get("admin_socket");
+    if (admin_socket.empty()) {
+      return Usage(env, "--admin_socket is empty", ctx.command);
+    }
+    ctx.target = AdminTarget("", admin_socket, "");
   } else {
+    // --socket names the data socket (as for the client library); the
+    // admin API listens next to it.
     std::string socket = ctx.args.Get("socket", env.default_socket);
     if (socket.empty()) return Usage(env, "--socket is empty", ctx.command);
-    ctx.target = absl::StrCat("unix:", socket);
+    ctx.target = AdminTarget(socket, "", "");
   }
 
   absl::StatusOr<std::unique_ptr<AdminClient>> admin =
@@ -578,7 +601,19 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     }
   }
   if (admin.status().message().empty()) {
-    admin = AdminClient::Connect(ctx.target, ctx.timeout);
+    AdminAuthOptions auth;
+    auth.tls_cert = ctx.args.Get("tls_cert", "");
+    auth.tls_key = ctx.args.Get("tls_key", "");
+    auth.tls_ca = ctx.args.Get("tls_ca", "");
+    auth.tls_server_name = ctx.args.Get("tls_server_name", "dlcached");
+    if (ctx.args.Has("token_file")) {
+      std::ifstream in(ctx.args.Get("token_file"));
+      if (!in || !std::getline(in, auth.token) || auth.token.empty()) {
+        return Usage(env, "cannot read a token from --token_file",
+                     ctx.command);
+      }
+    }
+    admin = AdminClient::Connect(ctx.target, ctx.timeout, auth);
   }
   if (!admin.ok()) {
     *env.err << "dlcachectl: " << admin.status().message() << "\n";

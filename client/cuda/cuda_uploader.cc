@@ -24,6 +24,9 @@ struct BatchState {
   // owner.
   UploadStats stats;
   DeviceBuffer buffer;
+  // False for UploadTo: the destination belongs to the caller, and nothing
+  // goes back to the pool.
+  bool pooled = true;
 
   // True once the copy is done; the leases are then released. Blocks if
   // `block`.
@@ -52,9 +55,52 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
   std::unique_ptr<UploadEngine> engine;
   Client* client = nullptr;
 
+  ~UploaderCore() {
+    // Copies of GpuBatches destroyed before completion: wait, then release
+    // their leases (a BatchState's own destructor would release them first).
+    std::vector<std::shared_ptr<BatchState>> adopted;
+    {
+      absl::MutexLock lock(&mu_);
+      adopted.swap(adopted_);
+    }
+    for (auto& s : adopted) s->Poll(true);
+  }
+
   void Init(int depth) {
     absl::MutexLock lock(&mu_);
     free_.resize(depth);
+  }
+
+  void AddSegments(absl::Span<const MappedSegment> segments) {
+    absl::ReaderMutexLock reg(&reg_mu_);
+    RegisterSegments(segments);
+  }
+
+  // Unregisters everything registered so far and registers `segments`.
+  absl::Status ReplaceSegments(absl::Span<const MappedSegment> segments,
+                               uint64_t generation) {
+    absl::WriterMutexLock reg(&reg_mu_);
+    return ReplaceLocked(segments, generation);
+  }
+
+  // For the uploader made with a Client: re-registers when the client's
+  // mapping generation changed.
+  void RefreshFromClient() {
+    if (client == nullptr) return;
+    if (client->mapping_generation() == generation()) return;
+    absl::WriterMutexLock reg(&reg_mu_);
+    const uint64_t gen = client->mapping_generation();
+    if (gen == generation()) return;  // another thread did it
+    ReplaceLocked(client->segments(), gen).IgnoreError();
+  }
+
+  uint64_t generation() const {
+    absl::MutexLock lock(&mu_);
+    return generation_;
+  }
+  void set_generation(uint64_t g) {
+    absl::MutexLock lock(&mu_);
+    generation_ = g;
   }
 
   void RegisterSegments(absl::Span<const MappedSegment> segments) {
@@ -65,6 +111,7 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
       }
       absl::Status st = engine->RegisterHost(seg.base, seg.size);
       absl::MutexLock lock(&mu_);
+      if (st.ok()) registered_bases_.push_back(seg.base);
       if (st.ok() || absl::IsAlreadyExists(st)) {
         ++registered_;
       } else {
@@ -125,8 +172,11 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     }
     EnqueueOptions eo;
     eo.after = &fb.released;
-    absl::StatusOr<UploadTicket> ticket =
-        engine->Enqueue(layout.ops, fb.buf.data(), fb.buf.size(), eo);
+    absl::StatusOr<UploadTicket> ticket;
+    {
+      absl::ReaderMutexLock reg(&reg_mu_);
+      ticket = engine->Enqueue(layout.ops, fb.buf.data(), fb.buf.size(), eo);
+    }
     if (!ticket.ok()) return give_back(ticket.status());
     // The stream already waits on the consumer's mark.
     fb.released = StreamMark();
@@ -160,6 +210,102 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     return out;
   }
 
+  absl::StatusOr<GpuBatch> UploadTo(
+      absl::Span<const std::vector<HostChunk>> items,
+      const UploadTarget& target, std::shared_ptr<void> keepalive,
+      absl::Span<const absl::Status> statuses) {
+    if (!statuses.empty() && statuses.size() != items.size()) {
+      return absl::InvalidArgumentError(
+          "UploadTo: statuses and items differ in length");
+    }
+    if (target.offsets.size() != items.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UploadTo: ", target.offsets.size(), " offsets for ", items.size(),
+          " items"));
+    }
+    std::vector<CopyOp> ops;
+    std::vector<DeviceItem> out_items(items.size());
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    uint64_t extent = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const uint64_t start = target.offsets[i];
+      uint64_t at = start;
+      for (const HostChunk& c : items[i]) {
+        if (c.size == 0) continue;
+        if (at > target.size || c.size > target.size - at) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "UploadTo: item ", i, " at offset ", start,
+              " does not fit the ", target.size, "-byte target"));
+        }
+        ops.push_back(CopyOp{c.data, c.size, at});
+        at += c.size;
+      }
+      if (!statuses.empty()) out_items[i].status = statuses[i];
+      out_items[i].offset = start;
+      out_items[i].size = at - start;
+      if (at > start) ranges.emplace_back(start, at);
+      extent = std::max(extent, at);
+    }
+    if (!ops.empty() && target.data == nullptr) {
+      return absl::InvalidArgumentError("UploadTo: null target");
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (ranges[i].first < ranges[i - 1].second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "UploadTo: items overlap at offset ", ranges[i].first));
+      }
+    }
+    Reap();
+    StreamMark after;
+    if (target.order_after_stream) {
+      absl::StatusOr<StreamMark> mark = engine->Mark(target.stream);
+      if (!mark.ok()) return mark.status();
+      after = std::move(*mark);
+    }
+    EnqueueOptions eo;
+    eo.after = &after;
+    absl::StatusOr<UploadTicket> ticket;
+    {
+      absl::ReaderMutexLock reg(&reg_mu_);
+      ticket = engine->Enqueue(ops, target.data, target.size, eo);
+    }
+    if (!ticket.ok()) return ticket.status();
+    if (target.stream_waits) {
+      // nullptr: the default stream, as for Mark.
+      if (absl::Status st = ticket->MakeStreamWait(target.stream); !st.ok()) {
+        return st;  // the ticket waits for the copies before `keepalive` goes
+      }
+    }
+    auto state = std::make_shared<BatchState>();
+    state->pooled = false;
+    state->stats = ticket->stats();
+    {
+      absl::MutexLock lock(&state->mu);
+      state->ticket = std::move(*ticket);
+      state->keepalive = std::move(keepalive);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_.push_back(state);
+    }
+    GpuBatch out;
+    out.core_ = shared_from_this();
+    out.data_ = static_cast<const std::byte*>(target.data);
+    out.size_ = extent;
+    out.device_ = engine->device();
+    out.items_ = std::move(out_items);
+    out.state_ = std::move(state);
+    return out;
+  }
+
+  // Keeps a caller-buffer batch whose GpuBatch is gone until its copy is
+  // seen complete.
+  void Adopt(std::shared_ptr<BatchState> state) {
+    absl::MutexLock lock(&mu_);
+    adopted_.push_back(std::move(state));
+  }
+
   void ReturnBuffer(DeviceBuffer buf, StreamMark released) {
     absl::MutexLock lock(&mu_);
     free_.push_back(FreeBuffer{std::move(buf), std::move(released)});
@@ -171,6 +317,7 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     std::vector<std::shared_ptr<BatchState>> live;
     {
       absl::MutexLock lock(&mu_);
+      live = adopted_;
       std::vector<std::weak_ptr<BatchState>> keep;
       for (auto& w : in_flight_) {
         if (auto s = w.lock()) {
@@ -186,6 +333,12 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     }
     if (done.empty()) return;
     absl::MutexLock lock(&mu_);
+    adopted_.erase(std::remove_if(adopted_.begin(), adopted_.end(),
+                                  [&](const std::shared_ptr<BatchState>& s) {
+                                    return std::find(done.begin(), done.end(),
+                                                     s.get()) != done.end();
+                                  }),
+                   adopted_.end());
     in_flight_.erase(
         std::remove_if(in_flight_.begin(), in_flight_.end(),
                        [&](const std::weak_ptr<BatchState>& w) {
@@ -223,10 +376,40 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     return !free_.empty();
   }
 
+  absl::Status ReplaceLocked(absl::Span<const MappedSegment> segments,
+                             uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reg_mu_) {
+    std::vector<const void*> bases;
+    {
+      absl::MutexLock lock(&mu_);
+      bases.swap(registered_bases_);
+      known_.clear();
+      registered_ = 0;
+      staged_ = 0;
+      registration_status_ = absl::OkStatus();
+      generation_ = generation;
+    }
+    // UnregisterHost waits for the copies queued so far; later ones wait
+    // for reg_mu_.
+    absl::Status first;
+    for (const void* b : bases) {
+      absl::Status st = engine->UnregisterHost(b);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    RegisterSegments(segments);
+    return first;
+  }
+
+  // Held shared around Enqueue, exclusively while segments are replaced,
+  // so that no copy resolves a region that is being unregistered.
+  absl::Mutex reg_mu_;
   mutable absl::Mutex mu_;
   std::vector<FreeBuffer> free_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<BatchState>> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<BatchState>> adopted_ ABSL_GUARDED_BY(mu_);
   std::set<uint32_t> known_ ABSL_GUARDED_BY(mu_);
+  std::vector<const void*> registered_bases_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int registered_ ABSL_GUARDED_BY(mu_) = 0;
   int staged_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status registration_status_ ABSL_GUARDED_BY(mu_);
@@ -263,6 +446,11 @@ GpuBatch& GpuBatch::operator=(GpuBatch&& o) noexcept {
 
 GpuBatch::~GpuBatch() {
   if (state_ == nullptr) return;
+  if (!state_->pooled) {
+    if (!state_->Poll(false)) core_->Adopt(std::move(state_));
+    state_.reset();
+    return;
+  }
   state_->Poll(true);
   // If the mark cannot be recorded the context is broken; reusing the
   // buffer is then moot.
@@ -332,6 +520,7 @@ absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
   absl::StatusOr<std::shared_ptr<UploaderCore>> core = MakeCore(options);
   if (!core.ok()) return core.status();
   (*core)->client = client;
+  (*core)->set_generation(client->mapping_generation());
   (*core)->RegisterSegments(client->segments());
   return std::unique_ptr<CudaUploader>(new CudaUploader(std::move(*core)));
 }
@@ -344,21 +533,36 @@ absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
   return std::unique_ptr<CudaUploader>(new CudaUploader(std::move(*core)));
 }
 
-absl::StatusOr<GpuBatch> CudaUploader::Upload(Batch&& batch) {
-  std::vector<std::vector<HostChunk>> items(batch.size());
-  std::vector<absl::Status> statuses(batch.size());
-  bool refresh = false;
+namespace {
+
+// The chunks and statuses of a Batch's items; true if a chunk lies in a
+// segment the uploader has not registered.
+bool ChunksOf(const Batch& batch, const UploaderCore& core,
+              std::vector<std::vector<HostChunk>>* items,
+              std::vector<absl::Status>* statuses) {
+  items->assign(batch.size(), {});
+  statuses->assign(batch.size(), absl::OkStatus());
+  bool unknown = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Item& item = batch[i];
-    statuses[i] = item.status();
+    (*statuses)[i] = item.status();
     if (!item.ok()) continue;
     for (const ChunkView& c : item.chunks()) {
-      items[i].push_back(HostChunk{c.data, c.size});
-      if (!core_->KnowsSegment(c.segment)) refresh = true;
+      (*items)[i].push_back(HostChunk{c.data, c.size});
+      if (!core.KnowsSegment(c.segment)) unknown = true;
     }
   }
-  if (refresh && core_->client != nullptr) {
-    core_->RegisterSegments(core_->client->segments());
+  return unknown;
+}
+
+}  // namespace
+
+absl::StatusOr<GpuBatch> CudaUploader::Upload(Batch&& batch) {
+  core_->RefreshFromClient();
+  std::vector<std::vector<HostChunk>> items;
+  std::vector<absl::Status> statuses;
+  if (ChunksOf(batch, *core_, &items, &statuses) && core_->client != nullptr) {
+    core_->AddSegments(core_->client->segments());
   }
   auto holder = std::make_shared<Batch>();
   absl::StatusOr<GpuBatch> out = core_->Upload(items, holder, statuses);
@@ -372,6 +576,46 @@ absl::StatusOr<GpuBatch> CudaUploader::UploadChunks(
     absl::Span<const std::vector<HostChunk>> items,
     std::shared_ptr<void> keepalive, absl::Span<const absl::Status> statuses) {
   return core_->Upload(items, std::move(keepalive), statuses);
+}
+
+absl::StatusOr<GpuBatch> CudaUploader::UploadTo(Batch&& batch,
+                                                const UploadTarget& target) {
+  core_->RefreshFromClient();
+  std::vector<std::vector<HostChunk>> items;
+  std::vector<absl::Status> statuses;
+  if (ChunksOf(batch, *core_, &items, &statuses) && core_->client != nullptr) {
+    core_->AddSegments(core_->client->segments());
+  }
+  auto holder = std::make_shared<Batch>();
+  absl::StatusOr<GpuBatch> out =
+      core_->UploadTo(items, target, holder, statuses);
+  if (out.ok()) *holder = std::move(batch);
+  return out;
+}
+
+absl::StatusOr<GpuBatch> CudaUploader::UploadChunksTo(
+    absl::Span<const std::vector<HostChunk>> items, const UploadTarget& target,
+    std::shared_ptr<void> keepalive, absl::Span<const absl::Status> statuses) {
+  return core_->UploadTo(items, target, std::move(keepalive), statuses);
+}
+
+void CudaUploader::ReleaseFinished() { core_->Reap(); }
+
+absl::Status CudaUploader::ReplaceSegments(
+    absl::Span<const MappedSegment> segments) {
+  return core_->ReplaceSegments(segments, core_->generation());
+}
+
+void CudaUploader::AddSegments(absl::Span<const MappedSegment> segments) {
+  core_->AddSegments(segments);
+}
+
+bool CudaUploader::KnowsSegment(uint32_t id) const {
+  return core_->KnowsSegment(id);
+}
+
+uint64_t CudaUploader::mapping_generation() const {
+  return core_->generation();
 }
 
 bool CudaUploader::HasFreeBuffer() const { return core_->HasFree(); }

@@ -4,17 +4,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/unique_fd.h"
 
 namespace dlcache {
 
-// A segment as announced in SessionOpened.segments.
+// A segment as announced in the local protocol's HelloReply (id = its
+// index there).
 struct SegmentSpec {
   uint32_t id = 0;
   uint64_t size = 0;
@@ -32,38 +31,22 @@ struct SegmentMapping {
 };
 
 // The client's read-only view of the server's shared-memory arena: every
-// segment mapped PROT_READ / MAP_SHARED from the O_RDONLY fds handed over on
-// the fd socket (protocol in common/fd_passing.h).
+// segment mapped PROT_READ / MAP_SHARED from the O_RDONLY fds that dlcached
+// attached to its kSegments frames (common/local_protocol.h); fetching them
+// is the connection's job (client/rpc/handshake.h).
 //
-// Owns the mappings and unmaps them on destruction; the fds are closed once
-// mapped (a mapping keeps the memory alive on its own). Immutable after
-// creation, so every const method is thread-safe without locking.
+// Owns the mappings and unmaps them on destruction; the fds stay the
+// caller's (a mapping keeps the memory alive on its own, so they may be
+// closed right after Map). Immutable after creation, so every const method
+// is thread-safe without locking. Mappings survive fork(): a child may
+// read through an inherited SegmentMap.
 class SegmentMap {
  public:
-  // Connects to the SOCK_SEQPACKET socket `fd_socket_path`, asks for the
-  // fds of `segments` (in runs of at most kMaxFdsPerMessage) on behalf of
-  // `session_id`, and maps them. Blocks; each reply is awaited at most
-  // `timeout`.
-  // Returns UNAVAILABLE if the socket cannot be reached or the server hangs
-  // up, DATA_LOSS if a reply is malformed or truncated or a size disagrees
-  // with `segments` or with the fd, INTERNAL if the server refuses (the
-  // reply's code is kept when it is a canonical error) or mmap fails,
-  // INVALID_ARGUMENT for an empty, duplicate or zero-sized segment list.
-  static absl::StatusOr<std::unique_ptr<SegmentMap>> Fetch(
-      const std::string& fd_socket_path, uint64_t session_id,
-      absl::Span<const SegmentSpec> segments,
-      absl::Duration timeout = absl::Seconds(10));
-
-  // The first half of Fetch: the fds, without mapping them. `segments` is
-  // sorted by id in place; fds[i] holds (*segments)[i]. Same error codes.
-  static absl::StatusOr<std::vector<UniqueFd>> FetchFds(
-      const std::string& fd_socket_path, uint64_t session_id,
-      std::vector<SegmentSpec>* segments,
-      absl::Duration timeout = absl::Seconds(10));
-
-  // Maps already received fds: fds[i] holds segments[i]. Checks with
-  // fstat() that every file is at least as large as announced (a mapping
-  // past EOF would SIGBUS on access). Same error codes as Fetch.
+  // Maps received fds: fds[i] holds segments[i]. Checks with fstat() that
+  // every file is at least as large as announced (a mapping past EOF would
+  // SIGBUS on access). INVALID_ARGUMENT for an empty, duplicate or
+  // zero-sized segment list or a count of fds that differs, DATA_LOSS for
+  // a file smaller than announced, INTERNAL if fstat or mmap fails.
   static absl::StatusOr<std::unique_ptr<SegmentMap>> Map(
       absl::Span<const SegmentSpec> segments, absl::Span<const UniqueFd> fds);
 

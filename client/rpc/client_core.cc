@@ -1,127 +1,97 @@
 #include "client/rpc/client_core.h"
 
-#include <google/protobuf/arena.h>
-#include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 #include <pthread.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <mutex>
 #include <utility>
 
+#include "absl/base/internal/sysinfo.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/rpc/handshake.h"
 #include "common/checksum.h"
-#include "common/fd_passing.h"
-#include "common/grpc_status.h"
+#include "common/frame_socket.h"
 #include "common/key.h"
 #include "common/logging.h"
-#include "dlcache/v1/cache.grpc.pb.h"
+#include "common/unique_fd.h"
 
 namespace dlcache {
 namespace internal {
 
-using SessionStream =
-    grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>;
-
 struct ClientCore::Call {
   // Written by the reader thread before `done` is notified.
-  absl::Status status;  // not OK: the session ended before the answer
-  std::unique_ptr<v1::SessionEvent> event;
+  absl::Status status;  // not OK: the connection ended before the answer
+  local::Frame frame;
   absl::Notification done;
 };
 
 struct ClientCore::Conn {
   uint64_t generation = 0;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::CacheService::Stub> stub;
-  grpc::ClientContext ctx;
-  std::unique_ptr<SessionStream> stream;
+  UniqueFd sock;
+  // Used by the handshake on the opening thread, then by the reader only.
+  local::FrameReceiver rx;
   std::thread reader;
-
-  // From SessionOpened: written by the reader before `opened` is set, and
-  // read only after it was seen set.
-  uint64_t session_id = 0;
-  uint64_t chunk_size = 0;
-  uint64_t arena_epoch = 0;
-  bool session_requests = false;
-  std::string fd_socket_path;
-  std::vector<SegmentSpec> segments;
   // Set before the conn is installed; constant after.
+  SessionInfo info;
   std::shared_ptr<const SegmentMap> map;
   std::atomic<uint64_t> next_request_id{1};
 
-  // One Write at a time; the reader thread only reads (gRPC allows one
-  // Read concurrent with one Write). Also keeps Finish() away from a Write.
+  // One writer at a time: frames must not interleave on the stream.
   absl::Mutex write_mu;
   absl::Mutex mu;
-  bool opened ABSL_GUARDED_BY(mu) = false;
-  // The stream has ended: no new writes or calls; calls were failed.
+  // The connection has ended: no new calls; waiting calls were failed.
   bool ended ABSL_GUARDED_BY(mu) = false;
-  // Finish() returned; end_status is why.
-  bool finished ABSL_GUARDED_BY(mu) = false;
   absl::Status end_status ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, Call*> calls ABSL_GUARDED_BY(mu);
 };
 
 namespace {
 
+// Leases released per kRelease frame (and piggy-backed per kGetBatch); far
+// below any sane server limit, far above what a trainer holds.
+constexpr size_t kMaxLeasesPerRequest = 1 << 16;
+
 std::atomic<uint64_t> fork_generation{0};
 
-void CountFork() { fork_generation.fetch_add(1, std::memory_order_relaxed); }
+// In the child, after fork().
+void CountFork() {
+  fork_generation.fetch_add(1, std::memory_order_relaxed);
+  // Debian's libabsl is built with deadlock detection on: every
+  // absl::Mutex::Lock takes one process-wide spin lock for the lock graph.
+  // A parent thread holding it at the fork leaves it held forever in the
+  // child, where the first Lock (a new Client's) would hang. The graph is
+  // meaningless after fork anyway; this is one atomic store.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
+// In the parent, just before fork(), on the forking thread. absl::Mutex
+// measures the CPU frequency lazily, once per process, the first time a
+// contended unlock wants it, under an internal spin lock, and the
+// measurement sleeps in steps (milliseconds, longer on a loaded machine).
+// A fork() in the middle of it (a Client thread of the parent measuring)
+// would leave that lock held forever in the child, whose first contended
+// absl::Mutex then hangs, in a new Client too. Completing the measurement
+// here (waiting for the thread doing it, or doing it) closes that window;
+// after the first time it is one atomic load.
+void PrepareFork() {
+  (void)absl::base_internal::NumCPUs();
+  (void)absl::base_internal::NominalCPUFrequency();
+}
 
 uint64_t ForkGeneration() {
   static std::once_flag once;
-  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, &CountFork); });
+  std::call_once(once,
+                 [] { ::pthread_atfork(&PrepareFork, nullptr, &CountFork); });
   return fork_generation.load(std::memory_order_relaxed);
-}
-
-// Request and response of a 256-item GetBatch take ~60 KiB of arena.
-constexpr size_t kArenaBlock = 128 << 10;
-
-google::protobuf::ArenaOptions ThreadArenaOptions() {
-  // The first block is reused per thread, so a warm call allocates nothing
-  // for its messages; bigger batches spill into heap blocks.
-  thread_local std::unique_ptr<char[]> block(new char[kArenaBlock]);
-  google::protobuf::ArenaOptions options;
-  options.initial_block = block.get();
-  options.initial_block_size = kArenaBlock;
-  options.start_block_size = kArenaBlock;
-  options.max_block_size = 1 << 20;
-  return options;
-}
-
-void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
-  ctx->set_deadline(absl::ToChronoTime(deadline));
-}
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
-  grpc::ChannelArguments args;
-  // Large batches of handles must not hit the 4 MiB default.
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  // A server that is just starting should be found within ~100 ms, not
-  // after gRPC's default 1 s+ backoff.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // Each session gets its own connection, so that ending one Client's
-  // session never depends on another Client in the same process, and a
-  // reconnect does not wait out the backoff of the dead connection.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   args);
 }
 
 bool SameGeometry(const std::vector<SegmentSpec>& a,
@@ -133,12 +103,13 @@ bool SameGeometry(const std::vector<SegmentSpec>& a,
   return true;
 }
 
-// Leases in an answer nobody waits for any more.
-std::vector<uint64_t> LeasesOf(const v1::SessionEvent& event) {
+// Every lease of a kBatch answer (failed items carry none).
+std::vector<uint64_t> LeasesOf(const local::BatchReply& reply) {
   std::vector<uint64_t> out;
-  if (!event.has_batch()) return out;
-  const auto& leases = event.batch().items().lease();
-  out.assign(leases.begin(), leases.end());
+  out.reserve(reply.handle_count());
+  for (size_t j = 0; j < reply.handle_count(); ++j) {
+    out.push_back(reply.handle(j).lease);
+  }
   return out;
 }
 
@@ -146,7 +117,8 @@ std::vector<uint64_t> LeasesOf(const v1::SessionEvent& event) {
 
 ClientCore::ClientCore(const ClientOptions& options)
     : options_(options),
-      target_(absl::StrCat("unix:", options.socket_path)),
+      target_(DataSocketTarget(options.socket_path)),
+      creator_pid_(::getpid()),
       fork_generation_(ForkGeneration()) {}
 
 bool ClientCore::Forked() const {
@@ -155,10 +127,10 @@ bool ClientCore::Forked() const {
 
 absl::Status ClientCore::CheckProcess() const {
   if (!Forked()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      "this dlcache Client was created in another process and cannot be "
-      "used after fork(); create a Client in each process (e.g. in the data "
-      "loader worker's init function)");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this dlcache Client was created in process ", creator_pid_,
+      " before fork(); create a new Client in the child (e.g. in the data "
+      "loader worker's init function)"));
 }
 
 absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(
@@ -191,102 +163,76 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(
 absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
     absl::Time deadline, const std::shared_ptr<Conn>& previous,
     bool wait_for_server) {
-  if (!wait_for_server) {
-    // Nobody listening: fail now instead of letting gRPC retry until the
-    // deadline, so that the caller's backoff decides the pace.
-    absl::StatusOr<UniqueFd> probe =
-        ConnectUnix(options_.socket_path, SOCK_STREAM);
-    if (!probe.ok()) {
-      return absl::UnavailableError(absl::StrCat("cannot reach dlcached at ",
-                                                 target_, ": ",
-                                                 probe.status().message()));
-    }
-  }
+  absl::StatusOr<UniqueFd> sock =
+      ConnectDataSocket(options_.socket_path, deadline, wait_for_server);
+  if (!sock.ok()) return sock.status();
   auto conn = std::make_shared<Conn>();
-  conn->channel = MakeChannel(target_);
-  if (!conn->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-    struct stat st;
-    const bool exists = ::stat(options_.socket_path.c_str(), &st) == 0;
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach dlcached at ", target_, ": is it running?",
-                     exists ? "" : " (the socket file does not exist)"));
-  }
-  conn->stub = v1::CacheService::NewStub(conn->channel);
-  conn->stream = conn->stub->Session(&conn->ctx);
+  conn->sock = *std::move(sock);
   {
     absl::MutexLock lock(&mu_);
     conn->generation = ++next_generation_;
     opening_ = conn;
-    // The destructor may have run its cancel pass before opening_ was set.
-    if (shutdown_) conn->ctx.TryCancel();
+    // The destructor may have run its pass before opening_ was set.
+    if (shutdown_) Break(*conn);
   }
-  v1::SessionRequest open;
-  open.mutable_open()->set_client_name(options_.client_name);
-  open.mutable_open()->set_pid(::getpid());
-  // A failed write shows up as the end of the stream in ReadLoop.
-  conn->stream->Write(open);
+  auto fail = [&](const absl::Status& st) {
+    Abandon(conn);
+    return absl::Status(st.code(),
+                        absl::StrCat("opening a session with dlcached at ",
+                                     target_, ": ", st.message()));
+  };
+  absl::StatusOr<SessionInfo> info = SayHello(
+      conn->sock.get(), conn->rx, options_.client_name, deadline);
+  if (!info.ok()) return fail(info.status());
+  conn->info = *std::move(info);
+  uint64_t next_id = 2;  // 1 was the hello
+
+  if (previous != nullptr &&
+      previous->info.arena_epoch == conn->info.arena_epoch &&
+      SameGeometry(previous->info.segments, conn->info.segments)) {
+    // The same server and arena (only the connection broke): the mappings
+    // are still right, so Items old and new share them.
+    conn->map = previous->map;
+  } else {
+    if (conn->info.segments.empty()) {
+      return fail(absl::DataLossError("the server announced no segments"));
+    }
+    absl::StatusOr<std::vector<UniqueFd>> fds =
+        FetchSegmentFds(conn->sock.get(), conn->rx, conn->info.segments,
+                        deadline, &next_id);
+    if (!fds.ok()) return fail(fds.status());
+    if (previous != nullptr &&
+        previous->map->MapsSameFiles(conn->info.segments, *fds)) {
+      // A restarted server that re-adopted its arena: new fds of the very
+      // files we map, so the mappings (and GPU registrations) stay.
+      conn->map = previous->map;
+    } else {
+      absl::StatusOr<std::unique_ptr<SegmentMap>> map =
+          SegmentMap::Map(conn->info.segments, *fds);
+      if (!map.ok()) return fail(map.status());
+      conn->map = std::shared_ptr<const SegmentMap>(*std::move(map));
+    }
+  }
+  conn->next_request_id.store(next_id);
+  // From now on the reader waits as long as the connection lives (it is
+  // woken by shutdown()); a write that stalls for rpc_timeout breaks it.
+  SetReceiveDeadline(conn->sock.get(), absl::InfiniteFuture());
+  SetSendTimeout(conn->sock.get(), options_.rpc_timeout);
   conn->reader = std::thread([this, c = conn.get()] {
     ::pthread_setname_np(::pthread_self(), "dlc-session");
     ReadLoop(c);
   });
-
-  bool timed_out = false, opened = false;
-  absl::Status why;
-  {
-    absl::MutexLock lock(&conn->mu);
-    auto opened_or_ended = [c = conn.get()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                               c->mu) { return c->opened || c->finished; };
-    timed_out = !conn->mu.AwaitWithDeadline(absl::Condition(&opened_or_ended),
-                                            deadline);
-    opened = conn->opened;
-    why = conn->end_status;
-  }
-  if (timed_out) {
-    Abandon(conn);
-    return absl::DeadlineExceededError(
-        absl::StrCat("dlcached at ", target_, " did not open a session within ",
-                     absl::FormatDuration(options_.connect_timeout)));
-  }
-  if (!opened) {
-    Abandon(conn);
-    return absl::Status(
-        why.code(), absl::StrCat("opening a session with dlcached at ", target_,
-                                 ": ", why.message()));
-  }
-
-  if (previous != nullptr && previous->arena_epoch == conn->arena_epoch &&
-      SameGeometry(previous->segments, conn->segments)) {
-    // The same server and arena (only the stream broke): the mappings are
-    // still right, so Items old and new share them.
-    conn->map = previous->map;
-    return conn;
-  }
-  std::vector<SegmentSpec> specs = conn->segments;
-  absl::StatusOr<std::vector<UniqueFd>> fds =
-      SegmentMap::FetchFds(conn->fd_socket_path, conn->session_id, &specs,
-                           std::max(deadline - absl::Now(), absl::Seconds(1)));
-  if (!fds.ok()) {
-    Abandon(conn);
-    return fds.status();
-  }
-  if (previous != nullptr && previous->map->MapsSameFiles(specs, *fds)) {
-    // A restarted server that re-adopted its arena: new fds of the very
-    // files we map, so the mappings (and GPU registrations of them) stay.
-    conn->map = previous->map;
-    return conn;
-  }
-  absl::StatusOr<std::unique_ptr<SegmentMap>> map =
-      SegmentMap::Map(specs, *fds);
-  if (!map.ok()) {
-    Abandon(conn);
-    return map.status();
-  }
-  conn->map = std::shared_ptr<const SegmentMap>(*std::move(map));
   return conn;
 }
 
+void ClientCore::Break(Conn& conn) {
+  // shutdown(), not close(): the fd stays valid for everyone still using
+  // it, and the reader's recvmsg returns at once.
+  ::shutdown(conn.sock.get(), SHUT_RDWR);
+}
+
 void ClientCore::Abandon(const std::shared_ptr<Conn>& conn) {
-  conn->ctx.TryCancel();
+  Break(*conn);
   if (conn->reader.joinable()) conn->reader.join();
   absl::MutexLock lock(&mu_);
   if (opening_ == conn) opening_.reset();
@@ -311,9 +257,10 @@ bool ClientCore::Install(const std::shared_ptr<Conn>& conn, bool new_mapping) {
 
 ClientCore::~ClientCore() {
   if (Forked()) {
-    // In a fork()ed child the threads do not exist and gRPC's state is not
-    // usable: leak them instead of joining or tearing them down. The
-    // mappings are this process's own and are unmapped with the last Item.
+    // In a fork()ed child the threads do not exist, the locks may be held
+    // by threads that do not exist either, and the socket is the parent's
+    // session: leak it all rather than join, lock, shut down or send. The
+    // mappings are this process's own and go with the last Item.
     new std::thread(std::move(flush_thread_));
     new std::thread(std::move(supervisor_thread_));
     new std::shared_ptr<Conn>(std::move(conn_));
@@ -327,11 +274,11 @@ ClientCore::~ClientCore() {
     current = conn_;
     opening = opening_;
   }
-  // Ending the stream makes the server drop every lease of the session, so
-  // pending releases need not be sent; it also ends a release the flusher
-  // may be waiting for.
-  if (current != nullptr) current->ctx.TryCancel();
-  if (opening != nullptr) opening->ctx.TryCancel();
+  // Closing the connection makes the server drop every lease of the
+  // session, so pending releases need not be sent; it also ends a release
+  // the flusher may be waiting for.
+  if (current != nullptr) Break(*current);
+  if (opening != nullptr) Break(*opening);
   if (flush_thread_.joinable()) flush_thread_.join();
   if (supervisor_thread_.joinable()) supervisor_thread_.join();
   {
@@ -340,33 +287,32 @@ ClientCore::~ClientCore() {
   }
   // Only this thread is left to join it (the supervisor joins the readers
   // of lost sessions, OpenConn those of failed attempts).
-  if (current != nullptr && current->reader.joinable()) current->reader.join();
+  if (current != nullptr) {
+    Break(*current);
+    if (current->reader.joinable()) current->reader.join();
+  }
 }
 
 void ClientCore::ReadLoop(Conn* conn) {
-  auto event = std::make_unique<v1::SessionEvent>();
-  while (conn->stream->Read(event.get())) {
-    if (event->has_opened()) {
-      absl::MutexLock lock(&conn->mu);
-      if (conn->opened) continue;
-      const v1::SessionOpened& o = event->opened();
-      conn->session_id = o.session_id();
-      conn->fd_socket_path = o.fd_socket_path();
-      conn->chunk_size = o.chunk_size();
-      conn->arena_epoch = o.arena_epoch();
-      conn->session_requests = o.session_requests();
-      conn->segments.reserve(o.segments_size());
-      for (const v1::SegmentInfo& s : o.segments()) {
-        conn->segments.push_back({s.id(), s.size()});
-      }
-      conn->opened = true;
-      continue;
+  absl::Status why;
+  while (true) {
+    absl::StatusOr<local::Frame> frame = conn->rx.Next(conn->sock.get());
+    if (!frame.ok()) {
+      why = frame.status();
+      break;
     }
-    if (!event->has_batch() && !event->has_released()) continue;
+    if (frame->header.request_id == 0) {
+      // The server gave up on the connection (a frame it could not parse).
+      why = frame->type() == local::MsgType::kError
+                ? local::DecodeError(frame->payload)
+                : absl::DataLossError("dlcached sent a frame without id");
+      if (why.ok()) why = absl::UnavailableError("dlcached closed the session");
+      break;
+    }
     Call* call = nullptr;
     {
       absl::MutexLock lock(&conn->mu);
-      auto it = conn->calls.find(event->request_id());
+      auto it = conn->calls.find(frame->header.request_id);
       if (it != conn->calls.end()) {
         call = it->second;
         conn->calls.erase(it);
@@ -374,40 +320,32 @@ void ClientCore::ReadLoop(Conn* conn) {
     }
     if (call == nullptr) {
       // Its caller gave up (deadline): nobody will release these leases.
-      QueueRelease(conn->generation, LeasesOf(*event));
+      if (frame->type() == local::MsgType::kBatch) {
+        local::BatchReply reply;
+        if (local::DecodeBatchReply(frame->payload, &reply).ok()) {
+          QueueRelease(conn->generation, LeasesOf(reply));
+        }
+      }
       continue;
     }
-    call->event = std::move(event);
+    call->frame = *std::move(frame);
     call->done.Notify();
-    event = std::make_unique<v1::SessionEvent>();
   }
+  // Nothing more may be written after a broken or refused frame.
+  Break(*conn);
 
   std::vector<Call*> waiting;
   {
     absl::MutexLock lock(&conn->mu);
     conn->ended = true;
+    conn->end_status = why;
     waiting.reserve(conn->calls.size());
     for (auto& [id, call] : conn->calls) waiting.push_back(call);
     conn->calls.clear();
   }
   for (Call* call : waiting) {
-    call->status = absl::UnavailableError("the session stream ended");
+    call->status = absl::UnavailableError("the connection ended");
     call->done.Notify();
-  }
-  grpc::Status st;
-  {
-    absl::MutexLock lock(&conn->write_mu);
-    st = conn->stream->Finish();
-  }
-  const absl::Status why =
-      st.ok() ? absl::UnavailableError("dlcached closed the session")
-              : FromGrpcStatus(st);
-  bool opened;
-  {
-    absl::MutexLock lock(&conn->mu);
-    conn->finished = true;
-    conn->end_status = why;
-    opened = conn->opened;
   }
   absl::MutexLock lock(&mu_);
   if (conn_.get() != conn) return;  // never installed, or replaced
@@ -415,9 +353,10 @@ void ClientCore::ReadLoop(Conn* conn) {
   conn_ended_ = true;
   down_status_ = why;
   pending_.clear();  // the server released them with the session
-  if (!shutdown_ && opened) {
-    DLC_LOG(WARNING) << "session " << conn->session_id << " with dlcached at "
-                     << target_ << " ended: " << why.ToString()
+  if (!shutdown_) {
+    DLC_LOG(WARNING) << "session " << conn->info.session_id
+                     << " with dlcached at " << target_
+                     << " ended: " << why.ToString()
                      << (options_.reconnect ? "; reconnecting" : "");
   }
 }
@@ -469,7 +408,7 @@ void ClientCore::SuperviseLoop() {
           DLC_LOG(INFO) << "reconnected to dlcached at " << target_ << " after "
                         << attempts << " attempt(s) in "
                         << absl::FormatDuration(absl::Now() - lost_at)
-                        << ": session " << (*next)->session_id << ", "
+                        << ": session " << (*next)->info.session_id << ", "
                         << (new_mapping ? "segments mapped again"
                                         : "same arena, mappings kept");
           break;
@@ -550,12 +489,14 @@ std::vector<uint64_t> ClientCore::TakePending(uint64_t generation) {
   std::vector<uint64_t> out;
   absl::MutexLock lock(&mu_);
   if (conn_ == nullptr || conn_->generation != generation) return out;
-  out.swap(pending_);
+  if (pending_.size() <= kMaxLeasesPerRequest) {
+    out.swap(pending_);
+  } else {
+    // The rest waits for the next request or the flusher.
+    out.assign(pending_.end() - kMaxLeasesPerRequest, pending_.end());
+    pending_.resize(pending_.size() - kMaxLeasesPerRequest);
+  }
   return out;
-}
-
-void ClientCore::Requeue(uint64_t generation, std::vector<uint64_t> leases) {
-  QueueRelease(generation, leases);
 }
 
 void ClientCore::QueueRelease(uint64_t generation,
@@ -571,42 +512,49 @@ void ClientCore::QueueRelease(uint64_t generation,
 }
 
 absl::Status ClientCore::session_status() const {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   return up_ ? absl::OkStatus() : down_status_;
 }
 
 uint64_t ClientCore::chunk_size() const {
+  if (Forked()) return 0;
   absl::MutexLock lock(&mu_);
-  return conn_ != nullptr ? conn_->chunk_size : 0;
+  return conn_ != nullptr ? conn_->info.chunk_size : 0;
 }
 
 uint64_t ClientCore::session_id() const {
+  if (Forked()) return 0;
   absl::MutexLock lock(&mu_);
-  return conn_ != nullptr ? conn_->session_id : 0;
+  return conn_ != nullptr ? conn_->info.session_id : 0;
 }
 
 uint64_t ClientCore::arena_epoch() const {
+  if (Forked()) return 0;
   absl::MutexLock lock(&mu_);
-  return conn_ != nullptr ? conn_->arena_epoch : 0;
+  return conn_ != nullptr ? conn_->info.arena_epoch : 0;
 }
 
 uint64_t ClientCore::mapping_generation() const {
+  if (Forked()) return 0;
   absl::MutexLock lock(&mu_);
   return mapping_generation_;
 }
 
 uint64_t ClientCore::sessions_opened() const {
+  if (Forked()) return 0;
   absl::MutexLock lock(&mu_);
   return sessions_opened_;
 }
 
 std::vector<MappedSegment> ClientCore::segments() const {
+  std::vector<MappedSegment> out;
+  if (Forked()) return out;
   std::shared_ptr<const SegmentMap> map;
   {
     absl::MutexLock lock(&mu_);
     if (conn_ != nullptr) map = conn_->map;
   }
-  std::vector<MappedSegment> out;
   if (map == nullptr) return out;
   out.reserve(map->segments().size());
   for (const SegmentMapping& m : map->segments()) {
@@ -640,8 +588,8 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::AwaitConn(
     absl::Time deadline, absl::string_view what, const Conn* lost) {
   {
     absl::MutexLock lock(&mu_);
-    // `lost` may still look up for the moment between its stream's end and
-    // the reader marking the session down.
+    // `lost` may still look up for the moment between its end and the
+    // reader marking the session down.
     auto ready = [this, lost]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return (up_ && conn_.get() != lost) || shutdown_ || gave_up_ ||
              !options_.reconnect;
@@ -657,32 +605,45 @@ bool ClientCore::Lost(Conn& conn) const {
   return conn.ended;
 }
 
-absl::Status ClientCore::StreamCall(Conn& conn,
-                                    const v1::SessionRequest& request,
-                                    Call* call, absl::Time deadline,
-                                    absl::string_view what) {
-  const uint64_t id = request.request_id();
+size_t ClientCore::KeysPerRequest(const Conn& conn, size_t n) {
+  const uint32_t limit = conn.info.max_keys_per_batch;
+  return limit == 0 ? std::max<size_t>(n, 1) : limit;
+}
+
+absl::StatusOr<local::Frame> ClientCore::Roundtrip(Conn& conn,
+                                                   local::MsgType type,
+                                                   absl::string_view payload,
+                                                   absl::Time deadline,
+                                                   absl::string_view what) {
+  const uint32_t max_frame = conn.info.max_frame_bytes != 0
+                                 ? conn.info.max_frame_bytes
+                                 : local::kMaxFrameBytes;
+  if (payload.size() > max_frame) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the request is ", payload.size(),
+        " bytes, over dlcached's frame limit of ", max_frame,
+        " (max_frame_bytes); ask for fewer or shorter keys"));
+  }
+  const uint64_t id = conn.next_request_id.fetch_add(1);
+  Call call;
   bool ended;
   {
     absl::MutexLock lock(&conn.mu);
     ended = conn.ended;
-    if (!ended) conn.calls[id] = call;
+    if (!ended) conn.calls[id] = &call;
   }
   // Not under conn.mu: LostError takes mu_, which Install holds while it
   // takes a conn's mu.
   if (ended) return LostError(what);
-  bool written = false;
+  absl::Status sent;
   {
     absl::MutexLock lock(&conn.write_mu);
-    bool ended;
-    {
-      absl::MutexLock conn_lock(&conn.mu);
-      ended = conn.ended;
-    }
-    if (!ended) written = conn.stream->Write(request);
+    sent = local::SendFrame(conn.sock.get(), type, id, payload);
   }
-  bool answered =
-      written && call->done.WaitForNotificationWithDeadline(deadline);
+  // A frame that was not written whole cannot be taken back.
+  if (!sent.ok()) Break(conn);
+  const bool answered =
+      sent.ok() && call.done.WaitForNotificationWithDeadline(deadline);
   if (!answered) {
     bool mine;
     {
@@ -690,30 +651,38 @@ absl::Status ClientCore::StreamCall(Conn& conn,
       mine = conn.calls.erase(id) > 0;
     }
     if (mine) {
-      if (!written) return LostError(what);
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, ": no answer from dlcached at ", target_,
-                       " within ", absl::FormatDuration(options_.rpc_timeout)));
+      if (sent.ok() || sent.code() == absl::StatusCode::kDeadlineExceeded) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": no answer from dlcached at ", target_, " within ",
+            absl::FormatDuration(options_.rpc_timeout)));
+      }
+      return LostError(what);
     }
-    // The reader took the call: its answer (or the stream's end) is being
-    // handed over right now.
-    call->done.WaitForNotification();
+    // The reader took the call: its answer (or the connection's end) is
+    // being handed over right now.
+    call.done.WaitForNotification();
   }
-  if (!call->status.ok()) return LostError(what);
-  return absl::OkStatus();
+  if (!call.status.ok()) return LostError(what);
+  if (call.frame.type() == local::MsgType::kError) {
+    absl::Status st = local::DecodeError(call.frame.payload);
+    if (st.ok()) st = absl::UnknownError("error without a code");
+    return RpcError(what, st);
+  }
+  return std::move(call.frame);
 }
 
 absl::StatusOr<Batch> ClientCore::GetBatch(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   return DoGetBatch(dataset, paths.size(), [&](size_t i) {
-    return Key{paths[i], 0, 0};
+    return local::Key{paths[i], 0, 0};
   });
 }
 
 absl::StatusOr<Batch> ClientCore::GetBatch(
     absl::string_view dataset, absl::Span<const ItemRequest> items) {
   return DoGetBatch(dataset, items.size(), [&](size_t i) {
-    return Key{items[i].path, items[i].first_chunk, items[i].max_chunks};
+    return local::Key{items[i].path, items[i].first_chunk,
+                      items[i].max_chunks};
   });
 }
 
@@ -729,128 +698,74 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
     absl::StatusOr<std::shared_ptr<Conn>> conn =
         AwaitConn(deadline, "GetBatch", lost);
     if (!conn.ok()) return conn.status();
-    absl::StatusOr<Batch> batch =
-        (*conn)->session_requests && options_.session_requests
-            ? StreamGetBatch(**conn, dataset, n, key_at, deadline)
-            : UnaryGetBatch(**conn, dataset, n, key_at, deadline);
+    Conn& c = **conn;
+    // A batch over the server's key limit goes as several requests.
+    const size_t per_request = KeysPerRequest(c, n);
+    std::vector<Item> items;
+    absl::Status st;
+    for (size_t begin = 0; begin < n && st.ok(); begin += per_request) {
+      const size_t end = std::min(n, begin + per_request);
+      absl::StatusOr<std::vector<Item>> part = GetBatchSlice(
+          c, dataset, begin, end, key_at, /*piggyback=*/begin == 0, deadline);
+      if (!part.ok()) {
+        st = part.status();
+      } else if (items.empty()) {
+        items = *std::move(part);
+      } else {
+        items.reserve(n);
+        std::move(part->begin(), part->end(), std::back_inserter(items));
+      }
+    }
+    if (st.ok()) return Batch(std::move(items));
+    // Parts already answered give their leases back in one step.
+    Batch(std::move(items)).Release();
     // A session lost under the call took its leases along, so asking the
     // next session is safe (and what a caller would do anyway).
-    if (batch.ok() || !options_.reconnect || !Lost(**conn) ||
-        absl::Now() >= deadline) {
-      return batch;
-    }
+    if (!options_.reconnect || !Lost(c) || absl::Now() >= deadline) return st;
     lost = conn->get();
   }
 }
 
 template <typename KeyAt>
-absl::StatusOr<Batch> ClientCore::StreamGetBatch(Conn& conn,
-                                                 absl::string_view dataset,
-                                                 size_t n, KeyAt key_at,
-                                                 absl::Time deadline) {
-  google::protobuf::Arena arena(ThreadArenaOptions());
-  auto* req =
-      google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&arena);
-  req->set_request_id(conn.next_request_id.fetch_add(1));
-  v1::GetBatchRequest* batch = req->mutable_get_batch();
-  batch->set_session_id(conn.session_id);
-  batch->set_dataset(dataset.data(), dataset.size());
-  // The keys in columns: one string and an array instead of 256 messages,
-  // much cheaper to encode here and to parse in the server.
-  v1::PackedKeys* packed = batch->mutable_packed_items();
-  std::string* paths = packed->mutable_paths();
-  size_t bytes = 0;
-  bool ranges = false;
-  for (size_t i = 0; i < n; ++i) {
-    const Key k = key_at(i);
-    bytes += k.path.size();
-    ranges = ranges || k.first_chunk != 0 || k.max_chunks != 0;
+absl::StatusOr<std::vector<Item>> ClientCore::GetBatchSlice(
+    Conn& conn, absl::string_view dataset, size_t begin, size_t end,
+    KeyAt key_at, bool piggyback, absl::Time deadline) {
+  std::vector<uint64_t> released;
+  if (piggyback) released = TakePending(conn.generation);
+  const size_t n = end - begin;
+  std::string payload = local::EncodeGetBatch(
+      dataset, released, n, [&](size_t i) { return key_at(begin + i); });
+  absl::StatusOr<local::Frame> frame =
+      Roundtrip(conn, local::MsgType::kGetBatch, payload, deadline, "GetBatch");
+  if (!frame.ok()) {
+    // Not sent, or lost with the session (then dropped by QueueRelease);
+    // otherwise the server may have them, and a repeat is harmless.
+    QueueRelease(conn.generation, released);
+    return frame.status();
   }
-  paths->reserve(bytes);
-  packed->mutable_path_end()->Reserve(static_cast<int>(n));
-  if (ranges) {
-    packed->mutable_first_chunk()->Reserve(static_cast<int>(n));
-    packed->mutable_max_chunks()->Reserve(static_cast<int>(n));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const Key k = key_at(i);
-    paths->append(k.path.data(), k.path.size());
-    packed->add_path_end(static_cast<uint32_t>(paths->size()));
-    if (ranges) {
-      packed->add_first_chunk(k.first_chunk);
-      packed->add_max_chunks(k.max_chunks);
-    }
-  }
-  std::vector<uint64_t> released = TakePending(conn.generation);
-  if (!released.empty()) {
-    batch->mutable_release()->Add(released.begin(), released.end());
-  }
-  Call call;
-  absl::Status st = StreamCall(conn, *req, &call, deadline, "GetBatch");
-  if (!st.ok()) {
-    // Not sent, or lost with the session (then dropped by Requeue); on a
-    // deadline the server has them and a repeat is harmless.
-    Requeue(conn.generation, std::move(released));
-    return st;
-  }
-  const v1::BatchResult& result = call.event->batch();
-  if (result.code() != 0) {
+  if (frame->type() != local::MsgType::kBatch) {
     return RpcError("GetBatch",
-                    StatusFromCode(result.code(), result.message()));
+                    absl::DataLossError(absl::StrCat(
+                        "answered with message type ", frame->header.type)));
   }
-  return ItemsFromPacked(conn, result.items(), n);
+  local::BatchReply reply;
+  if (absl::Status st = local::DecodeBatchReply(frame->payload, &reply);
+      !st.ok()) {
+    return RpcError("GetBatch", st);
+  }
+  if (reply.code() != 0) {
+    return RpcError("GetBatch", StatusFromWire(reply.code(), reply.message()));
+  }
+  return DecodeItems(conn, reply, n);
 }
 
-template <typename KeyAt>
-absl::StatusOr<Batch> ClientCore::UnaryGetBatch(Conn& conn,
-                                                absl::string_view dataset,
-                                                size_t n, KeyAt key_at,
-                                                absl::Time deadline) {
-  // One arena for request and response: a 256-item answer is ~1000
-  // sub-messages that would otherwise each be a heap allocation.
-  google::protobuf::Arena arena(ThreadArenaOptions());
-  auto* req =
-      google::protobuf::Arena::CreateMessage<v1::GetBatchRequest>(&arena);
-  auto* resp =
-      google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(&arena);
-  req->set_session_id(conn.session_id);
-  req->set_dataset(dataset.data(), dataset.size());
-  // Items, not packed_items: the unary RPC is also what older servers
-  // understand.
-  req->mutable_items()->Reserve(static_cast<int>(n));
-  for (size_t i = 0; i < n; ++i) {
-    const Key k = key_at(i);
-    v1::ItemKey* key = req->add_items();
-    key->set_path(k.path.data(), k.path.size());
-    key->set_first_chunk(k.first_chunk);
-    key->set_max_chunks(k.max_chunks);
-  }
-  std::vector<uint64_t> released = TakePending(conn.generation);
-  if (!released.empty()) {
-    req->mutable_release()->Add(released.begin(), released.end());
-  }
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline);
-  grpc::Status st = conn.stub->GetBatch(&ctx, *req, resp);
-  if (!st.ok()) {
-    // Release is idempotent, so resending leases the server may already
-    // have dropped is harmless.
-    Requeue(conn.generation, std::move(released));
-    return RpcError("GetBatch", FromGrpcStatus(st));
-  }
-  return ItemsFromNested(conn, *resp, n);
-}
-
-absl::StatusOr<Batch> ClientCore::ItemsFromNested(
-    Conn& conn, const v1::GetBatchResponse& resp, size_t n) {
-  if (static_cast<size_t>(resp.items_size()) != n) {
-    std::vector<uint64_t> leases;
-    for (const v1::ItemResult& r : resp.items()) {
-      for (const v1::ChunkHandle& h : r.chunks()) leases.push_back(h.lease());
-    }
-    QueueRelease(conn.generation, leases);
-    return absl::InternalError(absl::StrCat(
-        "GetBatch: dlcached answered ", resp.items_size(), " items for ", n));
+absl::StatusOr<std::vector<Item>> ClientCore::DecodeItems(
+    Conn& conn, const local::BatchReply& reply, size_t n) {
+  if (reply.item_count() != n) {
+    QueueRelease(conn.generation, LeasesOf(reply));
+    return absl::InternalError(
+        absl::StrCat("GetBatch: dlcached at ", target_, " answered ",
+                     reply.item_count(), " items for ", n));
   }
   auto owner = std::make_shared<LeaseOwner>(
       LeaseOwner{shared_from_this(), conn.map, conn.generation});
@@ -858,117 +773,42 @@ absl::StatusOr<Batch> ClientCore::ItemsFromNested(
   std::vector<Item> items(n);
   std::vector<uint64_t> rejected;  // leases of items we refuse
   for (size_t i = 0; i < n; ++i) {
-    const v1::ItemResult& r = resp.items(static_cast<int>(i));
+    const local::ItemView v = reply.item(i);
     Item& item = items[i];
-    item.file_size_ = r.file_size();
-    item.chunk_count_ = r.chunk_count();
-    item.hit_ = r.hit();
-    if (r.code() != 0) {
-      item.status_ = StatusFromCode(r.code(), r.message());
-      for (const v1::ChunkHandle& h : r.chunks()) rejected.push_back(h.lease());
+    item.file_size_ = v.file_size;
+    item.chunk_count_ = static_cast<uint32_t>(v.chunk_count);
+    item.hit_ = v.hit;
+    const uint32_t begin = v.first_handle, end = begin + v.handle_count;
+    if (v.code != 0) {
+      item.status_ = StatusFromWire(v.code, v.message);
+      for (uint32_t j = begin; j < end; ++j) {
+        rejected.push_back(reply.handle(j).lease);
+      }
       continue;
     }
-    item.chunks_.reserve(r.chunks_size());
-    item.leases_.reserve(r.chunks_size());
-    for (const v1::ChunkHandle& h : r.chunks()) {
-      item.leases_.push_back(h.lease());
+    item.chunks_.reserve(v.handle_count);
+    item.leases_.reserve(v.handle_count);
+    for (uint32_t j = begin; j < end; ++j) {
+      const local::Handle h = reply.handle(j);
+      // Every lease is kept, also after a bad handle, so that all of them
+      // go back.
+      item.leases_.push_back(h.lease);
       if (!item.status_.ok()) continue;
-      const std::byte* p = map.Resolve(h.segment(), h.offset(), h.length());
-      if (p == nullptr) {
-        item.status_ = absl::InternalError(absl::StrFormat(
-            "chunk %u: handle segment %u [%u, +%u) lies outside the mapped "
-            "segments",
-            h.index(), h.segment(), h.offset(), h.length()));
-        continue;
-      }
-      item.chunks_.push_back(ChunkView{p, static_cast<size_t>(h.length()),
-                                       h.index(), h.segment(), h.offset(),
-                                       h.checksum()});
-      if (options_.verify_checksums &&
-          Checksum(p, h.length()) != h.checksum()) {
-        item.status_ = absl::DataLossError(absl::StrFormat(
-            "chunk %u: checksum mismatch in shared memory", h.index()));
-      }
-    }
-    if (!item.status_.ok()) {
-      rejected.insert(rejected.end(), item.leases_.begin(), item.leases_.end());
-      item.leases_.clear();
-      item.chunks_.clear();
-      continue;
-    }
-    item.owner_ = owner;
-  }
-  QueueRelease(conn.generation, rejected);
-  return Batch(std::move(items));
-}
-
-absl::StatusOr<Batch> ClientCore::ItemsFromPacked(Conn& conn,
-                                                  const v1::PackedBatch& p,
-                                                  size_t n) {
-  const int handles = p.lease_size();
-  bool well_formed = static_cast<size_t>(p.code_size()) == n &&
-                     static_cast<size_t>(p.file_size_size()) == n &&
-                     static_cast<size_t>(p.chunk_count_size()) == n &&
-                     static_cast<size_t>(p.first_handle_size()) == n &&
-                     static_cast<size_t>(p.hit_size()) == n &&
-                     p.segment_size() == handles &&
-                     p.offset_size() == handles && p.length_size() == handles &&
-                     p.checksum_size() == handles && p.index_size() == handles;
-  for (size_t i = 0; well_formed && i < n; ++i) {
-    const uint32_t end = i + 1 < n ? p.first_handle(i + 1) : handles;
-    well_formed = p.first_handle(i) <= end && end <= uint32_t(handles);
-  }
-  if (!well_formed) {
-    QueueRelease(conn.generation,
-                 std::vector<uint64_t>(p.lease().begin(), p.lease().end()));
-    return absl::InternalError(absl::StrCat(
-        "GetBatch: dlcached answered a malformed batch for ", n, " items"));
-  }
-  auto owner = std::make_shared<LeaseOwner>(
-      LeaseOwner{shared_from_this(), conn.map, conn.generation});
-  const SegmentMap& map = *conn.map;
-  std::vector<Item> items(n);
-  std::vector<uint64_t> rejected;
-  int next_error = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Item& item = items[i];
-    item.file_size_ = p.file_size(i);
-    item.chunk_count_ = p.chunk_count(i);
-    item.hit_ = p.hit(i);
-    const uint32_t begin = p.first_handle(i);
-    const uint32_t end = i + 1 < n ? p.first_handle(i + 1) : handles;
-    if (p.code(i) != 0) {
-      while (next_error < p.errors_size() && p.errors(next_error).item() < i) {
-        ++next_error;
-      }
-      const bool has_message =
-          next_error < p.errors_size() && p.errors(next_error).item() == i;
-      item.status_ = StatusFromCode(
-          p.code(i), has_message ? p.errors(next_error).message() : "");
-      for (uint32_t h = begin; h < end; ++h) rejected.push_back(p.lease(h));
-      continue;
-    }
-    const size_t count = end - begin;
-    item.chunks_.reserve(count);
-    item.leases_.assign(p.lease().begin() + begin, p.lease().begin() + end);
-    for (uint32_t h = begin; h < end; ++h) {
-      const std::byte* data =
-          map.Resolve(p.segment(h), p.offset(h), p.length(h));
+      const std::byte* data = map.Resolve(h.segment, h.offset, h.length);
       if (data == nullptr) {
         item.status_ = absl::InternalError(absl::StrFormat(
             "chunk %u: handle segment %u [%u, +%u) lies outside the mapped "
             "segments",
-            p.index(h), p.segment(h), p.offset(h), p.length(h)));
-        break;
+            h.index, h.segment, h.offset, h.length));
+        continue;
       }
-      item.chunks_.push_back(ChunkView{data, static_cast<size_t>(p.length(h)),
-                                       p.index(h), p.segment(h), p.offset(h),
-                                       p.checksum(h)});
+      item.chunks_.push_back(ChunkView{data, static_cast<size_t>(h.length),
+                                       h.index, h.segment, h.offset,
+                                       h.checksum});
       if (options_.verify_checksums &&
-          Checksum(data, p.length(h)) != p.checksum(h)) {
+          Checksum(data, h.length) != h.checksum) {
         item.status_ = absl::DataLossError(absl::StrFormat(
-            "chunk %u: checksum mismatch in shared memory", p.index(h)));
-        break;
+            "chunk %u: checksum mismatch in shared memory", h.index));
       }
     }
     if (!item.status_.ok()) {
@@ -980,7 +820,7 @@ absl::StatusOr<Batch> ClientCore::ItemsFromPacked(Conn& conn,
     item.owner_ = owner;
   }
   QueueRelease(conn.generation, rejected);
-  return Batch(std::move(items));
+  return items;
 }
 
 absl::Status ClientCore::Prefetch(absl::string_view dataset,
@@ -991,15 +831,23 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Conn>> conn = AwaitConn(deadline, "Prefetch");
   if (!conn.ok()) return conn.status();
-  v1::PrefetchRequest req;
-  req.set_dataset(dataset.data(), dataset.size());
-  req.mutable_items()->Reserve(static_cast<int>(paths.size()));
-  for (const std::string& p : paths) req.add_items()->set_path(p);
-  v1::PrefetchResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline);
-  grpc::Status st = (*conn)->stub->Prefetch(&ctx, req, &resp);
-  if (!st.ok()) return RpcError("Prefetch", FromGrpcStatus(st));
+  const size_t per_request = KeysPerRequest(**conn, paths.size());
+  for (size_t begin = 0; begin < paths.size(); begin += per_request) {
+    const size_t n = std::min(paths.size() - begin, per_request);
+    std::string payload = local::EncodePrefetch(dataset, n, [&](size_t i) {
+      return local::Key{paths[begin + i], 0, 0};
+    });
+    absl::StatusOr<local::Frame> frame = Roundtrip(
+        **conn, local::MsgType::kPrefetch, payload, deadline, "Prefetch");
+    if (!frame.ok()) return frame.status();
+    uint32_t accepted = 0;
+    absl::Status st =
+        frame->type() == local::MsgType::kPrefetchReply
+            ? local::DecodePrefetchReply(frame->payload, &accepted)
+            : absl::DataLossError(absl::StrCat("answered with message type ",
+                                               frame->header.type));
+    if (!st.ok()) return RpcError("Prefetch", st);
+  }
   return absl::OkStatus();
 }
 
@@ -1010,29 +858,45 @@ absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Conn>> conn = AwaitConn(deadline, "Stat");
   if (!conn.ok()) return conn.status();
-  v1::StatRequest req;
-  req.set_dataset(dataset.data(), dataset.size());
-  for (const std::string& p : paths) req.add_paths(p);
-  v1::StatResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline);
-  grpc::Status st = (*conn)->stub->Stat(&ctx, req, &resp);
-  if (!st.ok()) return RpcError("Stat", FromGrpcStatus(st));
-  if (static_cast<size_t>(resp.files_size()) != paths.size()) {
-    return absl::InternalError(absl::StrCat("Stat: dlcached answered ",
-                                            resp.files_size(), " files for ",
-                                            paths.size()));
-  }
   std::vector<FileStatus> out;
   out.reserve(paths.size());
-  for (const v1::FileStat& f : resp.files()) {
-    FileStatus fs;
-    fs.status = StatusFromCode(f.code(), f.message());
-    fs.size = f.size();
-    fs.mtime_ns = f.mtime_ns();
-    fs.chunk_count = f.chunk_count();
-    fs.cached_chunks = f.cached_chunks();
-    out.push_back(std::move(fs));
+  const size_t per_request = KeysPerRequest(**conn, paths.size());
+  for (size_t begin = 0; begin < paths.size(); begin += per_request) {
+    const size_t n = std::min(paths.size() - begin, per_request);
+    std::string payload = local::EncodeStat(dataset, n, [&](size_t i) {
+      return local::Key{paths[begin + i], 0, 0};
+    });
+    absl::StatusOr<local::Frame> frame =
+        Roundtrip(**conn, local::MsgType::kStat, payload, deadline, "Stat");
+    if (!frame.ok()) return frame.status();
+    if (frame->type() != local::MsgType::kStatReply) {
+      return RpcError("Stat", absl::DataLossError(absl::StrCat(
+                                  "answered with message type ",
+                                  frame->header.type)));
+    }
+    int32_t code = 0;
+    std::string message;
+    std::vector<local::FileStat> files;
+    if (absl::Status st =
+            local::DecodeStatReply(frame->payload, &code, &message, &files);
+        !st.ok()) {
+      return RpcError("Stat", st);
+    }
+    if (code != 0) return RpcError("Stat", StatusFromWire(code, message));
+    if (files.size() != n) {
+      return absl::InternalError(absl::StrCat("Stat: dlcached at ", target_,
+                                              " answered ", files.size(),
+                                              " files for ", n));
+    }
+    for (const local::FileStat& f : files) {
+      FileStatus fs;
+      fs.status = StatusFromWire(f.code, f.message);
+      fs.size = f.size;
+      fs.mtime_ns = f.mtime_ns;
+      fs.chunk_count = static_cast<uint32_t>(f.chunk_count);
+      fs.cached_chunks = static_cast<uint32_t>(f.cached_chunks);
+      out.push_back(std::move(fs));
+    }
   }
   return out;
 }
@@ -1046,37 +910,27 @@ absl::Status ClientCore::FlushReleases() {
     if (!up_) return absl::OkStatus();
     conn = conn_;
   }
-  std::vector<uint64_t> leases = TakePending(conn->generation);
-  if (leases.empty()) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
-  if (conn->session_requests && options_.session_requests) {
-    v1::SessionRequest req;
-    req.set_request_id(conn->next_request_id.fetch_add(1));
-    v1::ReleaseRequest* release = req.mutable_release();
-    release->set_session_id(conn->session_id);
-    release->mutable_leases()->Add(leases.begin(), leases.end());
-    Call call;
-    absl::Status st = StreamCall(*conn, req, &call, deadline, "Release");
+  while (true) {
+    std::vector<uint64_t> leases = TakePending(conn->generation);
+    if (leases.empty()) return absl::OkStatus();
+    absl::StatusOr<local::Frame> frame =
+        Roundtrip(*conn, local::MsgType::kRelease, local::EncodeRelease(leases),
+                  deadline, "Release");
+    absl::Status st = frame.status();
+    if (st.ok() && frame->type() != local::MsgType::kReleased) {
+      st = RpcError("Release", absl::DataLossError(absl::StrCat(
+                                   "answered with message type ",
+                                   frame->header.type)));
+    }
     if (!st.ok()) {
       if (Lost(*conn)) return absl::OkStatus();  // released with the session
-      Requeue(conn->generation, std::move(leases));
+      QueueRelease(conn->generation, leases);
       return st;
     }
-    return absl::OkStatus();
+    // More than one frame's worth was queued: send the rest too.
+    if (leases.size() < kMaxLeasesPerRequest) return absl::OkStatus();
   }
-  v1::ReleaseRequest req;
-  req.set_session_id(conn->session_id);
-  req.mutable_leases()->Add(leases.begin(), leases.end());
-  v1::ReleaseResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, deadline);
-  grpc::Status st = conn->stub->Release(&ctx, req, &resp);
-  if (!st.ok()) {
-    if (Lost(*conn)) return absl::OkStatus();
-    Requeue(conn->generation, std::move(leases));
-    return RpcError("Release", FromGrpcStatus(st));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace internal

@@ -1,6 +1,9 @@
 #ifndef DLCACHE_CLIENT_RPC_CLIENT_CORE_H_
 #define DLCACHE_CLIENT_RPC_CLIENT_CORE_H_
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,15 +18,11 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/mapping/segment_map.h"
+#include "common/frame_socket.h"
+#include "common/local_protocol.h"
 #include "dlcache/client.h"
 
 namespace dlcache {
-namespace v1 {
-class GetBatchResponse;
-class PackedBatch;
-class SessionRequest;
-}  // namespace v1
-
 namespace internal {
 
 class ClientCore;
@@ -39,44 +38,61 @@ struct LeaseOwner {
   uint64_t generation = 0;
 };
 
-// The state behind a dlcache::Client: the current session with dlcached
-// (its own gRPC channel, the open Session stream and a reader thread on
-// it), the read-only segment mappings, the queue of leases waiting to be
-// released, and a supervisor thread that reconnects with backoff when the
-// session is lost.
+// The state behind a dlcache::Client: the current connection to dlcached's
+// data socket (local protocol, common/local_protocol.h; one session per
+// connection) with its reader thread, the read-only segment mappings, the
+// queue of leases waiting to be released (with a flusher thread), and a
+// supervisor thread that reconnects with backoff when the connection is
+// lost. No gRPC anywhere.
 //
-// Calls on the stream: GetBatch and releases go as requests with ids on
-// the Session stream (when the server announces session_requests); the
-// caller writes under the session's writer lock and waits for the reader
-// thread to hand it the answer with its id, so any number of threads may
-// have batches in flight, answered in any order. Otherwise, and for Stat
-// and Prefetch, unary RPCs on the session's channel.
+// Calls: a caller encodes its request, registers it under a fresh request
+// id, writes the frame under the connection's writer lock, and waits (up
+// to its deadline) for the reader thread to hand it the answer with that
+// id; so any number of threads may have requests in flight, answered in
+// any order.
 //
 // Sessions are numbered by a client-side generation (a restarted server
 // may reuse session and lease ids): leases queued for an older generation
 // are dropped, the server having released them with their session.
 //
+// fork(): the core remembers the process that created it (a fork count
+// kept by a pthread_atfork child handler). In a child every call fails at
+// once with FAILED_PRECONDITION, and nothing (destructor included) touches
+// the parent's socket, threads or locks; the inherited state is leaked
+// there. Mappings are the child's own copy and stay readable. So that a new
+// Client in the child can use absl::Mutex whatever the parent's threads
+// were doing, the atfork handlers also finish absl's lazy, lock-holding
+// one-time set-up before the fork and turn absl's (Debian: enabled)
+// deadlock-graph lock off in the child (client_core.cc says why). Left:
+// absl's thread-identity free list is guarded by a spin lock that a parent
+// thread starting or exiting holds for a moment; a fork in that moment can
+// still hang the child's first new thread that blocks.
+//
 // Shared by the Client and by every Item it returned (an Item may outlive
-// the Client); destroyed with the last of them, which ends the session.
-// Thread-safe. Items call QueueRelease() from any thread.
+// the Client); destroyed with the last of them, which closes the
+// connection (ending the session and all its leases). Thread-safe. Items
+// call QueueRelease() from any thread.
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
-  // Opens the channel, the session and maps the segments. Blocks at most
+  // Connects, opens the session and maps the segments. Blocks at most
   // about options.connect_timeout. UNAVAILABLE if dlcached cannot be
-  // reached, DEADLINE_EXCEEDED if it does not open the session in time,
-  // DATA_LOSS / INTERNAL if the fd hand-over or mapping fails.
+  // reached, DEADLINE_EXCEEDED if it does not answer in time, the server's
+  // code if it refuses the session, DATA_LOSS / INTERNAL if the fd
+  // hand-over or mapping fails, INVALID_ARGUMENT for an empty socket path.
   static absl::StatusOr<std::shared_ptr<ClientCore>> Connect(
       const ClientOptions& options);
 
   ClientCore(const ClientCore&) = delete;
   ClientCore& operator=(const ClientCore&) = delete;
-  // Ends the session (cancels the stream), stops the threads. Blocks until
-  // they are joined. Mappings die with the last Item using them.
+  // Closes the connection, stops and joins the threads (blocks for that).
+  // In a fork()ed child: leaks everything instead. Mappings die with the
+  // last Item using them.
   ~ClientCore();
 
   // See dlcache::Client. Pending releases ride along with each GetBatch.
   // While the session is lost, waits up to options.rpc_timeout for the
-  // reconnect, then UNAVAILABLE.
+  // reconnect, then UNAVAILABLE; DEADLINE_EXCEEDED when the server does
+  // not answer within rpc_timeout (a late answer's leases are released).
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const std::string> paths);
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
@@ -93,11 +109,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   // Queues leases of session `generation` for release; the flusher sends
   // them after options.release_delay unless a GetBatch carries them first.
-  // Leases of an older session are dropped. Never blocks on I/O.
+  // Leases of an older session, and any in a fork()ed child, are dropped.
+  // Never blocks on I/O.
   void QueueRelease(uint64_t generation, absl::Span<const uint64_t> leases);
 
-  // OK while a session is open, else why it is not.
+  // OK while a session is open, else why it is not (FAILED_PRECONDITION
+  // in a fork()ed child).
   absl::Status session_status() const;
+  // These return empty / 0 in a fork()ed child.
   std::vector<MappedSegment> segments() const;
   uint64_t mapping_generation() const;
   uint64_t chunk_size() const;
@@ -107,26 +126,26 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   const ClientOptions& options() const { return options_; }
 
  private:
-  struct Conn;  // one session: channel, stream, reader, announced geometry
-  struct Call;  // a request on the stream waiting for its answer
+  struct Conn;  // one connection = one session: socket, reader, geometry
+  struct Call;  // a request waiting for its answer
 
   explicit ClientCore(const ClientOptions& options);
 
-  // Opens a session on a new channel and maps its segments (or reuses
-  // `previous`'s mappings when the server's arena is the same). With
-  // `wait_for_server` the channel may take until `deadline` to connect (a
-  // server still starting); without, a socket nobody listens on fails at
-  // once. On failure nothing of the attempt is left running.
+  // Connects and opens a session, and maps its segments (or reuses
+  // `previous`'s mappings when the server's arena is the same); starts the
+  // conn's reader. With `wait_for_server` the connect may take until
+  // `deadline` (a server still starting); without, a socket nobody
+  // listens on fails at once. On failure nothing of the attempt is left.
   absl::StatusOr<std::shared_ptr<Conn>> OpenConn(
       absl::Time deadline, const std::shared_ptr<Conn>& previous,
       bool wait_for_server);
-  // Cancels a conn that was never installed and joins its reader.
+  // Closes a conn that was never installed and joins its reader.
   void Abandon(const std::shared_ptr<Conn>& conn);
   // Makes `conn` the current session. False if it ended meanwhile.
   bool Install(const std::shared_ptr<Conn>& conn, bool new_mapping);
-  // The reader thread of a conn: records SessionOpened, hands answers to
-  // their callers, and on the stream's end fails the callers still waiting
-  // and tells the supervisor.
+  // The reader thread of a conn: hands answers to their callers by request
+  // id; on the connection's end fails the callers still waiting and tells
+  // the supervisor.
   void ReadLoop(Conn* conn);
   // Waits for a lost session and reconnects with backoff.
   void SuperviseLoop();
@@ -139,55 +158,50 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                   const Conn* lost = nullptr);
   bool Lost(Conn& conn) const;
 
-  // One requested key, as the GetBatch overloads hand it down.
-  struct Key {
-    absl::string_view path;
-    uint32_t first_chunk;
-    uint32_t max_chunks;
-  };
-  // key_at(i) returns the i-th Key. Picks the transport and retries on the
-  // next session when the session is lost under the call.
+  // key_at(i) returns the i-th local::Key. Retries on the next session
+  // when the session is lost under the call.
   template <typename KeyAt>
   absl::StatusOr<Batch> DoGetBatch(absl::string_view dataset, size_t n,
                                    KeyAt key_at);
+  // One kGetBatch for keys [begin, end) on `conn`.
   template <typename KeyAt>
-  absl::StatusOr<Batch> StreamGetBatch(Conn& conn, absl::string_view dataset,
-                                       size_t n, KeyAt key_at,
-                                       absl::Time deadline);
-  template <typename KeyAt>
-  absl::StatusOr<Batch> UnaryGetBatch(Conn& conn, absl::string_view dataset,
-                                      size_t n, KeyAt key_at,
-                                      absl::Time deadline);
-  // Items from an answer; leases of items that fail here are released.
-  absl::StatusOr<Batch> ItemsFromNested(Conn& conn,
-                                        const v1::GetBatchResponse& resp,
-                                        size_t n);
-  absl::StatusOr<Batch> ItemsFromPacked(Conn& conn, const v1::PackedBatch& p,
-                                        size_t n);
-  // Sends a request on the stream and waits for its answer (Call::event).
-  // UNAVAILABLE if the session ends first, DEADLINE_EXCEEDED at
-  // `deadline` (a late answer's leases are then released by the reader).
-  absl::Status StreamCall(Conn& conn, const v1::SessionRequest& request,
-                          Call* call, absl::Time deadline,
-                          absl::string_view what);
+  absl::StatusOr<std::vector<Item>> GetBatchSlice(
+      Conn& conn, absl::string_view dataset, size_t begin, size_t end,
+      KeyAt key_at, bool piggyback, absl::Time deadline);
+  // Items from a kBatch answer for n keys, pointing into conn's mapping.
+  // Leases of items refused here (handle outside the mapping, checksum
+  // mismatch) and of a malformed answer are queued for release.
+  absl::StatusOr<std::vector<Item>> DecodeItems(
+      Conn& conn, const local::BatchReply& reply, size_t n);
+  // Sends a request and waits for its answer frame (a kError answer
+  // becomes its status). UNAVAILABLE if the session ends first,
+  // DEADLINE_EXCEEDED at `deadline`.
+  absl::StatusOr<local::Frame> Roundtrip(Conn& conn, local::MsgType type,
+                                         absl::string_view payload,
+                                         absl::Time deadline,
+                                         absl::string_view what);
+  // Breaks `conn` (a failed or partial write leaves the stream unusable):
+  // the reader sees the end and the supervisor reconnects.
+  static void Break(Conn& conn);
 
   // Wraps a failed call's status with the server address.
   absl::Status RpcError(absl::string_view what, absl::Status st) const;
   absl::Status LostError(absl::string_view what) const;
   std::vector<uint64_t> TakePending(uint64_t generation)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void Requeue(uint64_t generation, std::vector<uint64_t> leases)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Keys per request: the server's announced limit, else all.
+  static size_t KeysPerRequest(const Conn& conn, size_t n);
 
-  // FAILED_PRECONDITION when called in a fork()ed child: gRPC state does
-  // not survive fork, so each process needs its own Client.
+  // FAILED_PRECONDITION in a fork()ed child.
   absl::Status CheckProcess() const;
   bool Forked() const;
 
   const ClientOptions options_;
   const std::string target_;  // "unix:<socket_path>"
-  // Counts fork()s in this process (pthread_atfork); differs from the value
-  // at construction in a forked child. Cheaper than getpid() per call.
+  // The process that created the core, and the fork count there
+  // (pthread_atfork); the count differs in a forked child, which is
+  // cheaper to check than getpid() per call.
+  const pid_t creator_pid_;
   const uint64_t fork_generation_;
 
   // Lock order: mu_ before a Conn's mu; a Conn's write_mu before its mu.
@@ -196,13 +210,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::shared_ptr<Conn> conn_ ABSL_GUARDED_BY(mu_);
   // conn_ is open and usable.
   bool up_ ABSL_GUARDED_BY(mu_) = false;
-  // conn_'s stream ended; for the supervisor.
+  // conn_ ended; for the supervisor.
   bool conn_ended_ ABSL_GUARDED_BY(mu_) = false;
   // Why the session is down (while !up_).
   absl::Status down_status_ ABSL_GUARDED_BY(mu_);
   // reconnect is off and the session was lost: for good.
   bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
-  // A conn being opened, so that the destructor can cancel it.
+  // A conn being opened, so that the destructor can break it.
   std::shared_ptr<Conn> opening_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t mapping_generation_ ABSL_GUARDED_BY(mu_) = 0;

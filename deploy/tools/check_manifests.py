@@ -44,6 +44,11 @@ DLCACHED_FLAGS = {
     "ssd_dir", "ssd_bytes", "ssd_verify_on_start", "node_id",
     "peer_address", "peers", "peer_dns", "peer_token_file", "peer_timeout",
     "flagfile",
+    # Issue 9: identity and access, mTLS and tokens, warm-up bounds.
+    "dataset_readers", "default_readers", "admin_uids", "admin_gids",
+    "tls_cert", "tls_key", "tls_ca", "tls_server_name", "insecure_peers",
+    "admin_token_file", "insecure_admin", "max_warmup_parallelism",
+    "max_concurrent_warmups",
 }
 # Defined by absl itself, not by an ABSL_FLAG of ours.
 ABSL_BUILTIN_FLAGS = {"flagfile", "fromenv", "tryfromenv", "undefok"}
@@ -201,7 +206,8 @@ class Checker:
                 flags["fill_threads"].isdigit() and
                 int(flags["fill_threads"]) > 0):
             self.error(where, "--fill_threads must be a positive integer")
-        for name in ("socket", "shm_dir", "ssd_dir", "peer_token_file"):
+        for name in ("socket", "shm_dir", "ssd_dir", "peer_token_file",
+                     "tls_cert", "tls_key", "tls_ca", "admin_token_file"):
             if name in flags and not flags[name].startswith("/"):
                 self.error(where, "--%s must be an absolute path" % name)
         for name in ("socket", "shm_dir"):
@@ -392,6 +398,25 @@ class Checker:
             self.expect_file_from(where, pod, c, flags["peer_token_file"],
                                   "secret", "dlcached-peer-token", "token")
             self.check_token_secret()
+        # mTLS files come from the Secret dlcached-tls (kubernetes.io/tls
+        # key names plus ca.crt).
+        for flag, key in (("tls_cert", "tls.crt"), ("tls_key", "tls.key"),
+                          ("tls_ca", "ca.crt")):
+            if flags.get(flag):
+                self.expect_file_from(where, pod, c, flags[flag], "secret",
+                                      "dlcached-tls", key)
+        if any(flags.get(f) for f in ("tls_cert", "tls_key", "tls_ca")) and \
+                not all(flags.get(f) for f in ("tls_cert", "tls_key",
+                                               "tls_ca")):
+            self.error(where, "--tls_cert, --tls_key and --tls_ca go "
+                       "together")
+        if flags.get("peer_address") and not (
+                flags.get("peer_token_file") or flags.get("tls_cert") or
+                flags.get("insecure_peers", "false").lower() in
+                ("true", "1", "yes", "t", "y")):
+            self.error(where, "--peer_address without --peer_token_file or "
+                       "--tls_*: dlcached refuses to start (or give "
+                       "--insecure_peers)")
 
         socket = flags.get("socket", "/run/dlcache/dlcached.sock")
         self.socket_dir = posixpath.dirname(socket)

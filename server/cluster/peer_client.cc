@@ -75,16 +75,17 @@ PeerClient::PeerClient(std::string address, const PeerClientOptions& options)
   // Own subchannel per PeerClient: a replaced client (membership change)
   // starts with a fresh connection instead of a shared one in backoff.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options.tls) args.SetSslTargetNameOverride(options.tls_server_name);
   impl_ = std::make_unique<Impl>(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
-                                args),
+      grpc::CreateCustomChannel(
+          address_,
+          options.tls ? options.tls : grpc::InsecureChannelCredentials(), args),
       options.token);
 }
 
 PeerClient::~PeerClient() = default;
 
-absl::Status PeerClient::FetchChunk(const ChunkId& id,
-                                    const FileInfo& expected,
+absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
                                     absl::Span<char> dst, uint64_t* checksum,
                                     absl::Duration timeout) {
   grpc::ClientContext ctx;
@@ -112,16 +113,16 @@ absl::Status PeerClient::FetchChunk(const ChunkId& id,
       if (meta.file_size != expected.size ||
           meta.mtime_ns != expected.mtime_ns) {
         failure = absl::FailedPreconditionError(absl::StrCat(
-            "peer ", address_, " has another version of ", id.path,
-            " (size ", meta.file_size, " mtime ", meta.mtime_ns,
-            ", want size ", expected.size, " mtime ", expected.mtime_ns, ")"));
+            "peer ", address_, " has another version of ", id.path, " (size ",
+            meta.file_size, " mtime ", meta.mtime_ns, ", want size ",
+            expected.size, " mtime ", expected.mtime_ns, ")"));
         break;
       }
     }
     if (!decoded.ok()) {
-      failure = absl::Status(decoded.code(), absl::StrCat("peer ", address_,
-                                                          ": ",
-                                                          decoded.message()));
+      failure = absl::Status(
+          decoded.code(),
+          absl::StrCat("peer ", address_, ": ", decoded.message()));
       break;
     }
   }

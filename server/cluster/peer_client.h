@@ -9,6 +9,10 @@
 #include "absl/strings/string_view.h"
 #include "server/cluster/peer.h"
 
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
 namespace dlcache {
 
 // Metadata key carrying the shared peer token.
@@ -17,13 +21,17 @@ inline constexpr char kPeerTokenMetadata[] = "x-dlcache-token";
 struct PeerClientOptions {
   // Sent as kPeerTokenMetadata on every call; empty = none.
   std::string token;
+  // mTLS (server/auth/tls_credentials.h: MakeTlsChannelCredentials); null =
+  // plaintext. The peers' certificates are checked against tls_server_name.
+  std::shared_ptr<grpc::ChannelCredentials> tls;
+  std::string tls_server_name = "dlcached";
   // Reconnect backoff of the channel after a peer went down, so a restarted
   // peer is used again soon; gRPC's defaults grow to two minutes.
   absl::Duration min_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
 };
 
-// A Peer over gRPC: one channel (TCP, insecure credentials plus the token)
+// A Peer over gRPC: one channel (TCP, mTLS or plaintext, plus the token)
 // per peer address, created at construction and connected lazily. Calls
 // fail fast (UNAVAILABLE) while the channel cannot connect.
 //

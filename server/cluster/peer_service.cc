@@ -17,6 +17,7 @@
 #include "common/key.h"
 #include "common/logging.h"
 #include "dlcache/v1/peer.grpc.pb.h"
+#include "server/auth/tls_credentials.h"
 #include "server/cluster/chunk_wire.h"
 #include "server/cluster/peer_client.h"
 
@@ -28,17 +29,6 @@ constexpr int kFetchChunkMethodIndex = 0;
 
 using RawStream =
     grpc::ServerSplitStreamer<v1::FetchChunkRequest, grpc::ByteBuffer>;
-
-// Runs in time that depends only on the configured token's length, so a
-// caller cannot find the token byte by byte from response times.
-bool TokenEquals(absl::string_view want, absl::string_view got) {
-  volatile unsigned char diff = want.size() != got.size() ? 1 : 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const unsigned char g = i < got.size() ? got[i] : 0;
-    diff = diff | (static_cast<unsigned char>(want[i]) ^ g);
-  }
-  return diff == 0;
-}
 
 // Counts the zero-copy slices gRPC still holds. Shared with each slice's
 // release callback, so it outlives the waiter when the last release races
@@ -94,8 +84,9 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
               return FetchChunkRaw(ctx, stream);
             }));
     if (options_.token.empty()) {
-      DLC_LOG(WARNING) << "peer service: no token configured, peer calls "
-                          "are not authenticated";
+      DLC_LOG(WARNING) << "peer service: no token configured; peer calls "
+                          "are authenticated by mTLS only, or not at all "
+                          "(--insecure_peers)";
     }
   }
 
@@ -104,8 +95,8 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
                         v1::StatFileResponse* response) override {
     if (!Authorized(ctx)) return Unauthenticated();
     stats_calls_.fetch_add(1, std::memory_order_relaxed);
-    absl::StatusOr<std::string> path = Validate(request->dataset(),
-                                                request->path());
+    absl::StatusOr<std::string> path =
+        Validate(request->dataset(), request->path());
     if (!path.ok()) return ToGrpcStatus(path.status());
     absl::StatusOr<FileInfo> info = stat_local_(request->dataset(), *path);
     if (!info.ok()) return ToGrpcStatus(info.status());
@@ -123,8 +114,8 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
                           "this node does not take warm-up shares");
     }
     warmups_.fetch_add(1, std::memory_order_relaxed);
-    absl::Status s = warmup_share_(
-        *request, [&](const v1::WarmupProgress& progress) {
+    absl::Status s =
+        warmup_share_(*request, [&](const v1::WarmupProgress& progress) {
           return !ctx->IsCancelled() && writer->Write(progress);
         });
     return ToGrpcStatus(s);
@@ -144,13 +135,7 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
 
  private:
   bool Authorized(grpc::ServerContext* ctx) {
-    if (options_.token.empty()) return true;
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kPeerTokenMetadata);
-    const bool ok =
-        it != md.end() &&
-        TokenEquals(options_.token,
-                    absl::string_view(it->second.data(), it->second.size()));
+    const bool ok = CheckCallToken(*ctx, options_.token, "peer").ok();
     if (!ok) unauthenticated_.fetch_add(1, std::memory_order_relaxed);
     return ok;
   }
@@ -182,9 +167,9 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
     id.path = *path;
     id.chunk = request.chunk();
     bool sent = false;
-    absl::Status status = read_local_(
-        id, [&](const FileInfo& info, absl::Span<const char> bytes,
-                uint64_t checksum) {
+    absl::Status status =
+        read_local_(id, [&](const FileInfo& info, absl::Span<const char> bytes,
+                            uint64_t checksum) {
           sent = true;
           return Send(ctx, stream, info, bytes, checksum);
         });
@@ -198,8 +183,8 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
   }
 
   absl::Status Send(grpc::ServerContext* ctx, RawStream* stream,
-                    const FileInfo& info,
-                    absl::Span<const char> bytes, uint64_t checksum) {
+                    const FileInfo& info, absl::Span<const char> bytes,
+                    uint64_t checksum) {
     ChunkDataFields meta;
     meta.file_size = info.size;
     meta.mtime_ns = info.mtime_ns;

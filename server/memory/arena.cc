@@ -1,5 +1,6 @@
 #include "server/memory/arena.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -8,7 +9,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <random>
 
 #include "absl/status/status.h"
@@ -38,25 +38,28 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
                      options.segment_bytes, " must each be at least ",
                      options.align, " bytes"));
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("arena: cannot create ", options.dir, ": ", ec.message()));
-  }
+  absl::StatusOr<UniqueFd> dir_fd =
+      EnsurePrivateDir(options.dir, options.access, "arena dir (--shm_dir)");
+  if (!dir_fd.ok()) return dir_fd.status();
+  const int dfd = dir_fd->get();
   struct statvfs vfs;
-  if (::statvfs(options.dir.c_str(), &vfs) != 0) {
+  if (::fstatvfs(dfd, &vfs) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("arena: statvfs ", options.dir, ": ", strerror(errno)));
   }
   // Free space, not counting segment files a previous run left behind:
   // those are removed below before the new ones are created.
   uint64_t stale = 0;
-  for (const auto& e : std::filesystem::directory_iterator(options.dir, ec)) {
-    if (e.path().filename().string().rfind("seg-", 0) == 0) {
+  if (DIR* d = ::fdopendir(::fcntl(dfd, F_DUPFD_CLOEXEC, 0))) {
+    while (struct dirent* e = ::readdir(d)) {
       struct stat st;
-      if (::stat(e.path().c_str(), &st) == 0) stale += st.st_blocks * 512ull;
+      if (absl::string_view(e->d_name).substr(0, 4) == "seg-" &&
+          ::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(st.st_mode)) {
+        stale += st.st_blocks * 512ull;
+      }
     }
+    ::closedir(d);
   }
   uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize + stale;
   if (total > free_bytes) {
@@ -67,18 +70,28 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
         "mount a larger tmpfs (emptyDir medium: Memory with sizeLimit) or "
         "lower --arena_bytes"));
   }
+  const uint64_t count64 = total / seg + (total % seg != 0 ? 1 : 0);
+  if (count64 > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arena: ", count64, " segments of ", seg,
+        " bytes are too many; raise --segment_bytes"));
+  }
+  const uint32_t count = static_cast<uint32_t>(count64);
 
-  uint32_t count = (total + seg - 1) / seg;
+  // Reuse only regular files of this uid with exactly the right sizes.
   bool reuse = options.reuse_existing;
   for (uint32_t i = 0; reuse && i < count; ++i) {
     struct stat st;
-    std::string p = absl::StrFormat("%s/seg-%05u", options.dir, i);
-    reuse = ::stat(p.c_str(), &st) == 0 &&
+    reuse = ::fstatat(dfd, SegmentName(i).c_str(), &st,
+                      AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+            st.st_nlink == 1 &&
             uint64_t(st.st_size) == std::min(seg, total - uint64_t{i} * seg);
   }
 
   std::unique_ptr<Arena> arena(new Arena());
   arena->dir_ = options.dir;
+  arena->dir_fd_ = *std::move(dir_fd);
   arena->total_bytes_ = total;
   arena->epoch_ =
       std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
@@ -86,35 +99,53 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   for (uint32_t i = 0; i < count; ++i) {
     Segment s;
     s.size = std::min(seg, total - uint64_t{i} * seg);
-    s.path = absl::StrFormat("%s/seg-%05u", options.dir, i);
-    if (!reuse) ::unlink(s.path.c_str());
-    UniqueFd fd(::open(
-        s.path.c_str(),
-        reuse ? O_RDWR | O_CLOEXEC : O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-        0644));
+    s.name = SegmentName(i);
+    const std::string path = absl::StrCat(options.dir, "/", s.name);
+    // unlinkat removes a planted symlink itself, never its target.
+    if (!reuse) ::unlinkat(dfd, s.name.c_str(), 0);
+    UniqueFd fd(::openat(dfd, s.name.c_str(),
+                         reuse ? O_RDWR | O_NOFOLLOW | O_CLOEXEC
+                               : O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                     O_CLOEXEC,
+                         options.access.file_mode()));
     if (!fd.valid()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("arena: create ", s.path, ": ", strerror(errno)));
+          absl::StrCat("arena: create ", path, ": ", strerror(errno)));
     }
-    arena->segments_.push_back(s);  // so the destructor removes it
+    // The one read-only open of this segment; clients get dup()s of it.
+    s.read_only = UniqueFd(
+        ::openat(dfd, s.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat rw_st, ro_st;
+    if (!s.read_only.valid() || ::fstat(fd.get(), &rw_st) != 0 ||
+        ::fstat(s.read_only.get(), &ro_st) != 0 ||
+        rw_st.st_ino != ro_st.st_ino || rw_st.st_dev != ro_st.st_dev) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "arena: ", path, " changed while being opened (or: ",
+          strerror(errno), ")"));
+    }
+    arena->segments_.push_back(std::move(s));  // so the destructor removes it
+    // umask-proof mode, and tightens files an older server left 0644.
+    if (absl::Status m = SetPrivateFileMode(fd.get(), options.access, path);
+        !m.ok()) {
+      return absl::FailedPreconditionError(m.message());
+    }
+    Segment& back = arena->segments_.back();
     // A re-adopted segment whose pages are all there needs no reservation
     // (it would cost ~0.2 s per GiB of tmpfs for nothing).
-    struct stat st;
-    bool allocated = reuse && ::fstat(fd.get(), &st) == 0 &&
-                     uint64_t(st.st_blocks) * 512 >= s.size;
-    int rc = allocated ? 0 : ::posix_fallocate(fd.get(), 0, s.size);
+    bool allocated = reuse && uint64_t(rw_st.st_blocks) * 512 >= back.size;
+    int rc = allocated ? 0 : ::posix_fallocate(fd.get(), 0, back.size);
     if (rc != 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "arena: cannot reserve ", Gib(s.size), " for ", s.path, ": ",
+          "arena: cannot reserve ", Gib(back.size), " for ", path, ": ",
           strerror(rc), "; lower --arena_bytes or enlarge ", options.dir));
     }
-    void* p = ::mmap(nullptr, s.size, PROT_READ | PROT_WRITE, MAP_SHARED,
+    void* p = ::mmap(nullptr, back.size, PROT_READ | PROT_WRITE, MAP_SHARED,
                      fd.get(), 0);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("arena: mmap ", s.path, ": ", strerror(errno)));
+          absl::StrCat("arena: mmap ", path, ": ", strerror(errno)));
     }
-    arena->segments_.back().base = static_cast<char*>(p);
+    back.base = static_cast<char*>(p);
   }
   DLC_LOG(INFO) << "arena: " << count << " segments, " << Gib(total) << " in "
                 << options.dir << (reuse ? " (re-adopted)" : "");
@@ -124,18 +155,24 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
 Arena::~Arena() {
   for (Segment& s : segments_) {
     if (s.base != nullptr) ::munmap(s.base, s.size);
-    if (!keep_files_) ::unlink(s.path.c_str());
+    if (!keep_files_ && dir_fd_.valid()) {
+      ::unlinkat(dir_fd_.get(), s.name.c_str(), 0);
+    }
   }
+}
+
+std::string Arena::SegmentName(uint32_t id) {
+  return absl::StrFormat("seg-%05u", id);
 }
 
 absl::StatusOr<UniqueFd> Arena::OpenReadOnly(uint32_t id) const {
   if (id >= segments_.size()) {
     return absl::OutOfRangeError(absl::StrCat("no segment ", id));
   }
-  UniqueFd fd(::open(segments_[id].path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::fcntl(segments_[id].read_only.get(), F_DUPFD_CLOEXEC, 0));
   if (!fd.valid()) {
-    return absl::InternalError(absl::StrCat("open ", segments_[id].path,
-                                            " read-only: ", strerror(errno)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "dup of segment ", id, " read-only fd: ", strerror(errno)));
   }
   return fd;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/private_dir.h"
 #include "common/unique_fd.h"
 
 namespace dlcache {
@@ -19,11 +20,21 @@ struct ArenaOptions {
   // Reuse segment files of exactly the right sizes left by an earlier
   // server (their bytes are kept) instead of recreating them.
   bool reuse_existing = false;
+  // Modes: dir 0700 and segments 0600, or 0750/0640 with a shared group.
+  PrivateDirOptions access;
 };
 
 // The shared-memory arena: `segment_count()` files seg-NNNNN under a tmpfs
 // directory, each mapped read-write here. Clients get O_RDONLY fds of the
 // same files (OpenReadOnly) and map them PROT_READ.
+//
+// The directory must be private (common/private_dir.h: created 0700, or
+// refused when it is a symlink, another uid's, or group/world-writable);
+// segment files are 0600 (0640 with a shared group), created with
+// O_EXCL | O_NOFOLLOW relative to the directory's fd. Each segment is
+// opened exactly twice, at Create(): read-write (mapped here) and
+// read-only; OpenReadOnly() dup()s the read-only fd and never resolves a
+// path again, so a file swapped in the directory later is never served.
 //
 // Create() reserves every page up front (posix_fallocate), so an arena that
 // does not fit fails at start with RESOURCE_EXHAUSTED and a message naming
@@ -32,8 +43,9 @@ struct ArenaOptions {
 class Arena {
  public:
   // INVALID_ARGUMENT for zero sizes or a segment smaller than `align`;
-  // FAILED_PRECONDITION if dir cannot be created or is not writable;
-  // RESOURCE_EXHAUSTED if the file system lacks the space.
+  // FAILED_PRECONDITION if dir cannot be created, is not writable or is not
+  // private (see above); RESOURCE_EXHAUSTED if the file system lacks the
+  // space.
   static absl::StatusOr<std::unique_ptr<Arena>> Create(
       const ArenaOptions& options);
   ~Arena();
@@ -52,18 +64,24 @@ class Arena {
   // Leave the segment files in place at destruction, for the next server.
   void KeepFiles() { keep_files_ = true; }
 
-  // A new O_RDONLY, O_CLOEXEC fd of segment `id`. OUT_OF_RANGE for a bad id.
+  // A new O_RDONLY, O_CLOEXEC fd of segment `id`: a dup() of the read-only
+  // fd opened at Create() (no path is resolved). OUT_OF_RANGE for a bad
+  // id, RESOURCE_EXHAUSTED when out of fds.
   absl::StatusOr<UniqueFd> OpenReadOnly(uint32_t id) const;
+  // The segment's file name inside dir(), e.g. "seg-00003".
+  static std::string SegmentName(uint32_t id);
 
  private:
   struct Segment {
-    std::string path;
+    std::string name;  // relative to dir_fd_
     char* base = nullptr;
     uint64_t size = 0;
+    UniqueFd read_only;  // handed out by dup()
   };
   Arena() = default;
 
   std::string dir_;
+  UniqueFd dir_fd_;
   uint64_t total_bytes_ = 0;
   uint64_t epoch_ = 0;
   bool adopted_ = false;

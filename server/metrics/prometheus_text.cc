@@ -51,16 +51,15 @@ void Cluster(std::string* out, const v1::ClusterStatus& c) {
   Counter(out, "dlcache_peer_served_fetch_errors_total",
           "Chunk fetches from peers answered with an error",
           c.served_fetch_errors());
-  Counter(out, "dlcache_peer_served_bytes_total",
-          "Chunk bytes sent to peers", c.served_bytes());
+  Counter(out, "dlcache_peer_served_bytes_total", "Chunk bytes sent to peers",
+          c.served_bytes());
   Counter(out, "dlcache_peer_served_stats_total",
           "File stats answered for peers", c.served_stats());
   Counter(out, "dlcache_peer_unauthenticated_total",
           "Peer calls refused for a missing or wrong token",
           c.unauthenticated());
   Gauge(out, "dlcache_peer_serving_in_flight",
-        "Chunk fetches from peers being answered now",
-        c.serving_in_flight());
+        "Chunk fetches from peers being answered now", c.serving_in_flight());
 }
 
 void PerDataset(std::string* out, const v1::StatsResponse& stats,

@@ -4,9 +4,19 @@
 
 namespace dlcache {
 
+absl::Status AdminServiceImpl::Authorize(const grpc::ServerContext& context,
+                                         absl::string_view rpc,
+                                         Access access) const {
+  if (!authorize_) return absl::OkStatus();
+  return authorize_(context, rpc, access);
+}
+
 grpc::Status AdminServiceImpl::Warmup(
     grpc::ServerContext* context, const v1::WarmupRequest* request,
     grpc::ServerWriter<v1::WarmupProgress>* writer) {
+  if (absl::Status a = Authorize(*context, "Warmup", Access::kAdmin); !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   return ToGrpcStatus(
       engine_->Warmup(*request, [&](const v1::WarmupProgress& progress) {
         // A failed write means the caller went away: stop warming.
@@ -17,6 +27,10 @@ grpc::Status AdminServiceImpl::Warmup(
 grpc::Status AdminServiceImpl::Status(grpc::ServerContext* context,
                                       const v1::StatusRequest* request,
                                       v1::StatusResponse* response) {
+  if (absl::Status a = Authorize(*context, "Status", Access::kReadOnly);
+      !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   status_(response);
   return grpc::Status::OK;
 }
@@ -24,12 +38,19 @@ grpc::Status AdminServiceImpl::Status(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::Stats(grpc::ServerContext* context,
                                      const v1::StatsRequest* request,
                                      v1::StatsResponse* response) {
+  if (absl::Status a = Authorize(*context, "Stats", Access::kReadOnly);
+      !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   return ToGrpcStatus(engine_->Stats(*request, response));
 }
 
 grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
                                      const v1::EvictRequest* request,
                                      v1::EvictResponse* response) {
+  if (absl::Status a = Authorize(*context, "Evict", Access::kAdmin); !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   absl::StatusOr<v1::EvictResponse> r = engine_->Evict(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = *std::move(r);
@@ -40,6 +61,9 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::Sync(
     grpc::ServerContext* context, const v1::SyncRequest* request,
     grpc::ServerWriter<v1::WarmupProgress>* writer) {
+  if (absl::Status a = Authorize(*context, "Sync", Access::kAdmin); !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   if (!ssd_.sync) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this dlcached has no SSD tier (start it with "
@@ -58,6 +82,10 @@ grpc::Status AdminServiceImpl::Sync(
 grpc::Status AdminServiceImpl::Revalidate(grpc::ServerContext* context,
                                           const v1::RevalidateRequest* request,
                                           v1::RevalidateResponse* response) {
+  if (absl::Status a = Authorize(*context, "Revalidate", Access::kAdmin);
+      !a.ok()) {
+    return ToGrpcStatus(a);
+  }
   // SSD first: the memory tier re-reads file metadata through it.
   if (ssd_.revalidate) {
     if (absl::Status s = ssd_.revalidate(*request, response); !s.ok()) {

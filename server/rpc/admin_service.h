@@ -10,6 +10,14 @@ namespace dlcache {
 
 // dlcache.v1.AdminService over a CacheEngine. `status` fills the parts of
 // StatusResponse only the server knows (state, sockets, uptime).
+//
+// Every call first asks the Authorizer given at construction (one per
+// transport: the admin Unix socket checks the caller's uid/gid, the TCP
+// admin port its token; see admin_listener.h and tcp_auth.h). Status and
+// Stats are kReadOnly; Warmup (cluster warm-up included), Evict, Sync and
+// Revalidate are kAdmin. Without an authorizer every call is allowed (for
+// in-process tests only).
+//
 // Thread-safe; does not own the engine.
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
@@ -25,8 +33,20 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     std::function<absl::Status(const v1::EvictRequest&, v1::EvictResponse*)>
         evict;
   };
-  AdminServiceImpl(CacheEngine* engine, StatusFiller status, SsdOps ssd = {})
-      : engine_(engine), status_(std::move(status)), ssd_(std::move(ssd)) {}
+  // What an RPC may do: only read server state, or change the cache.
+  enum class Access { kReadOnly, kAdmin };
+  // OK to run `rpc`, else the status to answer (PERMISSION_DENIED,
+  // UNAUTHENTICATED). Called on the RPC's thread; must be thread-safe.
+  using Authorizer =
+      std::function<absl::Status(const grpc::ServerContext& context,
+                                 absl::string_view rpc, Access access)>;
+
+  AdminServiceImpl(CacheEngine* engine, StatusFiller status, SsdOps ssd = {},
+                   Authorizer authorize = nullptr)
+      : engine_(engine),
+        status_(std::move(status)),
+        ssd_(std::move(ssd)),
+        authorize_(std::move(authorize)) {}
 
   grpc::Status Warmup(grpc::ServerContext* context,
                       const v1::WarmupRequest* request,
@@ -51,6 +71,10 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   CacheEngine* const engine_;
   const StatusFiller status_;
   const SsdOps ssd_;
+  const Authorizer authorize_;
+  // authorize_'s answer, or OK without one.
+  absl::Status Authorize(const grpc::ServerContext& context,
+                         absl::string_view rpc, Access access) const;
 };
 
 }  // namespace dlcache

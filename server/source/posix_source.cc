@@ -9,19 +9,29 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log_escape.h"
+#include "common/logging.h"
 #include "common/unique_fd.h"
 
 namespace dlcache {
 namespace {
 
+// Flags of every open of a dataset file: never follow a symlink in the last
+// component, never block in open() (a FIFO without a writer, a device),
+// never acquire a controlling terminal (a tty device in a dataset).
+constexpr int kOpenFlags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY;
+
 absl::Status ErrnoStatus(int err, absl::string_view what,
                          absl::string_view path) {
-  std::string msg = absl::StrCat(what, " ", path, ": ", strerror(err));
+  std::string msg =
+      absl::StrCat(what, " ", LogEscape(path), ": ", strerror(err));
   switch (err) {
     case ENOENT:
     case ENOTDIR:
@@ -32,7 +42,7 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
     case EXDEV:
     case ELOOP:
       return absl::InvalidArgumentError(
-          absl::StrCat(msg, " (leaves the dataset root)"));
+          absl::StrCat(msg, " (a symlink, or leaves the dataset root)"));
     case EISDIR:
     case EINVAL:
       return absl::InvalidArgumentError(msg);
@@ -40,6 +50,22 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
       // EIO, ESTALE, ETIMEDOUT, ENOTCONN...: the export is sick, not the key.
       return absl::UnavailableError(msg);
   }
+}
+
+const char* KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "regular file";
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISFIFO(mode)) return "fifo";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISLNK(mode)) return "symlink";
+  return "unknown file type";
+}
+
+absl::Status NotRegular(mode_t mode, absl::string_view path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "not a regular file: ", KindOf(mode), " (", LogEscape(path), ")"));
 }
 
 FileInfo InfoOf(const struct stat& st) {
@@ -80,27 +106,57 @@ absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
     // the root; refuse one as the last component at least.
     fd = ::openat(root_fd_, p.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
   }
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENXIO || err == ENODEV || err == EOPNOTSUPP || err == ENOTSUP ||
+        err == EWOULDBLOCK) {
+      // open() refuses some special files itself (a socket: ENXIO). Name
+      // the kind from an O_PATH descriptor, which opens nothing.
+      how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+      int pfd = static_cast<int>(
+          ::syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
+      if (pfd >= 0) {
+        UniqueFd owned(pfd);
+        struct stat st;
+        if (::fstat(pfd, &st) == 0 && !S_ISREG(st.st_mode)) {
+          return NotRegular(st.st_mode, path);
+        }
+      }
+    }
+    return ErrnoStatus(err, "open", path);
+  }
   return fd;
 }
 
-absl::StatusOr<FileInfo> PosixSource::Stat(absl::string_view path) {
-  absl::StatusOr<int> fd = OpenBeneath(path, O_RDONLY);
+absl::StatusOr<UniqueFd> PosixSource::OpenRegular(absl::string_view path,
+                                                  struct stat* st) const {
+  absl::StatusOr<int> fd = OpenBeneath(path, kOpenFlags);
   if (!fd.ok()) return fd.status();
   UniqueFd owned(*fd);
+  if (::fstat(owned.get(), st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (!S_ISREG(st->st_mode)) return NotRegular(st->st_mode, path);
+  return owned;
+}
+
+absl::StatusOr<FileInfo> PosixSource::Stat(absl::string_view path) {
   struct stat st;
-  if (::fstat(owned.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat(path, " is not a regular file"));
-  }
+  absl::StatusOr<UniqueFd> fd = OpenRegular(path, &st);
+  if (!fd.ok()) return fd.status();
   return InfoOf(st);
 }
 
 absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
                                  absl::Span<char> dst) {
-  absl::StatusOr<int> fd = OpenBeneath(path, O_RDONLY);
+  struct stat st;
+  absl::StatusOr<UniqueFd> fd = OpenRegular(path, &st);
   if (!fd.ok()) return fd.status();
-  UniqueFd owned(*fd);
+  const UniqueFd& owned = *fd;
+  if (offset > uint64_t{INT64_MAX} ||
+      dst.size() > uint64_t{INT64_MAX} - offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "read of ", dst.size(), " bytes at ", offset, " of ", LogEscape(path),
+        " is past the largest file offset"));
+  }
   size_t done = 0;
   while (done < dst.size()) {
     ssize_t n = ::pread(owned.get(), dst.data() + done, dst.size() - done,
@@ -111,7 +167,7 @@ absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
     }
     if (n == 0) {
       return absl::OutOfRangeError(
-          absl::StrCat(path, " is shorter than expected: ended at ",
+          absl::StrCat(LogEscape(path), " is shorter than expected: ended at ",
                        offset + done, ", wanted ", offset + dst.size()));
     }
     done += n;
@@ -122,7 +178,7 @@ absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
 absl::Status PosixSource::List(
     absl::string_view prefix,
     absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
-  absl::StatusOr<int> top = OpenBeneath(prefix, O_RDONLY);
+  absl::StatusOr<int> top = OpenBeneath(prefix, kOpenFlags);
   if (!top.ok()) return top.status();
   UniqueFd top_fd(*top);
   struct stat st;
@@ -133,6 +189,11 @@ absl::Status PosixSource::List(
     fn(prefix, InfoOf(st));
     return absl::OkStatus();
   }
+  if (!S_ISDIR(st.st_mode)) return NotRegular(st.st_mode, prefix);
+  // Entries that are neither regular files nor directories (FIFOs,
+  // devices, sockets, symlinks) are skipped: counted here, logged once.
+  std::map<std::string, uint64_t> skipped;  // kind -> count
+  std::string first_skipped;
   // Iterative depth-first walk with fstatat on each entry's parent fd, so
   // no path is resolved twice and symlinks are never followed.
   struct Dir {
@@ -173,6 +234,9 @@ absl::Status PosixSource::List(
         if (cfd >= 0) stack.push_back({std::move(child), cfd});
       } else if (S_ISREG(cst.st_mode)) {
         if (!fn(child, InfoOf(cst))) stop = true;
+      } else {
+        if (first_skipped.empty()) first_skipped = child;
+        ++skipped[KindOf(cst.st_mode)];
       }
     }
     ::closedir(dir);
@@ -180,6 +244,16 @@ absl::Status PosixSource::List(
       for (Dir& rest : stack) ::close(rest.fd);
       break;
     }
+  }
+  if (!skipped.empty()) {
+    uint64_t total = 0;
+    for (const auto& [kind, n] : skipped) total += n;
+    skipped_entries_.fetch_add(total, std::memory_order_relaxed);
+    DLC_LOG(WARNING) << Describe() << ": listing '" << LogEscape(prefix) << "'"
+                     << " skipped " << total
+                     << " entries that are not regular files ("
+                     << absl::StrJoin(skipped, ", ", absl::PairFormatter(": "))
+                     << "), e.g. " << LogEscape(first_skipped);
   }
   // A walk that listed some files but hit an unreadable directory still
   // reports the error, so a warm-up does not claim to be complete.

@@ -1,9 +1,14 @@
 #ifndef DLCACHE_SERVER_SOURCE_POSIX_SOURCE_H_
 #define DLCACHE_SERVER_SOURCE_POSIX_SOURCE_H_
 
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 #include "server/source/source.h"
 
 namespace dlcache {
@@ -11,8 +16,17 @@ namespace dlcache {
 // A Source over a directory of a POSIX file system: a mounted NFS or CephFS
 // export, or a local directory. Paths resolve under the root with
 // openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so neither ".." nor a
-// symlink can leave the root (INVALID_ARGUMENT). Thread-safe, stateless
-// beyond the root fd; every call blocks on the file system.
+// symlink can leave the root (INVALID_ARGUMENT).
+//
+// Only regular files are served. Every file is opened O_RDONLY | O_NONBLOCK
+// | O_NOFOLLOW and fstat()ed before anything is read, so a FIFO, a device,
+// a socket or a directory under the root is refused at once with
+// FAILED_PRECONDITION "not a regular file: <kind>" and never blocks a fill
+// thread; a symlink as the last component is INVALID_ARGUMENT. List() skips
+// such entries (counted in skipped_entries(), one log line per listing).
+//
+// Thread-safe, stateless beyond the root fd and a counter; every call
+// blocks on the file system (never on a special file).
 class PosixSource : public Source {
  public:
   // FAILED_PRECONDITION if root is not a readable directory.
@@ -29,14 +43,25 @@ class PosixSource : public Source {
       override;
   std::string Describe() const override { return "posix:" + root_; }
 
+  // Entries that listings skipped because they were not regular files or
+  // directories (FIFOs, devices, sockets, symlinks), since construction.
+  uint64_t skipped_entries() const {
+    return skipped_entries_.load(std::memory_order_relaxed);
+  }
+
  private:
   PosixSource(std::string root, int root_fd)
       : root_(std::move(root)), root_fd_(root_fd) {}
   // Opens `path` (relative, normalised) beneath the root.
   absl::StatusOr<int> OpenBeneath(absl::string_view path, int flags) const;
+  // Opens `path` for reading and fstat()s it into *st; FAILED_PRECONDITION
+  // unless it is a regular file.
+  absl::StatusOr<UniqueFd> OpenRegular(absl::string_view path,
+                                       struct stat* st) const;
 
   const std::string root_;
   const int root_fd_;
+  std::atomic<uint64_t> skipped_entries_{0};
 };
 
 }  // namespace dlcache

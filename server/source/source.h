@@ -25,19 +25,23 @@ class Source {
  public:
   virtual ~Source() = default;
 
-  // NOT_FOUND if there is no regular file at `path`; UNAVAILABLE if the
-  // source is down; PERMISSION_DENIED; INVALID_ARGUMENT if the path leaves
-  // the root (e.g. through a symlink).
+  // NOT_FOUND if there is nothing at `path`; FAILED_PRECONDITION
+  // ("not a regular file: <kind>") for a directory, FIFO, device or socket,
+  // without blocking on it; UNAVAILABLE if the source is down;
+  // PERMISSION_DENIED; INVALID_ARGUMENT if the path leaves the root (e.g.
+  // through a symlink).
   virtual absl::StatusOr<FileInfo> Stat(absl::string_view path) = 0;
 
   // Reads exactly dst.size() bytes at `offset`. NOT_FOUND if the file
   // vanished, OUT_OF_RANGE if it is now shorter, UNAVAILABLE on I/O errors
-  // (EIO, ESTALE, ...). On error the contents of dst are unspecified.
+  // (EIO, ESTALE, ...), FAILED_PRECONDITION if it is no longer a regular
+  // file. On error the contents of dst are unspecified.
   virtual absl::Status ReadAt(absl::string_view path, uint64_t offset,
                               absl::Span<char> dst) = 0;
 
   // Calls fn for every regular file under `prefix` ("" = everything; a
-  // prefix may name a directory or a single file), in no particular order.
+  // prefix may name a directory or a single file), in no particular order;
+  // other entries (FIFOs, devices, sockets, symlinks) are skipped.
   // Stops early when fn returns false. NOT_FOUND if the prefix does not
   // exist, UNAVAILABLE if the source is down.
   virtual absl::Status List(

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/log_escape.h"
 
 namespace dlcache {
 
@@ -17,7 +18,8 @@ SourceBackend::SourceBackend(std::vector<Dataset> datasets, uint64_t chunk_size)
 absl::StatusOr<Source*> SourceBackend::Find(absl::string_view dataset) const {
   auto it = by_name_.find(dataset);
   if (it == by_name_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown dataset '", dataset, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown dataset '", LogEscape(dataset), "'"));
   }
   return datasets_[it->second].source.get();
 }
@@ -35,7 +37,7 @@ absl::Status SourceBackend::ReadChunk(const ChunkId& id, const FileInfo& info,
   auto it = by_name_.find(id.dataset);
   if (it == by_name_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("unknown dataset '", id.dataset, "'"));
+        absl::StrCat("unknown dataset '", LogEscape(id.dataset), "'"));
   }
   Counters& c = *counters_[it->second];
   c.reads.fetch_add(1, std::memory_order_relaxed);

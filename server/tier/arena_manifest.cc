@@ -2,17 +2,70 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/checksum.h"
+#include "common/key.h"
+#include "common/log_escape.h"
+#include "common/logging.h"
+#include "server/source/file_size_limit.h"
 
 namespace dlcache {
 namespace {
+
 constexpr uint32_t kManifestVersion = 1;
+constexpr int kMaxLoggedRejects = 10;
+
+std::vector<uint64_t> SegmentSizes(const Arena& arena) {
+  std::vector<uint64_t> sizes;
+  for (uint32_t i = 0; i < arena.segment_count(); ++i) {
+    sizes.push_back(arena.segment_size(i));
+  }
+  return sizes;
+}
+
+absl::Status CheckChunk(const v1::ManifestChunk& c, const Arena& arena,
+                        uint64_t chunk_size, const FileSizeLimit& limit) {
+  if (!IsNormalKeyPath(c.path())) {
+    return absl::InvalidArgumentError("path is not a normalised key");
+  }
+  if (c.segment() >= arena.segment_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", c.segment(), " does not exist (",
+                     arena.segment_count(), " segments)"));
+  }
+  const uint64_t seg_size = arena.segment_size(c.segment());
+  if (c.length() == 0 || c.length() > chunk_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "length ", c.length(), " is not in 1..", chunk_size));
+  }
+  // Written so that nothing can overflow: offset + length may exceed 2^64.
+  if (c.length() > seg_size || c.offset() > seg_size - c.length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset ", c.offset(), " + length ", c.length(),
+                     " lies past segment ", c.segment(), " of ", seg_size,
+                     " bytes"));
+  }
+  if (absl::Status fits = limit.Check(c.path(), c.file_size()); !fits.ok()) {
+    return absl::InvalidArgumentError(fits.message());
+  }
+  const uint64_t chunks = limit.ChunkCount(c.file_size());
+  if (uint64_t{c.chunk()} >= chunks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", c.chunk(), " of a file of ", c.file_size(),
+                     " bytes (", chunks, " chunks)"));
+  }
+  const uint64_t start = uint64_t{c.chunk()} * chunk_size;
+  const uint64_t want = std::min(chunk_size, c.file_size() - start);
+  if (c.length() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "length ", c.length(), " of chunk ", c.chunk(), " should be ", want));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ArenaManifestPath(const std::string& shm_dir) {
@@ -21,7 +74,8 @@ std::string ArenaManifestPath(const std::string& shm_dir) {
 
 absl::Status SaveArenaManifest(const std::string& path, const Arena& arena,
                                const MemoryTier& tier, uint64_t chunk_size,
-                               const std::vector<std::string>& datasets) {
+                               const std::vector<std::string>& datasets,
+                               const PrivateDirOptions& access) {
   v1::ArenaManifest m;
   m.set_version(kManifestVersion);
   m.set_chunk_size(chunk_size);
@@ -41,32 +95,21 @@ absl::Status SaveArenaManifest(const std::string& path, const Arena& arena,
     out->set_length(c.where.length);
     out->set_checksum(c.where.checksum);
   });
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!m.SerializeToOstream(&out) || !out.flush()) {
-      ::unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) {
+    return absl::InternalError("cannot serialise the arena manifest");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, bytes, access.file_mode());
 }
 
-absl::StatusOr<v1::ArenaManifest> ReadArenaManifest(
-    const std::string& path, uint64_t chunk_size,
+absl::StatusOr<v1::ArenaManifest> ParseArenaManifest(
+    absl::string_view bytes, uint64_t chunk_size,
     const std::vector<uint64_t>& segment_sizes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("no manifest at ", path));
   v1::ArenaManifest m;
-  bool parsed = m.ParseFromIstream(&in);
-  in.close();
-  ::unlink(path.c_str());
-  if (!parsed || m.version() != kManifestVersion) {
-    return absl::DataLossError(absl::StrCat("unreadable manifest ", path));
+  if (bytes.size() > kMaxArenaManifestBytes ||
+      !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) ||
+      m.version() != kManifestVersion) {
+    return absl::DataLossError("unreadable arena manifest");
   }
   if (m.chunk_size() != chunk_size ||
       std::vector<uint64_t>(m.segment_sizes().begin(),
@@ -77,20 +120,81 @@ absl::StatusOr<v1::ArenaManifest> ReadArenaManifest(
   return m;
 }
 
+absl::StatusOr<v1::ArenaManifest> ReadArenaManifest(
+    const std::string& path, uint64_t chunk_size,
+    const std::vector<uint64_t>& segment_sizes) {
+  // Nothing is read or removed in a directory that is not private: a
+  // symlinked --shm_dir would otherwise make this unlink a file elsewhere.
+  // (Arena::Create then refuses to start with the reason.)
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    absl::Status dir_ok =
+        CheckPrivateDir(path.substr(0, slash), "arena dir (--shm_dir)");
+    if (absl::IsNotFound(dir_ok)) {
+      return absl::NotFoundError(absl::StrCat("no manifest at ", path));
+    }
+    if (!dir_ok.ok()) return dir_ok;
+  }
+  absl::StatusOr<std::string> bytes =
+      ReadOwnFile(path, kMaxArenaManifestBytes);
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::NotFoundError(absl::StrCat("no manifest at ", path));
+  }
+  // Whatever it was, it is not re-read: unlink removes a planted link
+  // itself, never its target.
+  ::unlink(path.c_str());
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<v1::ArenaManifest> m =
+      ParseArenaManifest(*bytes, chunk_size, segment_sizes);
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat(path, ": ", m.status().message()));
+  }
+  return m;
+}
+
+absl::Status ValidateManifestChunk(const v1::ManifestChunk& c,
+                                   const Arena& arena, uint64_t chunk_size,
+                                   const std::vector<std::string>& datasets) {
+  bool known = false;
+  for (const std::string& d : datasets) known = known || d == c.dataset();
+  if (!known) return absl::InvalidArgumentError("unknown dataset");
+  if (chunk_size == 0) return absl::InvalidArgumentError("chunk size 0");
+  return CheckChunk(c, arena, chunk_size,
+                    FileSizeLimit::ForArena(SegmentSizes(arena), chunk_size));
+}
+
 AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
                                const Arena& arena, MemoryTier* tier,
                                const std::vector<std::string>& datasets) {
   absl::flat_hash_map<std::string, uint32_t> ids;
   for (uint32_t i = 0; i < datasets.size(); ++i) ids[datasets[i]] = i;
+  const uint64_t chunk_size = tier->chunk_size();
+  const FileSizeLimit limit =
+      FileSizeLimit::ForArena(SegmentSizes(arena), chunk_size);
   AdoptResult r;
   for (const v1::ManifestChunk& c : manifest.chunks()) {
     auto id = ids.find(c.dataset());
-    bool ok = id != ids.end() && c.segment() < arena.segment_count() &&
-              c.offset() + c.length() <= arena.segment_size(c.segment());
+    absl::Status valid =
+        id == ids.end() ? absl::InvalidArgumentError("unknown dataset")
+                        : CheckChunk(c, arena, chunk_size, limit);
+    if (!valid.ok()) {
+      ++r.dropped;
+      // An unknown dataset is ordinary (the config changed); the rest means
+      // a damaged or crafted manifest.
+      if (id == ids.end()) continue;
+      if (++r.malformed <= kMaxLoggedRejects) {
+        DLC_LOG(WARNING) << "arena manifest: rejected entry "
+                         << LogEscape(c.dataset()) << "/"
+                         << LogEscape(c.path()) << " chunk " << c.chunk()
+                         << ": " << valid.message();
+      }
+      continue;
+    }
     // The pages were in tmpfs while no server watched them: trust the
     // checksum, not the manifest.
-    ok = ok && Checksum(arena.base(c.segment()) + c.offset(), c.length()) ==
-                   c.checksum();
+    bool ok = Checksum(arena.base(c.segment()) + c.offset(), c.length()) ==
+              c.checksum();
     if (ok) {
       MemoryTier::ReadyChunk ready{id->second,
                                    c.path(),
@@ -110,6 +214,11 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
     } else {
       ++r.dropped;
     }
+  }
+  if (r.malformed > 0) {
+    DLC_LOG(WARNING) << "arena manifest: rejected " << r.malformed
+                     << " malformed entries (offset/length/chunk/size out of "
+                        "bounds or bad path)";
   }
   return r;
 }

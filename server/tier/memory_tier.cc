@@ -63,8 +63,39 @@ void MemoryTier::CloseSession(uint64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  for (auto& [lease, entry] : it->second.leases) Unlease(entry);
+  for (auto& [lease, entry] : it->second.leases) Unlease(it->second, entry);
   sessions_.erase(it);
+}
+
+void MemoryTier::SetSessionLimits(const SessionLimits& limits) {
+  absl::MutexLock lock(&mu_);
+  limits_ = limits;
+}
+
+MemoryTier::SessionUsage MemoryTier::Usage(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return {};
+  return {it->second.leases.size(), it->second.leased_bytes};
+}
+
+absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
+                                     uint64_t leases, uint64_t bytes) {
+  if (s.leases.size() + leases > limits_.max_leases) {
+    ++limit_refusals_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session ", id, " holds ", s.leases.size(), " leases and this item ",
+        "needs ", leases, " more; the limit is ", limits_.max_leases,
+        " (--max_leases_per_session); release leases first"));
+  }
+  if (s.leased_bytes + bytes > limits_.max_leased_bytes) {
+    ++limit_refusals_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session ", id, " holds ", s.leased_bytes, " leased bytes and this ",
+        "item needs ", bytes, " more; the limit is ", limits_.max_leased_bytes,
+        " bytes (--session_lease_share of the arena); release leases first"));
+  }
+  return absl::OkStatus();
 }
 
 bool MemoryTier::HasSession(uint64_t session) const {
@@ -81,15 +112,16 @@ size_t MemoryTier::Release(uint64_t session,
   for (uint64_t lease : leases) {
     auto l = it->second.leases.find(lease);
     if (l == it->second.leases.end()) continue;
-    Unlease(l->second);
+    Unlease(it->second, l->second);
     it->second.leases.erase(l);
     ++released;
   }
   return released;
 }
 
-void MemoryTier::Unlease(ChunkEntry* entry) {
+void MemoryTier::Unlease(Session& s, ChunkEntry* entry) {
   --lease_count_;
+  s.leased_bytes -= entry->length;
   stats_[entry->dataset].leased_bytes -= entry->length;
   UnpinLocked(entry);
 }
@@ -156,6 +188,17 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
       all = e != nullptr && e->state == ChunkEntry::State::kReady;
     }
     if (!all) continue;
+    uint64_t bytes = 0;
+    for (uint32_t c = r.first_chunk; c < end; ++c) {
+      bytes += rec->chunks[c]->length;
+    }
+    if (absl::Status s =
+            CheckLimits(session, sit->second, end - r.first_chunk, bytes);
+        !s.ok()) {
+      r.refused = std::move(s);
+      (*served)[i] = true;
+      continue;
+    }
     std::vector<LeasedChunk>& chunks = (*out)[i];
     chunks.reserve(end - r.first_chunk);
     for (uint32_t c = r.first_chunk; c < end; ++c) {
@@ -174,6 +217,7 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
 LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry) {
   uint64_t id = next_lease_++;
   s.leases.emplace(id, entry);
+  s.leased_bytes += entry->length;
   ++lease_count_;
   stats_[entry->dataset].leased_bytes += entry->length;
   LeasedChunk out = Locate(entry);
@@ -279,7 +323,35 @@ absl::StatusOr<LeasedChunk> MemoryTier::Lease(uint64_t session,
     return absl::FailedPreconditionError(
         absl::StrCat("unknown or closed session ", session));
   }
+  if (absl::Status s = CheckLimits(session, it->second, 1, entry->length);
+      !s.ok()) {
+    UnpinLocked(entry);
+    return s;
+  }
   return LeaseLocked(it->second, entry);
+}
+
+absl::StatusOr<std::vector<LeasedChunk>> MemoryTier::LeaseAll(
+    uint64_t session, absl::Span<ChunkEntry* const> entries) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  absl::Status s;
+  if (it == sessions_.end()) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat("unknown or closed session ", session));
+  } else {
+    uint64_t bytes = 0;
+    for (ChunkEntry* e : entries) bytes += e->length;
+    s = CheckLimits(session, it->second, entries.size(), bytes);
+  }
+  if (!s.ok()) {
+    for (ChunkEntry* e : entries) UnpinLocked(e);
+    return s;
+  }
+  std::vector<LeasedChunk> out;
+  out.reserve(entries.size());
+  for (ChunkEntry* e : entries) out.push_back(LeaseLocked(it->second, e));
+  return out;
 }
 
 void MemoryTier::Unpin(ChunkEntry* entry) {
@@ -375,6 +447,7 @@ TierStats MemoryTier::Stats() const {
   s.used_bytes = allocator_.used_bytes();
   s.leases = lease_count_;
   s.sessions = sessions_.size();
+  s.session_limit_refusals = limit_refusals_;
   s.cached_chunks = cached_chunks_;
   s.datasets = stats_;
   for (const TierDatasetStats& d : stats_) s.leased_bytes += d.leased_bytes;

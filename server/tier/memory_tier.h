@@ -53,6 +53,7 @@ struct TierStats {
   uint64_t leased_bytes = 0;
   uint64_t leases = 0;
   uint32_t sessions = 0;
+  uint64_t session_limit_refusals = 0;  // items refused by SessionLimits
   uint64_t cached_chunks = 0;
   std::vector<TierDatasetStats> datasets;
 };
@@ -78,6 +79,23 @@ class MemoryTier {
   uint64_t ChunkLength(const FileInfo& info, uint32_t chunk) const;
 
   // --- sessions and leases ---
+  // What one session may hold leased at once (issue 9: one client must not
+  // pin the whole arena). Checked per item: an item whose leases would take
+  // its session over a limit is refused whole with RESOURCE_EXHAUSTED (the
+  // message names the flag); nothing of it stays leased.
+  struct SessionLimits {
+    uint64_t max_leased_bytes = UINT64_MAX;  // --session_lease_share
+    uint64_t max_leases = UINT64_MAX;        // --max_leases_per_session
+  };
+  // Applies to leases taken afterwards.
+  void SetSessionLimits(const SessionLimits& limits);
+  // What a session holds now; zeros for an unknown session.
+  struct SessionUsage {
+    uint64_t leases = 0;
+    uint64_t leased_bytes = 0;
+  };
+  SessionUsage Usage(uint64_t session) const;
+
   uint64_t OpenSession();
   // Releases every lease of the session. Unknown ids are ignored.
   void CloseSession(uint64_t session);
@@ -100,11 +118,15 @@ class MemoryTier {
     // Set for served requests.
     uint64_t file_size = 0;
     uint32_t chunk_count = 0;
+    // Set (with served) when the chunks were all cached but leasing them
+    // would exceed the session's limits: the item is answered with this.
+    absl::Status refused;
   };
   // For each request whose file is known and whose chunks in range are all
   // cached, leases them for `session` and appends them to out[i], setting
-  // served[i]. Others are left for the slow path. FAILED_PRECONDITION if the
-  // session is unknown.
+  // served[i] (or sets served[i] and requests[i].refused when the session's
+  // limits do not allow them). Others are left for the slow path.
+  // FAILED_PRECONDITION if the session is unknown.
   absl::Status ServeHits(uint64_t session, uint32_t dataset,
                          absl::Span<HitRequest> requests,
                          std::vector<std::vector<LeasedChunk>>* out,
@@ -132,6 +154,11 @@ class MemoryTier {
   // the lease). FAILED_PRECONDITION if the session is gone (the pin is
   // dropped then).
   absl::StatusOr<LeasedChunk> Lease(uint64_t session, ChunkEntry* entry);
+  // Lease() for all of an item's pinned entries at once, or none of them:
+  // on any error every pin is dropped. FAILED_PRECONDITION (session gone),
+  // RESOURCE_EXHAUSTED (over the session's limits).
+  absl::StatusOr<std::vector<LeasedChunk>> LeaseAll(
+      uint64_t session, absl::Span<ChunkEntry* const> entries);
   void Unpin(ChunkEntry* entry);
   // Location of a ready, pinned entry (for in-process readers).
   LeasedChunk Locate(const ChunkEntry* entry) const;
@@ -170,6 +197,7 @@ class MemoryTier {
  private:
   struct Session {
     absl::flat_hash_map<uint64_t, ChunkEntry*> leases;
+    uint64_t leased_bytes = 0;
   };
 
   FileRecord* FindFile(uint32_t dataset, absl::string_view path) const
@@ -181,7 +209,11 @@ class MemoryTier {
   void UnpinLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unlease(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlease(Session& s, ChunkEntry* entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK if `session` may take `leases` more leases of `bytes` in all.
+  absl::Status CheckLimits(uint64_t id, const Session& s, uint64_t leases,
+                           uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Arena* const arena_;
   const uint64_t chunk_size_;
@@ -195,6 +227,8 @@ class MemoryTier {
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t lease_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
+  SessionLimits limits_ ABSL_GUARDED_BY(mu_);
+  uint64_t limit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
 };
 

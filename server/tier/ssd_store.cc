@@ -63,10 +63,9 @@ std::string SsdStore::PathOf(uint32_t file) const {
 
 absl::StatusOr<std::unique_ptr<SsdStore>> SsdStore::Open(
     const Options& options, uint32_t first_new_id) {
-  if (::mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ssd store: cannot create ", options.dir, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<UniqueFd> dir_fd =
+      EnsurePrivateDir(options.dir, options.access, "ssd data dir");
+  if (!dir_fd.ok()) return dir_fd.status();
   std::unique_ptr<SsdStore> store(new SsdStore(options));
   DIR* d = ::opendir(options.dir.c_str());
   if (d == nullptr) {
@@ -80,13 +79,24 @@ absl::StatusOr<std::unique_ptr<SsdStore>> SsdStore::Open(
     if (!ParseName(e->d_name, &id)) continue;
     auto f = std::make_shared<File>();
     f->id = id;
-    f->fd = UniqueFd(
-        ::open(store->PathOf(id).c_str(), O_RDWR | O_CLOEXEC));
+    f->fd = UniqueFd(::openat(dir_fd->get(), e->d_name,
+                              O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st;
     if (!f->fd.valid() || ::fstat(f->fd.get(), &st) != 0) {
       DLC_LOG(WARNING) << "ssd store: skipping " << store->PathOf(id) << ": "
                        << std::strerror(errno);
       continue;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+      DLC_LOG(WARNING) << "ssd store: skipping " << store->PathOf(id)
+                       << ": not a regular file of this uid";
+      continue;
+    }
+    // Tightens files an older server left 0644.
+    if (absl::Status m = SetPrivateFileMode(f->fd.get(), options.access,
+                                            store->PathOf(id));
+        !m.ok()) {
+      DLC_LOG(WARNING) << "ssd store: " << m.message();
     }
     f->size = static_cast<uint64_t>(st.st_size);
     store->disk_bytes_ += f->size;
@@ -102,9 +112,16 @@ absl::StatusOr<std::unique_ptr<SsdStore>> SsdStore::Open(
 absl::Status SsdStore::StartNewFile() {
   uint32_t id = next_id_;
   UniqueFd fd(::open(PathOf(id).c_str(),
-                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+                     O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     options_.access.file_mode()));
   if (!fd.valid()) {
     return ErrnoStatus(errno, absl::StrCat("create ", PathOf(id)));
+  }
+  if (absl::Status m =
+          SetPrivateFileMode(fd.get(), options_.access, PathOf(id));
+      !m.ok()) {
+    ::unlink(PathOf(id).c_str());
+    return absl::UnavailableError(m.message());
   }
   next_id_ = id + 1 == 0 ? 1 : id + 1;
   auto f = std::make_shared<File>();

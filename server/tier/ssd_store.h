@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
+#include "common/private_dir.h"
 
 namespace dlcache {
 
@@ -36,11 +37,15 @@ class SsdStore {
     // sealed (SyncSealed) and at Sync(); the index's checksums catch what a
     // crash loses.
     bool sync_every_write = false;
+    // Dir 0700 and data files 0600 (0750/0640 with a shared group).
+    PrivateDirOptions access;
   };
   // Opens `dir` (created if missing) and adopts the data files already
   // there; they are sealed, and new bytes go to a new file numbered at
-  // least `first_new_id`. Other names in the directory are left alone.
-  // FAILED_PRECONDITION if the directory cannot be created or read.
+  // least `first_new_id`. Other names in the directory are left alone, and
+  // so are data-file names that are not regular files of this uid (never
+  // followed). FAILED_PRECONDITION if the directory cannot be created or
+  // read, or is not private (common/private_dir.h).
   static absl::StatusOr<std::unique_ptr<SsdStore>> Open(const Options& options,
                                                         uint32_t first_new_id);
   ~SsdStore();

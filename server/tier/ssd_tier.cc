@@ -15,6 +15,7 @@
 #include "common/byte_size.h"
 #include "common/checksum.h"
 #include "common/key.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 
 namespace dlcache {
@@ -112,11 +113,10 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
     // aborts the process in its error path; the headroom prevents that.
     return absl::InvalidArgumentError("ssd tier: min_free_bytes is 0");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ssd tier: cannot create ", options.dir, ": ", ec.message()));
+  if (absl::StatusOr<UniqueFd> dir_fd = EnsurePrivateDir(
+          options.dir, options.access, "SSD dir (--ssd_dir)");
+      !dir_fd.ok()) {
+    return dir_fd.status();
   }
   if (::access(options.dir.c_str(), R_OK | W_OK | X_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -140,6 +140,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   store_options.dir = options.dir + "/data";
   store_options.data_file_bytes = options.data_file_bytes;
   store_options.sync_every_write = options.sync_every_write;
+  store_options.access = options.access;
   absl::StatusOr<std::unique_ptr<SsdStore>> store =
       SsdStore::Open(store_options, static_cast<uint32_t>(*next_file));
   if (!store.ok()) return store.status();
@@ -317,8 +318,17 @@ uint64_t SsdTier::ChunkLength(const FileInfo& info, uint32_t chunk) const {
 }
 
 uint32_t SsdTier::ChunkCount(const FileInfo& info) const {
-  return static_cast<uint32_t>((info.size + options_.chunk_size - 1) /
-                               options_.chunk_size);
+  // Overflow-safe; callers refuse sizes whose count exceeds 32 bits
+  // (ChunkCountFits) before relying on it.
+  const uint64_t n = info.size / options_.chunk_size +
+                     (info.size % options_.chunk_size != 0 ? 1 : 0);
+  return static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
+}
+
+bool SsdTier::ChunkCountFits(const FileInfo& info) const {
+  return info.size / options_.chunk_size +
+             (info.size % options_.chunk_size != 0 ? 1 : 0) <=
+         UINT32_MAX;
 }
 
 bool SsdTier::Current(const SsdIndex::Lookup& l, const FileInfo& info,
@@ -489,7 +499,17 @@ void SsdTier::WriterLoop() {
 }
 
 void SsdTier::WriteOne(WriteItem& item) {
-  if (options_.before_write) options_.before_write();
+  // The hook is a test seam; once shutdown began it is skipped, so a hook
+  // that waits on a test's local cannot hold ~SsdTier (or touch that local
+  // after the test returned) while the rest of the queue drains.
+  if (options_.before_write) {
+    bool stopping;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      stopping = stopping_;
+    }
+    if (!stopping) options_.before_write();
+  }
   if (Checksum(item.bytes.data(), item.bytes.size()) != item.checksum) {
     const uint64_t n = counters_.corruptions.fetch_add(1) + 1;
     if (ShouldLog(n)) {
@@ -1102,6 +1122,11 @@ absl::Status SsdTier::Sync(
           if (!rec.ok()) {
             fail(f, rec.status());
             finish_file(f);
+          } else if (!ChunkCountFits(info)) {
+            fail(f, absl::OutOfRangeError(absl::StrCat(
+                        "file of ", info.size,
+                        " bytes has more chunks than a 32-bit index names")));
+            finish_file(f);
           } else if (n == 0) {
             finish_file(f);
           } else {
@@ -1153,7 +1178,8 @@ absl::Status SsdTier::Sync(
   if (progress) progress(final_progress);
   if (!listed.ok()) return listed;
   if (cancelled) return absl::CancelledError("sync cancelled");
-  DLC_LOG(INFO) << "ssd tier: synced " << dataset << "/" << *prefix << ": "
+  DLC_LOG(INFO) << "ssd tier: synced " << LogEscape(dataset) << "/"
+                << LogEscape(*prefix) << ": "
                 << final_progress.files_done << " files, "
                 << final_progress.chunks_written << " chunks written, "
                 << final_progress.chunks_skipped << " current, "

@@ -28,8 +28,12 @@ namespace dlcache {
 
 struct SsdTierOptions {
   // Root directory on local disk: the index lives in dir/index (RocksDB),
-  // chunk bytes in dir/data.
+  // chunk bytes in dir/data. dir and dir/data must be private
+  // (common/private_dir.h): created 0700 (0750 with a shared group), and
+  // refused when a symlink, another uid's, or group/world-writable.
   std::string dir;
+  // Modes of the dirs and data files (0600, or 0640 with a shared group).
+  PrivateDirOptions access;
   // Most bytes of data files kept. 0 = 90% of what the file system has free
   // at Open (plus what the tier already holds). Must be >= data_file_bytes.
   uint64_t capacity_bytes = 0;
@@ -322,6 +326,8 @@ class SsdTier : public ChunkBackend {
 
   uint64_t ChunkLength(const FileInfo& info, uint32_t chunk) const;
   uint32_t ChunkCount(const FileInfo& info) const;
+  // False if the file has more chunks than a uint32_t chunk index names.
+  bool ChunkCountFits(const FileInfo& info) const;
   // Whether `m` may be served for a read of `info`'s chunk of `length`.
   static bool Current(const SsdIndex::Lookup& l, const FileInfo& info,
                       uint64_t length);

@@ -25,6 +25,9 @@ class SourceFaultTest : public ::testing::Test {
     o.arena_bytes = arena_bytes;
     o.segment_bytes = 8ull << 20;
     o.chunk_size = 1ull << 20;
+    // One session may lease the whole arena here (the arena-full tests);
+    // the per-session share is data_server_test's.
+    o.edit_config = [](ServerConfig* c) { c->session_lease_share = 1.0; };
     o.wrap_source = [this](const std::string&, std::shared_ptr<Source> inner) {
       source_ = std::make_shared<CountingSource>(std::move(inner));
       return source_;

@@ -63,7 +63,9 @@ class SsdTierFaultTest : public ::testing::Test {
   bool MountTmpfs(const std::string& size, const std::string& at = "") {
     mnt_ = at.empty() ? dir_.path() + "/mnt" : at;
     std::filesystem::create_directories(mnt_);
-    std::string opts = "size=" + size;
+    // mode=0700: a fresh tmpfs root is 1777, which the tier refuses as a
+    // world-writable data dir (issue 9, common/private_dir.h).
+    std::string opts = "size=" + size + ",mode=0700";
     if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
       return false;
     }

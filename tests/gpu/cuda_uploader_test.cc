@@ -261,5 +261,100 @@ TEST_F(CudaUploaderTest, PipelineReportsProducerErrors) {
   EXPECT_FALSE(end->has_value());
 }
 
+TEST_F(CudaUploaderTest, UploadsIntoCallerMemoryAtGivenOffsets) {
+  auto up = Make({});
+  ASSERT_NE(up, nullptr);
+  auto items = Items(16, 0);
+  // Equal-size slots in reverse order, slot size above every item's size.
+  const uint64_t slot = 128 << 10;
+  std::vector<uint64_t> offsets(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    offsets[i] = (items.size() - 1 - i) * slot;
+  }
+  auto dst = up->engine().AllocateDevice(items.size() * slot);
+  ASSERT_TRUE(dst.ok());
+  ASSERT_TRUE(up->engine().Fill(dst->data(), 0xAB, dst->size()).ok());
+  auto keep = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = keep;
+  UploadTarget target;
+  target.data = dst->data();
+  target.size = dst->size();
+  target.offsets = offsets;
+  {
+    auto gpu = up->UploadChunksTo(items, target, std::move(keep));
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ(gpu->data(), dst->data());
+    // Destroying the GpuBatch does not wait for the copy.
+  }
+  // The default stream waits for the copy (stream_waits).
+  std::vector<std::byte> host(dst->size());
+  ASSERT_TRUE(
+      up->engine().CopyToHost(dst->data(), host.data(), host.size()).ok());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::byte* want =
+        region_->expected() + (items[i][0].data - region_->base());
+    ASSERT_EQ(std::memcmp(host.data() + offsets[i], want, items[i][0].size),
+              0)
+        << "item " << i;
+    EXPECT_EQ(host[offsets[i] + items[i][0].size], std::byte{0xAB});
+  }
+  up->ReleaseFinished();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST_F(CudaUploaderTest, UploadToRejectsBadTargets) {
+  auto up = Make({});
+  ASSERT_NE(up, nullptr);
+  auto items = Items(2, 0);
+  auto dst = up->engine().AllocateDevice(1 << 20);
+  ASSERT_TRUE(dst.ok());
+  UploadTarget target;
+  target.data = dst->data();
+  target.size = dst->size();
+  std::vector<uint64_t> one = {0};
+  target.offsets = one;
+  EXPECT_EQ(up->UploadChunksTo(items, target, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint64_t> overlap = {0, 1000};
+  target.offsets = overlap;
+  EXPECT_EQ(up->UploadChunksTo(items, target, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint64_t> outside = {0, (1 << 20) - 10};
+  target.offsets = outside;
+  EXPECT_EQ(up->UploadChunksTo(items, target, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaUploaderTest, ReplaceSegmentsRegistersTheNewMappings) {
+  auto up = Make({});
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->registered_segments(), 1);
+  // A "restarted server": a new mapping with the same segment id.
+  ReadOnlyRegion other(8 << 20, 77);
+  std::vector<MappedSegment> next = {{0, other.base(), other.size()}};
+  EXPECT_TRUE(up->ReplaceSegments(next).ok());
+  EXPECT_EQ(up->registered_segments(), 1);
+  EXPECT_TRUE(up->engine().IsRegistered(other.base(), other.size()));
+  EXPECT_FALSE(up->engine().IsRegistered(region_->base(), 4096));
+  std::vector<std::vector<HostChunk>> items = {
+      {HostChunk{other.base() + 4096, 100000}}};
+  auto gpu = up->UploadChunks(items, nullptr);
+  ASSERT_TRUE(gpu.ok());
+  ASSERT_TRUE(gpu->Wait().ok());
+  EXPECT_EQ(gpu->stats().staged_bytes, 0u);
+  std::vector<std::byte> host(100000);
+  ASSERT_TRUE(up->engine()
+                  .CopyToHost(gpu->data() + gpu->items()[0].offset,
+                              host.data(), host.size())
+                  .ok());
+  EXPECT_EQ(std::memcmp(host.data(), other.expected() + 4096, host.size()), 0);
+  // The old mapping is no longer registered: its bytes are staged.
+  auto old = up->UploadChunks(Items(1, 0), nullptr);
+  ASSERT_TRUE(old.ok());
+  ASSERT_TRUE(old->Wait().ok());
+  EXPECT_GT(old->stats().staged_bytes, 0u);
+  ASSERT_TRUE(up->ReplaceSegments({}).ok());  // before `other` is unmapped
+}
+
 }  // namespace
 }  // namespace dlcache::cuda

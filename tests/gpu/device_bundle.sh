@@ -4,7 +4,7 @@
 # device tool carries to the GPU machine (which has no gRPC/absl/RocksDB).
 # The CUDA runtime is linked statically; the driver's libcuda is dlopen'ed
 # there.
-#   tests/gpu/device_bundle.sh BUILD_DIR OUT_DIR
+#   tests/gpu/device_bundle.sh BUILD_DIR OUT_DIR    # also writes OUT_DIR.tar.gz
 set -euo pipefail
 build=${1:?build dir}
 out=${2:?output dir}
@@ -12,12 +12,12 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 bins=(bench/gpu_upload_bench tests/gpu/upload_engine_test
       tests/gpu/cuda_uploader_test tests/gpu/cuda_uploader_server_test
-      tests/gpu/upload_layout_test tests/gpu/e2e_upload_check
-      server/dlcached)
+      tests/gpu/upload_layout_test tests/gpu/cuda_c_api_test
+      tests/gpu/cuda_restart_test tests/gpu/e2e_upload_check server/dlcached)
 for b in "${bins[@]}"; do
   [ -x "$build/$b" ] || { echo "skip $b (not built)"; continue; }
   cp "$build/$b" "$out/bin/"
-  strip --strip-debug "$out/bin/$(basename "$b")"
+  strip --strip-all "$out/bin/$(basename "$b")"
   ldd "$build/$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|\
@@ -26,21 +26,46 @@ for b in "${bins[@]}"; do
     esac
   done
 done
-# The C ABI library for the Python client, and what it needs.
+# The C ABI library for the Python client (and the CUDA uploader's C ABI),
+# with what it needs, in pylib/ of its own: Python processes (torch,
+# torchvision, nvjpeg) get only these on LD_LIBRARY_PATH, not the server's
+# Debian libraries in lib/ (which could shadow the machine's own).
+mkdir -p "$out/pylib"
 if [ -e "$build/client/libdlcache_c.so" ]; then
-  cp -L "$build/client/libdlcache_c.so" "$out/lib/libdlcache_c.so"
+  cp -L "$build/client/libdlcache_c.so" "$out/pylib/libdlcache_c.so"
   ldd "$build/client/libdlcache_c.so" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|\
       libgcc_s.so*|libstdc++.so*) ;;
-      *) [ -e "$out/lib/$(basename "$lib")" ] || cp -L "$lib" "$out/lib/" ;;
+      *) [ -e "$out/pylib/$(basename "$lib")" ] || cp -L "$lib" "$out/pylib/" ;;
     esac
   done
 fi
-strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
+strip --strip-unneeded "$out"/lib/*.so* "$out"/pylib/*.so* 2>/dev/null || true
+# dlcached with its libraries, for callers that only take a binary path
+# (the Python tests, bench/trainer_feed.py).
+if [ -x "$out/bin/dlcached" ]; then
+  cat > "$out/bin/dlcached.sh" <<'WRAP'
+#!/bin/sh
+here=$(dirname "$(readlink -f "$0")")
+LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  exec "$here/dlcached" "$@"
+WRAP
+  chmod +x "$out/bin/dlcached.sh"
+fi
 # Abseil's headers, to compile the torch adapter against this machine's
-# torch there (the GPU machine has no Abseil).
-mkdir -p "$out/include"
-cp -r /usr/include/absl "$out/include/"
+# torch there (the GPU machine has no Abseil): only with
+# BUNDLE_ABSL_HEADERS=1 (for RUN_TORCH_COMPILE=1), the bundle must stay
+# below the device tool's 64 MiB.
+if [ -n "${BUNDLE_ABSL_HEADERS:-}" ]; then
+  mkdir -p "$out/include"
+  cp -r /usr/include/absl "$out/include/"
+fi
 cp "$(dirname "$0")/run_on_device.sh" "$out/"
 du -sh "$out"
+# The same as one gzipped tarball (~25 MB instead of ~60), which is what to
+# carry to the GPU machine: the device tool carries 64 MiB in all, shared
+# by everything in one command. There:
+#   tar -xzf .device/gpu.tar.gz -C .device && bash .device/gpu/run_on_device.sh
+tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"
+ls -la "$out.tar.gz"

@@ -1,81 +1,147 @@
 #!/bin/bash
-# Runs on the GPU machine, from the bundle made by device_bundle.sh:
-# the GPU tests, then the upload benchmark. Results go to $OUT.
-#   .device/gpu/run_on_device.sh [gpu_upload_bench flags]
-# SKIP_TESTS, SKIP_PYTHON, SKIP_BENCH, SKIP_TORCH (=1) leave out the GPU
-# tests, the Python client test, the benchmark, the torch adapter compile;
-# E2E_FLAGS are passed to e2e_upload_check.
+# Runs on the GPU machine, from the repository root, with the bundle made
+# by device_bundle.sh (carried as .device/gpu): every GPU check and the
+# trainer-feed benchmark, logs into $OUT, a summary at the end.
+#
+#   bash .device/gpu/run_on_device.sh
+#
+# Steps (each with its own time limit; the whole run takes ~6-8 minutes):
+#   1. GPU gtests: upload_layout_test upload_engine_test cuda_uploader_test
+#      cuda_uploader_server_test cuda_c_api_test cuda_restart_test
+#                                                          -> gtests.log
+#   2. Python: python_gpu_loader_test (GpuLoader: device bytes equal source
+#      bytes for many sizes, epochs reshuffle, leases released after the
+#      copies, GPU JPEG decode, CPU fallback) and python_client_test
+#                                                          -> python_*.log
+#   3. bench/trainer_feed.py (stock DataLoader vs dlcache vs GpuLoader vs
+#      the pinned ceiling, ResNet-50 loop)  -> trainer_feed.log, trainer_feed.md
+# Opt-in (verified in earlier runs, slow): RUN_E2E=1 (e2e_upload_check
+# against a real dlcached), RUN_UPLOAD_BENCH=1 (gpu_upload_bench, ~5 min),
+# RUN_TORCH_COMPILE=1 (the LibTorch adapter against the machine's torch).
+# Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1;
+# TRAINER_FEED_FLAGS are passed to trainer_feed.py.
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.sm --format=csv
-df -h /dev/shm /tmp | cat
+summary="$out/summary.txt"
+: > "$summary"
 rc=0
-for t in upload_layout_test upload_engine_test cuda_uploader_test cuda_uploader_server_test; do
-  [ -x "$here/bin/$t" ] && [ -z "$SKIP_TESTS" ] || continue
-  echo "=== $t"
-  timeout 180 "$here/bin/$t" --gtest_brief=1 > "$out/test.tmp" 2>&1
-  r=$?
-  { echo "=== $t (exit $r)"; cat "$out/test.tmp"; } >> "$out/tests.log"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|FAILED|Failure" "$out/test.tmp" | head -20
-  rm -f "$out/test.tmp"
-  [ $r -eq 0 ] || rc=1
-done
-# The Python client with the machine's torch (its torch tests skip here).
-if [ -x "$here/bin/dlcached" ] && [ -z "$SKIP_PYTHON" ]; then
-  echo "=== python_client_test"
-  DLCACHED="$here/bin/dlcached" DLCACHE_LIB="$here/lib/libdlcache_c.so" \
-    PYTHONPATH="$PWD/client/python" timeout 240 \
-    python3 tests/integration/python_client_test.py > "$out/python.log" 2>&1
-  r=$?
-  tail -n 30 "$out/python.log"
-  [ $r -eq 0 ] || rc=1
+note() { echo "$*" | tee -a "$summary"; }
+# Binaries get the bundle's libraries; Python only libdlcache_c.so's.
+binenv() { LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+pyrun() {
+  LD_LIBRARY_PATH="$here/pylib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  DLCACHED="$here/bin/dlcached.sh" DLCACHE_LIB="$here/pylib/libdlcache_c.so" \
+  PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" "$@"
+}
+start=$(date +%s)
+# On a machine with a GPU, tests that skip for want of one are failures.
+have_gpu=0
+nvidia-smi -L > /dev/null 2>&1 && have_gpu=1
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.total --format=csv
+  nproc
+  df -h /dev/shm /tmp | cat
+  python3 -c 'import torch,sys;print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+  python3 -c 'import torchvision;print("torchvision", torchvision.__version__)' 2>&1 | tail -1
+  python3 -c 'import PIL;print("PIL", PIL.__version__)' 2>&1 | tail -1
+} 2>&1 | tee "$out/machine.txt"
+
+# 1. GPU gtests.
+if [ -z "$SKIP_TESTS" ]; then
+  : > "$out/gtests.log"
+  for t in upload_layout_test upload_engine_test cuda_uploader_test \
+           cuda_uploader_server_test cuda_c_api_test cuda_restart_test; do
+    if [ ! -x "$here/bin/$t" ]; then note "MISSING $t (not in the bundle)"; rc=1; continue; fi
+    echo "=== $t"
+    DLCACHED="$here/bin/dlcached.sh" binenv timeout 180 "$here/bin/$t" \
+      --gtest_brief=1 > "$out/test.tmp" 2>&1
+    r=$?
+    { echo "=== $t (exit $r)"; cat "$out/test.tmp"; } >> "$out/gtests.log"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|Failure" "$out/test.tmp" | head -20
+    counts=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test" "$out/test.tmp" | sed -E 's/^\[  ([A-Z]+) *\] ([0-9]+) .*/\2 \1/' | tr '\n' ' ')
+    if [ $r -eq 0 ] && [ $have_gpu -eq 1 ] && grep -q "no GPU:" "$out/test.tmp"; then
+      note "FAIL $t: skipped its GPU tests on a GPU machine: $(grep -m1 -o 'no GPU:.*' "$out/test.tmp")"; rc=1
+    elif [ $r -eq 0 ]; then note "ok   $t: $counts"; else note "FAIL $t (exit $r): $counts"; rc=1; fi
+    rm -f "$out/test.tmp"
+  done
 fi
-# End to end through a real dlcached on this machine.
-if [ -x "$here/bin/dlcached" ] && [ -x "$here/bin/e2e_upload_check" ]; then
+
+# 2. Python tests with the machine's torch.
+if [ -z "$SKIP_PYTHON" ]; then
+  for t in python_gpu_loader_test python_client_test; do
+    [ -f "tests/integration/$t.py" ] || continue
+    echo "=== $t"
+    pyrun timeout 300 python3 "tests/integration/$t.py" > "$out/$t.log" 2>&1
+    r=$?
+    tail -n 25 "$out/$t.log"
+    line=$(grep -E "^(Ran|OK|FAILED)" "$out/$t.log" | tr '\n' ' ')
+    if [ $r -eq 0 ] && [ $have_gpu -eq 1 ] && grep -q "skipped 'no CUDA device" "$out/$t.log"; then
+      note "FAIL $t: GPU tests skipped on a GPU machine: $line"; rc=1
+    elif [ $r -eq 0 ]; then note "ok   $t: $line"
+    elif [ $r -eq 77 ]; then note "SKIP $t: $line"
+    else note "FAIL $t (exit $r): $line"; rc=1; fi
+  done
+fi
+
+# 3. The trainer-feed benchmark.
+if [ -z "$SKIP_BENCH" ]; then
+  echo "=== bench/trainer_feed.py"
+  pyrun timeout 420 python3 bench/trainer_feed.py --out "$out/trainer_feed.md" \
+    ${TRAINER_FEED_FLAGS:-} 2>&1 | tee "$out/trainer_feed.log"
+  r=${PIPESTATUS[0]}
+  if [ $r -eq 0 ]; then note "ok   trainer_feed.py (table: trainer_feed.md)"
+  else note "FAIL trainer_feed.py (exit $r)"; rc=1; fi
+fi
+
+# Opt-in: end to end through a real dlcached.
+if [ -n "$RUN_E2E" ] && [ -x "$here/bin/e2e_upload_check" ]; then
   echo "=== e2e_upload_check"
   e2e=$(mktemp -d /dev/shm/dlc_e2e.XXXXXX)
   mkdir -p "$e2e/src" "$e2e/arena"
-  "$here/bin/dlcached" --source="$e2e/src" --socket="$e2e/d.sock" \
+  binenv "$here/bin/dlcached" --source="$e2e/src" --socket="$e2e/d.sock" \
     --shm_dir="$e2e/arena" --arena_bytes=4GiB --metrics_address= \
-    --keep_arena=false > "$out/dlcached_e2e.tmp" 2>&1 &
+    --keep_arena=false > "$out/dlcached_e2e.log" 2>&1 &
   srv=$!
-  timeout 240 "$here/bin/e2e_upload_check" --socket="$e2e/d.sock" \
+  binenv timeout 240 "$here/bin/e2e_upload_check" --socket="$e2e/d.sock" \
     --source="$e2e/src" ${E2E_FLAGS:-} 2>&1 | tee "$out/e2e_upload_check.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  r=${PIPESTATUS[0]}
   kill $srv; wait $srv 2>/dev/null
-  { echo "=== dlcached log"; cat "$out/dlcached_e2e.tmp"; } >> "$out/e2e_upload_check.log"
-  rm -f "$out/dlcached_e2e.tmp"
   rm -rf "$e2e"
+  if [ $r -eq 0 ]; then note "ok   e2e_upload_check"; else note "FAIL e2e_upload_check ($r)"; rc=1; fi
 fi
-# The arena and the source files both go to /dev/shm when it is large
-# enough, else the arena to memfd and the files to /tmp.
-[ -n "$SKIP_BENCH" ] && exit $rc
-dir=/dev/shm
-free_kb=$(df -k --output=avail /dev/shm | tail -1)
-if [ "${free_kb:-0}" -lt 6000000 ]; then dir=memfd; fi
-echo "=== gpu_upload_bench --dir=$dir"
-timeout 420 "$here/bin/gpu_upload_bench" --dir=$dir --out="$out/gpu_benchmark_table.md" "$@" 2>&1 | tee "$out/gpu_upload_bench.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-# The torch adapter compiles against this machine's torch (CUDA build).
-if [ -d "$here/include/absl" ] && [ -z "$SKIP_TORCH" ]; then
+
+# Opt-in: the upload benchmark (arena and files in /dev/shm when it is
+# large enough, else memfd and /tmp).
+if [ -n "$RUN_UPLOAD_BENCH" ] && [ -x "$here/bin/gpu_upload_bench" ]; then
+  dir=/dev/shm
+  free_kb=$(df -k --output=avail /dev/shm | tail -1)
+  if [ "${free_kb:-0}" -lt 6000000 ]; then dir=memfd; fi
+  echo "=== gpu_upload_bench --dir=$dir"
+  binenv timeout 420 "$here/bin/gpu_upload_bench" --dir=$dir \
+    --out="$out/gpu_benchmark_table.md" 2>&1 | tee "$out/gpu_upload_bench.log"
+  r=${PIPESTATUS[0]}
+  if [ $r -eq 0 ]; then note "ok   gpu_upload_bench"; else note "FAIL gpu_upload_bench ($r)"; rc=1; fi
+fi
+
+# Opt-in: the LibTorch adapter compiles against this machine's torch.
+if [ -n "$RUN_TORCH_COMPILE" ] && [ -d "$here/include/absl" ]; then
   echo "=== torch adapter vs. the machine's torch"
   tdir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
   abi=$(python3 -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-  python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-  pids=()
+  ok=1
   for f in client/torch/tensors.cc client/torch/cache_dataset.cc; do
     timeout 200 g++ -std=c++20 -fsyntax-only -D_GLIBCXX_USE_CXX11_ABI=$abi \
       -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include" \
       -I"$here/include" -Iclient/include -Iclient/cuda/include \
-      -Iclient/torch/include -I. "$f" > "$out/torch_$(basename $f .cc).tmp" 2>&1 &
-    pids+=($!)
+      -Iclient/torch/include -I. "$f" >> "$out/torch_compile.log" 2>&1 || ok=0
   done
-  for i in 0 1; do
-    if wait ${pids[$i]}; then echo "compiles: ${i}"; else echo "FAILED: ${i}"; rc=1; fi
-  done
-  cat "$out"/torch_*.tmp > "$out/torch_compile.log"; rm -f "$out"/torch_*.tmp
-  head -c 3000 "$out/torch_compile.log"
+  if [ $ok -eq 1 ]; then note "ok   torch adapter compiles"; else note "FAIL torch adapter compile"; rc=1; fi
 fi
+
+echo
+echo "===== summary ($(( $(date +%s) - start )) s) ====="
+cat "$summary"
+[ -f "$out/trainer_feed.md" ] && { echo; cat "$out/trainer_feed.md"; }
 exit $rc

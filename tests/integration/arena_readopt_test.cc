@@ -138,12 +138,13 @@ TEST_F(ArenaReadoptTest, CorruptedSegmentBytesAreDroppedNotServed) {
   EXPECT_GT(source_->reads(), 0u);
 }
 
-TEST_F(ArenaReadoptTest, KillLeavesNoManifestSoTheNextServerStartsClean) {
+// What a kill -9 leaves (segments without a manifest) is re-adopted as
+// nothing. The real kill of a dlcached process is in restart_test.cc.
+TEST_F(ArenaReadoptTest, SegmentsWithoutAManifestStartCold) {
   {
     auto s = StartServer();
     ASSERT_TRUE(s.ok()) << s.status();
     Warm(**s);
-    // No Shutdown() manifest: as after kill -9. Simulate by removing it.
     (*s)->Shutdown();
     ::unlink((shm_.path() + "/arena/manifest.pb").c_str());
   }

@@ -1,6 +1,7 @@
 // dlcache::Client and the C ABI against a real in-process dlcached
-// (tests/testing/test_server.h): bytes, read-only mappings, key errors,
-// lease release on Item destruction and on client death.
+// (tests/testing/test_server.h) over its data socket (local protocol):
+// bytes, read-only mappings, key errors, lease release on Item destruction
+// and on client death, fork() with a Client in the parent.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -247,7 +249,8 @@ Child StartLeaseHolder(const std::string& socket, bool exit_now,
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // fork + exec at once: the child must not use this process's gRPC state.
+  // fork + exec at once: only async-signal-safe calls before execv (this
+  // process runs the in-process server's threads).
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(fds[1], STDOUT_FILENO);
@@ -382,8 +385,8 @@ TEST_F(ClientIntegrationTest, StatAndPrefetch) {
   EXPECT_EQ(Leases(), 0u);  // neither takes a lease
 }
 
-// Batches go over the session stream; one that needs a (slow) fill must not
-// hold up hits asked for meanwhile on the same session.
+// Requests are answered out of order on the one connection: a batch that
+// needs a (slow) fill must not hold up hits asked for meanwhile.
 TEST(ClientStreamIntegrationTest, AMissDoesNotHoldUpHitsOnTheSameSession) {
   std::shared_ptr<testing::CountingSource> counting;
   testing::TestServer::Options o;
@@ -465,6 +468,154 @@ TEST_F(ClientIntegrationTest, ConcurrentGetBatchFromManyThreadsOnOneClient) {
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_TRUE(Eventually([&] { return Leases() == 0; })) << Leases();
+}
+
+// Runs `body` in a forked child, which reports "" for success through a
+// pipe; returns the report, or why there was none within `timeout` (a hung
+// child is killed). The child leaves with _exit().
+std::string RunInChild(const std::function<std::string()>& body,
+                       absl::Duration timeout = absl::Seconds(30)) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string report = body();
+    if (report.empty()) report = "ok";
+    if (::write(fds[1], report.data(), report.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  const absl::Time deadline = absl::Now() + timeout;
+  bool eof = false;
+  while (!eof) {
+    const int left_ms = static_cast<int>(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, left_ms) <= 0) break;
+    char buf[512];
+    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n <= 0) {
+      eof = true;
+    } else {
+      report.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  if (!eof) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return absl::StrCat("the child hung; it said: ", report);
+  }
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::StrCat("the child died (status ", status, "): ", report);
+  }
+  return report == "ok" ? "" : report;
+}
+
+// In a forked child: the inherited client fails at once, a new one reads.
+std::string CheckForkedChild(std::unique_ptr<Client>& inherited,
+                             const std::string& socket_path,
+                             const std::string& path,
+                             const std::string& expected) {
+  std::string errors;
+  const absl::Time start = absl::Now();
+  auto old = inherited->GetBatch("ds", std::vector<std::string>{path});
+  if (old.status().code() != absl::StatusCode::kFailedPrecondition) {
+    absl::StrAppend(&errors, "inherited: ", old.status().ToString(), "; ");
+  }
+  if (absl::Now() - start > absl::Milliseconds(50)) {
+    absl::StrAppend(&errors, "inherited call was slow; ");
+  }
+  ClientOptions o;
+  o.socket_path = socket_path;
+  o.client_name = "forked-child";
+  o.connect_timeout = absl::Seconds(10);
+  o.rpc_timeout = absl::Seconds(20);
+  auto fresh = Client::Connect(o);
+  if (!fresh.ok()) return errors + "new Client: " + fresh.status().ToString();
+  auto b = (*fresh)->GetBatch("ds", std::vector<std::string>{path});
+  if (!b.ok() || !(*b)[0].ok()) {
+    absl::StrAppend(&errors, "new GetBatch: ",
+                    b.ok() ? (*b)[0].status().ToString()
+                           : b.status().ToString());
+  } else {
+    std::string got((*b)[0].size(), '\0');
+    if (!(*b)[0]
+             .CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()),
+                                    got.size()))
+             .ok() ||
+        got != expected) {
+      absl::StrAppend(&errors, "new GetBatch read wrong bytes; ");
+    }
+  }
+  inherited.reset();  // must neither hang nor send anything
+  return errors;
+}
+
+TEST_F(ClientIntegrationTest, ForkedChildNeedsANewClientAndGetsOne) {
+  const std::string bytes = testing::RandomBytes(300000, 8);
+  server_->WriteFile("ds", "f", bytes);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const std::string report = RunInChild([&] {
+    std::string errors;
+    if (Bytes((*batch)[0]) != bytes) errors += "inherited item; ";
+    *batch = Batch();  // releases nothing on the parent's behalf
+    return errors +
+           CheckForkedChild(client, server_->socket_path(), "f", bytes);
+  });
+  EXPECT_EQ(report, "");
+  // The parent's session and its lease are intact.
+  EXPECT_TRUE(Eventually([&] { return Sessions() == 1; })) << Sessions();
+  EXPECT_EQ(Leases(), 1u);
+  auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Bytes((*again)[0]), bytes);
+}
+
+TEST(ClientForkIntegrationTest, ForkWhileABatchOfMissesIsInFlight) {
+  std::shared_ptr<testing::CountingSource> counting;
+  testing::TestServer::Options o;
+  o.wrap_source = [&](const std::string&, std::shared_ptr<Source> inner) {
+    counting = std::make_shared<testing::CountingSource>(std::move(inner));
+    return counting;
+  };
+  auto server = testing::TestServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string cold = testing::RandomBytes(90000, 4);
+  (*server)->WriteFile("ds", "hot", "hot bytes");
+  (*server)->WriteFile("ds", "cold", cold);
+  ClientOptions co;
+  co.socket_path = (*server)->socket_path();
+  co.release_delay = absl::Milliseconds(1);
+  auto client = Client::Connect(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->GetBatch("ds", std::vector<std::string>{"hot"}).ok());
+  absl::Notification gate;
+  const uint64_t reads = counting->reads();
+  counting->set_read_gate(&gate);
+  absl::StatusOr<Batch> slow = absl::UnknownError("not run");
+  std::thread in_flight([&] {
+    slow = (*client)->GetBatch("ds", std::vector<std::string>{"cold"});
+  });
+  ASSERT_TRUE(Eventually([&] { return counting->reads() > reads; }));
+  const std::string report = RunInChild([&] {
+    return CheckForkedChild(*client, (*server)->socket_path(), "hot",
+                            "hot bytes");
+  });
+  EXPECT_EQ(report, "");
+  gate.Notify();
+  in_flight.join();
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  ASSERT_TRUE((*slow)[0].ok()) << (*slow)[0].status();
+  EXPECT_TRUE(Bytes((*slow)[0]) == cold);
 }
 
 // The hot path against the real server: 256 warm keys per GetBatch (the

@@ -182,7 +182,10 @@ class DlcachectlTest : public ::testing::Test {
     }
     const std::string ssd_dir = ssd_dir_.path() + "/ssd";
     o.edit_config = [admin_tcp, ssd, ssd_dir](ServerConfig* c) {
-      if (admin_tcp) c->admin_address = "127.0.0.1:0";
+      if (admin_tcp) {
+        c->admin_address = "127.0.0.1:0";
+        c->insecure_admin = true;  // plaintext, no token: loopback test only
+      }
       if (ssd) {
         c->ssd_dir = ssd_dir;
         c->ssd_bytes = 512ull << 20;
@@ -229,7 +232,9 @@ TEST_F(DlcachectlTest, Status) {
   CtlResult r = RunCtl({"--socket", Sock(), "status"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("dlcached "));
-  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("at unix:", Sock(), ": SERVING")));
+  // --socket is the data socket; the admin API answers next to it.
+  EXPECT_THAT(r.out,
+              HasSubstr(absl::StrCat("at unix:", Sock(), ".admin: SERVING")));
   EXPECT_THAT(r.out, HasSubstr("64.0 MiB used"));  // "X of 64.0 MiB used"
   EXPECT_THAT(r.out, ContainsRegex("sessions +0 open"));
   EXPECT_THAT(r.out, ContainsRegex("\n  ds +/"));  // dataset table row
@@ -446,7 +451,7 @@ TEST(DlcachectlNoServerTest, UnreachableServerExitsThree) {
   CtlResult r = RunCtl({"status", "--socket", sock});
   EXPECT_EQ(r.rc, 3);
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat("cannot reach dlcached at unix:",
-                                            sock, ": is it running?")));
+                                            sock, ".admin: is it running?")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // no waiting on a
                                                       // missing socket
   CtlResult j = RunCtl({"stats", "--json", "--socket", sock});

@@ -21,8 +21,12 @@ struct RunResult {
 };
 
 // Runs dlcached to completion (for start-up failures) and captures stderr.
+// A dlcached that does not exit (a regression: it started serving) is
+// killed after 60 s, which fails the test with exit code 124 or 137
+// instead of hanging it.
 RunResult RunDlcached(const std::string& args) {
-  std::string cmd = absl::StrCat(DLCACHED_BINARY, " ", args, " 2>&1");
+  std::string cmd =
+      absl::StrCat("timeout -k 5 60 ", DLCACHED_BINARY, " ", args, " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;

@@ -1,13 +1,14 @@
 // Measures the warm GetBatch hot path step by step, to see where the time
-// goes: the engine call alone and the answer's encodings (nested
-// GetBatchResponse vs PackedBatch) in-process, then whole calls to a real
-// dlcached process over the unary RPC and over the Session stream, from one
-// thread and from several. Prints a table; the bounds only catch pathologies,
+// goes: the engine call alone and the reply's encoding (local protocol,
+// common/local_protocol.h) in-process, then whole calls to a real dlcached
+// process over the local protocol with raw frames, from one connection and
+// from several. Prints a table; the bounds only catch pathologies,
 // since the machines this runs on are shared and noisy. Report CPU time (what
 // the code costs) next to wall p50 (what a caller waits).
 
-#include <google/protobuf/arena.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -24,10 +26,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "dlcache/client.h"
-#include "dlcache/v1/cache.pb.h"
+#include "absl/synchronization/notification.h"
+#include "common/frame_socket.h"
+#include "common/local_protocol.h"
+#include "common/unique_fd.h"
 #include "gtest/gtest.h"
-#include "server/rpc/cache_service.h"
+#include "server/cache_engine.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
@@ -115,6 +119,58 @@ void Print(const std::string& what, const Figures& f) {
   std::printf("\n");
 }
 
+// One connection speaking raw frames (what a client library does).
+class Conn {
+ public:
+  explicit Conn(const std::string& path) {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ok_ = ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr),
+                    sizeof(addr)) == 0;
+    timeval tv{20, 0};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    local::Hello h;
+    h.client_name = "latency-test";
+    ok_ = ok_ && local::SendFrame(fd_.get(), local::MsgType::kHello, 1,
+                                  local::EncodeHello(h))
+                     .ok();
+    absl::StatusOr<local::Frame> f = rx_.Next(fd_.get());
+    ok_ = ok_ && f.ok() && f->type() == local::MsgType::kHelloReply;
+  }
+  bool ok() const { return ok_; }
+  // One GetBatch releasing the previous one's leases; false on any error.
+  bool GetBatch(const std::vector<std::string>& keys, size_t n,
+                bool expect_hit) {
+    std::string payload = local::EncodeGetBatch(
+        "ds", leases_, n, [&](size_t i) { return local::Key{keys[i]}; });
+    if (!local::SendFrame(fd_.get(), local::MsgType::kGetBatch, ++id_, payload)
+             .ok()) {
+      return false;
+    }
+    absl::StatusOr<local::Frame> f = rx_.Next(fd_.get());
+    if (!f.ok() || f->type() != local::MsgType::kBatch) return false;
+    local::BatchReply r;
+    if (!local::DecodeBatchReply(f->payload, &r).ok() || r.code() != 0 ||
+        r.item_count() != n) {
+      return false;
+    }
+    leases_.clear();
+    for (size_t j = 0; j < r.handle_count(); ++j) {
+      leases_.push_back(r.handle(j).lease);
+    }
+    return r.item(n - 1).code == 0 && (!expect_hit || r.item(n - 1).hit);
+  }
+
+ private:
+  UniqueFd fd_;
+  local::FrameReceiver rx_;
+  std::vector<uint64_t> leases_;
+  uint64_t id_ = 1;
+  bool ok_ = false;
+};
+
 class GetBatchLatencyTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -131,9 +187,8 @@ class GetBatchLatencyTest : public ::testing::Test {
     }
   }
 
-  // Whole calls go to a real dlcached in its own process: in one process
-  // gRPC's client and server threads share one poller and steal each
-  // other's wake-ups, which inflates both sides.
+  // Whole calls go to a real dlcached in its own process, so that the
+  // client's and the server's CPU can be told apart.
   void StartProcess() {
     for (int i = 0; i < kKeys; ++i) {
       testing::WriteFileOrDie(absl::StrCat(data_.path(), "/", keys_[i]),
@@ -149,25 +204,15 @@ class GetBatchLatencyTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st;
   }
 
-  std::unique_ptr<Client> Connect(bool session_requests,
-                                  bool to_process = false) {
-    ClientOptions o;
-    o.socket_path =
-        to_process ? process_->socket_path() : server_->socket_path();
-    o.client_name = "latency-test";
-    o.session_requests = session_requests;
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (!c.ok()) return nullptr;
-    auto warm = (*c)->GetBatch("ds", keys_);  // fills the cache
-    EXPECT_TRUE(warm.ok()) << warm.status();
-    return *std::move(c);
+  std::unique_ptr<Conn> Connect(const std::string& path) {
+    auto c = std::make_unique<Conn>(path);
+    EXPECT_TRUE(c->ok());
+    if (!c->ok()) return nullptr;
+    EXPECT_TRUE(c->GetBatch(keys_, kKeys, false));  // fills the cache
+    return c;
   }
 
-  int Rounds() const {
-    // More rounds where the machine is quiet enough to afford them.
-    return 2000;
-  }
+  int Rounds() const { return 2000; }
 
   std::unique_ptr<testing::TestServer> server_;
   std::vector<std::string> keys_;
@@ -183,106 +228,85 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
       "rounds:\n",
       kKeys, Rounds());
   {
-    // Warm the cache through a client first.
-    auto c = Connect(true);
+    auto c = Connect(server_->socket_path());  // warms the cache
     ASSERT_NE(c, nullptr);
   }
 
-  // 1. The engine call alone (what both transports share).
+  // 1. The engine call alone (hits answer inline, on the calling thread).
   CacheEngine& engine = server_->server().engine();
   const uint64_t session = engine.OpenSession();
-  v1::GetBatchRequest req;
-  req.set_session_id(session);
-  req.set_dataset("ds");
-  for (const std::string& k : keys_) req.add_items()->set_path(k);
+  std::vector<BatchKey> keys;
+  for (const std::string& k : keys_) keys.push_back({k, 0, 0});
   std::vector<uint64_t> leases;
+  BatchResult last;
   Figures engine_only = Measure(Rounds(), [&] {
-    google::protobuf::Arena arena;
-    auto* resp =
-        google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(&arena);
-    req.clear_release();
-    req.mutable_release()->Add(leases.begin(), leases.end());
+    engine.Release(session, leases);
     leases.clear();
-    ASSERT_TRUE(engine.GetBatch(req, resp).ok());
-    for (const v1::ItemResult& r : resp->items()) {
-      ASSERT_TRUE(r.hit());
-      for (const v1::ChunkHandle& h : r.chunks()) leases.push_back(h.lease());
+    bool done = false;
+    engine.GetBatchAsync(session, "ds", keys,
+                         [&](absl::StatusOr<BatchResult> r) {
+                           ASSERT_TRUE(r.ok()) << r.status();
+                           last = *std::move(r);
+                           done = true;
+                         });
+    ASSERT_TRUE(done) << "a warm batch must complete inline";
+    for (const BatchItem& item : last.items) {
+      ASSERT_TRUE(item.hit);
+      for (const LeasedChunk& c : item.chunks) leases.push_back(c.lease);
     }
   });
+  engine.Release(session, leases);
   engine.CloseSession(session);
-  Print("engine.GetBatch (arena, + release)", engine_only);
+  Print("engine.GetBatchAsync (+ release)", engine_only);
 
-  // 2. The answer's encodings.
-  google::protobuf::Arena arena;
-  auto* nested =
-      google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(&arena);
-  {
-    const uint64_t s = engine.OpenSession();
-    req.set_session_id(s);
-    req.clear_release();
-    ASSERT_TRUE(engine.GetBatch(req, nested).ok());
-    engine.CloseSession(s);
-  }
-  std::string nested_wire, packed_wire;
-  Print("nested: serialize",
-        Measure(Rounds(), [&] { nested->SerializeToString(&nested_wire); }));
-  Print("nested: parse", Measure(Rounds(), [&] {
-          google::protobuf::Arena a;
-          auto* m =
-              google::protobuf::Arena::CreateMessage<v1::GetBatchResponse>(&a);
-          ASSERT_TRUE(m->ParseFromString(nested_wire));
+  // 2. The reply's encoding and decoding.
+  std::string wire;
+  Print("reply: encode (BatchReplyBuilder)", Measure(Rounds(), [&] {
+          local::BatchReplyBuilder b(last.items.size());
+          std::vector<local::Handle> handles(1);
+          for (const BatchItem& item : last.items) {
+            const LeasedChunk& c = item.chunks[0];
+            handles[0] = {c.segment, c.offset, c.length, c.lease, c.checksum,
+                          c.index};
+            b.AddItem(item.file_size, item.chunk_count, item.hit, handles);
+          }
+          wire = b.Finish();
         }));
-  Print("packed: convert from nested", Measure(Rounds(), [&] {
-          google::protobuf::Arena a;
-          auto* p = google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
-          CacheServiceImpl::PackBatch(*nested, p);
+  Print("reply: decode", Measure(Rounds(), [&] {
+          local::BatchReply r;
+          ASSERT_TRUE(local::DecodeBatchReply(wire, &r).ok());
         }));
-  v1::PackedBatch packed;
-  CacheServiceImpl::PackBatch(*nested, &packed);
-  Print("packed: serialize",
-        Measure(Rounds(), [&] { packed.SerializeToString(&packed_wire); }));
-  Print("packed: parse", Measure(Rounds(), [&] {
-          google::protobuf::Arena a;
-          auto* m = google::protobuf::Arena::CreateMessage<v1::PackedBatch>(&a);
-          ASSERT_TRUE(m->ParseFromString(packed_wire));
-        }));
-  std::printf("  wire size: nested %zu bytes, packed %zu bytes\n",
-              nested_wire.size(), packed_wire.size());
+  std::printf("  wire size: %zu bytes\n", wire.size());
 
-  // 3. Whole calls to a dlcached process, one thread.
+  // 3. Whole calls to a dlcached process, one connection.
   StartProcess();
   const pid_t pid = process_->pid();
-  for (bool stream : {false, true}) {
-    auto client = Connect(stream, true);
-    ASSERT_NE(client, nullptr);
-    const std::string name = stream ? "session stream" : "unary RPC";
-    Print(name + ", 1 key",
-          Measure(
-              Rounds(),
-              [&] {
-                auto b =
-                    client->GetBatch("ds", absl::MakeSpan(keys_).subspan(0, 1));
-                ASSERT_TRUE(b.ok() && (*b)[0].hit());
-              },
-              pid));
+  {
+    auto conn = Connect(process_->socket_path());
+    ASSERT_NE(conn, nullptr);
+    Print("local protocol, 1 key", Measure(
+                                       Rounds(),
+                                       [&] {
+                                         ASSERT_TRUE(
+                                             conn->GetBatch(keys_, 1, true));
+                                       },
+                                       pid));
     Figures f = Measure(
-        Rounds(),
-        [&] {
-          auto b = client->GetBatch("ds", keys_);
-          ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
-        },
+        Rounds(), [&] { ASSERT_TRUE(conn->GetBatch(keys_, kKeys, true)); },
         pid);
-    Print(absl::StrCat(name, ", ", kKeys, " keys"), f);
-    RecordProperty(stream ? "stream_p50_us" : "unary_p50_us",
-                   static_cast<int>(f.p50_us));
+    Print(absl::StrCat("local protocol, ", kKeys, " keys"), f);
+    RecordProperty("local_p50_us", static_cast<int>(f.p50_us));
     EXPECT_LT(f.p50_us, 20000);
   }
 
-  // 4. Several threads sharing one client: throughput.
-  for (bool stream : {false, true}) {
-    auto client = Connect(stream, true);
-    ASSERT_NE(client, nullptr);
+  // 4. Several connections (one per thread, as DataLoader workers have).
+  {
     constexpr int kThreads = 4;
+    std::vector<std::unique_ptr<Conn>> conns;
+    for (int t = 0; t < kThreads; ++t) {
+      conns.push_back(Connect(process_->socket_path()));
+      ASSERT_NE(conns.back(), nullptr);
+    }
     const int per_thread = Rounds() / kThreads;
     std::atomic<int> bad{0};
     const absl::Time t0 = absl::Now();
@@ -290,10 +314,9 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
     const double s0 = ChildCpuUs(pid);
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, t] {
         for (int i = 0; i < per_thread; ++i) {
-          auto b = client->GetBatch("ds", keys_);
-          if (!b.ok() || !(*b)[kKeys - 1].ok()) ++bad;
+          if (!conns[t]->GetBatch(keys_, kKeys, true)) ++bad;
         }
       });
     }
@@ -303,29 +326,23 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
     std::printf(
         "  %-40s %6.0f batches/s  process CPU %5.1f us/batch  "
         "dlcached CPU %5.1f us/batch\n",
-        absl::StrCat(stream ? "session stream" : "unary RPC", ", ", kThreads,
-                     " threads")
-            .c_str(),
+        absl::StrCat("local protocol, ", kThreads, " connections").c_str(),
         calls / secs, (ProcessCpuUs() - p0) / calls,
         (ChildCpuUs(pid) - s0) / calls);
     EXPECT_EQ(bad.load(), 0);
   }
 }
 
-// For profiling one path alone (perf record ... --gtest_also_run_disabled_tests
-// --gtest_filter='*Profile*'): DLCACHE_PROFILE_UNARY=1 picks the unary RPC.
+// For profiling the whole path alone (perf record ...
+// --gtest_also_run_disabled_tests --gtest_filter='*Profile*').
 TEST_F(GetBatchLatencyTest, DISABLED_ProfileOnePath) {
-  const bool stream = std::getenv("DLCACHE_PROFILE_UNARY") == nullptr;
   StartProcess();
-  auto client = Connect(stream, true);
-  ASSERT_NE(client, nullptr);
-  Print(stream ? "session stream, 256 keys" : "unary RPC, 256 keys",
+  auto conn = Connect(process_->socket_path());
+  ASSERT_NE(conn, nullptr);
+  Print("local protocol, 256 keys",
         Measure(
             10 * Rounds(),
-            [&] {
-              auto b = client->GetBatch("ds", keys_);
-              ASSERT_TRUE(b.ok() && (*b)[kKeys - 1].hit());
-            },
+            [&] { ASSERT_TRUE(conn->GetBatch(keys_, kKeys, true)); },
             process_->pid()));
 }
 

@@ -1,10 +1,12 @@
 """The Python client (client/python/dlcache) against a real dlcached process.
 
-Run by ctest (python_client_test) with DLCACHED (the server binary) and
-DLCACHE_LIB (libdlcache_c.so) set; or by hand:
+Run by ctest (python_client_test) with DLCACHED (the server binary),
+DLCACHECTL and DLCACHE_LIB (libdlcache_c.so) set; or by hand:
   DLCACHED=build/server/dlcached DLCACHE_LIB=build/client/libdlcache_c.so \
-  PYTHONPATH=client/python python3 tests/integration/python_client_test.py
-The torch tests run where torch is installed and skip elsewhere.
+  python3 tests/integration/python_client_test.py
+Exits 77 (ctest: skipped) when DLCACHED is not set. The torch/DataLoader
+tests are in python_dataloader_test.py. Every test has a deadline
+(TEST_DEADLINE_S): a hang dumps the tracebacks and fails the run.
 """
 
 import ctypes
@@ -20,60 +22,20 @@ import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 import dlcache  # noqa: E402
+from python_server import (Server, random_bytes, run_tests,  # noqa: E402
+                           wait_for, watchdog)
 
 try:
-    import torch  # noqa: F401
-    import torch.utils.data
-    HAVE_TORCH = True
+    import numpy
 except ImportError:
-    HAVE_TORCH = False
+    numpy = None
 
 CHUNK = 1 << 20
-
-
-def random_bytes(n, seed):
-    return random.Random(seed).randbytes(n)
-
-
-class Server:
-    """dlcached on a temporary socket, arena and source directory."""
-
-    def __init__(self, files):
-        binary = os.environ.get("DLCACHED")
-        if not binary or not os.access(binary, os.X_OK):
-            raise unittest.SkipTest("DLCACHED (the dlcached binary) not set")
-        self.root = tempfile.mkdtemp(prefix="dlc_py_")
-        self.shm = tempfile.mkdtemp(prefix="dlc_py_", dir="/dev/shm")
-        self.src = os.path.join(self.root, "src")
-        for path, data in files.items():
-            full = os.path.join(self.src, path)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            with open(full, "wb") as f:
-                f.write(data)
-        self.socket = os.path.join(self.root, "d.sock")
-        self.log = open(os.path.join(self.root, "dlcached.log"), "wb")
-        self.proc = subprocess.Popen(
-            [binary, "--socket=" + self.socket, "--shm_dir=" + self.shm,
-             "--arena_bytes=64MiB", "--segment_bytes=16MiB",
-             "--chunk_size=1MiB", "--dataset=ds=" + self.src,
-             "--metrics_address=", "--keep_arena=false"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-        shutil.rmtree(self.shm, ignore_errors=True)
-
+TEST_DEADLINE_S = 60
 
 FILES = {}
 for i in range(48):
@@ -81,6 +43,11 @@ for i in range(48):
 FILES["big/shard.bin"] = random_bytes(2 * CHUNK + 12345, 99)
 FILES["empty.txt"] = b""
 KEYS = sorted(k for k in FILES if k.startswith("train/"))
+# Equal-size samples, for [B, size] copies.
+FIXED_SIZE = 4096 + 17
+FIXED = ["fixed/%02d.bin" % i for i in range(16)]
+for i, k in enumerate(FIXED):
+    FILES[k] = random_bytes(FIXED_SIZE, 500 + i)
 # One chunk each, 80 MiB in all: more than the 64 MiB arena.
 BIG_SIZE = CHUNK - 4096
 BIG = ["many/%02d.bin" % i for i in range(80)]
@@ -94,7 +61,15 @@ def setUpModule():
 
 
 def tearDownModule():
-    SERVER.stop()
+    SERVER.stop(cleanup=True)
+
+
+class DeadlineTest(unittest.TestCase):
+    """A test that fails (tracebacks dumped, process exits) instead of
+    hanging past TEST_DEADLINE_S."""
+
+    def setUp(self):
+        self.addCleanup(watchdog(TEST_DEADLINE_S))
 
 
 def connect(**kw):
@@ -106,8 +81,9 @@ def address_of(view):
     return ctypes.addressof(view.obj)
 
 
-class ClientTest(unittest.TestCase):
+class ClientTest(DeadlineTest):
     def setUp(self):
+        super().setUp()
         self.client = connect()
 
     def tearDown(self):
@@ -248,7 +224,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, dlcache.FAILED_PRECONDITION)
 
 
-class ConnectTest(unittest.TestCase):
+class ConnectTest(DeadlineTest):
     def test_no_server_is_unavailable(self):
         d = tempfile.mkdtemp()
         try:
@@ -264,50 +240,393 @@ class ConnectTest(unittest.TestCase):
         self.assertTrue(os.path.exists(_lib.load()._dlcache_path))
 
 
-@unittest.skipUnless(HAVE_TORCH, "torch is not installed")
-class TorchTest(unittest.TestCase):
-    def test_tensor_views_the_bytes(self):
-        with connect() as client:
-            item = client.get_batch("ds", KEYS[:1])[0]
-            t = item.tensor()
-            self.assertEqual(t.dtype, torch.uint8)
-            self.assertEqual(bytes(t.numpy().tobytes()), FILES[KEYS[0]])
+    def test_missing_library_names_places_and_fixes(self):
+        # DLCACHE_LIB pointing nowhere: the message names it and both fixes.
+        code = ("import dlcache\n"
+                "try:\n"
+                "    dlcache.Client('/nonexistent.sock')\n"
+                "except OSError as e:\n"
+                "    print(e)\n")
+        env = dict(os.environ, DLCACHE_LIB="/nonexistent/libdlcache_c.so",
+                   PYTHONPATH=PROJECT_DIR)
+        r = subprocess.run([sys.executable, "-c", code], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertIn("/nonexistent/libdlcache_c.so", r.stdout)
+        self.assertIn("DLCACHE_LIB", r.stdout)
+        self.assertIn("next to the package", r.stdout)
+        # A copy of the package outside the tree, no DLCACHE_LIB: every
+        # place tried is listed.
+        d = tempfile.mkdtemp()
+        try:
+            shutil.copytree(PACKAGE_DIR, os.path.join(d, "dlcache"),
+                            ignore=shutil.ignore_patterns("*.so*",
+                                                          "__pycache__"))
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("DLCACHE_LIB", "PYTHONPATH",
+                                "LD_LIBRARY_PATH")}
+            env["PYTHONPATH"] = d
+            r = subprocess.run([sys.executable, "-c", code], env=env,
+                               capture_output=True, text=True, timeout=60,
+                               cwd=d)
+            out = r.stdout
+            self.assertIn(os.path.join(d, "dlcache", "libdlcache_c.so"), out)
+            self.assertIn("/usr/local/lib/libdlcache_c.so", out)
+            self.assertIn("DLCACHE_LIB", out)
+            self.assertIn("next to the package", out)
+        finally:
+            shutil.rmtree(d)
 
-    def test_iterable_dataset_epochs(self):
-        ds = dlcache.CacheIterableDataset("ds", KEYS, socket_path=SERVER.socket,
-                                          fetch_size=7, return_keys=True,
-                                          seed=5)
-        seen = []
-        for epoch in range(2):
-            ds.set_epoch(epoch)
-            order = []
-            loader = torch.utils.data.DataLoader(ds, batch_size=None)
-            for key, t in loader:
-                self.assertEqual(bytes(t.numpy().tobytes()), FILES[key])
-                order.append(key)
-            self.assertEqual(sorted(order), KEYS)
-            seen.append(order)
-        self.assertNotEqual(seen[0], seen[1])
-        ds.set_epoch(0)
-        self.assertEqual([k for k, _ in ds], seen[0])
 
-    def test_workers_split_the_keys(self):
-        ds = dlcache.CacheIterableDataset("ds", KEYS, socket_path=SERVER.socket,
-                                          return_keys=True,
-                                          transform=lambda t: t.clone())
-        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
-        keys = [k for k, _ in loader]
-        self.assertEqual(sorted(keys), KEYS)
+PACKAGE_DIR = os.path.join(HERE, "..", "..", "client", "python", "dlcache")
+PROJECT_DIR = os.path.join(HERE, "..", "..", "client", "python")
 
-    def test_missing_key_raises_or_is_skipped(self):
-        keys = KEYS[:3] + ["train/none.jpg"]
-        ds = dlcache.CacheIterableDataset("ds", keys, socket_path=SERVER.socket,
-                                          shuffle=False)
-        with self.assertRaises(dlcache.DlcacheError):
-            list(ds)
-        ds.skip_errors = True
-        self.assertEqual(len(list(ds)), 3)
+
+def lib_path():
+    from dlcache import _lib
+    return os.path.realpath(_lib.load()._dlcache_path)
+
+
+class BatchArraysTest(DeadlineTest):
+    """get_batch is one C call returning per-item arrays."""
+
+    def setUp(self):
+        super().setUp()
+        self.client = connect()
+
+    def tearDown(self):
+        self.client.close()
+
+    def test_arrays_describe_every_item(self):
+        keys = KEYS[:3] + ["big/shard.bin", "train/none.jpg", "empty.txt"]
+        b = self.client.get_batch("ds", keys)
+        self.assertEqual(len(b), 6)
+        self.assertEqual(list(b.codes), [0, 0, 0, 0, dlcache.NOT_FOUND, 0])
+        self.assertEqual([int(x) for x in b.sizes],
+                         [len(FILES[k]) for k in KEYS[:3]] +
+                         [len(FILES["big/shard.bin"]), 0, 0])
+        self.assertEqual(int(b.file_sizes[3]), len(FILES["big/shard.bin"]))
+        self.assertEqual([int(x) for x in b.num_chunks], [1, 1, 1, 3, 0, 0])
+        ptrs = [int(x) for x in b.data_ptrs]
+        self.assertTrue(all(ptrs[:3]))
+        self.assertEqual(ptrs[3:], [0, 0, 0])  # multi-chunk, failed, empty
+        self.assertEqual(len(b.hits), 6)
+        self.assertFalse(b.ok)
+        self.assertEqual(b.num_failed, 1)
+        self.assertTrue(b.has_multi_chunk)
+        self.assertIsNone(b.uniform_size)
+        self.assertEqual(b.total_size, sum(int(x) for x in b.sizes))
+        for i in range(3):
+            self.assertEqual(ctypes.string_at(ptrs[i], int(b.sizes[i])),
+                             FILES[keys[i]])
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            b.raise_for_status()
+        self.assertEqual(cm.exception.code, dlcache.NOT_FOUND)
+        self.assertIn("train/none.jpg", str(cm.exception))
+        if numpy is not None:
+            self.assertIsInstance(b.sizes, numpy.ndarray)
+            self.assertFalse(b.sizes.flags.writeable)
+
+    def test_items_on_demand(self):
+        keys = KEYS[:4] + ["big/shard.bin"]
+        b = self.client.get_batch("ds", keys)
+        self.assertEqual(b[-1].key, "big/shard.bin")
+        self.assertEqual(b[-1].chunk_count, 3)
+        self.assertEqual(b[-1].tobytes(), FILES["big/shard.bin"])
+        self.assertEqual([it.key for it in b[1:3]], keys[1:3])
+        self.assertEqual([bytes(it.view()) for it in b],
+                         [FILES[k] for k in keys])
+        self.assertEqual(b[0].tobytes(), FILES[keys[0]])
+        with self.assertRaises(IndexError):
+            b[5]
+
+    def test_uniform_batch_copies_to_rows(self):
+        b = self.client.get_batch("ds", FIXED)
+        self.assertTrue(b.ok)
+        self.assertEqual(b.uniform_size, FIXED_SIZE)
+        buf = bytearray(len(FIXED) * FIXED_SIZE)
+        offsets = b.copy_into(buf, stride=FIXED_SIZE)
+        self.assertEqual([int(o) for o in offsets],
+                         [i * FIXED_SIZE for i in range(len(FIXED) + 1)])
+        self.assertEqual(bytes(buf), b"".join(FILES[k] for k in FIXED))
+        if numpy is not None:
+            rows = b.to_numpy()
+            self.assertEqual(rows.shape, (len(FIXED), FIXED_SIZE))
+            for k, row in zip(FIXED, rows):
+                self.assertEqual(row.tobytes(), FILES[k])
+
+    def test_variable_sizes_copy_flat_with_offsets(self):
+        keys = ["big/shard.bin"] + KEYS[:5] + ["empty.txt"]
+        b = self.client.get_batch("ds", keys)
+        buf = bytearray(b.total_size)
+        offsets = [int(o) for o in b.copy_into(buf)]
+        self.assertEqual(offsets[-1], b.total_size)
+        for i, k in enumerate(keys):
+            self.assertEqual(bytes(buf[offsets[i]:offsets[i + 1]]), FILES[k])
+        # Fixed slots with zero padding.
+        stride = len(FILES["big/shard.bin"]) + 5
+        slots = bytearray(b"\xff" * (stride * len(keys)))
+        b.copy_into(slots, stride=stride)
+        for i, k in enumerate(keys):
+            slot = bytes(slots[i * stride:(i + 1) * stride])
+            self.assertEqual(slot, FILES[k] + bytes(stride - len(FILES[k])))
+        if numpy is not None:
+            flat, offs = b.to_numpy()
+            self.assertEqual(flat.tobytes(), b"".join(FILES[k] for k in keys))
+            self.assertEqual(list(offs), offsets)
+
+    def test_copy_errors_are_clear(self):
+        b = self.client.get_batch("ds", KEYS[:3])
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            b.copy_into(bytearray(b.total_size - 1))
+        self.assertEqual(cm.exception.code, dlcache.INVALID_ARGUMENT)
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            b.copy_into(bytearray(10 ** 6), stride=100)
+        self.assertEqual(cm.exception.code, dlcache.INVALID_ARGUMENT)
+        self.assertIn("stride", cm.exception.message)
+        with self.assertRaises(TypeError):
+            b.copy_into(bytes(b.total_size))  # read-only
+
+    def test_failed_item_fails_to_numpy(self):
+        if numpy is None:
+            self.skipTest("numpy is not installed")
+        b = self.client.get_batch("ds", FIXED[:2] + ["fixed/none.bin"])
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            b.to_numpy()
+        self.assertEqual(cm.exception.code, dlcache.NOT_FOUND)
+
+    def test_key_with_nul_is_invalid_argument(self):
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            self.client.get_batch("ds", ["train/00.jpg", "a\0b"])
+        self.assertEqual(cm.exception.code, dlcache.INVALID_ARGUMENT)
+
+    def test_bytes_keys(self):
+        b = self.client.get_batch("ds", [k.encode() for k in KEYS[:2]])
+        self.assertEqual([bytes(m) for m in b.memoryviews()],
+                         [FILES[k] for k in KEYS[:2]])
+
+    def test_empty_key_list(self):
+        b = self.client.get_batch("ds", [])
+        self.assertEqual(len(b), 0)
+        self.assertEqual(b.total_size, 0)
+        self.assertEqual(len(b.sizes), 0)
+
+    def test_caller_arrays_from_the_c_abi(self):
+        from dlcache import _lib
+        lib = _lib.load()
+        b = self.client.get_batch("ds", KEYS[:4] + ["train/none.jpg"])
+        n = len(b)
+        code = (ctypes.c_int32 * n)()
+        size = (ctypes.c_uint64 * n)()
+        data = (ctypes.c_void_p * n)()
+        rc = lib.dlc_batch_fill_arrays(b._handle.ptr, 0, n, code, size, data,
+                                       None, None, None)
+        self.assertEqual(rc, 0)
+        self.assertEqual(list(code), [int(x) for x in b.codes])
+        self.assertEqual(list(size), [int(x) for x in b.sizes])
+        self.assertEqual([d or 0 for d in data], [int(x) for x in b.data_ptrs])
+        rc = lib.dlc_batch_fill_arrays(b._handle.ptr, 2, n, code, None, None,
+                                       None, None, None)
+        self.assertEqual(rc, dlcache.OUT_OF_RANGE)
+
+    def test_leases_go_with_the_batch(self):
+        # 80 MiB through a 64 MiB arena with to_numpy/copy_into: only
+        # possible when dropped batches release their leases.
+        for start in range(0, len(BIG), 8):
+            keys = BIG[start:start + 8]
+            b = self.client.get_batch("ds", keys)
+            self.assertTrue(b.ok, b)
+            buf = bytearray(b.total_size)
+            offsets = b.copy_into(buf)
+            self.assertEqual(bytes(buf[:64]), FILES[keys[0]][:64])
+            self.assertEqual(int(offsets[-1]), 8 * BIG_SIZE)
+            del b
+
+    def test_without_numpy_arrays_are_ctypes(self):
+        code = (
+            "import sys, ctypes\n"
+            "sys.modules['numpy'] = None\n"
+            "import dlcache\n"
+            "c = dlcache.Client(%r, connect_timeout=20)\n"
+            "b = c.get_batch('ds', %r)\n"
+            "assert isinstance(b.sizes, ctypes.Array), type(b.sizes)\n"
+            "buf = bytearray(b.total_size)\n"
+            "off = b.copy_into(buf)\n"
+            "sys.stdout.write(repr((list(b.sizes), list(off))))\n"
+            "sys.stdout.flush()\n"
+            "open(%r, 'wb').write(bytes(buf))\n")
+        d = tempfile.mkdtemp()
+        try:
+            out = os.path.join(d, "out.bin")
+            r = subprocess.run(
+                [sys.executable, "-c", code % (SERVER.socket, KEYS[:3], out)],
+                env=dict(os.environ, PYTHONPATH=PROJECT_DIR),
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sizes, offsets = eval(r.stdout)
+            self.assertEqual(sizes, [len(FILES[k]) for k in KEYS[:3]])
+            self.assertEqual(offsets[-1], sum(sizes))
+            with open(out, "rb") as f:
+                self.assertEqual(f.read(), b"".join(FILES[k]
+                                                    for k in KEYS[:3]))
+        finally:
+            shutil.rmtree(d)
+
+
+def run_in_fork(fn, timeout=30):
+    """Runs fn() in a forked child; returns (exit status, what fn returned
+    or the exception, as text). Kills the child and fails past `timeout`."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into unittest
+        code = 0
+        try:
+            os.close(r)
+            msg = str(fn())
+        except BaseException as e:  # reported to the parent
+            msg, code = "EXCEPTION %r" % (e,), 1
+        try:
+            os.write(w, msg.encode()[:60000])
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        done = wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid or None,
+                        timeout, "the forked child", interval=0.01)
+        del done
+    except AssertionError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        raise AssertionError("the forked child did not finish in %d s "
+                             "(hung in the client?)" % timeout)
+    chunks = []
+    while True:
+        data = os.read(r, 65536)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(r)
+    return b"".join(chunks).decode(errors="replace")
+
+
+class ForkTest(DeadlineTest):
+    """A Client inherited through fork() fails fast; a new one works."""
+
+    def test_inherited_client_raises_failed_precondition(self):
+        client = connect()
+        batch = client.get_batch("ds", KEYS[:2])
+        view = batch[0].view()
+
+        def child():
+            out = []
+            for call in (lambda: client.get_batch("ds", KEYS[:1]),
+                         lambda: client.prefetch("ds", KEYS[:1]),
+                         lambda: client.segments()):
+                try:
+                    call()
+                    out.append("no error")
+                except dlcache.DlcacheError as e:
+                    out.append("%s|%s" % (e.name, e.message))
+            assert client.inherited
+            # Inherited views stay readable; dropping the inherited Client
+            # and Batch must not call into the parent's C++ state.
+            assert bytes(view) == FILES[KEYS[0]]
+            assert bytes(batch[1].view()) == FILES[KEYS[1]]
+            client.close()
+            return "\n".join(out)
+
+        try:
+            out = run_in_fork(child)
+            lines = out.splitlines()
+            self.assertEqual(len(lines), 3, out)
+            for line in lines:
+                self.assertTrue(line.startswith("FAILED_PRECONDITION|"), out)
+                self.assertIn("Client per process", line)
+                self.assertIn("fork", line)
+            # The parent's Client is unaffected.
+            self.assertEqual(bytes(client.get_batch("ds", KEYS[2:3])[0].view()),
+                             FILES[KEYS[2]])
+        finally:
+            client.close()
+
+    def test_inherited_client_is_dropped_by_gc_in_the_child(self):
+        client = connect()
+        holder = {"c": client}
+
+        def child():
+            # The last reference goes: __del__ must only forget the handle.
+            holder.clear()
+            gc.collect()
+            return "ok"
+
+        try:
+            del client
+            self.assertEqual(run_in_fork(child), "ok")
+        finally:
+            holder.clear()
+            gc.collect()
+
+    def test_new_client_in_the_child_works(self):
+        client = connect()
+        client.get_batch("ds", KEYS[:1])
+
+        def child():
+            with dlcache.Client(SERVER.socket, connect_timeout=10,
+                                rpc_timeout=10) as c:
+                b = c.get_batch("ds", KEYS[:8])
+                ok = [bytes(it.view()) == FILES[k]
+                      for k, it in zip(KEYS[:8], b)]
+                return "ok" if all(ok) else "mismatch %r" % ok
+
+        try:
+            self.assertEqual(run_in_fork(child, timeout=30), "ok")
+            self.assertEqual(bytes(client.get_batch("ds", KEYS[1:2])[0].view()),
+                             FILES[KEYS[1]])
+        finally:
+            client.close()
+
+
+class PackagingTest(DeadlineTest):
+    def test_pip_install_finds_the_library_next_to_the_package(self):
+        try:
+            import setuptools  # noqa: F401
+            import wheel  # noqa: F401
+        except ImportError:
+            self.skipTest("setuptools/wheel not installed for %s" %
+                          sys.executable)
+        d = tempfile.mkdtemp()
+        try:
+            # Build from a copy: pip leaves build/ and *.egg-info behind.
+            src = os.path.join(d, "src")
+            shutil.copytree(PROJECT_DIR, src, ignore=shutil.ignore_patterns(
+                "build", "*.egg-info", "__pycache__", "*.so*"))
+            target = os.path.join(d, "site")
+            r = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--no-deps",
+                 "--no-build-isolation", "--no-index", "--quiet",
+                 "--target", target, src],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            shutil.copy(lib_path(), os.path.join(target, "dlcache",
+                                                 "libdlcache_c.so"))
+            code = ("import dlcache, dlcache._lib as l\n"
+                    "c = dlcache.Client(%r, connect_timeout=20)\n"
+                    "b = c.get_batch('ds', [%r])\n"
+                    "print(l.load()._dlcache_path)\n"
+                    "print(int(b.sizes[0]))\n" % (SERVER.socket, KEYS[0]))
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("DLCACHE_LIB", "PYTHONPATH")}
+            env["PYTHONPATH"] = target
+            r = subprocess.run([sys.executable, "-c", code], env=env, cwd=d,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            path, size = r.stdout.split()
+            self.assertEqual(path, os.path.join(target, "dlcache",
+                                                "libdlcache_c.so"))
+            self.assertEqual(int(size), len(FILES[KEYS[0]]))
+        finally:
+            shutil.rmtree(d)
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    run_tests(__name__)

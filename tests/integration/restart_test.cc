@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "dlcache/client.h"
@@ -94,24 +95,40 @@ TEST_F(RestartTest, KillDuringReadsThenRestartServesIdenticalBytes) {
   auto server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY,
                                                            Socket(), Flags());
   ASSERT_TRUE(server->Start().ok());
-  std::atomic<int> batches{0};
+  absl::Mutex mu;
+  int batches = 0;            // guarded by mu
+  bool reader_done = false;   // guarded by mu
   std::atomic<bool> stop{false};
   std::thread reader([&] {
     std::unique_ptr<Client> c = Connect();
-    if (c == nullptr) return;
-    for (int round = 0; !stop.load(); ++round) {
+    for (int round = 0; c != nullptr && !stop.load(); ++round) {
       std::vector<std::string> batch;
       for (int k = 0; k < 16; ++k) batch.push_back(paths_[(round * 16 + k) % kFiles]);
       absl::StatusOr<Batch> b = c->GetBatch("default", batch);
-      if (!b.ok()) return;  // the server died under us: expected
+      if (!b.ok()) break;  // the server died under us: expected
+      absl::MutexLock lock(&mu);
       ++batches;
     }
+    absl::MutexLock lock(&mu);
+    reader_done = true;
   });
-  // Kill while reads are in flight.
-  while (batches.load() < 3) absl::SleepFor(absl::Milliseconds(1));
+  // Kill while reads are in flight (or fail, not hang, if they never come).
+  bool reading;
+  {
+    std::pair<int*, bool*> state(&batches, &reader_done);
+    absl::MutexLock lock(&mu);
+    mu.AwaitWithTimeout(absl::Condition(
+                            +[](std::pair<int*, bool*>* s) {
+                              return *s->first >= 3 || *s->second;
+                            },
+                            &state),
+                        absl::Seconds(60));
+    reading = batches >= 3 && !reader_done;
+  }
   server->Kill();
   stop = true;
   reader.join();
+  ASSERT_TRUE(reading) << "the reader never got 3 batches before the kill";
 
   server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY,
                                                       Socket(), Flags());

@@ -1,6 +1,7 @@
 #include "tests/testing/dlcached_process.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,9 +25,15 @@ DlcachedProcess::~DlcachedProcess() {
 absl::Status DlcachedProcess::Start(absl::Duration timeout) {
   std::vector<std::string> args = {binary_, "--socket=" + socket_path_};
   args.insert(args.end(), flags_.begin(), flags_.end());
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) return absl::InternalError("fork failed");
   if (pid_ == 0) {
+    // A test binary killed by ctest's timeout runs no destructor: the
+    // kernel then kills its dlcached (the parent may already be gone by
+    // the time prctl runs, hence the check).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

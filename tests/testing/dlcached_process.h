@@ -13,7 +13,9 @@ namespace dlcache::testing {
 
 // A real dlcached child process. Start() forks/execs the binary with the
 // given flags and waits until its socket accepts connections (polling the
-// condition with a deadline, not a fixed sleep). The destructor kills it.
+// condition with a deadline, not a fixed sleep). The destructor kills it;
+// so does the kernel when the test process dies first (PR_SET_PDEATHSIG:
+// call Start() from a thread that lives as long as the process).
 // Not thread-safe.
 class DlcachedProcess {
  public:

@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "client/cli/admin_client.h"
 #include "client/cli/args.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
@@ -293,9 +294,24 @@ TEST(CommandsTest, HelpAndUsageErrorsNeedNoServer) {
   EXPECT_EQ(run({"status", "--timeout", "soon"}, &out, &err), kExitUsage);
   EXPECT_EQ(run({"status", "--socket", "/a", "--address", "h:1"}, &out, &err),
             kExitUsage);
+  EXPECT_EQ(run({"status", "--admin_socket", "/a", "--address", "h:1"}, &out,
+                &err),
+            kExitUsage);
+  // --socket is the data socket: the admin API is next to it.
   EXPECT_EQ(run({"status"}, &out, &err), kExitUnreachable);
   EXPECT_THAT(err, HasSubstr("cannot reach dlcached at "
-                             "unix:/nonexistent/dlcached.sock: is it running?"));
+                             "unix:/nonexistent/dlcached.sock.admin: is it "
+                             "running?"));
+  EXPECT_EQ(run({"status", "--admin_socket", "/nonexistent/adm.sock"}, &out,
+                &err),
+            kExitUnreachable);
+  EXPECT_THAT(err, HasSubstr("unix:/nonexistent/adm.sock: is it running?"));
+}
+
+TEST(CommandsTest, AdminTargetFollowsTheSocketFlags) {
+  EXPECT_EQ(AdminTarget("/run/d.sock", "", ""), "unix:/run/d.sock.admin");
+  EXPECT_EQ(AdminTarget("/run/d.sock", "/run/adm", ""), "unix:/run/adm");
+  EXPECT_EQ(AdminTarget("/run/d.sock", "/run/adm", "h:7"), "h:7");
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// dlcache::Client against a fake CacheService (tests/unit/client_fake_server.h):
-// the protocol, handle validation and lease bookkeeping of the client alone.
+// dlcache::Client against a fake dlcached data socket that speaks the local
+// protocol (tests/unit/client_fake_server.h): the protocol, fault handling,
+// handle validation and lease bookkeeping of the client alone. fork() is in
+// client_fork_test.cc.
 // The end-to-end tests against the real dlcached are in
 // tests/integration/client_integration_test.cc.
 
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "common/local_protocol.h"
 #include "dlcache/client.h"
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
@@ -23,7 +26,7 @@
 namespace dlcache {
 namespace {
 
-using client_testing::FakeFdServer;
+using client_testing::SegmentsFault;
 using client_testing::FakeServer;
 using client_testing::TempDir;
 using client_testing::WaitFor;
@@ -54,12 +57,8 @@ ClientOptions Options(const FakeServer& server) {
   return o;
 }
 
-// Parameter: whether the fake answers batches and releases on the session
-// stream (dlcached's way, packed answers) or the client uses unary RPCs.
-class ClientCoreTest : public testing::TestWithParam<bool> {
+class ClientCoreTest : public testing::Test {
  protected:
-  void SetUp() override { server_.service().set_session_requests(GetParam()); }
-
   std::unique_ptr<Client> Connect(ClientOptions o) {
     auto c = Client::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -70,12 +69,12 @@ class ClientCoreTest : public testing::TestWithParam<bool> {
   FakeServer server_;
 };
 
-TEST_P(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
+TEST_F(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
   const std::string small = RandomBytes(1000, 1);
   const std::string big = RandomBytes((1 << 20) * 2 + 17, 2);  // 3 chunks
-  server_.service().AddFile("a/small", small);
-  server_.service().AddFile("a/big", big);
-  server_.service().AddFile("empty", "");
+  server_.AddFile("a/small", small);
+  server_.AddFile("a/big", big);
+  server_.AddFile("empty", "");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->chunk_size(), 1u << 20);
@@ -116,11 +115,11 @@ TEST_P(ClientCoreTest, ConnectMapsSegmentsAndReadsBytesInPlace) {
   EXPECT_TRUE((*batch)[2].ok());
   EXPECT_EQ((*batch)[2].size(), 0u);
   EXPECT_EQ((*batch)[3].status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(server_.service().outstanding_leases(), 5u);
+  EXPECT_EQ(server_.outstanding_leases(), 5u);
 }
 
-TEST_P(ClientCoreTest, ChunkRangesAreRequested) {
-  server_.service().AddFile("big", RandomBytes(4 << 20, 3));  // 4 chunks
+TEST_F(ClientCoreTest, ChunkRangesAreRequested) {
+  server_.AddFile("big", RandomBytes(4 << 20, 3));  // 4 chunks
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   std::vector<ItemRequest> reqs = {{"big", 1, 2}, {"big", 3, 0}};
@@ -133,22 +132,22 @@ TEST_P(ClientCoreTest, ChunkRangesAreRequested) {
   EXPECT_EQ((*batch)[1].chunks()[0].index, 3u);
 }
 
-TEST_P(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
-  server_.service().AddFile("f", "hello");
+TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
+  server_.AddFile("f", "hello");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   {
     auto batch = client->GetBatch("ds", std::vector<std::string>(10, "f"));
     ASSERT_TRUE(batch.ok());
-    EXPECT_EQ(server_.service().outstanding_leases(), 10u);
+    EXPECT_EQ(server_.outstanding_leases(), 10u);
   }
-  EXPECT_TRUE(WaitFor([&] { return server_.service().outstanding_leases() == 0; }))
-      << server_.service().outstanding_leases() << " leases left";
-  EXPECT_GE(server_.service().release_rpcs(), 1);
+  EXPECT_TRUE(WaitFor([&] { return server_.outstanding_leases() == 0; }))
+      << server_.outstanding_leases() << " leases left";
+  EXPECT_GE(server_.release_requests(), 1);
 }
 
-TEST_P(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
-  server_.service().AddFile("f", "hello");
+TEST_F(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
+  server_.AddFile("f", "hello");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);  // the flusher must not get there first
   auto client = Connect(o);
@@ -161,20 +160,20 @@ TEST_P(ClientCoreTest, ReleasesRideAlongWithTheNextGetBatch) {
   }
   auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(server_.service().piggybacked(), 3);
-  EXPECT_EQ(server_.service().release_rpcs(), 0);
-  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  EXPECT_EQ(server_.piggybacked(), 3);
+  EXPECT_EQ(server_.release_requests(), 0);
+  EXPECT_EQ(server_.outstanding_leases(), 1u);
   again->items().clear();
   ASSERT_TRUE(client->FlushReleases().ok());
-  EXPECT_EQ(server_.service().release_rpcs(), 1);
-  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+  EXPECT_EQ(server_.release_requests(), 1);
+  EXPECT_EQ(server_.outstanding_leases(), 0u);
   // Nothing pending: no RPC.
   ASSERT_TRUE(client->FlushReleases().ok());
-  EXPECT_EQ(server_.service().release_rpcs(), 1);
+  EXPECT_EQ(server_.release_requests(), 1);
 }
 
-TEST_P(ClientCoreTest, MovedItemsReleaseOnce) {
-  server_.service().AddFile("f", "hello");
+TEST_F(ClientCoreTest, MovedItemsReleaseOnce) {
+  server_.AddFile("f", "hello");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
   auto client = Connect(o);
@@ -187,24 +186,24 @@ TEST_P(ClientCoreTest, MovedItemsReleaseOnce) {
   a = std::move(b);  // releases a's old lease
   batch->items().clear();
   ASSERT_TRUE(client->FlushReleases().ok());
-  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  EXPECT_EQ(server_.outstanding_leases(), 1u);
   EXPECT_EQ(ItemBytes(a), "hello");
   a.Release();
   ASSERT_TRUE(client->FlushReleases().ok());
-  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+  EXPECT_EQ(server_.outstanding_leases(), 0u);
 }
 
-TEST_P(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
-  v1::ChunkHandle bad;
-  bad.set_segment(0);
-  bad.set_offset(server_.arena().segment_size() - 10);
-  bad.set_length(20);
-  server_.service().AddRawFile("bad", bad, 20);
-  v1::ChunkHandle unknown_segment;
-  unknown_segment.set_segment(9);
-  unknown_segment.set_length(1);
-  server_.service().AddRawFile("noseg", unknown_segment, 1);
-  server_.service().AddFile("good", "ok");
+TEST_F(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
+  local::Handle bad;
+  bad.segment = 0;
+  bad.offset = server_.arena().segment_size() - 10;
+  bad.length = 20;
+  server_.AddRawFile("bad", bad, 20);
+  local::Handle unknown_segment;
+  unknown_segment.segment = 9;
+  unknown_segment.length = 1;
+  server_.AddRawFile("noseg", unknown_segment, 1);
+  server_.AddFile("good", "ok");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   auto batch =
@@ -216,17 +215,17 @@ TEST_P(ClientCoreTest, HandleOutsideTheMappingIsInternalAndStillReleased) {
   EXPECT_TRUE((*batch)[1].ok());
   EXPECT_EQ((*batch)[2].status().code(), absl::StatusCode::kInternal);
   // The refused items' leases go back without waiting for the batch.
-  EXPECT_TRUE(WaitFor([&] { return server_.service().outstanding_leases() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return server_.outstanding_leases() == 1; }));
 }
 
-TEST_P(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
-  server_.service().AddFile("f", "payload");
-  v1::ChunkHandle h;
-  h.set_segment(1);
-  h.set_offset(0);
-  h.set_length(7);
-  h.set_checksum(12345);  // wrong
-  server_.service().AddRawFile("corrupt", h, 7);
+TEST_F(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
+  server_.AddFile("f", "payload");
+  local::Handle h;
+  h.segment = 1;
+  h.offset = 0;
+  h.length = 7;
+  h.checksum = 12345;  // wrong
+  server_.AddRawFile("corrupt", h, 7);
   ClientOptions o = Options(server_);
   o.verify_checksums = true;
   auto client = Connect(o);
@@ -237,7 +236,7 @@ TEST_P(ClientCoreTest, VerifyChecksumsCatchesCorruption) {
   EXPECT_EQ((*batch)[1].status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST_P(ClientCoreTest, BadDatasetNameFailsTheCall) {
+TEST_F(ClientCoreTest, BadDatasetNameFailsTheCall) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->GetBatch("", std::vector<std::string>{"x"}).status().code(),
@@ -245,14 +244,14 @@ TEST_P(ClientCoreTest, BadDatasetNameFailsTheCall) {
   EXPECT_EQ(
       client->GetBatch("../x", std::vector<std::string>{"x"}).status().code(),
       absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server_.service().get_batch_calls(), 0);
+  EXPECT_EQ(server_.get_batch_calls(), 0);
   auto empty = client->GetBatch("ds", std::vector<std::string>{});
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->size(), 0u);
 }
 
-TEST_P(ClientCoreTest, StatAndPrefetch) {
-  server_.service().AddFile("f", "12345");
+TEST_F(ClientCoreTest, StatAndPrefetch) {
+  server_.AddFile("f", "12345");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   auto st = client->Stat("ds", std::vector<std::string>{"f", "nope"});
@@ -265,9 +264,9 @@ TEST_P(ClientCoreTest, StatAndPrefetch) {
   EXPECT_TRUE(client->Prefetch("ds", std::vector<std::string>{"f"}).ok());
 }
 
-TEST_P(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
+TEST_F(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
   const std::string bytes = RandomBytes(5000, 9);
-  server_.service().AddFile("f", bytes);
+  server_.AddFile("f", bytes);
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
@@ -275,15 +274,15 @@ TEST_P(ClientCoreTest, ItemsOutliveTheClientAndKeepTheSession) {
   Item item = std::move((*batch)[0]);
   batch = Batch();
   client.reset();
-  EXPECT_EQ(server_.service().open_sessions(), 1);
+  EXPECT_EQ(server_.open_sessions(), 1);
   EXPECT_EQ(ItemBytes(item), bytes);  // still mapped
   item = Item();
-  EXPECT_TRUE(WaitFor([&] { return server_.service().open_sessions() == 0; }));
-  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server_.open_sessions() == 0; }));
+  EXPECT_EQ(server_.outstanding_leases(), 0u);
 }
 
-TEST_P(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
-  server_.service().AddFile("f", "x");
+TEST_F(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
+  server_.AddFile("f", "x");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
   auto client = Connect(o);
@@ -292,12 +291,12 @@ TEST_P(ClientCoreTest, ClosingTheClientEndsTheSessionAndItsLeases) {
   ASSERT_TRUE(batch.ok());
   batch->items().clear();
   client.reset();
-  EXPECT_TRUE(WaitFor([&] { return server_.service().ended_sessions() == 1; }));
-  EXPECT_EQ(server_.service().outstanding_leases(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server_.ended_sessions() == 1; }));
+  EXPECT_EQ(server_.outstanding_leases(), 0u);
 }
 
-TEST_P(ClientCoreTest, LostServerWithoutReconnectIsUnavailableForGood) {
-  server_.service().AddFile("f", "still here");
+TEST_F(ClientCoreTest, LostServerWithoutReconnectIsUnavailableForGood) {
+  server_.AddFile("f", "still here");
   ClientOptions o = Options(server_);
   o.reconnect = false;
   auto client = Connect(o);
@@ -318,8 +317,8 @@ TEST_P(ClientCoreTest, LostServerWithoutReconnectIsUnavailableForGood) {
   EXPECT_EQ(client->sessions_opened(), 1u);
 }
 
-TEST_P(ClientCoreTest, WhileReconnectingCallsWaitUpToRpcTimeout) {
-  server_.service().AddFile("f", "still here");
+TEST_F(ClientCoreTest, WhileReconnectingCallsWaitUpToRpcTimeout) {
+  server_.AddFile("f", "still here");
   ClientOptions o = Options(server_);
   o.rpc_timeout = absl::Milliseconds(300);
   auto client = Connect(o);
@@ -340,8 +339,8 @@ TEST_P(ClientCoreTest, WhileReconnectingCallsWaitUpToRpcTimeout) {
   EXPECT_TRUE(client->FlushReleases().ok());
 }
 
-TEST_P(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheSameArenaMapped) {
-  server_.service().AddFile("f", "before and after");
+TEST_F(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheSameArenaMapped) {
+  server_.AddFile("f", "before and after");
   ClientOptions o = Options(server_);
   o.release_delay = absl::Hours(1);
   int hook_calls = 0;
@@ -367,19 +366,19 @@ TEST_P(ClientCoreTest, ReconnectsAfterARestartAndKeepsTheSameArenaMapped) {
   EXPECT_EQ(client->segments()[0].base, before[0].base);
   EXPECT_EQ((*now)[0].chunks()[0].data, (*old)[0].chunks()[0].data);
   // The old session's lease died with it: it is not sent to the new one.
-  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
+  EXPECT_EQ(server_.outstanding_leases(), 1u);
   *old = Batch();
   ASSERT_TRUE(client->FlushReleases().ok());
   auto third = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(third.ok());
-  EXPECT_EQ(server_.service().piggybacked(), 0);
-  EXPECT_EQ(server_.service().release_rpcs(), 0);
-  EXPECT_EQ(server_.service().outstanding_leases(), 2u);
+  EXPECT_EQ(server_.piggybacked(), 0);
+  EXPECT_EQ(server_.release_requests(), 0);
+  EXPECT_EQ(server_.outstanding_leases(), 2u);
 }
 
-TEST_P(ClientCoreTest, ANewArenaIsMappedAgainWhileOldItemsKeepTheirMapping) {
+TEST_F(ClientCoreTest, ANewArenaIsMappedAgainWhileOldItemsKeepTheirMapping) {
   const std::string bytes = RandomBytes(3000, 4);
-  server_.service().AddFile("f", bytes);
+  server_.AddFile("f", bytes);
   ClientOptions o = Options(server_);
   absl::Mutex mu;
   std::vector<MappedSegment> announced;
@@ -396,8 +395,8 @@ TEST_P(ClientCoreTest, ANewArenaIsMappedAgainWhileOldItemsKeepTheirMapping) {
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(client->mapping_generation(), 1u);
   server_.SwitchToNewArena();
-  server_.service().AddFile("f", bytes);
-  server_.service().DropSessions();
+  server_.AddFile("f", bytes);
+  server_.DropSessions();
   ASSERT_TRUE(WaitFor([&] { return client->mapping_generation() == 2; }));
   ASSERT_TRUE(WaitFor([&] { return client->session_status().ok(); }));
   {
@@ -417,8 +416,8 @@ TEST_P(ClientCoreTest, ANewArenaIsMappedAgainWhileOldItemsKeepTheirMapping) {
   EXPECT_TRUE(p >= base && p < base + client->segments()[0].size);
 }
 
-TEST_P(ClientCoreTest, ANewEpochWithTheSameFilesKeepsTheMappings) {
-  server_.service().AddFile("f", "same pages");
+TEST_F(ClientCoreTest, ANewEpochWithTheSameFilesKeepsTheMappings) {
+  server_.AddFile("f", "same pages");
   ClientOptions o = Options(server_);
   int hook_calls = 0;
   o.on_segments_changed = [&](const std::vector<MappedSegment>&, uint64_t) {
@@ -426,15 +425,15 @@ TEST_P(ClientCoreTest, ANewEpochWithTheSameFilesKeepsTheMappings) {
   };
   auto client = Connect(o);
   ASSERT_NE(client, nullptr);
-  const int fd_requests = server_.fd_server().requests();
+  const int fd_requests = server_.segment_requests();
   const std::byte* base = client->segments()[0].base;
-  server_.service().set_arena_epoch(7);  // a server that re-adopted them
-  server_.service().DropSessions();
+  server_.set_arena_epoch(7);  // a server that re-adopted them
+  server_.DropSessions();
   ASSERT_TRUE(WaitFor([&] {
     return client->sessions_opened() == 2 && client->session_status().ok();
   }));
   // The new fds were fetched and found to be the mapped files.
-  EXPECT_GT(server_.fd_server().requests(), fd_requests);
+  EXPECT_GT(server_.segment_requests(), fd_requests);
   EXPECT_EQ(client->mapping_generation(), 1u);
   EXPECT_EQ(client->segments()[0].base, base);
   EXPECT_EQ(hook_calls, 0);
@@ -443,8 +442,8 @@ TEST_P(ClientCoreTest, ANewEpochWithTheSameFilesKeepsTheMappings) {
   EXPECT_EQ(ItemBytes((*b)[0]), "same pages");
 }
 
-TEST_P(ClientCoreTest, GetBatchDuringAnOutageWaitsForTheNewSession) {
-  server_.service().AddFile("f", "back again");
+TEST_F(ClientCoreTest, GetBatchDuringAnOutageWaitsForTheNewSession) {
+  server_.AddFile("f", "back again");
   ClientOptions o = Options(server_);
   o.rpc_timeout = absl::Seconds(20);
   o.reconnect_max_backoff = absl::Milliseconds(100);
@@ -470,8 +469,8 @@ TEST_P(ClientCoreTest, GetBatchDuringAnOutageWaitsForTheNewSession) {
   EXPECT_EQ(client->sessions_opened(), 2u);
 }
 
-TEST_P(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
-  server_.service().AddFile("f", "inherited");
+TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
+  server_.AddFile("f", "inherited");
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   auto batch = client->GetBatch("ds", std::vector<std::string>{"f"});
@@ -508,45 +507,17 @@ TEST_P(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   // The parent is unaffected and still holds its lease.
-  EXPECT_EQ(server_.service().outstanding_leases(), 1u);
-  EXPECT_EQ(server_.service().open_sessions(), 1);
+  EXPECT_EQ(server_.outstanding_leases(), 1u);
+  EXPECT_EQ(server_.open_sessions(), 1);
   auto again = client->GetBatch("ds", std::vector<std::string>{"f"});
   ASSERT_TRUE(again.ok()) << again.status();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ClientCoreTest, testing::Bool(),
-                         [](const testing::TestParamInfo<bool>& info) {
-                           return info.param ? "SessionStream" : "Unary";
-                         });
-
-TEST(ClientStreamTest, BatchesAndReleasesGoOnTheSessionStream) {
-  FakeServer server;
-  server.service().AddFile("f", "x");
-  ClientOptions o = Options(server);
-  o.release_delay = absl::Hours(1);
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok());
-  {
-    auto b = (*client)->GetBatch("ds", std::vector<std::string>(3, "f"));
-    ASSERT_TRUE(b.ok());
-  }
-  ASSERT_TRUE((*client)->FlushReleases().ok());
-  EXPECT_EQ(server.service().stream_batches(), 1);
-  EXPECT_EQ(server.service().stream_releases(), 1);
-  EXPECT_EQ(server.service().outstanding_leases(), 0u);
-  // The option turns the stream off.
-  o.session_requests = false;
-  auto unary = Client::Connect(o);
-  ASSERT_TRUE(unary.ok());
-  ASSERT_TRUE((*unary)->GetBatch("ds", std::vector<std::string>{"f"}).ok());
-  EXPECT_EQ(server.service().stream_batches(), 1);
-}
-
 TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
   FakeServer server;
-  server.service().AddFile("slow", "s");
-  server.service().AddFile("fast", "f");
-  server.service().set_delay("slow", absl::Seconds(1));
+  server.AddFile("slow", "s");
+  server.AddFile("fast", "f");
+  server.set_delay("slow", absl::Seconds(1));
   auto client = Client::Connect(Options(server));
   ASSERT_TRUE(client.ok());
   std::atomic<bool> slow_done{false};
@@ -555,7 +526,7 @@ TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
     EXPECT_TRUE(b.ok() && (*b)[0].ok());
     slow_done = true;
   });
-  ASSERT_TRUE(WaitFor([&] { return server.service().stream_batches() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return server.get_batch_calls() == 1; }));
   for (int i = 0; i < 5; ++i) {
     auto b = (*client)->GetBatch("ds", std::vector<std::string>{"fast"});
     ASSERT_TRUE(b.ok()) << b.status();
@@ -569,8 +540,8 @@ TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
 
 TEST(ClientStreamTest, AnAnswerAfterTheDeadlineHasItsLeasesReleased) {
   FakeServer server;
-  server.service().AddFile("slow", "s");
-  server.service().set_delay("slow", absl::Milliseconds(600));
+  server.AddFile("slow", "s");
+  server.set_delay("slow", absl::Milliseconds(600));
   ClientOptions o = Options(server);
   o.rpc_timeout = absl::Milliseconds(150);
   auto client = Client::Connect(o);
@@ -580,9 +551,9 @@ TEST(ClientStreamTest, AnAnswerAfterTheDeadlineHasItsLeasesReleased) {
   // The late answer took a lease that nobody holds: the client gives it
   // back.
   EXPECT_TRUE(WaitFor([&] {
-    return server.service().get_batch_calls() == 1 &&
-           server.service().stream_releases() == 1 &&
-           server.service().outstanding_leases() == 0;
+    return server.get_batch_calls() == 1 &&
+           server.release_requests() == 1 &&
+           server.outstanding_leases() == 0;
   }));
   EXPECT_TRUE((*client)->session_status().ok());
 }
@@ -602,17 +573,17 @@ TEST(ClientConnectTest, NoServerIsUnavailableWithAClearMessage) {
 }
 
 TEST(ClientConnectTest, FdHandOverFailureFailsConnect) {
-  FakeServer server(2, 8 << 20, 1 << 20, FakeFdServer::Mode::kWrongSize);
+  FakeServer server(2, 8 << 20, 1 << 20, SegmentsFault::kWrongSize);
   auto c = Client::Connect(Options(server));
   EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss) << c.status();
   // The half-open session was ended.
-  EXPECT_TRUE(WaitFor([&] { return server.service().open_sessions() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return server.open_sessions() == 0; }));
 }
 
 TEST(ClientConnectTest, ConcurrentGetBatchFromManyThreads) {
   FakeServer server;
   for (int i = 0; i < 32; ++i) {
-    server.service().AddFile(absl::StrCat("f", i), RandomBytes(3000 + i, i));
+    server.AddFile(absl::StrCat("f", i), RandomBytes(3000 + i, i));
   }
   auto client = Client::Connect(Options(server));
   ASSERT_TRUE(client.ok());
@@ -637,7 +608,7 @@ TEST(ClientConnectTest, ConcurrentGetBatchFromManyThreads) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   ASSERT_TRUE((*client)->FlushReleases().ok());
-  EXPECT_EQ(server.service().outstanding_leases(), 0u);
+  EXPECT_EQ(server.outstanding_leases(), 0u);
 }
 
 struct Latency {
@@ -672,7 +643,7 @@ TEST(ClientLatencyTest, WarmBatchOf256Keys) {
   std::vector<std::string> keys;
   for (int i = 0; i < 256; ++i) {
     keys.push_back(absl::StrCat("train/n", i / 16, "/img", i, ".jpg"));
-    server.service().AddFile(keys.back(), std::string(110000, 'x'));
+    server.AddFile(keys.back(), std::string(110000, 'x'));
   }
   auto client = Client::Connect(Options(server));
   ASSERT_TRUE(client.ok());
@@ -690,12 +661,208 @@ TEST(ClientLatencyTest, WarmBatchOf256Keys) {
   EXPECT_LT(all.p50_us, 5000);
 }
 
+// --- Faults injected by the fake server --------------------------------
+
+TEST(ClientFaultTest, ServerDyingMidCallIsRetriedOnTheNextSession) {
+  FakeServer server;
+  server.AddFile("f", "survivor");
+  server.set_hang_up_on("f", 1);
+  ClientOptions o = Options(server);
+  o.reconnect_initial_backoff = absl::Milliseconds(5);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto b = (*client)->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(ItemBytes((*b)[0]), "survivor");
+  EXPECT_EQ((*client)->sessions_opened(), 2u);
+  EXPECT_EQ(server.get_batch_calls(), 2);
+}
+
+TEST(ClientFaultTest, ServerDyingMidCallWithoutReconnectIsUnavailable) {
+  FakeServer server;
+  server.AddFile("f", "x");
+  server.set_hang_up_on("f", 1);
+  ClientOptions o = Options(server);
+  o.reconnect = false;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::Time start = absl::Now();
+  auto b = (*client)->GetBatch("ds", std::vector<std::string>{"f"});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE((*client)->session_status().ok());
+}
+
+TEST(ClientFaultTest, SilentServerIsDeadlineExceededAndTheSessionStays) {
+  FakeServer server;
+  server.AddFile("never", "n");
+  server.AddFile("f", "fine");
+  server.set_silent("never");
+  ClientOptions o = Options(server);
+  o.rpc_timeout = absl::Milliseconds(200);
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::Time start = absl::Now();
+  auto b = (*client)->GetBatch("ds", std::vector<std::string>{"never"});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << b.status();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  // Other requests on the same connection are unaffected.
+  auto ok = (*client)->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ItemBytes((*ok)[0]), "fine");
+  EXPECT_EQ((*client)->sessions_opened(), 1u);
+}
+
+TEST(ClientFaultTest, MalformedAnswerIsDataLoss) {
+  FakeServer server;
+  server.AddFile("bad", "b");
+  server.AddFile("f", "fine");
+  server.set_malformed("bad");
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto b = (*client)->GetBatch("ds", std::vector<std::string>{"bad"});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss) << b.status();
+  auto ok = (*client)->GetBatch("ds", std::vector<std::string>{"f"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+}
+
+TEST(ClientFaultTest, UnknownDatasetFailsTheWholeCallWithNotFound) {
+  FakeServer server;
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto b = (*client)->GetBatch("other", std::vector<std::string>{"f"});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound) << b.status();
+  EXPECT_THAT(b.status().message(), HasSubstr("unknown dataset"));
+}
+
+TEST(ClientFaultTest, RefusedHelloKeepsTheServersCode) {
+  FakeServer server;
+  server.set_hello_code(absl::StatusCode::kPermissionDenied);
+  auto client = Client::Connect(Options(server));
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kPermissionDenied)
+      << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("refused"));
+}
+
+TEST(ClientFaultTest, HelloCarriesTheClientName) {
+  FakeServer server;
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ(server.last_client_name(), "unit-test");
+}
+
+TEST(ClientFaultTest, KeysOverTheServersLimitGoInSeveralRequests) {
+  FakeServer server;
+  server.set_max_keys_per_batch(3);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) {
+    keys.push_back(absl::StrCat("f", i));
+    server.AddFile(keys.back(), absl::StrCat("bytes of ", i));
+  }
+  auto client = Client::Connect(Options(server));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto b = (*client)->GetBatch("ds", keys);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ItemBytes((*b)[i]), absl::StrCat("bytes of ", i));
+  }
+  EXPECT_EQ(server.get_batch_calls(), 4);
+  auto st = (*client)->Stat("ds", keys);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->size(), 10u);
+  EXPECT_TRUE((*client)->Prefetch("ds", keys).ok());
+}
+
+struct SegmentsFaultCase {
+  const char* name;
+  SegmentsFault fault;
+  absl::StatusCode code;
+  const char* message_part;
+};
+
+class ClientSegmentsFaultTest
+    : public testing::TestWithParam<SegmentsFaultCase> {};
+
+TEST_P(ClientSegmentsFaultTest, FailsConnectAndEndsTheSession) {
+  FakeServer server(2, 8 << 20, 1 << 20, GetParam().fault);
+  auto c = Client::Connect(Options(server));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), GetParam().code) << c.status();
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().message_part));
+  EXPECT_TRUE(WaitFor([&] { return server.open_sessions() == 0; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, ClientSegmentsFaultTest,
+    testing::Values(
+        SegmentsFaultCase{"WrongSize", SegmentsFault::kWrongSize,
+                          absl::StatusCode::kDataLoss, "expected"},
+        SegmentsFaultCase{"Refuse", SegmentsFault::kRefuse,
+                          absl::StatusCode::kFailedPrecondition, "refused"},
+        SegmentsFaultCase{"HangUp", SegmentsFault::kHangUp,
+                          absl::StatusCode::kUnavailable, "closed"},
+        SegmentsFaultCase{"MissingFd", SegmentsFault::kMissingFd,
+                          absl::StatusCode::kDataLoss,
+                          "got 1 fds, expected 2"},
+        SegmentsFaultCase{"WrongRange", SegmentsFault::kWrongRange,
+                          absl::StatusCode::kDataLoss, "reply is for segments"},
+        SegmentsFaultCase{"Malformed", SegmentsFault::kMalformed,
+                          absl::StatusCode::kDataLoss, "malformed"}),
+    [](const testing::TestParamInfo<SegmentsFaultCase>& info) {
+      return std::string(info.param.name);
+    });
+
+TEST(ClientConnectTest, AnnouncedSegmentBeyondTheArenaFailsConnect) {
+  FakeServer server(1, 8 << 20);
+  server.set_announced_segments(2);
+  auto c = Client::Connect(Options(server));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition)
+      << c.status();
+}
+
+TEST(ClientConnectTest, AServerThatNeverAnswersTheHelloTimesOut) {
+  TempDir dir;
+  // Listens (the kernel completes connects into the backlog) but never
+  // accepts, so nobody reads the hello.
+  auto listen = ListenUnix(dir.Sub("hung.sock"), SOCK_STREAM);
+  ASSERT_TRUE(listen.ok()) << listen.status();
+  ClientOptions o;
+  o.socket_path = dir.Sub("hung.sock");
+  o.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << c.status();
+  EXPECT_THAT(c.status().message(), HasSubstr("hello"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST(ClientConnectTest, WaitsForAServerThatIsStillStarting) {
+  FakeServer server;
+  server.Stop();
+  ClientOptions o = Options(server);
+  o.connect_timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      absl::UnknownError("not run");
+  std::thread connector([&] { client = Client::Connect(o); });
+  // Started once the client is trying (nothing to await in the client).
+  absl::SleepFor(absl::Milliseconds(100));
+  server.Restart();
+  connector.join();
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*client)->session_status().ok());
+}
+
 // --- C ABI -------------------------------------------------------------
 
 TEST(ClientCApiTest, RoundTrip) {
   FakeServer server;
   const std::string bytes = RandomBytes((1 << 20) + 5, 77);
-  server.service().AddFile("f", bytes);
+  server.AddFile("f", bytes);
   dlc_client* client = nullptr;
   ASSERT_EQ(dlc_connect(server.socket_path().c_str(), "c-test", &client), DLC_OK)
       << dlc_last_error();
@@ -745,8 +912,8 @@ TEST(ClientCApiTest, RoundTrip) {
   dlc_close(client);
   EXPECT_EQ(std::memcmp(chunk.data, bytes.data() + (1 << 20), 5), 0);
   dlc_batch_free(batch);
-  EXPECT_TRUE(WaitFor([&] { return server.service().open_sessions() == 0; }));
-  EXPECT_EQ(server.service().outstanding_leases(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server.open_sessions() == 0; }));
+  EXPECT_EQ(server.outstanding_leases(), 0u);
 }
 
 TEST(ClientCApiTest, BadArgumentsNeverCrash) {

@@ -1,6 +1,7 @@
 #include "client/mapping/segment_map.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,12 +10,14 @@
 #include "gtest/gtest.h"
 #include "tests/unit/client_fake_server.h"
 
+// SegmentMap alone, on memfd fds as the local protocol's kSegments frames
+// carry them. Fetching the fds (and its faults) is tested with the client in
+// client_core_test.cc.
+
 namespace dlcache {
 namespace {
 
 using client_testing::FakeArena;
-using client_testing::FakeFdServer;
-using client_testing::TempDir;
 
 std::vector<SegmentSpec> Specs(int n, uint64_t size) {
   std::vector<SegmentSpec> specs;
@@ -22,17 +25,27 @@ std::vector<SegmentSpec> Specs(int n, uint64_t size) {
   return specs;
 }
 
-TEST(SegmentMapTest, FetchesAndMapsEverySegmentReadOnly) {
-  TempDir dir;
+// Read-only fds of the arena's segments, as the client receives them.
+std::vector<UniqueFd> Fds(const FakeArena& arena) {
+  std::vector<UniqueFd> fds;
+  for (int i = 0; i < arena.segments(); ++i) {
+    fds.emplace_back(::dup(arena.read_only_fd(i)));
+  }
+  return fds;
+}
+
+absl::StatusOr<std::unique_ptr<SegmentMap>> MapAll(const FakeArena& arena) {
+  return SegmentMap::Map(Specs(arena.segments(), arena.segment_size()),
+                         Fds(arena));
+}
+
+TEST(SegmentMapTest, MapsEverySegmentReadOnly) {
   FakeArena arena(3, 1 << 20);
   for (int i = 0; i < 3; ++i) {
     std::snprintf(arena.writable(i) + 100, 32, "segment %d", i);
   }
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  absl::StatusOr<std::unique_ptr<SegmentMap>> map =
-      SegmentMap::Fetch(server.path(), 42, Specs(3, 1 << 20));
+  absl::StatusOr<std::unique_ptr<SegmentMap>> map = MapAll(arena);
   ASSERT_TRUE(map.ok()) << map.status();
-  EXPECT_EQ(server.last_session_id(), 42u);
   ASSERT_EQ((*map)->segments().size(), 3u);
   EXPECT_EQ((*map)->total_bytes(), 3u << 20);
   for (int i = 0; i < 3; ++i) {
@@ -47,24 +60,20 @@ TEST(SegmentMapTest, FetchesAndMapsEverySegmentReadOnly) {
                "later");
 }
 
-TEST(SegmentMapTest, RequestsLargeArenasInRunsOfAtMostMaxFds) {
-  TempDir dir;
-  const int n = kMaxFdsPerMessage * 2 + 3;
-  FakeArena arena(n, 4096);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  absl::StatusOr<std::unique_ptr<SegmentMap>> map =
-      SegmentMap::Fetch(server.path(), 1, Specs(n, 4096));
+TEST(SegmentMapTest, TheFdsMayBeClosedAfterMapping) {
+  FakeArena arena(1, 4096);
+  std::strcpy(arena.writable(0), "kept");
+  std::vector<UniqueFd> fds = Fds(arena);
+  auto map = SegmentMap::Map(Specs(1, 4096), fds);
   ASSERT_TRUE(map.ok()) << map.status();
-  EXPECT_EQ((*map)->segments().size(), static_cast<size_t>(n));
-  EXPECT_EQ(server.requests(), 3);
-  EXPECT_NE((*map)->Resolve(n - 1, 0, 4096), nullptr);
+  fds.clear();
+  EXPECT_STREQ(reinterpret_cast<const char*>((*map)->Resolve(0, 0, 5)),
+               "kept");
 }
 
 TEST(SegmentMapTest, ResolveRejectsEverythingOutsideTheSegments) {
-  TempDir dir;
   FakeArena arena(2, 8192);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  auto map = SegmentMap::Fetch(server.path(), 1, Specs(2, 8192));
+  auto map = MapAll(arena);
   ASSERT_TRUE(map.ok()) << map.status();
   const SegmentMap& m = **map;
   EXPECT_NE(m.Resolve(0, 0, 8192), nullptr);
@@ -77,10 +86,8 @@ TEST(SegmentMapTest, ResolveRejectsEverythingOutsideTheSegments) {
 }
 
 TEST(SegmentMapTest, MappingCannotBeWritten) {
-  TempDir dir;
   FakeArena arena(1, 4096);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  auto map = SegmentMap::Fetch(server.path(), 1, Specs(1, 4096));
+  auto map = MapAll(arena);
   ASSERT_TRUE(map.ok()) << map.status();
   volatile char* p =
       reinterpret_cast<volatile char*>(const_cast<std::byte*>(
@@ -99,10 +106,8 @@ TEST(SegmentMapTest, MappingCannotBeWritten) {
 }
 
 TEST(SegmentMapTest, UnmapsOnDestruction) {
-  TempDir dir;
   FakeArena arena(1, 1 << 20);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  auto map = SegmentMap::Fetch(server.path(), 1, Specs(1, 1 << 20));
+  auto map = MapAll(arena);
   ASSERT_TRUE(map.ok()) << map.status();
   void* base = const_cast<std::byte*>((*map)->segments()[0].base);
   map->reset();
@@ -112,75 +117,33 @@ TEST(SegmentMapTest, UnmapsOnDestruction) {
   EXPECT_EQ(errno, ENOMEM);
 }
 
-struct FaultCase {
-  const char* name;
-  FakeFdServer::Mode mode;
-  absl::StatusCode code;
-  const char* message_part;
-};
-
-class SegmentMapFaultTest : public testing::TestWithParam<FaultCase> {};
-
-TEST_P(SegmentMapFaultTest, ReportsTheFault) {
-  TempDir dir;
-  FakeArena arena(2, 8192);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"), GetParam().mode);
-  auto map = SegmentMap::Fetch(server.path(), 1, Specs(2, 8192));
-  ASSERT_FALSE(map.ok());
-  EXPECT_EQ(map.status().code(), GetParam().code) << map.status();
-  EXPECT_NE(map.status().message().find(GetParam().message_part),
-            absl::string_view::npos)
-      << map.status();
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Faults, SegmentMapFaultTest,
-    testing::Values(
-        FaultCase{"WrongSize", FakeFdServer::Mode::kWrongSize,
-                  absl::StatusCode::kDataLoss, "the session announced"},
-        FaultCase{"Refuse", FakeFdServer::Mode::kRefuse,
-                  absl::StatusCode::kFailedPrecondition, "refused"},
-        FaultCase{"HangUp", FakeFdServer::Mode::kHangUp,
-                  absl::StatusCode::kUnavailable, "closed"},
-        FaultCase{"MissingFd", FakeFdServer::Mode::kMissingFd,
-                  absl::StatusCode::kDataLoss, "got 1 fds, expected 2"},
-        FaultCase{"WrongRange", FakeFdServer::Mode::kWrongRange,
-                  absl::StatusCode::kDataLoss, "reply is for segments"},
-        FaultCase{"BadMagic", FakeFdServer::Mode::kBadMagic,
-                  absl::StatusCode::kDataLoss, "magic"}),
-    [](const testing::TestParamInfo<FaultCase>& info) {
-      return std::string(info.param.name);
-    });
-
-TEST(SegmentMapTest, AnnouncedSegmentBeyondTheArenaIsRefused) {
-  TempDir dir;
-  FakeArena arena(1, 8192);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  auto map = SegmentMap::Fetch(server.path(), 1, Specs(2, 8192));
-  EXPECT_EQ(map.status().code(), absl::StatusCode::kFailedPrecondition)
-      << map.status();
-}
-
-TEST(SegmentMapTest, NoServerIsUnavailable) {
-  TempDir dir;
-  auto map = SegmentMap::Fetch(dir.Sub("nobody.sock"), 1, Specs(1, 4096));
-  EXPECT_EQ(map.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(map.status().message().find("fd socket"), absl::string_view::npos);
-}
-
 TEST(SegmentMapTest, BadSegmentListsAreInvalidArgument) {
-  TempDir dir;
   FakeArena arena(2, 4096);
-  FakeFdServer server(&arena, dir.Sub("fds.sock"));
-  EXPECT_EQ(SegmentMap::Fetch(server.path(), 1, {}).status().code(),
+  EXPECT_EQ(SegmentMap::Map({}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<SegmentSpec> dup = {{0, 4096}, {0, 4096}};
-  EXPECT_EQ(SegmentMap::Fetch(server.path(), 1, dup).status().code(),
+  EXPECT_EQ(SegmentMap::Map(dup, Fds(arena)).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<SegmentSpec> empty = {{0, 0}};
-  EXPECT_EQ(SegmentMap::Fetch(server.path(), 1, empty).status().code(),
+  std::vector<UniqueFd> one;
+  one.emplace_back(::dup(arena.read_only_fd(0)));
+  EXPECT_EQ(SegmentMap::Map(empty, one).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(server.requests(), 0);
+  // One fd for two segments.
+  EXPECT_EQ(SegmentMap::Map(Specs(2, 4096), one).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SegmentMapTest, MapsSameFilesTellsAReadoptedArenaFromANewOne) {
+  FakeArena arena(2, 4096);
+  FakeArena other(2, 4096);
+  auto map = MapAll(arena);
+  ASSERT_TRUE(map.ok()) << map.status();
+  // New fds of the same files (a server that re-adopted its arena).
+  EXPECT_TRUE((*map)->MapsSameFiles(Specs(2, 4096), Fds(arena)));
+  EXPECT_FALSE((*map)->MapsSameFiles(Specs(2, 4096), Fds(other)));
+  EXPECT_FALSE((*map)->MapsSameFiles(Specs(1, 4096), Fds(arena)));
+  EXPECT_FALSE((*map)->MapsSameFiles(Specs(2, 8192), Fds(arena)));
 }
 
 TEST(SegmentMapTest, FileSmallerThanAnnouncedIsDataLoss) {
@@ -191,20 +154,6 @@ TEST(SegmentMapTest, FileSmallerThanAnnouncedIsDataLoss) {
   std::vector<SegmentSpec> specs = {{0, 8192}};
   auto map = SegmentMap::Map(specs, fds);
   EXPECT_EQ(map.status().code(), absl::StatusCode::kDataLoss) << map.status();
-}
-
-TEST(SegmentMapTest, HungServerTimesOut) {
-  TempDir dir;
-  // Listens but never answers.
-  auto listen = ListenUnix(dir.Sub("hung.sock"), SOCK_SEQPACKET);
-  ASSERT_TRUE(listen.ok());
-  absl::Time start = absl::Now();
-  auto map = SegmentMap::Fetch(dir.Sub("hung.sock"), 1, Specs(1, 4096),
-                               absl::Milliseconds(200));
-  EXPECT_FALSE(map.ok());
-  EXPECT_EQ(map.status().code(), absl::StatusCode::kUnavailable)
-      << map.status();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 }  // namespace

@@ -172,3 +172,68 @@ TEST_F(MemoryTierTest, EvictByPrefixDefersLeased) {
 
 }  // namespace
 }  // namespace dlcache
+
+namespace dlcache {
+namespace {
+
+// Issue 9: per-session lease limits, checked per item, all or nothing.
+TEST_F(MemoryTierTest, SessionLimitsRefuseWholeItemsAndCountPerSession) {
+  MemoryTier::SessionLimits limits;
+  limits.max_leased_bytes = 1500;
+  limits.max_leases = 3;
+  tier_->SetSessionLimits(limits);
+  const uint64_t s = tier_->OpenSession();
+  const uint64_t other = tier_->OpenSession();
+  ChunkEntry* a = Fill("a", 1000, 'a');
+  ChunkEntry* b = Fill("b", 1000, 'b');
+  absl::StatusOr<std::vector<LeasedChunk>> la = tier_->LeaseAll(s, {a});
+  ASSERT_TRUE(la.ok()) << la.status();
+  EXPECT_EQ(tier_->Usage(s).leases, 1u);
+  EXPECT_EQ(tier_->Usage(s).leased_bytes, 1000u);
+  // 2000 bytes would be over 1500: refused, and its pin dropped.
+  absl::StatusOr<std::vector<LeasedChunk>> lb = tier_->LeaseAll(s, {b});
+  EXPECT_TRUE(absl::IsResourceExhausted(lb.status())) << lb.status();
+  EXPECT_NE(lb.status().message().find("session_lease_share"),
+            std::string::npos);
+  EXPECT_EQ(tier_->Usage(s).leases, 1u);
+  EXPECT_EQ(tier_->Stats().session_limit_refusals, 1u);
+  // The hit path refuses the same way, item by item.
+  std::vector<MemoryTier::HitRequest> req(2);
+  req[0].path = "b";
+  req[1].path = "a";
+  std::vector<std::vector<LeasedChunk>> out(2);
+  std::vector<bool> served(2);
+  ASSERT_TRUE(tier_->ServeHits(s, 0, absl::MakeSpan(req), &out, &served).ok());
+  EXPECT_TRUE(served[0]);
+  EXPECT_TRUE(absl::IsResourceExhausted(req[0].refused));
+  EXPECT_TRUE(out[0].empty());
+  EXPECT_TRUE(served[1]);  // a second lease of "a" is over budget too
+  EXPECT_TRUE(absl::IsResourceExhausted(req[1].refused));
+  EXPECT_TRUE(out[1].empty());
+  // Another session has its own budget.
+  std::vector<MemoryTier::HitRequest> req2(1);
+  req2[0].path = "b";
+  std::vector<std::vector<LeasedChunk>> out2(1);
+  std::vector<bool> served2(1);
+  ASSERT_TRUE(
+      tier_->ServeHits(other, 0, absl::MakeSpan(req2), &out2, &served2).ok());
+  EXPECT_TRUE(req2[0].refused.ok());
+  ASSERT_EQ(out2[0].size(), 1u);
+  EXPECT_EQ(tier_->Usage(other).leased_bytes, 1000u);
+  // Releasing frees the budget; closing releases everything.
+  EXPECT_EQ(tier_->Release(s, {(*la)[0].lease}), 1u);
+  EXPECT_EQ(tier_->Usage(s).leased_bytes, 0u);
+  tier_->CloseSession(other);
+  tier_->CloseSession(s);
+  EXPECT_EQ(tier_->Stats().leases, 0u);
+  EXPECT_EQ(tier_->Stats().leased_bytes, 0u);
+  // A closed session leases nothing, and the pins go.
+  ChunkEntry* c = Fill("c", 10, 'c');
+  absl::StatusOr<std::vector<LeasedChunk>> lc = tier_->LeaseAll(s, {c});
+  EXPECT_TRUE(absl::IsFailedPrecondition(lc.status()));
+  // Every pin went with its lease or its refusal: all three can be evicted.
+  EXPECT_EQ(tier_->Evict(0, "").deferred, 0u);
+}
+
+}  // namespace
+}  // namespace dlcache

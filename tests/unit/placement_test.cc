@@ -80,15 +80,21 @@ TEST(PlacementTest, KeyHashSeparatesFields) {
 }
 
 TEST(PlacementTest, OwnerIsStableAcrossVersions) {
-  // Every node (and every dlcached version) must agree on owners: pin a few.
+  // Every node of a cluster (and every dlcached version in a rolling
+  // upgrade) must agree on owners, so the hash is part of the protocol: these
+  // owners and hashes were computed once and are pinned here. A change to
+  // KeyHash or the rendezvous score fails this test.
   Placement p(MakeNodes(4));
-  const std::vector<Key> keys = MakeKeys(4, 1);
-  std::vector<std::string> owners;
-  for (const Key& k : keys) owners.push_back(p.Owner(Id(k))->id);
-  Placement again(MakeNodes(4));
+  const std::vector<Key> keys = MakeKeys(4, 2);
+  const std::vector<std::string> want = {"node-3", "node-2", "node-0", "node-0",
+                                         "node-3", "node-0", "node-0", "node-1"};
+  ASSERT_EQ(keys.size(), want.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ(again.Owner(Id(keys[i]))->id, owners[i]);
+    EXPECT_EQ(p.Owner(Id(keys[i]))->id, want[i]) << keys[i].path << "#"
+                                                 << keys[i].chunk;
   }
+  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 0}), 9242042501747369860ull);
+  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 1}), 3082589715422414959ull);
 }
 
 class PlacementBalanceTest : public testing::TestWithParam<int> {};

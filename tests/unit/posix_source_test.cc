@@ -40,7 +40,9 @@ TEST_F(PosixSourceTest, StatAndRead) {
 
 TEST_F(PosixSourceTest, ErrorsHaveCanonicalCodes) {
   EXPECT_EQ(source_->Stat("nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(source_->Stat("sub").status().code(), absl::StatusCode::kNotFound);
+  // A directory is not a regular file (issue 9): refused, not "missing".
+  EXPECT_EQ(source_->Stat("sub").status().code(),
+            absl::StatusCode::kFailedPrecondition);
   char buf[20];
   EXPECT_EQ(source_->ReadAt("a.bin", 0, absl::MakeSpan(buf, 20)).code(),
             absl::StatusCode::kOutOfRange);

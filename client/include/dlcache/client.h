@@ -16,16 +16,28 @@
 // may outlive the Client object, but its bytes are only guaranteed while the
 // Item is alive.
 //
-// Processes: a Client cannot cross fork() (gRPC state does not survive it).
-// In a forked child every call returns FAILED_PRECONDITION; create one Client
-// per process, e.g. in a data-loader worker's init function. Mapped bytes
-// and Items inherited by a child stay readable there.
+// Transport: a plain Unix SOCK_STREAM socket to dlcached's data socket and
+// the local protocol (common/local_protocol.h); no gRPC. One connection per
+// Client is one session on the server; the segment fds come over it too.
+//
+// Processes: a Client belongs to the process that created it. After fork()
+// the child's copy fails every call at once with FAILED_PRECONDITION
+// ("... created in process P before fork(); create a new Client in the
+// child") and never touches the parent's socket, threads or locks;
+// destroying it in the child sends nothing and joins nothing (its state is
+// leaked there). A new Client created in the child works whatever the
+// parent was doing at the fork (calls in flight, reconnecting); so create
+// one Client per process, e.g. in a data-loader worker's init function.
+// Mapped bytes and Items inherited by a child stay readable there; dropping
+// them releases nothing (the leases are the parent's).
 //
 // Lifetime of leases: the server keeps a returned chunk's bytes unchanged
 // until its lease is released. Releases are queued when an Item or Batch is
 // destroyed and sent in bulk (piggy-backed on the next GetBatch, or after
 // ClientOptions::release_delay, or by FlushReleases()); if the process dies,
-// the server releases all of its leases when the session stream breaks.
+// the server releases all of its leases when the connection closes (a
+// forked child that is still alive keeps the inherited socket, and so the
+// parent's session, open until it exits or execs).
 //
 // Server restarts: when the session is lost (dlcached restarted or crashed)
 // the Client reconnects by itself in the background (exponential backoff,
@@ -68,11 +80,15 @@ struct MappedSegment {
 };
 
 struct ClientOptions {
-  // dlcached's gRPC Unix socket.
+  // dlcached's data socket (`dlcached --socket`), spoken to with the local
+  // protocol. The admin API (dlcachectl) is on PATH + ".admin".
   std::string socket_path = "/run/dlcache/dlcached.sock";
   // Shown in the server's logs.
   std::string client_name = "client";
-  // Deadline of each RPC.
+  // Deadline of each call (GetBatch, Stat, Prefetch, FlushReleases): it
+  // fails with DEADLINE_EXCEEDED when dlcached has not answered by then
+  // (the session stays; leases of a late answer are released), or with
+  // UNAVAILABLE when the session is lost and not back by then.
   absl::Duration rpc_timeout = absl::Seconds(60);
   // Deadline of Connect (the server may still be starting).
   absl::Duration connect_timeout = absl::Seconds(10);
@@ -91,9 +107,8 @@ struct ClientOptions {
   bool reconnect = true;
   absl::Duration reconnect_initial_backoff = absl::Milliseconds(50);
   absl::Duration reconnect_max_backoff = absl::Seconds(2);
-  // Send GetBatch and releases on the already open session stream when the
-  // server supports it (no per-call RPC set-up, compact answers); off, or
-  // with an older server: one unary RPC per call.
+  // No effect any more (every request goes on the session's connection);
+  // kept so that code setting it still compiles.
   bool session_requests = true;
   // Called after a reconnect mapped new segments (a restarted server), with
   // the new mappings and the new mapping_generation(), before any GetBatch
@@ -212,9 +227,14 @@ class Batch {
 
 class Client {
  public:
-  // Opens a session with dlcached and maps its segments read-only.
+  // Connects to options.socket_path, opens a session with dlcached and
+  // maps its segments read-only (fds received on the same connection).
+  // Waits up to connect_timeout for a server that is still starting.
   // UNAVAILABLE if the server is not reachable within connect_timeout,
-  // DATA_LOSS / INTERNAL if the fd hand-over fails. Blocks.
+  // DEADLINE_EXCEEDED if it does not answer in time, the server's code if
+  // it refuses the session (e.g. PERMISSION_DENIED), DATA_LOSS / INTERNAL if
+  // the fd hand-over or mapping fails. Blocks. Starts three threads (the
+  // connection's reader, the release flusher, the reconnect supervisor).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
   ~Client();
@@ -222,11 +242,14 @@ class Client {
   // Returns one Item per path, in order. The call fails as a whole only when
   // the server is unreachable or the session is lost and not back within
   // rpc_timeout (UNAVAILABLE), the dataset name is bad (INVALID_ARGUMENT),
-  // the dataset is unknown (NOT_FOUND), after fork() (FAILED_PRECONDITION)
-  // or on the RPC deadline (DEADLINE_EXCEEDED); per-file errors are in
-  // Item::status(). Blocks until every item is filled. A session lost
-  // during the call is retried on the next session (within rpc_timeout).
-  // Any number of threads may call it at once.
+  // the dataset is unknown (NOT_FOUND), after fork() (FAILED_PRECONDITION),
+  // on a malformed answer (DATA_LOSS) or on the call's deadline
+  // (DEADLINE_EXCEEDED); per-file errors are in Item::status(). Blocks
+  // until every item is filled. A session lost during the call is retried
+  // on the next session (within rpc_timeout). More keys than the server
+  // takes in one request (its max_keys_per_batch) go as several requests.
+  // Any number of threads may call it at once; their requests are in
+  // flight together on the one connection and answered in any order.
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const std::string> paths);
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
@@ -245,7 +268,9 @@ class Client {
   // The segments of the current session's mappings. They change only when
   // a reconnect had to map a restarted server's segments; then
   // mapping_generation() changes too. Mappings that Items still use stay
-  // mapped until those Items are gone.
+  // mapped until those Items are gone. In a fork()ed child, segments() and
+  // the counters below return empty / 0 (session_status():
+  // FAILED_PRECONDITION).
   std::vector<MappedSegment> segments() const;
   // 1 after Connect; +1 each time a reconnect mapped new segments. A GPU
   // uploader compares it with the value it registered segments() at.
@@ -256,8 +281,8 @@ class Client {
   uint64_t session_id() const;
   // Sessions opened so far: 1 after Connect, +1 per reconnect.
   uint64_t sessions_opened() const;
-  // OK while a session with dlcached is open; UNAVAILABLE (or the stream's
-  // error) while it is lost, e.g. because dlcached restarted, until a
+  // OK while a session with dlcached is open; UNAVAILABLE (or the
+  // connection's error) while it is lost, e.g. because dlcached restarted, until a
   // reconnect succeeds (with ClientOptions::reconnect off: for good, and
   // the Client must be recreated). Items stay readable either way.
   absl::Status session_status() const;

@@ -9,8 +9,10 @@
  * or aborts on bad input; NULL arguments give DLC_INVALID_ARGUMENT.
  *
  * Ownership: dlc_connect returns a client the caller frees with dlc_close;
- * dlc_get_batch returns a batch the caller frees with dlc_batch_free, which
- * releases its leases. Chunk pointers are valid until the batch is freed.
+ * dlc_get_batch (and dlc_get_batch_packed) returns a batch the caller frees
+ * with dlc_batch_free, which releases its leases. Per-batch arrays
+ * (dlc_batch_arrays) and whole-batch copies (dlc_batch_copy) avoid per-item
+ * calls. Chunk pointers are valid until the batch is freed.
  * A batch may outlive its client. A client may be used from several threads;
  * a batch from one thread at a time.
  */
@@ -115,6 +117,74 @@ int dlc_batch_chunk(const dlc_batch* batch, size_t item, uint32_t chunk,
 int dlc_batch_copy_item(const dlc_batch* batch, size_t item, void* dst,
                         uint64_t dst_size);
 void dlc_batch_free(dlc_batch* batch);
+
+/* ---- Whole-batch calls (one C call per batch, no per-item calls) ---- */
+
+/* Per-item arrays of a batch, num_items entries each, owned by the batch
+ * and valid until dlc_batch_free. For item i:
+ *   code[i]       its status (DLC_OK or the per-item error);
+ *   size[i]       bytes returned (0 for failed items);
+ *   file_size[i]  size of the whole file;
+ *   data[i]       its bytes, read-only, when it is OK and has exactly one
+ *                 chunk; NULL for failed items, empty files and multi-chunk
+ *                 items (num_chunks[i] > 1: read those with dlc_batch_chunk
+ *                 or copy them with dlc_batch_copy_item / dlc_batch_copy);
+ *   num_chunks[i] chunks returned;
+ *   hit[i]        1 if served from memory without a fill.
+ * Summary: total_size = sum of size[]; uniform_size = the size every item
+ * has when all items are OK and of equal size (and num_items > 0), else
+ * DLC_NO_UNIFORM_SIZE; num_failed and num_multi_chunk count items. */
+#define DLC_NO_UNIFORM_SIZE UINT64_MAX
+typedef struct {
+  size_t num_items;
+  const int32_t* code;
+  const uint64_t* size;
+  const uint64_t* file_size;
+  const void* const* data;
+  const uint32_t* num_chunks;
+  const uint8_t* hit;
+  uint64_t total_size;
+  uint64_t uniform_size;
+  size_t num_failed;
+  size_t num_multi_chunk;
+} dlc_batch_arrays;
+
+/* Like dlc_get_batch, but the keys are packed: num_keys NUL-terminated
+ * strings back to back in keys[0 .. keys_size) (keys_size counts the
+ * terminators; a key cannot contain NUL). If arrays is not NULL it receives
+ * the batch's per-item arrays (as dlc_batch_arrays), filled in the same
+ * call. DLC_INVALID_ARGUMENT if keys does not hold exactly num_keys
+ * terminated strings. */
+int dlc_get_batch_packed(dlc_client* client, const char* dataset,
+                         const char* keys, size_t keys_size, size_t num_keys,
+                         dlc_batch** out, const dlc_batch_arrays** arrays);
+
+/* The batch's per-item arrays (computed on the first call, then cached;
+ * valid until dlc_batch_free). */
+int dlc_batch_arrays_get(dlc_batch* batch, const dlc_batch_arrays** out);
+
+/* Fills caller-provided arrays for items [first, first + count); any array
+ * pointer may be NULL (not filled). Same meaning as dlc_batch_arrays.
+ * DLC_OUT_OF_RANGE if the range exceeds the batch. */
+int dlc_batch_fill_arrays(const dlc_batch* batch, size_t first, size_t count,
+                          int32_t* code, uint64_t* size, const void** data,
+                          uint64_t* file_size, uint8_t* hit,
+                          uint32_t* num_chunks);
+
+/* Copies every item's bytes (all chunks, multi-chunk items included) into
+ * one caller buffer, in item order:
+ *   stride == 0: back to back (variable-size samples): item i lands at
+ *     offsets[i], offsets[num_items] = the total; needs dst_size >= total.
+ *   stride > 0: item i at i * stride (fixed-size slots); the rest of a
+ *     slot after a shorter item is zero-filled; offsets[i] = i * stride,
+ *     offsets[num_items] = num_items * stride; needs dst_size >=
+ *     num_items * stride, and DLC_INVALID_ARGUMENT if an item is larger
+ *     than stride.
+ * Failed items take 0 bytes (their slot is zeroed); check the codes.
+ * offsets (num_items + 1 entries) may be NULL. dst may be NULL when no
+ * byte is needed. Nothing is written on failure. */
+int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
+                   uint64_t stride, uint64_t* offsets);
 
 /* Mapped segments, for GPU registration. Fills up to max entries and stores
  * the total count in *count. They change when the client reconnected to a

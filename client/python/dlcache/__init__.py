@@ -3,10 +3,15 @@
     import dlcache
     with dlcache.Client("/run/dlcache/dlcached.sock") as client:
         batch = client.get_batch("imagenet", ["train/n01/a.jpg"])
+        batch.sizes, batch.codes    # per-item arrays (numpy if installed)
         view = batch[0].view()      # read-only memoryview, zero-copy
         t = batch[0].tensor()       # uint8 torch tensor over the same bytes
+        x = batch.to_tensor()       # [B, size] copy (flat + offsets if ragged)
 
-For a stock PyTorch loop: dlcache.torch_data.CacheIterableDataset.
+For PyTorch DataLoaders: dlcache.torch_data.CacheDataset (map-style) and
+CacheIterableDataset (sharded by worker and rank, per-epoch shuffle,
+batched reads). A Client does not cross fork(): make one per process (the
+datasets do).
 
 Uses libdlcache_c.so through ctypes (no compile step); set DLCACHE_LIB to
 its path if it is not found (see dlcache._lib).
@@ -21,7 +26,7 @@ from ._client import (ABORTED, ALREADY_EXISTS, CANCELLED, DATA_LOSS,
 
 __all__ = [
     "Batch", "Client", "DlcacheError", "Item", "Segment", "status_name",
-    "CacheIterableDataset",
+    "CacheDataset", "CacheIterableDataset", "collate",
 ]
 
 __version__ = "0.1.0"
@@ -29,7 +34,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # torch is imported only when the dataset is asked for.
-    if name == "CacheIterableDataset":
-        from .torch_data import CacheIterableDataset
-        return CacheIterableDataset
-    raise AttributeError(name)
+    if name in ("CacheDataset", "CacheIterableDataset", "collate"):
+        from . import torch_data
+        return getattr(torch_data, name)
+    raise AttributeError("module 'dlcache' has no attribute %r" % name)

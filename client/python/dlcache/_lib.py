@@ -1,17 +1,23 @@
 """Loads libdlcache_c.so and declares the C ABI (client/include/dlcache/dlcache_c.h).
 
 The library is looked for, in order, at:
-  1. $DLCACHE_LIB (a path to the .so);
-  2. next to this package (an installed wheel/tarball layout);
+  1. $DLCACHE_LIB (a path to the .so; when set, nothing else is tried);
+  2. next to this package (dlcache/libdlcache_c.so: the CMake target
+     python_package_lib copies it there before `pip install ./client/python`,
+     `cmake --install --component python` installs package and library
+     together);
   3. build*/client/libdlcache_c.so* in the source tree this package sits in
-     (the most recently built one);
-  4. the system's library path (ctypes.util.find_library("dlcache_c")).
+     (the most recently built one), when it runs from a checkout;
+  4. the standard library directories: the dynamic loader's search
+     (ctypes.util.find_library), <sys.prefix>/lib, /usr/local/lib, /usr/lib.
+When none loads, OSError lists every place tried and how to fix it.
 """
 
 import ctypes
 import ctypes.util
 import glob
 import os
+import sys
 import threading
 
 c_char_p = ctypes.c_char_p
@@ -48,6 +54,26 @@ class Segment(ctypes.Structure):
     _fields_ = [("id", c_uint32), ("base", c_void_p), ("size", c_uint64)]
 
 
+class BatchArrays(ctypes.Structure):
+    """dlc_batch_arrays: per-item arrays owned by a dlc_batch."""
+    _fields_ = [
+        ("num_items", c_size_t),
+        ("code", ctypes.POINTER(ctypes.c_int32)),
+        ("size", ctypes.POINTER(c_uint64)),
+        ("file_size", ctypes.POINTER(c_uint64)),
+        ("data", ctypes.POINTER(c_void_p)),
+        ("num_chunks", ctypes.POINTER(c_uint32)),
+        ("hit", ctypes.POINTER(ctypes.c_uint8)),
+        ("total_size", c_uint64),
+        ("uniform_size", c_uint64),
+        ("num_failed", c_size_t),
+        ("num_multi_chunk", c_size_t),
+    ]
+
+
+NO_UNIFORM_SIZE = (1 << 64) - 1
+
+
 class Options(ctypes.Structure):
     # Filled by dlc_options_init; fields may be appended in later versions,
     # so the struct gets spare room and is never initialised by hand.
@@ -66,23 +92,42 @@ _lock = threading.Lock()
 _lib = None
 
 
+_LIB_NAMES = ("libdlcache_c.so", "libdlcache_c.so.0")
+
+
 def _candidates():
+    """Yields (path, how) pairs in the order they are tried."""
     env = os.environ.get("DLCACHE_LIB")
     if env:
-        yield env
+        yield env, "$DLCACHE_LIB"
         return
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("libdlcache_c.so", "libdlcache_c.so.0"):
-        yield os.path.join(here, name)
+    for name in _LIB_NAMES:
+        yield os.path.join(here, name), "next to the package"
     # client/python/dlcache -> the source tree's root.
     root = os.path.abspath(os.path.join(here, "..", "..", ".."))
-    built = glob.glob(os.path.join(root, "build*", "client", "libdlcache_c.so*"))
-    built.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    for p in built:
-        yield p
+    if os.path.exists(os.path.join(root, "client", "c_api")):
+        built = glob.glob(os.path.join(root, "build*", "client",
+                                       "libdlcache_c.so*"))
+        built.sort(key=os.path.getmtime, reverse=True)
+        if built:
+            for p in built:
+                yield p, "build tree"
+        else:
+            yield (os.path.join(root, "build*", "client", "libdlcache_c.so"),
+                   "build tree")
     found = ctypes.util.find_library("dlcache_c")
     if found:
-        yield found
+        yield found, "loader search path"
+    seen = set()
+    for d in (os.path.join(sys.prefix, "lib"), "/usr/local/lib",
+              "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+              "/usr/lib"):
+        for name in _LIB_NAMES:
+            p = os.path.join(d, name)
+            if p not in seen:
+                seen.add(p)
+                yield p, "standard library directory"
 
 
 def _declare(lib):
@@ -104,6 +149,16 @@ def _declare(lib):
         "dlc_batch_free": (None, [c_void_p]),
         "dlc_segments": (c_int, [c_void_p, P(Segment), c_size_t,
                                  P(c_size_t)]),
+        # Whole-batch calls.
+        "dlc_get_batch_packed": (c_int, [c_void_p, c_char_p, c_char_p,
+                                         c_size_t, c_size_t, P(c_void_p),
+                                         P(P(BatchArrays))]),
+        "dlc_batch_arrays_get": (c_int, [c_void_p, P(P(BatchArrays))]),
+        "dlc_batch_fill_arrays": (c_int, [c_void_p, c_size_t, c_size_t,
+                                          c_void_p, c_void_p, c_void_p,
+                                          c_void_p, c_void_p, c_void_p]),
+        "dlc_batch_copy": (c_int, [c_void_p, c_void_p, c_uint64, c_uint64,
+                                   c_void_p]),
     }
     optional = {
         "dlc_options_init": (None, [P(Options)]),
@@ -122,22 +177,38 @@ def _declare(lib):
 
 
 def load():
-    """Returns the loaded library; raises OSError listing where it looked."""
+    """Returns the loaded library; raises OSError listing every place it
+    looked and how to fix it."""
     global _lib
     with _lock:
         if _lib is not None:
             return _lib
         tried = []
-        for path in _candidates():
+        for path, how in _candidates():
             if os.path.sep in path and not os.path.exists(path):
-                tried.append(path + " (missing)")
+                tried.append("%s [%s]: missing" % (path, how))
                 continue
             try:
-                _lib = _declare(ctypes.CDLL(path))
-                _lib._dlcache_path = path
-                return _lib
-            except (OSError, AttributeError) as e:
-                tried.append("%s (%s)" % (path, e))
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append("%s [%s]: %s" % (path, how, e))
+                continue
+            try:
+                _lib = _declare(lib)
+            except AttributeError as e:
+                tried.append("%s [%s]: too old for this package (%s)" % (
+                    path, how, e))
+                continue
+            _lib._dlcache_path = path
+            return _lib
+        here = os.path.dirname(os.path.abspath(__file__))
         raise OSError(
-            "libdlcache_c.so not found; set DLCACHE_LIB to its path. Tried: "
-            + "; ".join(tried or ["nothing"]))
+            "dlcache: libdlcache_c.so could not be loaded. Tried, in order:\n  "
+            + "\n  ".join(tried or ["nothing"])
+            + "\nFix it either way:\n"
+            "  1. set DLCACHE_LIB=/path/to/libdlcache_c.so (built as "
+            "build/client/libdlcache_c.so by `cmake --build build --target "
+            "dlcache_c_shared`), or\n"
+            "  2. put libdlcache_c.so next to the package, in " + here
+            + " (`cmake --build build --target python_package_lib` copies "
+            "it there, before `pip install ./client/python`).")

@@ -1,123 +1,395 @@
-"""A torch.utils.data.IterableDataset that reads samples from dlcache.
+"""DataLoader-ready datasets that read their samples from dlcache.
 
-    ds = CacheIterableDataset("imagenet", keys, socket_path=SOCK,
-                              transform=decode_jpeg)
-    loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8,
-                                         pin_memory=True)
-    for epoch in range(90):
+Map-style (random access; batched reads through __getitems__ on torch >= 2,
+or by passing a list of indices, e.g. with a BatchSampler as sampler):
+
+    ds = CacheDataset(keys, dataset="imagenet", socket=SOCK,
+                      transform=decode)
+    loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=8)
+
+Iterable (sharded by DataLoader worker and by torch.distributed rank,
+reshuffled per epoch, one get_batch per step):
+
+    ds = CacheIterableDataset(keys, dataset="imagenet", socket=SOCK,
+                              batch_size=256, seed=0)
+    loader = DataLoader(ds, batch_size=None, num_workers=8,
+                        persistent_workers=True, pin_memory=True)
+    for epoch in range(start, 90):
         ds.set_epoch(epoch)
-        for images in loader: ...
+        for x in loader: ...   # [256, size] uint8 when sizes are equal
 
-Each worker process opens its own Client and reads its share of the
-epoch's (shuffled) keys in requests of `fetch_size` keys. Samples are
-uint8 tensors viewing the cache's shared memory (read-only, zero-copy); the
-transform should decode or copy them. With num_workers > 0 DataLoader moves
-samples between processes through its own shared memory (one copy).
+Processes: a dlcache.Client cannot cross fork(). These datasets therefore
+never pickle their Client (__getstate__ drops it) and open one lazily in
+each process that reads (per pid), so they work with num_workers=0..N under
+the fork, spawn and forkserver start methods, with persistent workers, and
+when the main process used a Client of its own before the DataLoader forked.
+
+Samples are uint8 data: output="tensor" (torch.uint8, 1-D), "numpy" (uint8
+ndarray) or "bytes". With copy=True (the default) a step's items are copied
+in C++ into one fresh buffer that the samples view, and the leases are
+released at once; copy=False gives zero-copy read-only views of the cache
+(tensor/numpy) that hold their leases while they live: useful with
+num_workers=0 and a transform that decodes them (never write to them).
 """
 
+import os
 import random
 
 import torch
 import torch.utils.data
 
-from ._client import Client, DlcacheError
+from ._client import OK, Client
+
+try:
+    import numpy as _np
+except ImportError:
+    _np = None
+
+_OUTPUTS = ("tensor", "numpy", "bytes")
 
 
-class CacheIterableDataset(torch.utils.data.IterableDataset):
-    """Yields transform(tensor) (or (key, tensor) with return_keys) for each
-    key, in an order reshuffled every epoch (seed + epoch).
+def collate(samples):
+    """Stacks equal-size samples into one batch.
 
-    Sharding: keys are split between DataLoader workers and, when
-    torch.distributed is initialised (or rank/world_size are given), between
-    ranks. Missing or failed files raise DlcacheError unless skip_errors.
-    The epoch is set by set_epoch(); without it, each iteration of this
-    object advances it (which only works with num_workers=0 or
-    persistent_workers).
+    torch tensors -> torch.stack ([B, ...]); numpy arrays -> numpy.stack;
+    bytes-like -> a [B, size] uint8 tensor; (key, sample) pairs -> (list of
+    keys, stacked samples). Raises ValueError naming the sizes when they
+    differ (keep variable-size samples as a list, or use
+    Batch.to_tensor(), which gives flat + offsets). Usable as a
+    DataLoader collate_fn.
     """
+    samples = list(samples)
+    if not samples:
+        raise ValueError("collate: no samples")
+    first = samples[0]
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(
+            first[0], (str, bytes)):
+        keys = [s[0] for s in samples]
+        return keys, collate([s[1] for s in samples])
+    if isinstance(first, (bytes, bytearray, memoryview)):
+        sizes = {len(memoryview(s).cast("B")) for s in samples}
+        if len(sizes) != 1:
+            raise ValueError("collate: samples differ in size (%s); "
+                             "equal sizes are needed to stack" %
+                             sorted(sizes)[:8])
+        out = torch.empty((len(samples), sizes.pop()), dtype=torch.uint8)
+        view = out.numpy() if _np is not None else None
+        for i, s in enumerate(samples):
+            if view is not None:
+                view[i] = _np.frombuffer(s, dtype=_np.uint8)
+            else:
+                out[i] = torch.tensor(list(bytes(s)), dtype=torch.uint8)
+        return out
+    shapes = {tuple(s.shape) for s in samples}
+    if len(shapes) != 1:
+        raise ValueError("collate: samples differ in shape (%s); equal "
+                         "shapes are needed to stack" % sorted(shapes)[:8])
+    if isinstance(first, torch.Tensor):
+        return torch.stack(samples)
+    if _np is not None and isinstance(first, _np.ndarray):
+        return _np.stack(samples)
+    raise TypeError("collate: cannot stack %s" % type(first).__name__)
 
-    def __init__(self, dataset, keys, socket_path=None, shuffle=True, seed=0,
-                 fetch_size=64, transform=None, return_keys=False,
-                 skip_errors=False, rank=None, world_size=None,
-                 client_name="torch"):
-        super().__init__()
-        if fetch_size < 1:
-            raise ValueError("fetch_size must be >= 1")
-        self.dataset = dataset
-        self.keys = list(keys)
-        self.socket_path = socket_path
-        self.shuffle = shuffle
-        self.seed = seed
-        self.fetch_size = fetch_size
-        self.transform = transform
-        self.return_keys = return_keys
-        self.skip_errors = skip_errors
-        self.rank = rank
-        self.world_size = world_size
+
+def _stack_or_list(samples):
+    try:
+        return collate(samples)
+    except (ValueError, TypeError):
+        return samples
+
+
+class _ClientMixin:
+    """A Client per process, opened on first use; never pickled."""
+
+    def _init_client(self, socket, client_name, connect_timeout,
+                     rpc_timeout, output, copy):
+        if output not in _OUTPUTS:
+            raise ValueError("output must be one of %s, not %r" %
+                             (", ".join(_OUTPUTS), output))
+        if output == "numpy" and _np is None:
+            raise ImportError('output="numpy" needs numpy')
+        self.socket = socket
         self.client_name = client_name
-        self._epoch = None
-        self._auto_epoch = 0
+        self.connect_timeout = connect_timeout
+        self.rpc_timeout = rpc_timeout
+        self.output = output
+        self.copy = copy
         self._client = None
         self._client_pid = None
 
-    def set_epoch(self, epoch):
-        self._epoch = int(epoch)
-
-    def __len__(self):
-        return len(self._shard(self.keys))
-
-    def _rank(self):
-        if self.rank is not None:
-            return self.rank, self.world_size or 1
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-
-    def _shard(self, keys):
-        rank, world = self._rank()
-        keys = keys[rank::world]
-        info = torch.utils.data.get_worker_info()
-        if info is not None:
-            keys = keys[info.id::info.num_workers]
-        return keys
-
     def _get_client(self):
-        import os
-        # A client does not survive fork: each worker opens its own.
-        if self._client is None or self._client_pid != os.getpid():
-            self._client = Client(self.socket_path,
-                                  client_name=self.client_name)
-            self._client_pid = os.getpid()
-        return self._client
+        pid = os.getpid()
+        c = self._client
+        if c is None or self._client_pid != pid or c.inherited:
+            # Never touch a Client inherited through fork: open our own.
+            self._client = None
+            c = Client(self.socket, client_name="%s-%d" % (
+                self.client_name, pid), connect_timeout=self.connect_timeout,
+                rpc_timeout=self.rpc_timeout)
+            self._client = c
+            self._client_pid = pid
+        return c
 
-    def __iter__(self):
-        if self._epoch is None:
-            epoch = self._auto_epoch
-            self._auto_epoch += 1
-        else:
-            epoch = self._epoch
-        order = list(self.keys)
-        if self.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        mine = self._shard(order)
-        client = self._get_client()
-        for start in range(0, len(mine), self.fetch_size):
-            keys = mine[start:start + self.fetch_size]
-            batch = client.get_batch(self.dataset, keys)
-            for key, item in zip(keys, batch):
-                if not item.ok:
-                    if self.skip_errors:
-                        continue
-                    raise DlcacheError(item.code, "%s: %s" % (key, item.error))
-                t = item.tensor()
-                if self.transform is not None:
-                    t = self.transform(t)
-                yield (key, t) if self.return_keys else t
-            batch.release()
+    def close(self):
+        """Closes this process's Client (a new one opens on next use)."""
+        c, self._client = self._client, None
+        if c is not None and self._client_pid == os.getpid():
+            c.close()
 
     def __getstate__(self):
-        # Clients are per process; workers open their own.
         state = dict(self.__dict__)
         state["_client"] = None
         state["_client_pid"] = None
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # -- reading ----------------------------------------------------------
+
+    def _read(self, keys, skip_errors):
+        """(kept keys, samples) for `keys` with one get_batch. Failed items
+        raise DlcacheError, or are left out with skip_errors."""
+        batch = self._get_client().get_batch(self.dataset, keys)
+        if batch.num_failed:
+            if not skip_errors:
+                batch.raise_for_status()
+            codes = batch.codes
+            keep = [i for i in range(len(batch)) if codes[i] == OK]
+        else:
+            keep = None
+        return self._convert(batch, keys, keep)
+
+    def _convert(self, batch, keys, keep):
+        n = len(batch)
+        idx = range(n) if keep is None else keep
+        kept = keys if keep is None else [keys[i] for i in keep]
+        if not self.copy:
+            if self.output == "bytes":
+                return kept, [batch[i].tobytes() for i in idx]
+            if self.output == "numpy":
+                return kept, [batch[i].numpy() for i in idx]
+            return kept, [batch[i].tensor() for i in idx]
+        if self.output == "bytes":
+            return kept, [batch[i].tobytes() for i in idx]
+        total = batch.total_size
+        if self.output == "numpy":
+            flat = _np.empty(total, dtype=_np.uint8)
+        else:
+            flat = torch.empty(total, dtype=torch.uint8)
+        offsets = batch.copy_into(flat)
+        offsets = offsets.tolist() if hasattr(offsets, "tolist") else \
+            list(offsets)
+        del batch  # leases go now: the samples view `flat`
+        return kept, [flat[offsets[i]:offsets[i + 1]] for i in idx]
+
+    def _sample(self, key, data):
+        if self.transform is not None:
+            data = self.transform(data)
+        return (key, data) if self.return_keys else data
+
+
+class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
+    """Map-style dataset: ds[i] is the sample of keys[i].
+
+    ds[[i, j, ...]] and __getitems__ (used by torch >= 2 DataLoaders with a
+    batch_size) read all the indices with one get_batch and return a list
+    of samples. A missing or failed file raises DlcacheError.
+
+    Args:
+      keys: dataset-relative paths.
+      dataset: dlcached dataset name.
+      socket: dlcached's socket (None = the default).
+      transform: called on each sample (in the worker).
+      output: "tensor" | "numpy" | "bytes".
+      copy: copy into fresh memory (default) or zero-copy read-only views.
+      return_keys: samples are (key, data).
+    """
+
+    def __init__(self, keys, dataset="default", socket=None, transform=None,
+                 output="tensor", copy=True, return_keys=False,
+                 client_name="torch", connect_timeout=10.0, rpc_timeout=60.0):
+        super().__init__()
+        self.keys = list(keys)
+        self.dataset = dataset
+        self.transform = transform
+        self.return_keys = return_keys
+        self._init_client(socket, client_name, connect_timeout, rpc_timeout,
+                          output, copy)
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitems__(self, indices):
+        keys = [self.keys[i] for i in indices]
+        kept, samples = self._read(keys, skip_errors=False)
+        return [self._sample(k, s) for k, s in zip(kept, samples)]
+
+    def __getitem__(self, index):
+        if isinstance(index, (list, tuple)):
+            return self.__getitems__(index)
+        key = self.keys[index]
+        _, samples = self._read([key], skip_errors=False)
+        return self._sample(key, samples[0])
+
+
+class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
+    """Iterable dataset: each epoch, the keys reshuffled with
+    Random(seed, epoch), split between ranks (torch.distributed, or the
+    rank/world_size arguments, which take precedence) and then between
+    DataLoader workers; every key is read once per epoch by exactly one
+    worker of one rank. Reads go in get_batch calls of batch_size keys
+    (batched mode) or fetch_size keys (per-sample mode).
+
+    batch_size=None: yields samples (transform applied to each).
+    batch_size=B: yields one batch per step (use DataLoader(batch_size=None)):
+      without transform/collate_fn, a [B, size] tensor / ndarray when all
+      sizes are equal (copied straight from the cache in C++), else a list
+      of samples (bytes output: always a list); with a transform, the
+      transformed samples passed to collate_fn (default: stack when the
+      shapes agree, else the list). The last batch of each worker may be
+      smaller (drop_last=True drops it).
+
+    Epochs: set_epoch(e) before each epoch. Workers that persist across
+    epochs (persistent_workers=True) keep the copy of the dataset made when
+    they started and cannot see later set_epoch calls; they advance their
+    epoch by one per pass instead, which gives the same orders as long as
+    epochs are consecutive. Without set_epoch, each pass advances it too.
+
+    Failed items raise DlcacheError, or are skipped with skip_errors.
+    """
+
+    def __init__(self, keys, dataset="default", socket=None, transform=None,
+                 output="tensor", copy=True, batch_size=None, fetch_size=64,
+                 shuffle=True, seed=0, drop_last=False, return_keys=False,
+                 skip_errors=False, rank=None, world_size=None,
+                 collate_fn=None, client_name="torch", connect_timeout=10.0,
+                 rpc_timeout=60.0, socket_path=None):
+        super().__init__()
+        if isinstance(keys, str) and not isinstance(dataset, str):
+            # Older form: CacheIterableDataset(dataset, keys, socket_path=).
+            keys, dataset = dataset, keys
+        if socket is None:
+            socket = socket_path
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("batch_size must be >= 1 or None")
+        if fetch_size < 1:
+            raise ValueError("fetch_size must be >= 1")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if world_size is not None and not 0 <= rank < world_size:
+            raise ValueError("rank %r not in [0, %r)" % (rank, world_size))
+        self.keys = list(keys)
+        self.dataset = dataset
+        self.transform = transform
+        self.batch_size = batch_size
+        self.fetch_size = fetch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.return_keys = return_keys
+        self.skip_errors = skip_errors
+        self.rank = rank
+        self.world_size = world_size
+        self.collate_fn = collate_fn
+        self._epoch = 0
+        self._passes = 0
+        self._init_client(socket, client_name, connect_timeout, rpc_timeout,
+                          output, copy)
+
+    def set_epoch(self, epoch):
+        """Sets the epoch whose order the next pass uses."""
+        self._epoch = int(epoch)
+        self._passes = 0
+
+    def _rank(self):
+        if self.world_size is not None:
+            return self.rank, self.world_size
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        # A spawned worker has no process group: use the rank the parent
+        # had when it pickled this dataset.
+        return self.__dict__.get("_parent_rank") or (0, 1)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_parent_rank"] = self._rank()
+        return state
+
+    def epoch_order(self, epoch):
+        """All keys in the order of `epoch` (before sharding)."""
+        order = list(self.keys)
+        if self.shuffle:
+            random.Random("dlcache:%d:%d" % (self.seed, epoch)).shuffle(order)
+        return order
+
+    def shard(self, order, worker_id=None, num_workers=None):
+        """This rank's (and worker's) part of `order`. worker_id and
+        num_workers default to the DataLoader worker running this."""
+        rank, world = self._rank()
+        mine = order[rank::world]
+        if worker_id is None:
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                worker_id, num_workers = info.id, info.num_workers
+        if worker_id is not None and num_workers and num_workers > 1:
+            mine = mine[worker_id::num_workers]
+        return mine
+
+    def __len__(self):
+        # Samples (or batches) of this rank; batches are exact for
+        # num_workers <= 1 (each worker's last batch may be partial).
+        n = len(self.keys[self._rank()[0]::self._rank()[1]])
+        if self.batch_size is None:
+            return n
+        if self.drop_last:
+            return n // self.batch_size
+        return (n + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self):
+        epoch = self._epoch + self._passes
+        self._passes += 1
+        mine = self.shard(self.epoch_order(epoch))
+        if self.batch_size is None:
+            return self._iter_samples(mine)
+        return self._iter_batches(mine)
+
+    def _iter_samples(self, mine):
+        step = self.fetch_size
+        for start in range(0, len(mine), step):
+            kept, samples = self._read(mine[start:start + step],
+                                       self.skip_errors)
+            for key, data in zip(kept, samples):
+                yield self._sample(key, data)
+            del kept, samples
+
+    def _iter_batches(self, mine):
+        step = self.batch_size
+        fast = self.transform is None and self.collate_fn is None
+        for start in range(0, len(mine), step):
+            keys = mine[start:start + step]
+            if self.drop_last and len(keys) < step:
+                break
+            if fast and self.copy and self.output != "bytes":
+                batch = self._get_client().get_batch(self.dataset, keys)
+                if batch.num_failed == 0 and batch.uniform_size is not None:
+                    data = (batch.to_numpy() if self.output == "numpy"
+                            else batch.to_tensor())
+                    del batch
+                    yield (keys, data) if self.return_keys else data
+                    continue
+                if batch.num_failed and not self.skip_errors:
+                    batch.raise_for_status()
+                codes = batch.codes
+                keep = None if batch.num_failed == 0 else [
+                    i for i in range(len(batch)) if codes[i] == OK]
+                kept, samples = self._convert(batch, keys, keep)
+                del batch
+            else:
+                kept, samples = self._read(keys, self.skip_errors)
+            if not fast:
+                if self.transform is not None:
+                    samples = [self.transform(s) for s in samples]
+                samples = (self.collate_fn or _stack_or_list)(samples)
+            yield (kept, samples) if self.return_keys else samples

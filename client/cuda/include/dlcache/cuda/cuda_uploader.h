@@ -22,6 +22,15 @@
 // default stream, which is PyTorch's default) before that is finished
 // before the buffer is overwritten again.
 //
+// UploadTo / UploadChunksTo write into device memory the caller owns (a
+// framework's tensor) instead, ordered with a stream of the caller's
+// (UploadTarget); the C ABI (dlcache_cuda_c.h) and Python's GpuLoader use
+// them.
+//
+// After a dlcached restart the client may map new segments
+// (Client::mapping_generation() changes): the uploader then unregisters the
+// old ones and registers the new ones before the next upload.
+//
 // With DLCACHE_WITH_CUDA=OFF, or without a device, Create() returns
 // UNAVAILABLE.
 //
@@ -64,6 +73,25 @@ struct UploaderOptions {
   // Stream whose work must finish before a released buffer is reused;
   // nullptr = the legacy default stream.
   CUstream_st* consumer_stream = nullptr;
+};
+
+// Caller-owned device memory for CudaUploader::UploadTo / UploadChunksTo.
+struct UploadTarget {
+  // Device memory on the uploader's device: [data, data + size).
+  void* data = nullptr;
+  uint64_t size = 0;
+  // Item i's chunks are written back to back from data + offsets[i]; one
+  // entry per item (failed and empty items included, where nothing is
+  // written). The ranges must not overlap.
+  absl::Span<const uint64_t> offsets;
+  // The stream the upload is ordered with, as if the copies were queued on
+  // it: with order_after_stream they start after the work queued on it
+  // before the call (so memory it used last may be overwritten), with
+  // stream_waits the work queued on it after the call starts after the
+  // copies. nullptr = the legacy default stream.
+  CUstream_st* stream = nullptr;
+  bool order_after_stream = true;
+  bool stream_waits = true;
 };
 
 // One item of a GpuBatch.
@@ -137,6 +165,40 @@ class CudaUploader {
       absl::Span<const std::vector<HostChunk>> items,
       std::shared_ptr<void> keepalive,
       absl::Span<const absl::Status> statuses = {});
+
+  // Like Upload / UploadChunks, but into caller-owned device memory instead
+  // of one of the uploader's buffers (no `depth` limit). INVALID_ARGUMENT
+  // if offsets has the wrong length or an item does not fit. The GpuBatch's
+  // data() is target.data. Destroying it does not block: the leases (the
+  // keepalive) stay with the uploader until the copy is seen complete (the
+  // next upload, ReleaseFinished(), or the uploader's destruction).
+  absl::StatusOr<GpuBatch> UploadTo(Batch&& batch, const UploadTarget& target);
+  absl::StatusOr<GpuBatch> UploadChunksTo(
+      absl::Span<const std::vector<HostChunk>> items,
+      const UploadTarget& target, std::shared_ptr<void> keepalive,
+      absl::Span<const absl::Status> statuses = {});
+
+  // Releases the leases of the copies that have completed. Non-blocking.
+  void ReleaseFinished();
+
+  // Segment registration. A restarted dlcached whose segments the client
+  // had to map anew (Client::mapping_generation() changed) needs them
+  // registered again: the uploader made with a Client checks the
+  // generation at every Upload/UploadTo and calls ReplaceSegments itself.
+  // The form made from fixed regions (and the C ABI, which tracks the
+  // generation through dlc_mapping_generation) calls it explicitly.
+  //
+  // ReplaceSegments unregisters every region registered so far (waiting
+  // for the copies queued from them; uploads from other threads wait) and
+  // registers `segments`. Registration failures are not errors (those
+  // segments are staged); the returned status is that of unregistering.
+  absl::Status ReplaceSegments(absl::Span<const MappedSegment> segments);
+  // Registers the segments whose ids are not registered yet.
+  void AddSegments(absl::Span<const MappedSegment> segments);
+  bool KnowsSegment(uint32_t id) const;
+  // The client's mapping_generation() the registered segments belong to
+  // (0 for the fixed-region form).
+  uint64_t mapping_generation() const;
 
   // True if a device buffer is free right now.
   bool HasFreeBuffer() const;

@@ -1,0 +1,499 @@
+// C ABI over dlcache::cuda::CudaUploader (dlcache_cuda_c.h). It reaches the
+// client only through the public C ABI (dlcache_c.h), so it does not depend
+// on how dlc_client is implemented. No C++ exception crosses the ABI.
+//
+// Without DLCACHE_WITH_CUDA the uploader is built against the stub engine,
+// whose Create() fails with UNAVAILABLE ("built without CUDA"); so does
+// every call here then.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "dlcache/client.h"
+#include "dlcache/cuda/cuda_uploader.h"
+#include "dlcache/dlcache_c.h"
+#include "dlcache/dlcache_cuda_c.h"
+
+namespace cu = dlcache::cuda;
+
+struct dlc_cuda_uploader {
+  dlc_client* client = nullptr;  // not owned
+  CUstream_st* stream = nullptr;
+  std::unique_ptr<cu::CudaUploader> uploader;
+  absl::Mutex refresh_mu;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<uint64_t> uploads{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> staged_bytes{0};
+};
+
+struct dlc_cuda_upload {
+  cu::GpuBatch gpu;
+  uint64_t bytes = 0;
+};
+
+namespace {
+
+// dlc_last_error()'s storage is private to dlcache_c.cc, so the messages of
+// this file's calls have their own: dlc_cuda_last_error().
+thread_local std::string cuda_last_error;
+
+int Fail(int code, absl::string_view message) {
+  cuda_last_error.assign(message.data(), message.size());
+  return code;
+}
+
+int Fail(const absl::Status& st) {
+  return Fail(static_cast<int>(st.code()), st.message());
+}
+
+// A failed call into dlcache_c.cc: its message, with some context.
+int FailFromClient(int code, absl::string_view what) {
+  const char* msg = dlc_last_error();
+  return Fail(code, absl::StrCat(what, ": ", msg != nullptr ? msg : ""));
+}
+
+int NullArg(const char* name) {
+  return Fail(DLC_INVALID_ARGUMENT, absl::StrCat(name, " is NULL"));
+}
+
+template <typename Body>
+int Guard(Body body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(DLC_RESOURCE_EXHAUSTED, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(DLC_INTERNAL, absl::StrCat("internal error: ", e.what()));
+  } catch (...) {
+    return Fail(DLC_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+int ReadSegments(dlc_client* client, std::vector<dlcache::MappedSegment>* out) {
+  size_t count = 0;
+  if (int rc = dlc_segments(client, nullptr, 0, &count); rc != DLC_OK) {
+    return FailFromClient(rc, "dlc_segments");
+  }
+  std::vector<dlc_segment> segs(count + 16);
+  if (int rc = dlc_segments(client, segs.data(), segs.size(), &count);
+      rc != DLC_OK) {
+    return FailFromClient(rc, "dlc_segments");
+  }
+  segs.resize(std::min(count, segs.size()));
+  out->clear();
+  for (const dlc_segment& s : segs) {
+    out->push_back(dlcache::MappedSegment{s.id,
+                                          static_cast<const std::byte*>(s.base),
+                                          static_cast<size_t>(s.size)});
+  }
+  return DLC_OK;
+}
+
+// Re-registers the client's segments when its mapping generation moved.
+int Refresh(dlc_cuda_uploader* up) {
+  uint64_t gen = 0;
+  if (int rc = dlc_mapping_generation(up->client, &gen); rc != DLC_OK) {
+    return FailFromClient(rc, "dlc_mapping_generation");
+  }
+  if (gen == up->generation.load()) return DLC_OK;
+  absl::MutexLock lock(&up->refresh_mu);
+  if (gen == up->generation.load()) return DLC_OK;
+  std::vector<dlcache::MappedSegment> segs;
+  if (int rc = ReadSegments(up->client, &segs); rc != DLC_OK) return rc;
+  // Unregistering fails only for mappings already gone; the new ones are
+  // registered regardless.
+  up->uploader->ReplaceSegments(segs).IgnoreError();
+  up->generation.store(gen);
+  return DLC_OK;
+}
+
+// A batch's chunks, checked item by item. `keys` (may be NULL) names the
+// items in messages.
+int CollectChunks(const dlc_batch* batch, const char* const* keys,
+                  std::vector<std::vector<cu::HostChunk>>* items,
+                  std::vector<uint64_t>* sizes, bool* unknown_segment,
+                  dlc_cuda_uploader* up) {
+  const size_t n = dlc_batch_size(batch);
+  items->assign(n, {});
+  sizes->assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    dlc_item_info info;
+    if (int rc = dlc_batch_item(batch, i, &info); rc != DLC_OK) {
+      return FailFromClient(rc, "dlc_batch_item");
+    }
+    if (info.code != DLC_OK) {
+      const char* err = dlc_batch_item_error(batch, i);
+      std::string name = keys != nullptr && keys[i] != nullptr
+                             ? std::string(keys[i])
+                             : absl::StrCat("item ", i);
+      return Fail(info.code, absl::StrCat(name, ": ", err ? err : ""));
+    }
+    (*sizes)[i] = info.size;
+    (*items)[i].reserve(info.num_chunks);
+    for (uint32_t k = 0; k < info.num_chunks; ++k) {
+      dlc_chunk c;
+      if (int rc = dlc_batch_chunk(batch, i, k, &c); rc != DLC_OK) {
+        return FailFromClient(rc, "dlc_batch_chunk");
+      }
+      (*items)[i].push_back(
+          cu::HostChunk{static_cast<const std::byte*>(c.data), c.size});
+      if (up != nullptr && !up->uploader->KnowsSegment(c.segment)) {
+        *unknown_segment = true;
+      }
+    }
+  }
+  return DLC_OK;
+}
+
+// Frees a dlc_batch (releasing its leases) when the last copy of the
+// keepalive goes.
+struct BatchOwner {
+  explicit BatchOwner(dlc_batch* b) : batch(b) {}
+  ~BatchOwner() {
+    if (batch != nullptr) dlc_batch_free(batch);
+  }
+  dlc_batch* batch;
+};
+
+// Uploads `batch` (ownership passes on success) to dst at `offsets`.
+int UploadOwned(dlc_cuda_uploader* up, dlc_batch* batch,
+                const char* const* keys, void* dst, uint64_t dst_size,
+                const uint64_t* offsets,
+                const std::vector<std::vector<cu::HostChunk>>& items,
+                const std::vector<uint64_t>& sizes, void* stream,
+                unsigned flags, dlc_cuda_upload** out) {
+  (void)keys;
+  cu::UploadTarget target;
+  target.data = dst;
+  target.size = dst_size;
+  target.offsets = absl::MakeConstSpan(offsets, items.size());
+  target.stream =
+      stream != nullptr ? static_cast<CUstream_st*>(stream) : up->stream;
+  target.order_after_stream = (flags & DLC_CUDA_NO_STREAM_ORDER) == 0;
+  target.stream_waits = (flags & DLC_CUDA_NO_STREAM_WAIT) == 0;
+  // The batch is freed (its leases released) once the copies are done,
+  // unless the upload fails: then it stays the caller's.
+  auto owner = std::make_shared<BatchOwner>(batch);
+  absl::StatusOr<cu::GpuBatch> gpu =
+      up->uploader->UploadChunksTo(items, target, owner);
+  if (!gpu.ok()) {
+    owner->batch = nullptr;
+    return Fail(gpu.status());
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  up->uploads.fetch_add(1);
+  up->bytes.fetch_add(total);
+  up->staged_bytes.fetch_add(gpu->stats().staged_bytes);
+  if (out != nullptr) {
+    auto handle = std::make_unique<dlc_cuda_upload>();
+    handle->gpu = *std::move(gpu);
+    handle->bytes = total;
+    *out = handle.release();
+  }
+  return DLC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* dlc_cuda_last_error(void) { return cuda_last_error.c_str(); }
+
+void dlc_cuda_options_init(dlc_cuda_options* options) {
+  if (options == nullptr) return;
+  options->device = 0;
+  options->stream = nullptr;
+  options->method = nullptr;
+}
+
+int dlc_cuda_available(int device) {
+  return Guard([&] {
+    absl::Status st = cu::CudaAvailable(device);
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_uploader_create(dlc_client* client,
+                             const dlc_cuda_options* options,
+                             dlc_cuda_uploader** out) {
+  return Guard([&] {
+    if (out == nullptr) return NullArg("out");
+    *out = nullptr;
+    if (client == nullptr) return NullArg("client");
+    if (options == nullptr) return NullArg("options");
+    cu::UploaderOptions uo;
+    uo.engine.device = options->device;
+    if (options->method != nullptr) {
+      absl::StatusOr<cu::UploadMethod> m =
+          cu::ParseUploadMethod(options->method);
+      if (!m.ok()) return Fail(m.status());
+      uo.engine.method = *m;
+    }
+    // Uploads go to caller memory: the uploader's own buffers stay unused
+    // (they are allocated lazily, so they cost nothing).
+    uo.depth = 1;
+    auto handle = std::make_unique<dlc_cuda_uploader>();
+    handle->client = client;
+    handle->stream = static_cast<CUstream_st*>(options->stream);
+    uint64_t gen = 0;
+    if (int rc = dlc_mapping_generation(client, &gen); rc != DLC_OK) {
+      return FailFromClient(rc, "dlc_mapping_generation");
+    }
+    std::vector<dlcache::MappedSegment> segs;
+    if (int rc = ReadSegments(client, &segs); rc != DLC_OK) return rc;
+    absl::StatusOr<std::unique_ptr<cu::CudaUploader>> up =
+        cu::CudaUploader::Create(segs, uo);
+    if (!up.ok()) {
+      return Fail(up.status().code() == absl::StatusCode::kUnavailable
+                      ? absl::UnavailableError(absl::StrCat(
+                            "CUDA upload unavailable: ", up.status().message()))
+                      : up.status());
+    }
+    handle->uploader = *std::move(up);
+    handle->generation.store(gen);
+    *out = handle.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+void dlc_cuda_uploader_destroy(dlc_cuda_uploader* uploader) {
+  Guard([&] {
+    delete uploader;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_uploader_get_stats(dlc_cuda_uploader* up,
+                                dlc_cuda_uploader_stats* out) {
+  return Guard([&] {
+    if (up == nullptr) return NullArg("uploader");
+    if (out == nullptr) return NullArg("out");
+    out->device = up->uploader->engine().device();
+    out->registered_segments = up->uploader->registered_segments();
+    out->staged_segments = up->uploader->staged_segments();
+    out->mapping_generation = up->generation.load();
+    out->uploads = up->uploads.load();
+    out->bytes = up->bytes.load();
+    out->staged_bytes = up->staged_bytes.load();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_uploader_refresh(dlc_cuda_uploader* up) {
+  return Guard([&] {
+    if (up == nullptr) return NullArg("uploader");
+    return Refresh(up);
+  });
+}
+
+int dlc_cuda_uploader_release_finished(dlc_cuda_uploader* up) {
+  return Guard([&] {
+    if (up == nullptr) return NullArg("uploader");
+    up->uploader->ReleaseFinished();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
+                          uint64_t* offsets, uint64_t* total) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    if (total == nullptr) return NullArg("total");
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+      return Fail(DLC_INVALID_ARGUMENT, "alignment must be a power of two");
+    }
+    const size_t n = dlc_batch_size(batch);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      dlc_item_info info;
+      if (int rc = dlc_batch_item(batch, i, &info); rc != DLC_OK) {
+        return FailFromClient(rc, "dlc_batch_item");
+      }
+      if (info.code != DLC_OK) {
+        const char* err = dlc_batch_item_error(batch, i);
+        return Fail(info.code, absl::StrCat("item ", i, ": ", err ? err : ""));
+      }
+      at = (at + alignment - 1) & ~(alignment - 1);
+      if (offsets != nullptr) offsets[i] = at;
+      at += info.size;
+    }
+    if (offsets != nullptr) offsets[n] = at;
+    *total = at;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_upload_batch(dlc_cuda_uploader* up, dlc_batch* batch, void* dst,
+                          uint64_t dst_size, const uint64_t* offsets,
+                          void* stream, unsigned flags, dlc_cuda_upload** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    if (up == nullptr) return NullArg("uploader");
+    if (batch == nullptr) return NullArg("batch");
+    const size_t n = dlc_batch_size(batch);
+    if (offsets == nullptr && n > 0) return NullArg("offsets");
+    // The batch exists already: its mappings are current or older (see
+    // dlc_cuda_upload_keys).
+    if (int rc = Refresh(up); rc != DLC_OK) return rc;
+    std::vector<std::vector<cu::HostChunk>> items;
+    std::vector<uint64_t> sizes;
+    bool unknown = false;
+    if (int rc = CollectChunks(batch, nullptr, &items, &sizes, &unknown, up);
+        rc != DLC_OK) {
+      return rc;
+    }
+    if (unknown) {
+      std::vector<dlcache::MappedSegment> segs;
+      if (ReadSegments(up->client, &segs) == DLC_OK) {
+        up->uploader->AddSegments(segs);
+      }
+    }
+    return UploadOwned(up, batch, nullptr, dst, dst_size, offsets, items, sizes,
+                       stream, flags, out);
+  });
+}
+
+int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
+                         const char* const* keys, size_t num_keys, void* dst,
+                         uint64_t dst_size, uint64_t item_size,
+                         uint64_t* offsets, void* stream, unsigned flags,
+                         dlc_cuda_upload** out) {
+  return Guard([&] {
+    if (out != nullptr) *out = nullptr;
+    if (up == nullptr) return NullArg("uploader");
+    if (dataset == nullptr) return NullArg("dataset");
+    if (keys == nullptr && num_keys > 0) return NullArg("keys");
+    if (item_size == 0 && offsets == nullptr) {
+      return Fail(DLC_INVALID_ARGUMENT,
+                  "variable-size upload (item_size 0) needs offsets");
+    }
+    if (item_size > 0 && num_keys > 0 && (dst_size / num_keys < item_size)) {
+      return Fail(DLC_INVALID_ARGUMENT,
+                  absl::StrCat("destination of ", dst_size,
+                               " bytes is too "
+                               "small for ",
+                               num_keys, " items of ", item_size, " bytes"));
+    }
+    dlc_batch* batch = nullptr;
+    if (int rc = dlc_get_batch(up->client, dataset, keys, num_keys, &batch);
+        rc != DLC_OK) {
+      return FailFromClient(rc, "dlc_get_batch");
+    }
+    // Freed here unless the upload takes it.
+    std::unique_ptr<dlc_batch, void (*)(dlc_batch*)> owned(batch,
+                                                           dlc_batch_free);
+    // After the batch: a reconnect that mapped new segments bumps the
+    // generation before GetBatch returns items in them, so checking here
+    // registers what this batch points into (and drops registrations of
+    // mappings that may be gone, whose addresses a new mapping may reuse).
+    if (int rc = Refresh(up); rc != DLC_OK) return rc;
+    std::vector<std::vector<cu::HostChunk>> items;
+    std::vector<uint64_t> sizes;
+    bool unknown = false;
+    if (int rc = CollectChunks(batch, keys, &items, &sizes, &unknown, up);
+        rc != DLC_OK) {
+      return rc;
+    }
+    std::vector<uint64_t> layout(num_keys + 1);
+    uint64_t at = 0;
+    for (size_t i = 0; i < num_keys; ++i) {
+      if (item_size > 0) {
+        if (sizes[i] != item_size) {
+          return Fail(DLC_INVALID_ARGUMENT,
+                      absl::StrCat(keys[i], ": ", sizes[i], " bytes, expected ",
+                                   item_size));
+        }
+        layout[i] = i * item_size;
+        at = layout[i] + item_size;
+      } else {
+        layout[i] = at;
+        at += sizes[i];
+      }
+    }
+    layout[num_keys] = at;
+    if (offsets != nullptr) {
+      std::copy(layout.begin(), layout.end(), offsets);
+    }
+    if (at > dst_size) {
+      return Fail(DLC_OUT_OF_RANGE, absl::StrCat("the batch needs ", at,
+                                                 " bytes, the "
+                                                 "destination has ",
+                                                 dst_size));
+    }
+    if (unknown) {
+      std::vector<dlcache::MappedSegment> segs;
+      if (ReadSegments(up->client, &segs) == DLC_OK) {
+        up->uploader->AddSegments(segs);
+      }
+    }
+    int rc = UploadOwned(up, batch, keys, dst, dst_size, layout.data(), items,
+                         sizes, stream, flags, out);
+    if (rc == DLC_OK) owned.release();
+    return rc;
+  });
+}
+
+int dlc_cuda_upload_ready(dlc_cuda_upload* upload, int* ready) {
+  return Guard([&] {
+    if (upload == nullptr) return NullArg("upload");
+    if (ready == nullptr) return NullArg("ready");
+    *ready = upload->gpu.Ready() ? 1 : 0;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_upload_wait(dlc_cuda_upload* upload) {
+  return Guard([&] {
+    if (upload == nullptr) return NullArg("upload");
+    absl::Status st = upload->gpu.Wait();
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_upload_stream_wait(dlc_cuda_upload* upload, void* stream) {
+  return Guard([&] {
+    if (upload == nullptr) return NullArg("upload");
+    absl::Status st =
+        upload->gpu.MakeStreamWait(static_cast<CUstream_st*>(stream));
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
+                             dlc_cuda_upload_info* out) {
+  return Guard([&] {
+    if (upload == nullptr) return NullArg("upload");
+    if (out == nullptr) return NullArg("out");
+    const cu::UploadStats& stats = upload->gpu.stats();
+    out->num_items = upload->gpu.items().size();
+    out->bytes = upload->bytes;
+    out->extent = upload->gpu.size();
+    out->staged_bytes = stats.staged_bytes;
+    out->method = cu::UploadMethodName(stats.method).data();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+void dlc_cuda_upload_free(dlc_cuda_upload* upload) {
+  Guard([&] {
+    delete upload;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,183 @@
+#ifndef DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_CUDA_C_H_
+#define DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_CUDA_C_H_
+
+/* C ABI of the dlcache CUDA uploader (libdlcache_c.so), for bindings that
+ * feed a GPU (Python's dlcache.torch_gpu, ...).
+ *
+ * An uploader registers the client's read-only shared-memory segments with
+ * CUDA once (cudaHostRegister) and copies the bytes of batches straight
+ * from them into device memory that the caller owns (e.g. a tensor from
+ * torch.empty on the device):
+ *
+ *   dlc_cuda_options o;
+ *   dlc_cuda_options_init(&o);
+ *   o.stream = side_stream;              // a cudaStream_t
+ *   dlc_cuda_uploader* up;
+ *   if (dlc_cuda_uploader_create(client, &o, &up) != DLC_OK) ... // no GPU
+ *   dlc_cuda_upload_keys(up, "imagenet", keys, 256, dev, 256 * 150528,
+ *                        150528, NULL, NULL, 0, NULL);
+ *   // work queued on side_stream from now on sees the bytes
+ *
+ * Status codes and NULL handling as in dlcache_c.h; the message of the last
+ * failing dlc_cuda_* call on the calling thread is dlc_cuda_last_error()
+ * (not dlc_last_error()). Every function returns DLC_UNAVAILABLE (with the
+ * reason in dlc_cuda_last_error())
+ * when the library was built without CUDA (DLCACHE_WITH_CUDA=OFF) or no
+ * usable device or driver is present; nothing here aborts for want of a
+ * GPU.
+ *
+ * Stream ordering: each upload is ordered with a stream (the one given to
+ * the call, else the uploader's) as if its copies were queued on it: the
+ * copies start after the work queued on the stream before the call (so
+ * memory that stream used last may be overwritten) and the work queued on
+ * it after the call starts after the copies. DLC_CUDA_NO_STREAM_ORDER and
+ * DLC_CUDA_NO_STREAM_WAIT drop either half; the copies themselves run on
+ * the uploader's own copy stream.
+ *
+ * Leases: an upload holds the batch's leases (so the server keeps the
+ * bytes unchanged) until its copies have completed, then releases them:
+ * at dlc_cuda_upload_wait, a dlc_cuda_upload_ready that returns 1, the next
+ * upload or dlc_cuda_uploader_release_finished call on the uploader after
+ * completion, or dlc_cuda_uploader_destroy. dlc_cuda_upload_free never
+ * blocks.
+ *
+ * Server restarts: at every upload, once the batch is there, the uploader
+ * compares the client's dlc_mapping_generation with the one its
+ * registrations belong to and, when it changed, unregisters the old
+ * segments and registers the new ones (segments it cannot register, and
+ * batches still pointing into an older mapping, are copied through a pinned
+ * staging buffer: slower, still correct).
+ *
+ * Threads: an uploader may be used from several threads; an upload handle
+ * from one thread at a time. The client must outlive the uploader.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlcache/dlcache_c.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlc_cuda_uploader dlc_cuda_uploader;
+typedef struct dlc_cuda_upload dlc_cuda_upload;
+
+/* Uploader options; fill with dlc_cuda_options_init() first (fields may be
+ * appended in later versions). */
+typedef struct {
+  int device;         /* CUDA device ordinal; default 0 */
+  void* stream;       /* cudaStream_t uploads are ordered with by default;
+                         NULL = the legacy default stream */
+  const char* method; /* "auto" (default), "memcpy", "memcpy_batch",
+                         "kernel" (see client/cuda upload_engine.h) */
+} dlc_cuda_options;
+
+/* Flags of the upload calls. */
+enum {
+  DLC_CUDA_NO_STREAM_WAIT = 1,  /* the stream does not wait for the copies;
+                                   use dlc_cuda_upload_wait / _ready /
+                                   _stream_wait */
+  DLC_CUDA_NO_STREAM_ORDER = 2, /* the copies do not wait for the stream's
+                                   earlier work */
+};
+
+typedef struct {
+  int device;
+  int registered_segments; /* read in place by the copy engines */
+  int staged_segments;     /* registration failed: copied through staging */
+  uint64_t mapping_generation; /* the client's, as registered */
+  uint64_t uploads;        /* successful upload calls */
+  uint64_t bytes;          /* bytes uploaded */
+  uint64_t staged_bytes;   /* of which through staging */
+} dlc_cuda_uploader_stats;
+
+typedef struct {
+  size_t num_items;
+  uint64_t bytes;        /* bytes copied (items' sizes summed) */
+  uint64_t extent;       /* end of the last item in the destination */
+  uint64_t staged_bytes;
+  const char* method;    /* static string: the copy method used */
+} dlc_cuda_upload_info;
+
+/* Message of the last failing dlc_cuda_* call on this thread ("" if none);
+ * valid until the next dlc_cuda_* call on this thread. */
+const char* dlc_cuda_last_error(void);
+
+void dlc_cuda_options_init(dlc_cuda_options* options);
+
+/* DLC_OK if device `device` can be used, else DLC_UNAVAILABLE. */
+int dlc_cuda_available(int device);
+
+/* Creates the context on the device and registers the client's segments
+ * (blocks; ~40 ms per GiB of arena, once). */
+int dlc_cuda_uploader_create(dlc_client* client,
+                             const dlc_cuda_options* options,
+                             dlc_cuda_uploader** out);
+/* Waits for the uploader's copies, releases their leases, unregisters the
+ * segments. Upload handles still alive stay valid to free. NULL is a
+ * no-op. */
+void dlc_cuda_uploader_destroy(dlc_cuda_uploader* uploader);
+int dlc_cuda_uploader_get_stats(dlc_cuda_uploader* uploader,
+                                dlc_cuda_uploader_stats* out);
+/* Registers the client's segments again now if its mapping generation
+ * changed (every upload does this by itself). */
+int dlc_cuda_uploader_refresh(dlc_cuda_uploader* uploader);
+/* Releases the leases of uploads whose copies have completed. */
+int dlc_cuda_uploader_release_finished(dlc_cuda_uploader* uploader);
+
+/* A packed layout for a batch: item i at offsets[i] (each aligned to
+ * `alignment`, a power of two; 1 = back to back), offsets[n] = *total = the
+ * bytes needed. `offsets` holds n + 1 entries (NULL: only *total). Fails
+ * with the first failed item's code ("item I: message"). */
+int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
+                          uint64_t* offsets, uint64_t* total);
+
+/* Uploads the items of `batch` into device memory [dst, dst + dst_size),
+ * item i at dst + offsets[i] (n entries, from dlc_cuda_batch_layout or the
+ * caller's own; ranges must not overlap). On success the upload owns the
+ * batch (it is freed, and its leases released, once the copies are done):
+ * do not use or free it any more. On failure the batch stays the caller's.
+ * Failed items: the call fails with the item's code. `stream` NULL = the
+ * uploader's. `out` NULL = free the handle at once (stream ordering only).
+ */
+int dlc_cuda_upload_batch(dlc_cuda_uploader* uploader, dlc_batch* batch,
+                          void* dst, uint64_t dst_size,
+                          const uint64_t* offsets, void* stream,
+                          unsigned flags, dlc_cuda_upload** out);
+
+/* GetBatch of `keys`, then upload:
+ *   item_size > 0: equal-size items, item i at dst + i * item_size; every
+ *     item must be exactly item_size bytes (else DLC_INVALID_ARGUMENT) and
+ *     dst_size >= num_keys * item_size.
+ *   item_size == 0: variable sizes, back to back from dst; `offsets`
+ *     (num_keys + 1 entries, required) receives the layout; if the batch
+ *     does not fit dst_size the call fails with DLC_OUT_OF_RANGE, nothing
+ *     is copied and offsets[num_keys] holds the bytes needed.
+ *   item_size > 0 with offsets != NULL: the layout is written there too.
+ * A failed item fails the call with its code ("KEY: message"). */
+int dlc_cuda_upload_keys(dlc_cuda_uploader* uploader, const char* dataset,
+                         const char* const* keys, size_t num_keys, void* dst,
+                         uint64_t dst_size, uint64_t item_size,
+                         uint64_t* offsets, void* stream, unsigned flags,
+                         dlc_cuda_upload** out);
+
+/* *ready = 1 once the copies are done (the leases are then released). */
+int dlc_cuda_upload_ready(dlc_cuda_upload* upload, int* ready);
+/* Blocks until the copies are done; releases the leases. DLC_INTERNAL on a
+ * CUDA error. */
+int dlc_cuda_upload_wait(dlc_cuda_upload* upload);
+/* Makes later work on `stream` (a cudaStream_t; NULL = the legacy default
+ * stream) wait for this upload's copies, without blocking the host. */
+int dlc_cuda_upload_stream_wait(dlc_cuda_upload* upload, void* stream);
+int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
+                             dlc_cuda_upload_info* out);
+/* Frees the handle without blocking (see Leases above). NULL is a no-op. */
+void dlc_cuda_upload_free(dlc_cuda_upload* upload);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_CUDA_C_H_ */

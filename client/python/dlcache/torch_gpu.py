@@ -1,0 +1,725 @@
+"""GpuLoader: batches of dataset files from dlcache straight into GPU memory.
+
+    from dlcache.torch_gpu import GpuLoader
+    with GpuLoader(keys, dataset="imagenet_raw", socket=SOCK, batch_size=256,
+                   sample_shape=(3, 224, 224)) as loader:
+        for epoch in range(90):
+            loader.set_epoch(epoch)
+            for x in loader:          # uint8 CUDA tensor [B, 3, 224, 224]
+                train_step(x)
+
+The bytes are copied by the GPU's copy engines straight out of dlcache's
+shared memory, which the uploader registered with CUDA once (C ABI
+dlcache_cuda_c.h over client/cuda's CudaUploader): no worker processes, no
+pinned staging copy, no per-sample Python. A producer thread keeps
+`prefetch` batches in flight on a side stream; the consuming stream (the
+current stream when a batch is handed out) waits on the batch's CUDA event,
+and the tensor is recorded on that stream, so PyTorch's caching allocator
+(the buffer pool) reuses its memory only after the consumer's work on it.
+The server's leases on the bytes are released once the copy has completed.
+
+Modes:
+  sample_shape=(...)   every file is exactly prod(shape) * dtype size bytes;
+                       yields a tensor [B, *shape] of `dtype`.
+  sample_shape=None    files of any size; yields VarBatch(data, offsets):
+                       data a flat uint8 device tensor, offsets an int64 CPU
+                       tensor of B + 1 entries (item i is
+                       data[offsets[i]:offsets[i + 1]]; VarBatch.split()).
+  decode="jpeg"        files are JPEGs, decoded on the GPU with nvjpeg
+                       (torchvision.io.decode_jpeg(device="cuda"), which
+                       reads the compressed bytes on the host: they are
+                       handed to it in place from the shared memory); yields
+                       a list of uint8 [3, H, W] device tensors.
+
+Without CUDA (torch.cuda.is_available() false, device="cpu", or the library
+built without CUDA: DLC_UNAVAILABLE) the same loader yields CPU tensors and
+warns once.
+
+Sharding: the epoch's shuffled order (seed + epoch) is split between ranks
+(rank/world_size, or torch.distributed's when initialised).
+"""
+
+import collections
+import ctypes
+import math
+import os
+import queue
+import random
+import threading
+import warnings
+
+import torch
+
+from . import _lib
+
+__all__ = ["GpuLoader", "VarBatch", "cuda_upload_available"]
+
+_OK = 0
+_UNAVAILABLE = 14
+_FAILED_PRECONDITION = 9
+
+c_int = ctypes.c_int
+c_uint = ctypes.c_uint
+c_size_t = ctypes.c_size_t
+c_uint64 = ctypes.c_uint64
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+
+
+class _CudaOptions(ctypes.Structure):
+    # Filled by dlc_cuda_options_init; spare room for appended fields.
+    _fields_ = [("device", c_int), ("stream", c_void_p), ("method", c_char_p),
+                ("_spare", ctypes.c_char * 128)]
+
+
+class _UploaderStats(ctypes.Structure):
+    _fields_ = [("device", c_int), ("registered_segments", c_int),
+                ("staged_segments", c_int), ("mapping_generation", c_uint64),
+                ("uploads", c_uint64), ("bytes", c_uint64),
+                ("staged_bytes", c_uint64)]
+
+
+class _ItemInfo(ctypes.Structure):
+    _fields_ = [("code", c_int), ("file_size", c_uint64), ("size", c_uint64),
+                ("num_chunks", ctypes.c_uint32),
+                ("chunk_count", ctypes.c_uint32), ("hit", c_int)]
+
+
+class _Options(ctypes.Structure):
+    # dlc_options (dlcache_c.h), filled by dlc_options_init; spare room for
+    # fields appended later.
+    _fields_ = [("socket_path", c_char_p), ("client_name", c_char_p),
+                ("connect_timeout_s", ctypes.c_double),
+                ("rpc_timeout_s", ctypes.c_double),
+                ("release_delay_s", ctypes.c_double),
+                ("verify_checksums", c_int), ("_spare", ctypes.c_char * 256)]
+
+
+class _Chunk(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("size", c_uint64),
+                ("index", ctypes.c_uint32), ("segment", ctypes.c_uint32),
+                ("offset", c_uint64), ("checksum", c_uint64)]
+
+
+_declared = {}
+_declare_lock = threading.Lock()
+
+
+def _load():
+    """The library with this module's functions declared; None for each
+    missing CUDA entry point (an older libdlcache_c.so)."""
+    lib = _lib.load()
+    with _declare_lock:
+        if id(lib) in _declared:
+            return lib, _declared[id(lib)]
+        P = ctypes.POINTER
+        sig = {
+            # Client-side calls used here (declared again, with this
+            # module's own structs, so that _lib/_client may change).
+            "dlc_last_error": (c_char_p, []),
+            "dlc_status_name": (c_char_p, [c_int]),
+            "dlc_connect": (c_int, [c_char_p, c_char_p, P(c_void_p)]),
+            "dlc_options_init": (None, [P(_Options)]),
+            "dlc_connect_with_options": (c_int, [P(_Options), P(c_void_p)]),
+            "dlc_close": (None, [c_void_p]),
+            "dlc_get_batch": (c_int, [c_void_p, c_char_p, P(c_char_p),
+                                      c_size_t, P(c_void_p)]),
+            "dlc_batch_size": (c_size_t, [c_void_p]),
+            "dlc_batch_item": (c_int, [c_void_p, c_size_t, P(_ItemInfo)]),
+            "dlc_batch_item_error": (c_char_p, [c_void_p, c_size_t]),
+            "dlc_batch_chunk": (c_int, [c_void_p, c_size_t, ctypes.c_uint32,
+                                        P(_Chunk)]),
+            "dlc_batch_copy_item": (c_int, [c_void_p, c_size_t, c_void_p,
+                                            c_uint64]),
+            "dlc_batch_free": (None, [c_void_p]),
+            # dlcache_cuda_c.h
+            "dlc_cuda_last_error": (c_char_p, []),
+            "dlc_cuda_options_init": (None, [P(_CudaOptions)]),
+            "dlc_cuda_available": (c_int, [c_int]),
+            "dlc_cuda_uploader_create": (c_int, [c_void_p, P(_CudaOptions),
+                                                 P(c_void_p)]),
+            "dlc_cuda_uploader_destroy": (None, [c_void_p]),
+            "dlc_cuda_uploader_get_stats": (c_int, [c_void_p,
+                                                    P(_UploaderStats)]),
+            "dlc_cuda_uploader_release_finished": (c_int, [c_void_p]),
+            "dlc_cuda_batch_layout": (c_int, [c_void_p, c_uint64, P(c_uint64),
+                                              P(c_uint64)]),
+            "dlc_cuda_upload_batch": (c_int, [c_void_p, c_void_p, c_void_p,
+                                              c_uint64, P(c_uint64), c_void_p,
+                                              c_uint, P(c_void_p)]),
+            "dlc_cuda_upload_keys": (c_int, [c_void_p, c_char_p, P(c_char_p),
+                                             c_size_t, c_void_p, c_uint64,
+                                             c_uint64, P(c_uint64), c_void_p,
+                                             c_uint, P(c_void_p)]),
+        }
+        # A handle of our own to the same loaded library: its function
+        # objects are declared here without touching _lib's.
+        own = ctypes.CDLL(lib._name)
+        fns = {}
+        for name, (res, args) in sig.items():
+            fn = getattr(own, name, None)
+            if fn is not None:
+                fn.restype = res
+                fn.argtypes = args
+            fns[name] = fn
+        _declared[id(lib)] = fns
+        return lib, fns
+
+
+def _client_error(fns, code, what):
+    from ._client import DlcacheError
+    msg = (fns["dlc_last_error"]() or b"").decode(errors="replace")
+    return DlcacheError(code, "%s: %s" % (what, msg))
+
+
+def _cuda_error(fns, code, what):
+    from ._client import DlcacheError
+    fn = fns.get("dlc_cuda_last_error")
+    msg = (fn() or b"").decode(errors="replace") if fn else ""
+    return DlcacheError(code, "%s: %s" % (what, msg))
+
+
+def cuda_upload_available(device=0):
+    """(True, "") if libdlcache_c.so can upload to CUDA device `device`,
+    else (False, reason)."""
+    _, fns = _load()
+    if fns.get("dlc_cuda_available") is None:
+        return False, "libdlcache_c.so has no CUDA uploader (too old)"
+    rc = fns["dlc_cuda_available"](int(device))
+    if rc == _OK:
+        return True, ""
+    return False, (fns["dlc_cuda_last_error"]() or b"").decode(
+        errors="replace")
+
+
+_warned = False
+
+
+def _warn_once(message):
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class VarBatch(collections.namedtuple("VarBatch", ["data", "offsets"])):
+    """A batch of variable-size files: data is a flat uint8 tensor (on the
+    loader's device), offsets an int64 CPU tensor of len(batch) + 1."""
+
+    __slots__ = ()
+
+    def __len__(self):
+        return self.offsets.numel() - 1
+
+    def split(self):
+        """One uint8 tensor (a view of data) per item."""
+        o = self.offsets.tolist()
+        return [self.data[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+
+
+class _Conn:
+    """A dlc_client of this loader's own (one per process: not after fork)."""
+
+    def __init__(self, fns, socket, client_name, connect_timeout):
+        self.fns = fns
+        self.ptr = c_void_p()
+        self.pid = os.getpid()
+        sock = socket.encode() if socket else None
+        name = client_name.encode() if client_name else None
+        if fns["dlc_options_init"] and fns["dlc_connect_with_options"]:
+            opts = _Options()
+            fns["dlc_options_init"](ctypes.byref(opts))
+            opts.socket_path = sock
+            opts.client_name = name
+            opts.connect_timeout_s = float(connect_timeout)
+            rc = fns["dlc_connect_with_options"](ctypes.byref(opts),
+                                                 ctypes.byref(self.ptr))
+        else:
+            rc = fns["dlc_connect"](sock, name, ctypes.byref(self.ptr))
+        if rc != _OK:
+            raise _client_error(fns, rc, "connect to %s" % socket)
+
+    def close(self):
+        if self.ptr and self.pid == os.getpid():
+            self.fns["dlc_close"](self.ptr)
+        self.ptr = c_void_p()
+
+
+def _encode_keys(keys):
+    enc = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+    return enc, (c_char_p * len(enc))(*enc)
+
+
+class _Stop(Exception):
+    pass
+
+
+class GpuLoader:
+    """Yields batches of `keys` (dataset-relative paths) on `device`.
+
+    Args:
+      keys: the dataset's file keys (the whole dataset; sharded per rank).
+      dataset, socket: dlcached's dataset name and Unix socket (None = the
+        default /run/dlcache/dlcached.sock).
+      batch_size, shuffle, seed, drop_last: as for a DataLoader; the order
+        of epoch e is random.Random(seed + e).
+      device: "cuda", "cuda:N" or "cpu".
+      sample_shape, dtype: fixed-size mode (see the module doc); None =
+        variable-size mode (VarBatch).
+      prefetch: batches uploaded ahead of the consumer (>= 1).
+      decode: None or "jpeg" (GPU decode with torchvision where it exists).
+      rank, world_size: shard; default torch.distributed's, else 0, 1.
+      method: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
+        "kernel").
+
+    Thread safety: iterate from one thread. Close with close() or `with`.
+    """
+
+    def __init__(self, keys, dataset="default", socket=None, batch_size=256,
+                 device="cuda", sample_shape=None, dtype=torch.uint8,
+                 shuffle=True, seed=0, drop_last=False, prefetch=2,
+                 rank=None, world_size=None, decode=None, method=None,
+                 client_name="gpu_loader", connect_timeout=20.0):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if prefetch < 1:
+            raise ValueError("prefetch must be >= 1")
+        if decode not in (None, "jpeg"):
+            raise ValueError("decode must be None or 'jpeg'")
+        self.keys = list(keys)
+        self.dataset = dataset
+        self.socket = socket
+        self.batch_size = int(batch_size)
+        self.sample_shape = tuple(sample_shape) if sample_shape else None
+        self.dtype = dtype
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.prefetch = int(prefetch)
+        self.decode = decode
+        self.method = method
+        self._epoch = None
+        self._auto_epoch = 0
+        self._iter = None
+        self._closed = False
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank, world_size = dist.get_rank(), dist.get_world_size()
+            else:
+                rank, world_size = 0, 1
+        self.rank, self.world_size = int(rank), int(world_size)
+        if self.sample_shape is not None:
+            elem = torch.empty((), dtype=dtype).element_size()
+            self.item_size = int(math.prod(self.sample_shape)) * elem
+        else:
+            self.item_size = 0
+
+        self._lib, self._fns = _load()
+        self._conn = _Conn(self._fns, socket, client_name, connect_timeout)
+        self._dataset_b = dataset.encode()
+        self._uploader = c_void_p()
+        self._stream = None
+        self.fallback_reason = None
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            self.fallback_reason = "torch.cuda.is_available() is False"
+        elif dev.type == "cuda" and self._fns.get(
+                "dlc_cuda_uploader_create") is None:
+            self.fallback_reason = "libdlcache_c.so has no CUDA uploader"
+        elif dev.type not in ("cuda", "cpu"):
+            raise ValueError("device must be cuda or cpu, not %s" % device)
+        if dev.type == "cuda" and self.fallback_reason is None:
+            if dev.index is None:
+                dev = torch.device("cuda", torch.cuda.current_device())
+            self._stream = torch.cuda.Stream(device=dev)
+            opts = _CudaOptions()
+            self._fns["dlc_cuda_options_init"](ctypes.byref(opts))
+            opts.device = dev.index
+            opts.stream = self._stream.cuda_stream
+            opts.method = method.encode() if method else None
+            rc = self._fns["dlc_cuda_uploader_create"](
+                self._conn.ptr, ctypes.byref(opts),
+                ctypes.byref(self._uploader))
+            if rc == _UNAVAILABLE:
+                self.fallback_reason = (self._fns["dlc_cuda_last_error"]()
+                                        or b"").decode(errors="replace")
+                self._stream = None
+            elif rc != _OK:
+                self._conn.close()
+                raise _cuda_error(self._fns, rc, "CUDA uploader")
+        if self.fallback_reason is not None:
+            _warn_once("dlcache GpuLoader: no CUDA upload (%s); yielding CPU "
+                       "tensors" % self.fallback_reason)
+            dev = torch.device("cpu")
+        self.device = dev
+        if decode == "jpeg" and dev.type == "cuda":
+            try:
+                import torchvision.io  # noqa: F401
+            except ImportError:
+                self.close()
+                raise RuntimeError(
+                    "decode='jpeg' on the GPU needs torchvision")
+
+    # ---- the epoch ----
+
+    @property
+    def on_gpu(self):
+        return self.device.type == "cuda"
+
+    def set_epoch(self, epoch):
+        self._epoch = int(epoch)
+
+    def _order(self, epoch):
+        order = list(self.keys)
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order[self.rank::self.world_size]
+
+    def __len__(self):
+        n = len(self.keys[self.rank::self.world_size])
+        if self.drop_last:
+            return n // self.batch_size
+        return (n + self.batch_size - 1) // self.batch_size
+
+    def _batches(self, epoch):
+        mine = self._order(epoch)
+        out = []
+        for start in range(0, len(mine), self.batch_size):
+            keys = mine[start:start + self.batch_size]
+            if self.drop_last and len(keys) < self.batch_size:
+                break
+            out.append(keys)
+        return out
+
+    def __iter__(self):
+        if self._closed:
+            raise RuntimeError("GpuLoader is closed")
+        if self._conn.pid != os.getpid():
+            raise RuntimeError("GpuLoader cannot be used after fork(); "
+                               "create one per process")
+        if self._iter is not None:
+            self._iter.close()
+        if self._epoch is None:
+            epoch = self._auto_epoch
+            self._auto_epoch += 1
+        else:
+            epoch = self._epoch
+        self._iter = _EpochIter(self, self._batches(epoch))
+        return self._iter
+
+    # ---- producing one batch (producer thread) ----
+
+    def _get_batch(self, keys):
+        enc, arr = _encode_keys(keys)
+        b = c_void_p()
+        rc = self._fns["dlc_get_batch"](self._conn.ptr, self._dataset_b, arr,
+                                        len(keys), ctypes.byref(b))
+        if rc != _OK:
+            raise _client_error(self._fns, rc, "get_batch")
+        return b
+
+    def _check_items(self, b, keys):
+        """Per-item sizes and chunk counts; raises for a failed item."""
+        from ._client import DlcacheError
+        info = _ItemInfo()
+        sizes, nchunks = [], []
+        for i, key in enumerate(keys):
+            rc = self._fns["dlc_batch_item"](b, i, ctypes.byref(info))
+            if rc != _OK:
+                raise _client_error(self._fns, rc, "batch item")
+            if info.code != _OK:
+                err = (self._fns["dlc_batch_item_error"](b, i) or b"").decode(
+                    errors="replace")
+                raise DlcacheError(info.code, "%s: %s" % (key, err))
+            sizes.append(info.size)
+            nchunks.append(info.num_chunks)
+        return sizes, nchunks
+
+    def _produce_gpu_fixed(self, keys):
+        n = len(keys)
+        nbytes = n * self.item_size
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        enc, arr = _encode_keys(keys)
+        rc = self._fns["dlc_cuda_upload_keys"](
+            self._uploader, self._dataset_b, arr, n, c_void_p(buf.data_ptr()),
+            nbytes, self.item_size, None, None, 0, None)
+        if rc != _OK:
+            raise _cuda_error(self._fns, rc, "upload")
+        return buf.view(self.dtype).view((n,) + self.sample_shape)
+
+    def _produce_gpu_var(self, keys):
+        n = len(keys)
+        b = self._get_batch(keys)
+        try:
+            offsets = (c_uint64 * (n + 1))()
+            total = c_uint64()
+            rc = self._fns["dlc_cuda_batch_layout"](b, 1, offsets,
+                                                    ctypes.byref(total))
+            if rc != _OK:
+                raise _cuda_error(self._fns, rc, "batch layout")
+            buf = torch.empty(max(total.value, 1), dtype=torch.uint8,
+                              device=self.device)
+            rc = self._fns["dlc_cuda_upload_batch"](
+                self._uploader, b, c_void_p(buf.data_ptr()), buf.numel(),
+                offsets, None, 0, None)
+            if rc != _OK:
+                raise _cuda_error(self._fns, rc, "upload")
+            b = None  # the upload owns it now
+        finally:
+            if b is not None:
+                self._fns["dlc_batch_free"](b)
+        off = torch.tensor(list(offsets), dtype=torch.int64)
+        return VarBatch(buf[:total.value], off)
+
+    def _host_tensors(self, b, keys):
+        """CPU uint8 tensors of the items: zero-copy views of the shared
+        memory for one-chunk items (read-only: never write them), copies
+        for multi-chunk ones. Valid while the batch `b` is alive."""
+        sizes, nchunks = self._check_items(b, keys)
+        chunk = _Chunk()
+        out = []
+        for i, (size, nc) in enumerate(zip(sizes, nchunks)):
+            if size == 0:
+                out.append(torch.empty(0, dtype=torch.uint8))
+            elif nc == 1:
+                rc = self._fns["dlc_batch_chunk"](b, i, 0, ctypes.byref(chunk))
+                if rc != _OK:
+                    raise _client_error(self._fns, rc, "batch chunk")
+                arr = (ctypes.c_char * size).from_address(chunk.data)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    out.append(torch.frombuffer(arr, dtype=torch.uint8))
+            else:
+                t = torch.empty(size, dtype=torch.uint8)
+                rc = self._fns["dlc_batch_copy_item"](
+                    b, i, c_void_p(t.data_ptr()), size)
+                if rc != _OK:
+                    raise _client_error(self._fns, rc, "copy item")
+                out.append(t)
+        return out
+
+    def _decode(self, tensors):
+        try:
+            import torchvision.io as tio
+        except ImportError:
+            tio = None
+        if tio is not None:
+            if self.on_gpu:
+                return tio.decode_jpeg(tensors, mode=tio.ImageReadMode.RGB,
+                                       device=self.device)
+            return [tio.decode_jpeg(t, mode=tio.ImageReadMode.RGB)
+                    for t in tensors]
+        import io
+        import numpy as np
+        from PIL import Image
+        out = []
+        for t in tensors:
+            img = Image.open(io.BytesIO(t.numpy().tobytes())).convert("RGB")
+            out.append(torch.from_numpy(np.asarray(img).copy()).permute(
+                2, 0, 1))
+        return out
+
+    def _produce_cpu(self, keys):
+        n = len(keys)
+        b = self._get_batch(keys)
+        try:
+            if self.decode == "jpeg":
+                return self._decode(self._host_tensors(b, keys))
+            sizes, _ = self._check_items(b, keys)
+            if self.item_size:
+                from ._client import DlcacheError
+                for key, s in zip(keys, sizes):
+                    if s != self.item_size:
+                        raise DlcacheError(3, "%s: %d bytes, expected %d" % (
+                            key, s, self.item_size))
+                offs = [i * self.item_size for i in range(n + 1)]
+            else:
+                offs = [0]
+                for s in sizes:
+                    offs.append(offs[-1] + s)
+            buf = torch.empty(max(offs[-1], 1), dtype=torch.uint8)
+            base = buf.data_ptr()
+            for i in range(n):
+                rc = self._fns["dlc_batch_copy_item"](
+                    b, i, c_void_p(base + offs[i]), offs[i + 1] - offs[i])
+                if rc != _OK:
+                    raise _client_error(self._fns, rc, "copy item")
+            if self.item_size:
+                return buf.view(self.dtype).view((n,) + self.sample_shape)
+            return VarBatch(buf[:offs[-1]], torch.tensor(offs,
+                                                         dtype=torch.int64))
+        finally:
+            self._fns["dlc_batch_free"](b)
+
+    # ---- teardown ----
+
+    def stats(self):
+        """The uploader's counters (empty dict on the CPU path)."""
+        if not self._uploader:
+            return {}
+        s = _UploaderStats()
+        rc = self._fns["dlc_cuda_uploader_get_stats"](self._uploader,
+                                                      ctypes.byref(s))
+        if rc != _OK:
+            raise _cuda_error(self._fns, rc, "stats")
+        return {k: getattr(s, k) for k, _ in _UploaderStats._fields_}
+
+    def release_finished(self):
+        """Releases the leases of uploads whose copies have completed."""
+        if self._uploader:
+            self._fns["dlc_cuda_uploader_release_finished"](self._uploader)
+
+    def close(self):
+        """Stops the producer, waits for the copies in flight, releases
+        every lease and closes the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._iter is not None:
+            self._iter.close()
+            self._iter = None
+        if self._stream is not None:
+            self._stream.synchronize()
+        if self._uploader:
+            self._fns["dlc_cuda_uploader_destroy"](self._uploader)
+            self._uploader = c_void_p()
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _EpochIter:
+    """One epoch: a producer thread uploads up to `prefetch` batches ahead."""
+
+    def __init__(self, loader, batches):
+        self._loader = loader
+        self._n = len(batches)
+        self._q = queue.Queue(maxsize=loader.prefetch)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, args=(batches,),
+                                        name="dlcache-gpu-loader",
+                                        daemon=True)
+        self._thread.start()
+
+    def __len__(self):
+        return self._n
+
+    def __iter__(self):
+        return self
+
+    def _put(self, item):
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stop()
+
+    def _run(self, batches):
+        ld = self._loader
+        pending = []  # (batch handle, event): host bytes a decode may read
+        try:
+            if ld.on_gpu:
+                with torch.cuda.device(ld.device), torch.cuda.stream(
+                        ld._stream):
+                    for keys in batches:
+                        if self._stop.is_set():
+                            raise _Stop()
+                        if ld.decode == "jpeg":
+                            b = ld._get_batch(keys)
+                            try:
+                                out = ld._decode(ld._host_tensors(b, keys))
+                            except BaseException:
+                                ld._fns["dlc_batch_free"](b)
+                                raise
+                        elif ld.item_size:
+                            out, b = ld._produce_gpu_fixed(keys), None
+                        else:
+                            out, b = ld._produce_gpu_var(keys), None
+                        ev = torch.cuda.Event()
+                        ev.record(ld._stream)
+                        if b is not None:
+                            pending.append((b, ev))
+                        pending = self._free_done(pending)
+                        self._put((out, ev))
+                    ld._stream.synchronize()
+                    pending = self._free_done(pending, wait=True)
+                    ld.release_finished()
+            else:
+                for keys in batches:
+                    if self._stop.is_set():
+                        raise _Stop()
+                    self._put((ld._produce_cpu(keys), None))
+            self._put(None)
+        except _Stop:
+            pass
+        except BaseException as e:  # handed to the consumer
+            try:
+                self._put(e)
+            except _Stop:
+                pass
+        finally:
+            self._free_done(pending, wait=True)
+
+    def _free_done(self, pending, wait=False):
+        keep = []
+        for b, ev in pending:
+            if wait:
+                ev.synchronize()
+            if wait or ev.query():
+                self._loader._fns["dlc_batch_free"](b)
+            else:
+                keep.append((b, ev))
+        return keep
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        while True:
+            try:
+                item = self._q.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._q.empty():
+                    self._done = True
+                    raise RuntimeError("GpuLoader producer thread died")
+        if item is None:
+            self._done = True
+            self._thread.join()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            self._thread.join()
+            raise item
+        out, ev = item
+        if ev is not None:
+            stream = torch.cuda.current_stream(self._loader.device)
+            stream.wait_event(ev)
+            for t in (out if isinstance(out, list) else
+                      [out.data] if isinstance(out, VarBatch) else [out]):
+                t.record_stream(stream)
+        return out
+
+    def close(self):
+        """Stops the producer and drops the batches it prefetched."""
+        self._stop.set()
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
+        self._done = True

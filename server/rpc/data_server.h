@@ -1,0 +1,101 @@
+#ifndef DLCACHE_SERVER_RPC_DATA_SERVER_H_
+#define DLCACHE_SERVER_RPC_DATA_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+#include "server/auth/access_policy.h"
+#include "server/cache_engine.h"
+#include "server/memory/arena.h"
+
+namespace dlcache {
+
+// The local data path of dlcached: the protocol of common/local_protocol.h
+// on a Unix SOCK_STREAM socket, served by a fixed number of epoll event
+// loops (no thread per connection, none per batch).
+//
+// A connection is one session: kHello opens a MemoryTier session bound to
+// it (after SO_PEERCRED is recorded) and the connection's end, whatever the
+// reason (EOF, error, protocol violation, slow reader, Stop()), closes the
+// session and releases every lease of it, including leases that fills still
+// running for it would take (those are refused, not leaked). Requests name
+// no session: a connection can only release its own leases.
+//
+// On a loop thread: framing, hits (one tier lock per batch), releases,
+// segment fds (SCM_RIGHTS, sent non-blocking; a frame that cannot be sent
+// whole stays queued with its fds until EPOLLOUT). Misses and Stat go to the
+// engine's fixed fill pool; their replies come back to the loop when the
+// last fill completes. Every GetBatch, Stat and Prefetch is checked with
+// AccessPolicy::CheckRead (PERMISSION_DENIED).
+//
+// Bounded resources, each with a message naming its flag:
+//  * max_connections: further connections get kError RESOURCE_EXHAUSTED and
+//    are closed;
+//  * max_frame_bytes: a longer frame is kError INVALID_ARGUMENT + close
+//    (the stream cannot be resynchronised), as is any malformed frame;
+//  * max_keys_per_batch (and max_release_per_request): kError
+//    INVALID_ARGUMENT for that request, the connection stays;
+//  * max_inflight_per_connection: requests being served at once; further
+//    frames stay in the socket (backpressure);
+//  * max_reply_queue_bytes: replies queued for a client that does not read
+//    them; past it the client is disconnected (logged).
+//
+// Thread-safe. Stop() (or the destructor) closes every connection and joins
+// the loops; it does not wait for fills (their results are dropped).
+// Does not own the engine, the arena or the policy, which must outlive it.
+class DataServer {
+ public:
+  struct Options {
+    std::string socket_path;
+    uint32_t event_loops = 2;
+    uint32_t max_connections = 4096;
+    uint32_t max_keys_per_batch = 16384;
+    uint32_t max_frame_bytes = 16u << 20;
+    uint32_t max_inflight_per_connection = 64;
+    uint64_t max_reply_queue_bytes = 64ull << 20;
+    // Leases one GetBatch/Release frame may release at once.
+    uint32_t max_release_per_request = 262144;
+    uint64_t chunk_size = 0;  // told to clients in kHelloReply
+  };
+  struct Stats {
+    uint64_t open_connections = 0;
+    uint64_t accepted = 0;
+    uint64_t refused = 0;          // over max_connections
+    uint64_t protocol_errors = 0;  // connections closed for bad frames
+    uint64_t slow_readers = 0;     // disconnected over max_reply_queue_bytes
+    uint64_t inflight_requests = 0;  // batches and stats being served
+  };
+
+  // Listens on options.socket_path (mode 0666: access is decided per
+  // request by SO_PEERCRED and the policy) and starts the loops.
+  // INVALID_ARGUMENT for bad options, UNAVAILABLE / FAILED_PRECONDITION if
+  // the socket cannot be made, or a segment cannot be opened read-only.
+  static absl::StatusOr<std::unique_ptr<DataServer>> Start(
+      const Options& options, CacheEngine* engine, const Arena* arena,
+      const AccessPolicy* policy);
+  ~DataServer();
+  DataServer(const DataServer&) = delete;
+  DataServer& operator=(const DataServer&) = delete;
+
+  // Idempotent; removes the socket file.
+  void Stop();
+  Stats stats() const;
+
+ private:
+  class Loop;     // one event-loop thread and its connections
+  struct Shared;  // what the loops share; outlives them
+  explicit DataServer(std::shared_ptr<Shared> shared);
+
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::shared_ptr<Loop>> loops_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_RPC_DATA_SERVER_H_

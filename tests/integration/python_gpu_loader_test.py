@@ -1,0 +1,405 @@
+"""dlcache.torch_gpu.GpuLoader against a real dlcached process.
+
+On a machine with a CUDA device (and torch built with CUDA) the device
+tests check that GPU tensors equal the source bytes for many sizes, that
+epochs reshuffle, that leases are released after the copies, and the GPU
+JPEG decode; everywhere the CPU fallback path runs the same checks on CPU
+tensors. Run by ctest (python_gpu_loader_test) with DLCACHED and
+DLCACHE_LIB set, or on the GPU machine by tests/gpu/run_on_device.sh:
+  DLCACHED=build/server/dlcached DLCACHE_LIB=build/client/libdlcache_c.so \\
+  PYTHONPATH=client/python python3 tests/integration/python_gpu_loader_test.py
+Exit code 77 (ctest: skipped) when torch or the server binary is missing.
+"""
+
+import os
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def _reexec_with_torch():
+    """The interpreter ctest found may lack torch while the system's has it
+    (Debian's python3-torch): run this file with that one instead."""
+    try:
+        import torch  # noqa: F401
+        return
+    except ImportError:
+        pass
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.realpath(cand) == os.path.realpath(sys.executable):
+            continue
+        if os.access(cand, os.X_OK) and subprocess.call(
+                [cand, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL) == 0:
+            os.execv(cand, [cand] + sys.argv)
+    print("SKIPPED: torch is not installed (python_gpu_loader_test)")
+    sys.exit(SKIP)
+
+
+if __name__ == "__main__":
+    _reexec_with_torch()
+
+import random  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket as socketlib  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unittest  # noqa: E402
+import urllib.request  # noqa: E402
+import warnings  # noqa: E402
+
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+
+from dlcache import torch_gpu  # noqa: E402
+from dlcache.torch_gpu import GpuLoader, VarBatch  # noqa: E402
+
+CHUNK = 1 << 20
+HAVE_CUDA = torch.cuda.is_available() and torch_gpu.cuda_upload_available()[0]
+try:
+    import torchvision.io  # noqa: F401
+    HAVE_TV = True
+except ImportError:
+    HAVE_TV = False
+
+
+def free_port():
+    s = socketlib.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    """dlcached on a temporary socket, arena and source directory."""
+
+    def __init__(self, datasets):
+        binary = os.environ.get("DLCACHED")
+        if not binary or not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("DLCACHED (the dlcached binary) not set")
+        self.root = tempfile.mkdtemp(prefix="dlc_gpu_py_")
+        self.shm = tempfile.mkdtemp(prefix="dlc_gpu_py_", dir="/dev/shm")
+        specs = []
+        for name, files in datasets.items():
+            src = os.path.join(self.root, name)
+            for path, data in files.items():
+                full = os.path.join(src, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f:
+                    f.write(data)
+            specs.append("%s=%s" % (name, src))
+        self.socket = os.path.join(self.root, "d.sock")
+        self.metrics = "127.0.0.1:%d" % free_port()
+        self.log = open(os.path.join(self.root, "dlcached.log"), "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--socket=" + self.socket, "--shm_dir=" + self.shm,
+             "--arena_bytes=256MiB", "--segment_bytes=32MiB",
+             "--chunk_size=1MiB", "--dataset=" + ",".join(specs),
+             "--metrics_address=" + self.metrics, "--keep_arena=false"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def leases(self):
+        with urllib.request.urlopen("http://%s/metrics" % self.metrics,
+                                    timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("dlcache_leases "):
+                    return int(float(line.split()[1]))
+        raise AssertionError("no dlcache_leases metric")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.shm, ignore_errors=True)
+
+
+def rand(n, seed):
+    return random.Random(seed).randbytes(n)
+
+
+# Fixed-size datasets: name -> (item size, count). Each file starts with its
+# index (8 bytes, little endian) where it is large enough.
+FIXED = {"f1": (1, 5), "f4095": (4095, 7), "f4096": (4096, 9),
+         "f150528": (150528, 40), "f3m": (3 * CHUNK + 17, 4)}
+DATASETS = {}
+for name, (size, count) in FIXED.items():
+    files = {}
+    for i in range(count):
+        body = rand(size, sum(map(ord, name)) * 1000 + i)
+        if size >= 8:
+            body = i.to_bytes(8, "little") + body[8:]
+        files["s/%04d.bin" % i] = body
+    DATASETS[name] = files
+# Variable sizes, including empty and multi-chunk files.
+VAR_SIZES = [0, 1, 2, 255, 4096, 4097, 65536, 110000, CHUNK - 1, CHUNK,
+             CHUNK + 1, 2 * CHUNK + 4321] + [random.Random(7).randrange(
+                 1, 300000) for _ in range(40)]
+DATASETS["var"] = {"v/%03d.bin" % i: rand(s, 500 + i)
+                   for i, s in enumerate(VAR_SIZES)}
+if HAVE_TV:
+    import torchvision.io as tio
+    jpegs = {}
+    g = torch.Generator().manual_seed(3)
+    for i in range(12):
+        h, w = 64 + 8 * i, 96 + 4 * i
+        img = (torch.rand(3, h, w, generator=g) * 40).to(torch.uint8)
+        img += torch.linspace(0, 200, w).to(torch.uint8).view(1, 1, w)
+        jpegs["j/%02d.jpg" % i] = bytes(tio.encode_jpeg(img, quality=90)
+                                        .numpy().tobytes())
+    DATASETS["jpg"] = jpegs
+
+
+def setUpModule():
+    global SERVER
+    SERVER = Server(DATASETS)
+
+
+def tearDownModule():
+    SERVER.stop()
+
+
+def keys_of(name):
+    return sorted(DATASETS[name])
+
+
+def loader(name, device, **kw):
+    kw.setdefault("batch_size", 4)
+    return GpuLoader(keys_of(name), dataset=name, socket=SERVER.socket,
+                     device=device, **kw)
+
+
+def wait_no_leases(test, timeout=10.0):
+    deadline = time.time() + timeout
+    n = SERVER.leases()
+    while n != 0 and time.time() < deadline:
+        time.sleep(0.05)
+        n = SERVER.leases()
+    test.assertEqual(n, 0, "leases still held")
+
+
+class _Checks:
+    """The same checks on either device (DEVICE set by the subclass)."""
+
+    DEVICE = None
+
+    def expect_device(self, t):
+        want = "cuda" if self.DEVICE == "cuda" else "cpu"
+        self.assertEqual(t.device.type, want)
+
+    def test_fixed_size_bytes_equal_source_for_many_sizes(self):
+        for name, (size, count) in FIXED.items():
+            with self.subTest(name=name), loader(
+                    name, self.DEVICE, sample_shape=(size,), shuffle=False,
+                    batch_size=3) as ld:
+                seen = []
+                for x in ld:
+                    self.expect_device(x)
+                    self.assertEqual(x.dtype, torch.uint8)
+                    self.assertEqual(tuple(x.shape[1:]), (size,))
+                    seen.extend(bytes(r.cpu().numpy().tobytes()) for r in x)
+                want = [DATASETS[name][k] for k in keys_of(name)]
+                self.assertEqual(len(seen), count)
+                self.assertTrue(seen == want, "bytes differ for %s" % name)
+        wait_no_leases(self)
+
+    def test_shape_and_dtype_view(self):
+        with loader("f150528", self.DEVICE, sample_shape=(3, 224, 224),
+                    shuffle=False, batch_size=16) as ld:
+            x = next(iter(ld))
+            self.assertEqual(tuple(x.shape), (16, 3, 224, 224))
+            k = keys_of("f150528")[5]
+            self.assertEqual(bytes(x[5].cpu().numpy().tobytes()),
+                             DATASETS["f150528"][k])
+        with loader("f4096", self.DEVICE, sample_shape=(1024,),
+                    dtype=torch.float32, shuffle=False) as ld:
+            x = next(iter(ld))
+            self.assertEqual(x.dtype, torch.float32)
+            self.assertEqual(bytes(x[0].cpu().numpy().tobytes()),
+                             DATASETS["f4096"][keys_of("f4096")[0]])
+
+    def test_variable_size_flat_tensor_and_offsets(self):
+        with loader("var", self.DEVICE, shuffle=False, batch_size=7) as ld:
+            got = []
+            for vb in ld:
+                self.assertIsInstance(vb, VarBatch)
+                self.expect_device(vb.data)
+                self.assertEqual(vb.offsets.dtype, torch.int64)
+                self.assertEqual(len(vb.split()), len(vb))
+                got.extend(bytes(t.cpu().numpy().tobytes())
+                           for t in vb.split())
+        want = [DATASETS["var"][k] for k in keys_of("var")]
+        self.assertEqual([len(g) for g in got], [len(w) for w in want])
+        self.assertTrue(got == want)
+        wait_no_leases(self)
+
+    def test_epochs_reshuffle_and_cover_every_key(self):
+        n = FIXED["f150528"][1]
+        with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                    batch_size=8, seed=5) as ld:
+            orders = []
+            for epoch in (0, 1, 0):
+                ld.set_epoch(epoch)
+                ids = []
+                for x in ld:
+                    ids.extend(int.from_bytes(bytes(r[:8].cpu().numpy()
+                                                    .tobytes()), "little")
+                               for r in x)
+                self.assertEqual(sorted(ids), list(range(n)))
+                orders.append(ids)
+            self.assertNotEqual(orders[0], orders[1])
+            self.assertEqual(orders[0], orders[2])
+
+    def test_len_drop_last_and_shards(self):
+        n = FIXED["f150528"][1]  # 40
+        with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                    batch_size=16) as ld:
+            self.assertEqual(len(ld), 3)
+            self.assertEqual([x.shape[0] for x in ld], [16, 16, 8])
+        with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                    batch_size=16, drop_last=True) as ld:
+            self.assertEqual(len(ld), 2)
+            self.assertEqual(sum(1 for _ in ld), 2)
+        ids = []
+        for rank in range(3):
+            with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                        batch_size=5, rank=rank, world_size=3) as ld:
+                ld.set_epoch(2)
+                for x in ld:
+                    ids.extend(int.from_bytes(bytes(r[:8].cpu().numpy()
+                                                    .tobytes()), "little")
+                               for r in x)
+        self.assertEqual(sorted(ids), list(range(n)))
+
+    def test_leases_released_after_the_copies(self):
+        with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                    batch_size=8, prefetch=3) as ld:
+            it = iter(ld)
+            next(it)
+            # Batches are in flight: the server holds leases for them...
+            for x in it:
+                pass
+            if self.DEVICE == "cuda":
+                torch.cuda.synchronize()
+            # ... and none once the epoch's copies are done, while the
+            # loader (and its connection) is still open.
+            wait_no_leases(self)
+
+    def test_failed_item_raises_and_close_mid_epoch(self):
+        from dlcache import DlcacheError
+        ld = GpuLoader(keys_of("f4096") + ["s/missing.bin"], dataset="f4096",
+                       socket=SERVER.socket, device=self.DEVICE,
+                       sample_shape=(4096,), batch_size=4, shuffle=False)
+        with self.assertRaises(DlcacheError) as cm:
+            for _ in ld:
+                pass
+        self.assertIn("missing", str(cm.exception))
+        ld.close()
+        with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                    batch_size=2, prefetch=4) as ld:
+            it = iter(ld)
+            next(it)
+        # Closed with batches in flight: no hang, leases go back.
+        wait_no_leases(self)
+        with loader("f4096", self.DEVICE, sample_shape=(4095,)) as ld:
+            with self.assertRaises(DlcacheError):  # wrong size
+                next(iter(ld))
+
+    @unittest.skipUnless(HAVE_TV, "torchvision not installed")
+    def test_decode_jpeg(self):
+        import torchvision.io as tio
+        with loader("jpg", self.DEVICE, decode="jpeg", shuffle=False,
+                    batch_size=5) as ld:
+            got = []
+            for imgs in ld:
+                self.assertIsInstance(imgs, list)
+                for im in imgs:
+                    self.expect_device(im)
+                got.extend(imgs)
+        self.assertEqual(len(got), len(DATASETS["jpg"]))
+        for k, im in zip(keys_of("jpg"), got):
+            ref = tio.decode_jpeg(torch.frombuffer(bytearray(
+                DATASETS["jpg"][k]), dtype=torch.uint8),
+                mode=tio.ImageReadMode.RGB)
+            self.assertEqual(tuple(im.shape), tuple(ref.shape))
+            diff = (im.cpu().int() - ref.int()).abs().float().mean().item()
+            self.assertLess(diff, 3.0, k)
+        wait_no_leases(self)
+
+
+class CpuFallbackTest(_Checks, unittest.TestCase):
+    DEVICE = "cpu"
+
+    def test_cuda_request_without_cuda_falls_back_and_warns_once(self):
+        if HAVE_CUDA:
+            self.skipTest("a CUDA device is present")
+        torch_gpu._warned = False
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with loader("f4096", "cuda", sample_shape=(4096,)) as ld:
+                x = next(iter(ld))
+                self.assertEqual(x.device.type, "cpu")
+                self.assertFalse(ld.on_gpu)
+                self.assertTrue(ld.fallback_reason)
+            with loader("f4096", "cuda", sample_shape=(4096,)) as ld:
+                next(iter(ld))
+        msgs = [str(x.message) for x in w if "GpuLoader" in str(x.message)]
+        self.assertEqual(len(msgs), 1, msgs)
+
+    def test_c_abi_reports_unavailable_without_a_device(self):
+        if HAVE_CUDA:
+            self.skipTest("a CUDA device is present")
+        ok, reason = torch_gpu.cuda_upload_available(0)
+        self.assertFalse(ok)
+        self.assertTrue(reason)
+
+
+@unittest.skipUnless(HAVE_CUDA, "no CUDA device (or torch without CUDA, or "
+                     "libdlcache_c.so without CUDA)")
+class CudaTest(_Checks, unittest.TestCase):
+    DEVICE = "cuda"
+
+    def test_uploads_use_registered_segments(self):
+        with loader("f150528", "cuda", sample_shape=(150528,),
+                    batch_size=8) as ld:
+            for _ in ld:
+                pass
+            st = ld.stats()
+        self.assertGreater(st["registered_segments"], 0)
+        self.assertEqual(st["staged_segments"], 0)
+        self.assertEqual(st["staged_bytes"], 0)
+        self.assertEqual(st["bytes"], 40 * 150528)
+
+    def test_consumer_stream_ordering(self):
+        # Consume on a non-default stream with work queued before the
+        # batch arrives: the values must still be the uploaded bytes.
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s), loader("f150528", "cuda",
+                                          sample_shape=(150528,),
+                                          shuffle=False, batch_size=8) as ld:
+            sums = []
+            for x in ld:
+                torch.cuda._sleep(1000000)  # keep the stream busy
+                sums.append(x.to(torch.int64).sum(dim=1))
+            got = torch.cat(sums).cpu().tolist()
+        want = [sum(DATASETS["f150528"][k]) for k in keys_of("f150528")]
+        self.assertEqual(got, want)
+
+
+if __name__ == "__main__":
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    if r.testsRun == 0 or (len(r.skipped) == r.testsRun):
+        print("SKIPPED: every test skipped")
+        sys.exit(SKIP)
+    sys.exit(0 if r.wasSuccessful() else 1)

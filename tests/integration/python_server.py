@@ -1,0 +1,194 @@
+"""Test fixture for the Python tests: a real dlcached on a temporary Unix
+socket, arena and source directory.
+
+The server runs in its own process group, gets SIGKILL if the test process
+dies (PR_SET_PDEATHSIG), and is stopped (SIGTERM, then SIGKILL after a
+deadline) by stop() and at exit. Waits poll a condition with a deadline;
+nothing sleeps as synchronisation.
+"""
+
+import atexit
+import ctypes
+import faulthandler
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+
+# The exit code that ctest's SKIP_RETURN_CODE maps to "skipped".
+SKIP_RETURN_CODE = 77
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig=signal.SIGKILL):
+    """In a child process: get `sig` when the parent thread exits."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def wait_for(predicate, timeout, what, interval=0.02):
+    """Polls predicate() until it returns a true value (returned) or the
+    deadline passes (AssertionError naming `what` and the last value)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0f s waiting for %s "
+                                 "(last: %r)" % (timeout, what, last))
+        time.sleep(interval)
+
+
+def random_bytes(n, seed):
+    return random.Random(seed).randbytes(n)
+
+
+def binaries_or_skip():
+    """(dlcached, dlcachectl or None) from the environment, or SkipTest."""
+    dlcached = os.environ.get("DLCACHED")
+    if not dlcached or not os.access(dlcached, os.X_OK):
+        raise unittest.SkipTest("DLCACHED (the dlcached binary) not set")
+    ctl = os.environ.get("DLCACHECTL")
+    if not ctl:
+        guess = os.path.join(os.path.dirname(os.path.dirname(dlcached)),
+                             "client", "dlcachectl")
+        ctl = guess if os.access(guess, os.X_OK) else None
+    return dlcached, ctl
+
+
+class Server:
+    """dlcached serving dataset "ds" from generated files."""
+
+    def __init__(self, files, arena="64MiB", chunk="1MiB", extra=()):
+        self.binary, self.ctl = binaries_or_skip()
+        self.root = tempfile.mkdtemp(prefix="dlc_py_")
+        self.shm = tempfile.mkdtemp(prefix="dlc_py_", dir="/dev/shm")
+        self.src = os.path.join(self.root, "src")
+        for path, data in files.items():
+            full = os.path.join(self.src, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(data)
+        self.socket = os.path.join(self.root, "d.sock")
+        self.args = [self.binary, "--socket=" + self.socket,
+                     "--shm_dir=" + self.shm, "--arena_bytes=" + arena,
+                     "--segment_bytes=16MiB", "--chunk_size=" + chunk,
+                     "--dataset=ds=" + self.src, "--metrics_address=",
+                     "--keep_arena=false"] + list(extra)
+        self.proc = None
+        self.log = None
+        self.starts = 0
+        atexit.register(self.stop, cleanup=True)
+        self.start()
+
+    def start(self, timeout=30):
+        assert self.proc is None or self.proc.poll() is not None
+        self.starts += 1
+        self.log = open(os.path.join(self.root, "dlcached.%d.log" %
+                                     self.starts), "wb")
+        self.proc = subprocess.Popen(
+            self.args, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent)
+        if self.ctl:
+            wait_for(lambda: self._try_status() is not None, timeout,
+                     "dlcached to serve on " + self.socket, interval=0.05)
+        else:
+            wait_for(lambda: os.path.exists(self.socket), timeout,
+                     "dlcached's socket", interval=0.05)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20, cleanup=False):
+        p = self.proc
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if cleanup:
+            shutil.rmtree(self.root, ignore_errors=True)
+            shutil.rmtree(self.shm, ignore_errors=True)
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def log_tail(self, n=2000):
+        try:
+            with open(os.path.join(self.root, "dlcached.%d.log" %
+                                   self.starts), "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _try_status(self):
+        try:
+            r = subprocess.run([self.ctl, "--socket", self.socket, "--json",
+                                "status"], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        if r.returncode != 0:
+            return None
+        try:
+            return json.loads(r.stdout)
+        except ValueError:
+            return None
+
+    def status(self):
+        """`dlcachectl --json status` as a dict (leases, sessions, ...)."""
+        if not self.ctl:
+            raise unittest.SkipTest("DLCACHECTL (dlcachectl) not set")
+        st = self._try_status()
+        if st is None:
+            raise AssertionError("dlcachectl status failed")
+        return st
+
+
+def watchdog(seconds):
+    """Arms a per-test deadline: past it, every thread's traceback is
+    dumped and the process exits (children die with it), so a hang is a
+    failure, never a stuck run. Returns the disarm function."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    return faulthandler.cancel_dump_traceback_later
+
+
+def run_tests(module_name, require=()):
+    """unittest.main for a test file; exits SKIP_RETURN_CODE when nothing
+    ran because a requirement is missing (so ctest shows it as skipped)."""
+    for what, ok in require:
+        if not ok:
+            print("SKIPPED: %s" % what)
+            sys.exit(SKIP_RETURN_CODE)
+    prog = unittest.main(module=module_name, verbosity=2, exit=False)
+    result = prog.result
+    skipped = len(result.skipped)
+    if skipped:
+        print("SKIPPED %d test(s):" % skipped)
+        for test, reason in result.skipped:
+            print("  %s: %s" % (test.id(), reason))
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if skipped and skipped >= result.testsRun:
+        sys.exit(SKIP_RETURN_CODE)
+    sys.exit(0)
