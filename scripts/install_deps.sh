@@ -12,7 +12,8 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libxxhash-dev libtorch-dev libgflags-dev \
   redis-server python3 python3-yaml \
-  python3-torch python3-numpy python3-pip python3-setuptools python3-wheel
+  python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
+  python3-pil openssl
 # kubectl validates the Kubernetes manifests; Debian ships it as
 # kubernetes-client (some images carry a newer kubectl already).
 if ! command -v kubectl >/dev/null 2>&1; then
