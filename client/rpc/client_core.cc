@@ -343,21 +343,26 @@ void ClientCore::ReadLoop(Conn* conn) {
     for (auto& [id, call] : conn->calls) waiting.push_back(call);
     conn->calls.clear();
   }
+  // The client is marked down before the waiting calls wake, so a caller
+  // that saw its call fail also sees session_status() fail.
+  {
+    absl::MutexLock lock(&mu_);
+    if (conn_.get() == conn) {  // else never installed, or replaced
+      up_ = false;
+      conn_ended_ = true;
+      down_status_ = why;
+      pending_.clear();  // the server released them with the session
+      if (!shutdown_) {
+        DLC_LOG(WARNING) << "session " << conn->info.session_id
+                         << " with dlcached at " << target_
+                         << " ended: " << why.ToString()
+                         << (options_.reconnect ? "; reconnecting" : "");
+      }
+    }
+  }
   for (Call* call : waiting) {
     call->status = absl::UnavailableError("the connection ended");
     call->done.Notify();
-  }
-  absl::MutexLock lock(&mu_);
-  if (conn_.get() != conn) return;  // never installed, or replaced
-  up_ = false;
-  conn_ended_ = true;
-  down_status_ = why;
-  pending_.clear();  // the server released them with the session
-  if (!shutdown_) {
-    DLC_LOG(WARNING) << "session " << conn->info.session_id
-                     << " with dlcached at " << target_
-                     << " ended: " << why.ToString()
-                     << (options_.reconnect ? "; reconnecting" : "");
   }
 }
 
