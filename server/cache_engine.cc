@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/key.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 
 namespace dlcache {
@@ -579,7 +580,7 @@ absl::Status CacheEngine::Warmup(
     progress.set_files_failed(progress.files_failed() + 1);
   }
   DLC_LOG(INFO) << "warmup " << (owned_only ? "(owned chunks) " : "")
-                << datasets_[*ds] << "/" << *prefix << ": "
+                << datasets_[*ds] << "/" << LogEscape(*prefix) << ": "
                 << progress.files_done() << " files ("
                 << progress.files_skipped() << " already cached), "
                 << progress.files_failed() << " failed, "
@@ -600,7 +601,8 @@ absl::StatusOr<v1::EvictResponse> CacheEngine::Evict(
   response.set_evicted_chunks(r.chunks);
   response.set_evicted_bytes(r.bytes);
   response.set_deferred_chunks(r.deferred);
-  DLC_LOG(INFO) << "evict " << request.dataset() << "/" << *prefix << ": "
+  DLC_LOG(INFO) << "evict " << datasets_[*ds] << "/" << LogEscape(*prefix)
+                << ": "
                 << r.chunks << " chunks, " << r.bytes << " bytes, "
                 << r.deferred << " leased (freed on release)";
   return response;
@@ -631,7 +633,8 @@ absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
       out->set_chunks_dropped(out->chunks_dropped() + before);
     }
   }
-  DLC_LOG(INFO) << "revalidate " << request.dataset() << "/" << *prefix << ": "
+  DLC_LOG(INFO) << "revalidate " << datasets_[*ds] << "/" << LogEscape(*prefix)
+                << ": "
                 << out->files_checked() << " checked, " << out->files_changed()
                 << " changed, " << out->files_missing() << " gone";
   return absl::OkStatus();

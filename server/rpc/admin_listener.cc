@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/fd_passing.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/auth/tls_credentials.h"
 
@@ -250,8 +251,9 @@ AdminServiceImpl::Authorizer TcpAdminAuthorizer(std::string token) {
                                     AdminServiceImpl::Access access) {
     absl::Status s = CheckCallToken(context, token, "admin");
     if (!s.ok()) {
-      DLC_LOG(WARNING) << "admin: refused " << rpc << " to " << context.peer()
-                       << ": " << s.message();
+      DLC_LOG(WARNING) << "admin: refused " << rpc << " to "
+                       << LogEscape(context.peer()) << ": "
+                       << LogEscape(s.message());
     }
     return s;
   };
