@@ -3,12 +3,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +21,7 @@
 #include "server/tier/chunk_backend.h"
 #include "server/tier/ssd_index.h"
 #include "server/tier/ssd_store.h"
+#include "server/tier/ssd_write_queue.h"
 
 namespace dlcache {
 
@@ -165,6 +164,11 @@ struct SsdEvictResult {
 // Mutations of the index are serialised on one mutex; reads take no tier
 // lock. One writer thread drains the write-behind queue. Does not own
 // `next`, which must outlive the tier.
+//
+// Source files by concern: ssd_tier.cc (read path, write-behind writer,
+// index mutations, stats), ssd_tier_recovery.cc (Open, recovery, close),
+// ssd_tier_space.cc (space policy), ssd_tier_admin.cc (Sync, Revalidate,
+// Evict); the queue itself is SsdWriteQueue (ssd_write_queue.h).
 class SsdTier : public ChunkBackend {
  public:
   // Opens or creates the tier under options.dir, checks its index against
@@ -240,14 +244,6 @@ class SsdTier : public ChunkBackend {
   const SsdTierOptions& options() const { return options_; }
 
  private:
-  struct WriteItem {
-    std::string dataset;
-    std::string path;
-    uint32_t chunk = 0;
-    FileInfo info;
-    std::string bytes;
-    uint64_t checksum = 0;
-  };
   struct LiveBytes {
     uint64_t bytes = 0;
     uint64_t chunks = 0;
@@ -262,12 +258,14 @@ class SsdTier : public ChunkBackend {
 
   SsdTier(const SsdTierOptions& options, ChunkBackend* next,
           std::unique_ptr<SsdIndex> index, std::unique_ptr<SsdStore> store);
+  // ssd_tier_recovery.cc: rebuilds the accounting from the index.
   absl::Status Recover(bool verify);
 
-  void WriterLoop();
+  // Write-behind: queues a copy (false and counted when the queue is
+  // full); WriteOne stores one on the queue's writer thread.
   bool Enqueue(const ChunkId& id, const FileInfo& info,
                absl::Span<const char> bytes, uint64_t checksum);
-  void WriteOne(WriteItem& item);
+  void WriteOne(SsdWriteItem& item);
 
   // Stores one chunk. Without `replace`, a file meta recorded with other
   // metadata than `info` makes the write kStale, and a missing one is
@@ -304,6 +302,7 @@ class SsdTier : public ChunkBackend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked(SsdIndex::Batch& batch, const Delta& delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Space policy (ssd_tier_space.cc).
   // Drops oldest data files until `bytes` more fit under the capacity.
   void MakeRoomLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Also drops oldest data files until `bytes` more leave min_free_bytes
@@ -359,15 +358,9 @@ class SsdTier : public ChunkBackend {
   };
   mutable Counters counters_;
 
-  mutable absl::Mutex queue_mu_;
-  std::deque<WriteItem> queue_ ABSL_GUARDED_BY(queue_mu_);
-  // Queued or being written, plus slots reserved by Enqueue while copying.
-  size_t pending_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  uint64_t pending_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  uint64_t enqueued_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  uint64_t completed_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
-  std::thread writer_;
+  // Set once at the end of Open, before the tier is handed out; stopped
+  // first in the destructor.
+  std::unique_ptr<SsdWriteQueue> queue_;
 };
 
 }  // namespace dlcache
