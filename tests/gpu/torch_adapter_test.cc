@@ -1,27 +1,82 @@
-// The LibTorch adapter against an in-process dlcached: CPU views, the
-// per-epoch shuffling dataset under torch's DataLoader, and (with a GPU)
-// device tensors.
+// The LibTorch adapter against a real dlcached, through the C ABI only.
+//
+// A self-contained driver (no gtest, no Abseil) so that the same file
+// builds here against Debian's CPU libtorch (a ctest) and on the GPU
+// machine against that machine's own libtorch, carrying only
+// libdlcache_c.so (client/torch/examples/CMakeLists.txt builds it there).
+//
+//   DLCACHED=path/to/dlcached DLCACHECTL=path/to/dlcachectl \
+//       torch_adapter_test [--require_gpu]
+//
+// Every check prints "ok"/"FAIL"/"skip" with its name; exit 0 when none
+// failed, 1 otherwise. GPU checks skip without a usable GPU unless
+// --require_gpu (or DLCACHE_REQUIRE_GPU=1), which makes that a failure.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "dlcache/client.h"
+#include "dlcache/dlcache_cuda_c.h"
 #include "dlcache/torch/cache_dataset.h"
 #include "dlcache/torch/tensors.h"
-#include "gtest/gtest.h"
-#include "tests/testing/temp_dir.h"
-#include "tests/testing/test_server.h"
 
-namespace dlcache::torch_adapter {
+namespace dt = dlcache::torch_adapter;
+namespace fs = std::filesystem;
+
 namespace {
 
-using ::dlcache::testing::RandomBytes;
-using ::dlcache::testing::TestServer;
+int failures = 0;
+
+#define CHECK_THAT(cond)                                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__,       \
+                   __LINE__, #cond);                                      \
+      throw CheckFailed();                                                \
+    }                                                                     \
+  } while (0)
+
+struct CheckFailed {};
+struct Skip {
+  std::string why;
+};
+
+std::string Env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+// Deterministic content: the bytes of file `seed` with `size` bytes.
+std::string Content(size_t size, uint64_t seed) {
+  std::string s(size, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < size; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
 
 std::string Bytes(const at::Tensor& t) {
   at::Tensor c = t.to(at::kCPU).contiguous();
@@ -29,171 +84,439 @@ std::string Bytes(const at::Tensor& t) {
                      static_cast<size_t>(c.numel()));
 }
 
-class TorchAdapterTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TestServer::Options options;
-    options.chunk_size = 1 << 20;
-    auto server = TestServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    for (int i = 0; i < 30; ++i) {
-      std::string key = absl::StrCat("img/", i, ".jpg");
-      files_[key] = RandomBytes(10000 + 977 * i, i);
-      server_->WriteFile("ds", key, files_[key]);
-      keys_.push_back(key);
-    }
-    files_["big.bin"] = RandomBytes((1 << 20) * 2 + 5, 77);
-    server_->WriteFile("ds", "big.bin", files_["big.bin"]);
-    ClientOptions co;
-    co.socket_path = server_->socket_path();
-    auto client = Client::Connect(co);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+// Waits for `cond` until `deadline_s`; false if it never held.
+bool Eventually(const std::function<bool()>& cond, double deadline_s = 20) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(deadline_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+// A dlcached process on a temp socket, with a dataset "ds" in a temp dir;
+// stopped (and its dirs removed) by the destructor, and killed by the
+// kernel if this process dies first.
+class Server {
+ public:
+  Server() {
+    char root[] = "/tmp/dlc-torch-XXXXXX";
+    char shm[] = "/dev/shm/dlc-torch-XXXXXX";
+    CHECK_THAT(::mkdtemp(root) != nullptr && ::mkdtemp(shm) != nullptr);
+    root_ = root;
+    shm_ = shm;
+    src_ = root_ + "/src";
+    fs::create_directories(src_);
+    socket_ = root_ + "/dlcached.sock";
+    Start();
+  }
+  ~Server() {
+    Stop();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+    fs::remove_all(shm_, ec);
   }
 
-  std::unique_ptr<TestServer> server_;
-  std::unique_ptr<Client> client_;
-  std::map<std::string, std::string> files_;
-  std::vector<std::string> keys_;
+  void Write(const std::string& key, const std::string& bytes) {
+    const fs::path p = fs::path(src_) / key;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+  }
+
+  void Start() {
+    const std::string bin = Env("DLCACHED");
+    CHECK_THAT(!bin.empty());
+    std::vector<std::string> args = {
+        bin, "--socket=" + socket_, "--shm_dir=" + shm_,
+        "--arena_bytes=128MiB", "--segment_bytes=16MiB", "--chunk_size=1MiB",
+        "--dataset=ds=" + src_, "--metrics_address=", "--keep_arena=false"};
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    CHECK_THAT(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      const std::string log = root_ + "/dlcached.log";
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    CHECK_THAT(Eventually([&] { return Leases() >= 0; }, 30));
+  }
+
+  void Stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  // The server's lease count from `dlcachectl --json status`; -1 if it
+  // cannot be read (server not up, or no DLCACHECTL).
+  int64_t Leases() const {
+    const std::string ctl = Env("DLCACHECTL");
+    if (ctl.empty()) return 0;  // cannot count: lease checks are skipped
+    const std::string cmd =
+        ctl + " --socket " + socket_ + " --json status 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return -1;
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    if (::pclose(p) != 0) return -1;
+    const size_t at = out.find("\"leases\":");
+    if (at == std::string::npos) return -1;
+    return std::strtoll(out.c_str() + at + 9, nullptr, 10);
+  }
+  bool CanCountLeases() const { return !Env("DLCACHECTL").empty(); }
+
+  const std::string& socket() const { return socket_; }
+
+ private:
+  std::string root_, shm_, src_, socket_;
+  pid_t pid_ = -1;
 };
 
-TEST_F(TorchAdapterTest, ItemTensorIsAZeroCopyViewThatHoldsTheLease) {
-  auto batch = client_->GetBatch("ds", std::vector<std::string>{keys_[3]});
-  ASSERT_TRUE(batch.ok());
-  const void* mapped = (*batch)[0].chunks()[0].data;
-  auto t = ItemTensor(std::move((*batch)[0]));
-  ASSERT_TRUE(t.ok()) << t.status();
-  batch->Release();  // the item was moved out: its lease lives in `t`
-  EXPECT_EQ(t->data_ptr(), mapped);
-  EXPECT_EQ(t->dtype(), at::kByte);
-  EXPECT_EQ(Bytes(*t), files_[keys_[3]]);
-}
+struct Fixture {
+  Server server;
+  std::map<std::string, std::string> files;
+  std::vector<std::string> keys;  // 31 small files of different sizes
 
-TEST_F(TorchAdapterTest, MultiChunkItemsNeedACopy) {
-  auto batch = client_->GetBatch("ds", std::vector<std::string>{"big.bin"});
-  ASSERT_TRUE(batch.ok());
-  EXPECT_EQ(ItemTensor(std::move((*batch)[0])).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  auto again = client_->GetBatch("ds", std::vector<std::string>{"big.bin"});
-  auto copy = ItemTensorCopy((*again)[0]);
-  ASSERT_TRUE(copy.ok());
-  EXPECT_EQ(Bytes(*copy), files_["big.bin"]);
-}
-
-TEST_F(TorchAdapterTest, BatchTensorsKeepStatuses) {
-  auto batch = client_->GetBatch(
-      "ds", std::vector<std::string>{keys_[0], "nope.jpg", "big.bin"});
-  ASSERT_TRUE(batch.ok());
-  CpuTensors t = BatchTensors(std::move(*batch));
-  ASSERT_EQ(t.items.size(), 3u);
-  EXPECT_EQ(Bytes(t.items[0]), files_[keys_[0]]);
-  EXPECT_EQ(t.statuses[1].code(), absl::StatusCode::kNotFound);
-  EXPECT_FALSE(t.items[1].defined());
-  EXPECT_EQ(Bytes(t.items[2]), files_["big.bin"]);
-}
-
-TEST_F(TorchAdapterTest, CreateChecksItsArguments) {
-  EXPECT_EQ(CacheDataset::Create(nullptr, {.dataset = "ds"}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CacheDataset::Create(client_.get(), {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  if (!cuda::CudaAvailable().ok()) {
-    CacheDatasetOptions o;
-    o.dataset = "ds";
-    o.device = c10::Device(c10::kCUDA, 0);
-    EXPECT_EQ(CacheDataset::Create(client_.get(), o).status().code(),
-              absl::StatusCode::kUnavailable);
+  Fixture() {
+    for (int i = 0; i < 31; ++i) {
+      std::string key = "img/" + std::to_string(i) + ".jpg";
+      files[key] = Content(1000 + 977 * i, i);
+      server.Write(key, files[key]);
+      keys.push_back(key);
+    }
+    files["empty.bin"] = "";
+    server.Write("empty.bin", "");
+    files["big.bin"] = Content((1 << 20) * 2 + 5, 77);  // three chunks
+    server.Write("big.bin", files["big.bin"]);
   }
+
+  dt::ClientHandle Connect() {
+    dt::ConnectOptions o;
+    o.socket_path = server.socket();
+    o.verify_checksums = true;
+    return dt::Connect(o);
+  }
+
+  dt::CacheDatasetOptions Options() const {
+    dt::CacheDatasetOptions o;
+    o.dataset = "ds";
+    o.keys = keys;
+    o.seed = 3;
+    return o;
+  }
+};
+
+bool GpuUsable(std::string* why) {
+  if (!torch::cuda::is_available()) {
+    *why = "libtorch sees no CUDA device";
+    return false;
+  }
+  if (dlc_cuda_available(0) != DLC_OK) {
+    *why = std::string("dlcache: ") + dlc_cuda_last_error();
+    return false;
+  }
+  return true;
 }
 
-// Runs two epochs through torch's DataLoader on `device` and checks every
-// byte, that each epoch sees every key once, and that epochs differ.
-void RunEpochs(Client* client, const std::vector<std::string>& keys,
-               const std::map<std::string, std::string>& files,
-               c10::Device device) {
-  CacheDatasetOptions o;
-  o.dataset = "ds";
-  o.keys = keys;
-  o.seed = 3;
+void CpuViewsAndStatuses(Fixture& f) {
+  dt::ClientHandle c = f.Connect();
+  std::vector<const char*> keys = {f.keys[3].c_str(), "nope.jpg", "big.bin",
+                                   "empty.bin"};
+  dlc_batch* b = nullptr;
+  CHECK_THAT(dlc_get_batch(c.get(), "ds", keys.data(), keys.size(), &b) ==
+             DLC_OK);
+  dt::BatchTensors t = dt::CpuBatchTensors(b);
+  CHECK_THAT(t.items.size() == 4);
+  CHECK_THAT(Bytes(t.items[0]) == f.files[f.keys[3]]);
+  CHECK_THAT(t.codes[1] == DLC_NOT_FOUND && !t.items[1].defined());
+  CHECK_THAT(t.errors[1].find("nope.jpg") != std::string::npos ||
+             !t.errors[1].empty());
+  CHECK_THAT(Bytes(t.items[2]) == f.files["big.bin"]);
+  CHECK_THAT(t.items[3].defined() && t.items[3].numel() == 0);
+  CHECK_THAT(t.items[0].dtype() == at::kByte);
+}
+
+void CpuViewsHoldTheirLeases(Fixture& f) {
+  if (!f.server.CanCountLeases()) throw Skip{"DLCACHECTL not set"};
+  dt::ClientHandle c = f.Connect();
+  const int64_t before = f.server.Leases();
+  std::vector<const char*> keys = {f.keys[0].c_str(), f.keys[1].c_str()};
+  dlc_batch* b = nullptr;
+  CHECK_THAT(dlc_get_batch(c.get(), "ds", keys.data(), keys.size(), &b) ==
+             DLC_OK);
+  at::Tensor kept;
+  {
+    dt::BatchTensors t = dt::CpuBatchTensors(b);
+    kept = t.items[1];
+  }
+  // The batch is gone but one view lives: its leases stay.
+  CHECK_THAT(f.server.Leases() >= before + 2);
+  CHECK_THAT(Bytes(kept) == f.files[f.keys[1]]);
+  kept = at::Tensor();
+  CHECK_THAT(Eventually([&] { return f.server.Leases() <= before; }));
+}
+
+// Two epochs through torch's DataLoader on `device`: every byte equal,
+// every key once per epoch, different orders.
+void RunEpochs(Fixture& f, c10::Device device) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.keys.push_back("big.bin");
+  o.keys.push_back("empty.bin");
   o.device = device;
-  auto ds = CacheDataset::Create(client, o);
-  ASSERT_TRUE(ds.ok()) << ds.status();
   auto loader = torch::data::make_data_loader(
-      std::move(*ds), torch::data::DataLoaderOptions(7));
+      dt::CacheDataset(f.Connect(), o), torch::data::DataLoaderOptions(7));
   std::vector<std::vector<std::string>> orders;
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::vector<std::string> order;
-    for (CacheBatch& b : *loader) {
-      ASSERT_EQ(b.items.size(), b.keys.size());
+    for (dt::CacheBatch& b : *loader) {
+      CHECK_THAT(b.items.size() == b.keys.size());
       for (size_t i = 0; i < b.keys.size(); ++i) {
-        ASSERT_TRUE(b.statuses[i].ok()) << b.statuses[i];
-        EXPECT_EQ(b.items[i].device().type(), device.type());
-        EXPECT_EQ(Bytes(b.items[i]), files.at(b.keys[i])) << b.keys[i];
+        CHECK_THAT(b.codes[i] == DLC_OK);
+        CHECK_THAT(b.items[i].device().type() == device.type());
+        CHECK_THAT(Bytes(b.items[i]) == f.files.at(b.keys[i]));
         order.push_back(b.keys[i]);
       }
     }
-    std::vector<std::string> sorted = order;
+    std::vector<std::string> sorted = order, want = o.keys;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<std::string> want = keys;
     std::sort(want.begin(), want.end());
-    EXPECT_EQ(sorted, want);
+    CHECK_THAT(sorted == want);
     orders.push_back(order);
   }
-  EXPECT_NE(orders[0], orders[1]);
+  CHECK_THAT(orders[0] != orders[1]);
 }
 
-TEST_F(TorchAdapterTest, DatasetShufflesPerEpochOnCpu) {
-  RunEpochs(client_.get(), keys_, files_, c10::Device(c10::kCPU));
-}
-
-TEST_F(TorchAdapterTest, DatasetYieldsDeviceTensors) {
-  if (absl::Status st = cuda::CudaAvailable(); !st.ok()) {
-    GTEST_SKIP() << "no GPU: " << st.ToString();
+void ShardsByRank(Fixture& f) {
+  for (bool drop_last : {false, true}) {
+    std::multiset<std::string> seen;
+    for (int rank = 0; rank < 3; ++rank) {
+      dt::CacheDatasetOptions o = f.Options();
+      o.rank = rank;
+      o.world_size = 3;
+      o.drop_last = drop_last;
+      dt::CacheDataset ds(f.Connect(), o);
+      CHECK_THAT(*ds.size() == (drop_last ? 10u : 11u));
+      size_t n = 0;
+      while (auto b = ds.get_batch(4)) {
+        for (const std::string& k : b->keys) seen.insert(k);
+        n += b->keys.size();
+      }
+      CHECK_THAT(n == (drop_last ? 8u : 11u));  // drop_last: 2 batches of 4
+    }
+    if (!drop_last) {
+      // 31 keys padded to 33: every key, and two of them twice.
+      std::set<std::string> distinct(seen.begin(), seen.end());
+      CHECK_THAT(distinct.size() == 31 && seen.size() == 33);
+    }
   }
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "torch without CUDA";
-  RunEpochs(client_.get(), keys_, files_, c10::Device(c10::kCUDA, 0));
+  dt::CacheDatasetOptions bad = f.Options();
+  bad.rank = 3;
+  bad.world_size = 3;
+  bool threw = false;
+  try {
+    dt::CacheDataset ds(f.Connect(), bad);
+  } catch (const c10::Error& e) {
+    threw = std::string(e.what()).find("INVALID_ARGUMENT") != std::string::npos;
+  }
+  CHECK_THAT(threw);
 }
 
-TEST_F(TorchAdapterTest, DropLastAndSaveLoad) {
-  CacheDatasetOptions o;
-  o.dataset = "ds";
-  o.keys = keys_;
-  o.drop_last = true;
-  auto ds = CacheDataset::Create(client_.get(), o);
-  ASSERT_TRUE(ds.ok());
-  size_t seen = 0;
-  while (auto b = ds->get_batch(8)) seen += b->keys.size();
-  EXPECT_EQ(seen, 24u);  // 30 keys: three full batches of 8
-  ds->reset();
-  EXPECT_EQ(ds->epoch(), 1);
-  auto first = ds->get_batch(5);
-  ASSERT_TRUE(first.has_value());
+void EpochsSaveLoadAndSetEpoch(Fixture& f) {
+  dt::CacheDatasetOptions o = f.Options();
+  dt::CacheDataset ds(f.Connect(), o);
+  auto first = ds.get_batch(5);
+  CHECK_THAT(first.has_value());
   torch::serialize::OutputArchive out;
-  ds->save(out);
-  auto expected = ds->get_batch(5);
-  torch::serialize::InputArchive in;
+  ds.save(out);
+  auto expected = ds.get_batch(5);
   std::stringstream buf;
   out.save_to(buf);
+  torch::serialize::InputArchive in;
   in.load_from(buf);
-  auto other = CacheDataset::Create(client_.get(), o);
-  ASSERT_TRUE(other.ok());
-  other->load(in);
-  EXPECT_EQ(other->epoch(), 1);
-  auto resumed = other->get_batch(5);
-  ASSERT_TRUE(resumed.has_value() && expected.has_value());
-  EXPECT_EQ(resumed->keys, expected->keys);
+  dt::CacheDataset other(f.Connect(), o);
+  other.load(in);
+  auto resumed = other.get_batch(5);
+  CHECK_THAT(resumed.has_value() && expected.has_value());
+  CHECK_THAT(resumed->keys == expected->keys);
+  // set_epoch(e) then reset() (what a loader does) reads epoch e's order.
+  dt::CacheDataset a(f.Connect(), o), b(f.Connect(), o);
+  a.reset();
+  a.reset();  // epoch 1
+  b.set_epoch(1);
+  b.reset();
+  CHECK_THAT(a.epoch() == 1 && b.epoch() == 1);
+  CHECK_THAT(a.get_batch(31)->keys == b.get_batch(31)->keys);
 }
 
-TEST_F(TorchAdapterTest, RpcFailureIsThrownAsC10Error) {
-  CacheDatasetOptions o;
-  o.dataset = "ds";
-  o.keys = keys_;
-  auto ds = CacheDataset::Create(client_.get(), o);
-  ASSERT_TRUE(ds.ok());
-  server_.reset();  // the server goes away
-  EXPECT_THROW(ds->get_batch(4), c10::Error);
+void GpuEpochs(Fixture& f) { RunEpochs(f, c10::Device(c10::kCUDA, 0)); }
+
+void GpuPrefetchAndLeases(Fixture& f) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.device = c10::Device(c10::kCUDA, 0);
+  o.prefetch = 3;
+  o.shuffle = false;
+  const int64_t before = f.server.CanCountLeases() ? f.server.Leases() : 0;
+  {
+    dt::CacheDataset ds(f.Connect(), o);
+    auto b = ds.get_batch(2);
+    CHECK_THAT(b.has_value() && b->codes[0] == DLC_OK);
+    // The producer runs ahead by `prefetch` batches, no further.
+    CHECK_THAT(Eventually([&] { return ds.batches_ready() == 3; }));
+    CHECK_THAT(ds.batches_ready() == 3);
+    size_t n = b->keys.size();
+    while (auto next = ds.get_batch(2)) {
+      CHECK_THAT(Bytes(next->data).size() == next->data.numel());
+      n += next->keys.size();
+    }
+    CHECK_THAT(n == f.keys.size());
+    CHECK_THAT(ds.uploaded_batches() == 16);
+  }
+  // Destroyed with the uploads done: no lease left behind.
+  if (f.server.CanCountLeases()) {
+    CHECK_THAT(Eventually([&] { return f.server.Leases() <= before; }));
+  }
+  // Destroyed mid-epoch with batches in flight: none left either.
+  {
+    dt::CacheDataset ds(f.Connect(), o);
+    CHECK_THAT(ds.get_batch(2).has_value());
+  }
+  if (f.server.CanCountLeases()) {
+    CHECK_THAT(Eventually([&] { return f.server.Leases() <= before; }));
+  }
+}
+
+void GpuFailedItemsKeepTheirCodes(Fixture& f) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.device = c10::Device(c10::kCUDA, 0);
+  o.keys = {f.keys[0], "missing.jpg", f.keys[5]};
+  o.shuffle = false;
+  dt::CacheDataset ds(f.Connect(), o);
+  auto b = ds.get_batch(3);
+  CHECK_THAT(b.has_value());
+  CHECK_THAT(b->codes[0] == DLC_OK && b->codes[1] == DLC_NOT_FOUND &&
+             b->codes[2] == DLC_OK);
+  CHECK_THAT(!b->items[1].defined());
+  CHECK_THAT(Bytes(b->items[0]) == f.files[f.keys[0]]);
+  CHECK_THAT(Bytes(b->items[2]) == f.files[f.keys[5]]);
+}
+
+// The server restarts mid-epoch: at most the batch in flight fails (thrown),
+// the epoch goes on, every byte still equal to the source.
+void RestartMidEpoch(Fixture& f, c10::Device device) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.device = device;
+  dt::CacheDataset ds(f.Connect(), o);
+  size_t delivered = 0;
+  for (int i = 0; i < 2; ++i) delivered += ds.get_batch(4)->keys.size();
+  f.server.Stop();
+  f.server.Start();
+  int thrown = 0;
+  while (true) {
+    try {
+      auto b = ds.get_batch(4);
+      if (!b.has_value()) break;
+      for (size_t i = 0; i < b->keys.size(); ++i) {
+        CHECK_THAT(b->codes[i] == DLC_OK);
+        CHECK_THAT(Bytes(b->items[i]) == f.files.at(b->keys[i]));
+      }
+      delivered += b->keys.size();
+    } catch (const c10::Error&) {
+      ++thrown;
+      CHECK_THAT(thrown <= 2);
+    }
+  }
+  CHECK_THAT(delivered + 4 * static_cast<size_t>(thrown) >= f.keys.size());
+  CHECK_THAT(delivered >= f.keys.size() - 8);
+}
+
+void ServerGoneIsThrown(Fixture& f) {
+  dt::ConnectOptions co;
+  co.socket_path = f.server.socket();
+  co.rpc_timeout_s = 2;
+  dt::CacheDataset ds(dt::Connect(co), f.Options());
+  f.server.Stop();
+  bool threw = false;
+  try {
+    ds.get_batch(4);
+  } catch (const c10::Error&) {
+    threw = true;
+  }
+  CHECK_THAT(threw);
+  f.server.Start();
 }
 
 }  // namespace
-}  // namespace dlcache::torch_adapter
+
+int main(int argc, char** argv) {
+  bool require_gpu = Env("DLCACHE_REQUIRE_GPU") == "1";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--require_gpu") require_gpu = true;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  std::string no_gpu;
+  const bool gpu = GpuUsable(&no_gpu);
+  int skipped = 0, passed = 0;
+  auto run = [&](const char* name, bool needs_gpu,
+                 const std::function<void(Fixture&)>& fn) {
+    if (needs_gpu && !gpu) {
+      if (require_gpu) {
+        std::printf("FAIL %s: no GPU: %s\n", name, no_gpu.c_str());
+        ++failures;
+      } else {
+        std::printf("skip %s: no GPU: %s\n", name, no_gpu.c_str());
+        ++skipped;
+      }
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      Fixture f;
+      fn(f);
+      ++passed;
+      std::printf("ok   %s (%.2f s)\n", name,
+                  std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - t0).count());
+    } catch (const Skip& s) {
+      ++skipped;
+      std::printf("skip %s: %s\n", name, s.why.c_str());
+    } catch (const CheckFailed&) {
+      ++failures;
+      std::printf("FAIL %s\n", name);
+    } catch (const std::exception& e) {
+      ++failures;
+      std::printf("FAIL %s: %s\n", name, e.what());
+    }
+    std::fflush(stdout);
+  };
+  run("CpuViewsAndStatuses", false, CpuViewsAndStatuses);
+  run("CpuViewsHoldTheirLeases", false, CpuViewsHoldTheirLeases);
+  run("CpuEpochsShuffleThroughTorchDataLoader", false,
+      [](Fixture& f) { RunEpochs(f, c10::Device(c10::kCPU)); });
+  run("ShardsByRank", false, ShardsByRank);
+  run("EpochsSaveLoadAndSetEpoch", false, EpochsSaveLoadAndSetEpoch);
+  run("CpuRestartMidEpoch", false,
+      [](Fixture& f) { RestartMidEpoch(f, c10::Device(c10::kCPU)); });
+  run("ServerGoneIsThrown", false, ServerGoneIsThrown);
+  run("GpuEpochsEqualSourceBytes", true, GpuEpochs);
+  run("GpuPrefetchAndLeases", true, GpuPrefetchAndLeases);
+  run("GpuFailedItemsKeepTheirCodes", true, GpuFailedItemsKeepTheirCodes);
+  run("GpuRestartMidEpoch", true,
+      [](Fixture& f) { RestartMidEpoch(f, c10::Device(c10::kCUDA, 0)); });
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failures, skipped);
+  return failures == 0 ? 0 : 1;
+}

@@ -2,39 +2,53 @@
 #define DLCACHE_CLIENT_TORCH_INCLUDE_DLCACHE_TORCH_CACHE_DATASET_H_
 
 // A torch::data dataset over a list of dataset-relative keys served by
-// dlcached, reshuffled every epoch, yielding batches of uint8 tensors on
-// the CPU (zero-copy views) or on a GPU (uploaded from registered shared
-// memory, the next batch in flight while the current one is used).
+// dlcached: reshuffled every epoch, sharded by rank, yielding batches of
+// uint8 tensors on the CPU (zero-copy views of shared memory) or on a GPU
+// (copied straight from the server's registered read-only segments by the
+// C ABI's CUDA uploader, `prefetch` batches uploaded ahead by a producer
+// thread).
 //
-//   auto ds = dlcache::torch_adapter::CacheDataset::Create(
-//       client.get(), {.dataset = "imagenet", .keys = keys,
-//                      .device = torch::Device(torch::kCUDA, 0)});
+//   namespace dt = dlcache::torch_adapter;
+//   dt::CacheDatasetOptions o;
+//   o.dataset = "imagenet";
+//   o.keys = keys;
+//   o.device = torch::Device(torch::kCUDA, 0);
+//   o.rank = rank; o.world_size = world;   // optional sharding
 //   auto loader = torch::data::make_data_loader(
-//       std::move(*ds), torch::data::DataLoaderOptions(256));
+//       dt::CacheDataset(dt::Connect(), o), torch::data::DataLoaderOptions(256));
 //   for (int epoch = 0; epoch < 90; ++epoch)
-//     for (dlcache::torch_adapter::CacheBatch& b : *loader)
-//       Train(b.items);  // each a uint8 tensor on cuda:0
+//     for (dt::CacheBatch& b : *loader) Train(b.items);
 //
-// Errors: torch's data API has no status channel, so a failed GetBatch or
-// upload is thrown from get_batch() as a c10::Error carrying the absl
-// status (the only exception this library raises). Per-item errors (a
-// missing file) are not thrown: they are in CacheBatch::statuses.
+// Only the C ABI (libdlcache_c.so) and libtorch are needed: build it with
+// the trainer's own libtorch (see client/torch/examples/README.md).
 //
-// Thread safety: get_batch/reset are serialised internally (torch's loader
-// may call them from worker threads). The Client must outlive the dataset.
+// GPU stream: uploads are ordered with the legacy default CUDA stream (the
+// stream libtorch uses unless told otherwise): device buffers are allocated
+// on it, the copies start after the work queued on it before, and work
+// queued on it afterwards sees the bytes. A consumer on another stream must
+// make that stream wait for the default stream first.
+//
+// Errors: thrown as c10::Error ("dlcache: CODE: ...", see connection.h):
+// from the constructor (bad options, no GPU for a CUDA device), and from
+// get_batch for a failed request or upload (batches after it go on).
+// Failed items (a missing file) are not thrown: see CacheBatch::codes.
+//
+// Leases: a CPU batch holds its leases until its tensors are freed. A GPU
+// batch releases them once its copies have completed (at the latest at the
+// next get_batch after completion, or when the dataset is destroyed).
+//
+// Thread safety: get_batch/reset/save/load are serialised internally
+// (torch's loader may call them from worker threads). The dataset may be
+// moved (torch's loader does); it keeps its connection alive.
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "dlcache/client.h"
-#include "dlcache/cuda/cuda_uploader.h"
+#include "dlcache/torch/connection.h"
 
 namespace dlcache::torch_adapter {
 
@@ -42,24 +56,32 @@ struct CacheDatasetOptions {
   std::string dataset;
   std::vector<std::string> keys;
   bool shuffle = true;
-  uint64_t seed = 0;  // epoch e uses seed + e
+  uint64_t seed = 0;  // epoch e shuffles with seed + e (same on all ranks)
+  // Sharding (torch.distributed style): rank r of world_size gets every
+  // world_size-th key of the epoch's order from r. The order is padded by
+  // repeating its first keys so every rank gets as many keys, unless
+  // drop_last, which also drops a last short batch.
+  int64_t rank = 0;
+  int64_t world_size = 1;
   bool drop_last = false;
-  // kCPU: zero-copy views of shared memory. kCUDA: device tensors.
+  // kCPU: zero-copy views. kCUDA: device tensors.
   c10::Device device = c10::Device(c10::kCPU);
-  // GPU: batches uploaded ahead of the consumer.
-  int prefetch = 1;
-  // GPU: the uploader's settings (device is taken from `device`; depth is
-  // raised to prefetch + 2 if lower).
-  cuda::UploaderOptions uploader;
+  // GPU: batches uploaded ahead of the consumer (>= 1).
+  int prefetch = 2;
+  // GPU: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
+  // "kernel").
+  std::string upload_method = "auto";
 };
 
 struct CacheBatch {
   std::vector<std::string> keys;
-  // uint8 [file size] per key, on the dataset's device; undefined where
-  // statuses[i] is not OK.
+  // uint8 [file size] per key on the dataset's device; undefined where
+  // codes[i] != DLC_OK.
   std::vector<at::Tensor> items;
-  std::vector<absl::Status> statuses;
-  // GPU: the whole device buffer the items view. CPU: undefined.
+  std::vector<int> codes;
+  std::vector<std::string> errors;
+  // GPU: the whole device buffer the items view (items back to back).
+  // CPU: undefined.
   at::Tensor data;
 };
 
@@ -67,32 +89,39 @@ class CacheDataset
     : public torch::data::datasets::StatefulDataset<CacheDataset, CacheBatch,
                                                     size_t> {
  public:
-  // INVALID_ARGUMENT for an empty dataset name or a null client;
-  // UNAVAILABLE for a CUDA device without CUDA or GPU.
-  static absl::StatusOr<CacheDataset> Create(Client* client,
-                                             CacheDatasetOptions options);
+  // Throws c10::Error: INVALID_ARGUMENT for an empty dataset name, a null
+  // client, a bad rank/world size or prefetch, an unsupported device;
+  // UNAVAILABLE for a CUDA device without a usable GPU or CUDA build.
+  CacheDataset(ClientHandle client, CacheDatasetOptions options);
 
   CacheDataset(CacheDataset&&) noexcept;
   CacheDataset& operator=(CacheDataset&&) noexcept;
   ~CacheDataset() override;
 
-  // The next `batch_size` keys of this epoch; nullopt at the epoch's end.
-  // Throws c10::Error on RPC or upload failure (see above). Blocks.
+  // The next `batch_size` keys of this epoch and rank; nullopt at the
+  // epoch's end. Blocks (GPU: until the batch's copies are queued).
   torch::optional<CacheBatch> get_batch(size_t batch_size) override;
-  // Keys in the dataset.
+  // Keys this rank reads per epoch.
   torch::optional<size_t> size() const override;
   // Starts the next epoch (a new order when shuffling). The first reset
   // keeps epoch 0, so a loader's first pass is epoch 0.
   void reset() override;
+  // Sets the epoch the next pass uses (like DistributedSampler.set_epoch);
+  // the next reset() then keeps it instead of counting on.
+  void set_epoch(int64_t epoch);
   // Saves / restores (epoch, position in the epoch).
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
   int64_t epoch() const;
+  // GPU: batches uploaded so far and bytes copied; 0 on the CPU.
+  uint64_t uploaded_batches() const;
+  uint64_t uploaded_bytes() const;
+  // GPU: batches uploaded ahead and waiting for get_batch (<= prefetch).
+  size_t batches_ready() const;
 
  private:
-  struct State;  // behind a pointer: torch's loader moves the dataset
-  explicit CacheDataset(std::unique_ptr<State> state);
+  class State;  // behind a pointer: torch's loader moves the dataset
   std::unique_ptr<State> state_;
 };
 
