@@ -1,0 +1,311 @@
+// Where the time of one warm GetBatch goes (issue 10): the end-to-end
+// batch through the real client and an in-process dlcached, then each stage
+// of that path timed alone on the same keys, with plain steady-clock timers
+// (no perf, so it runs on the GPU machine too):
+//
+//   client encode   local::EncodeGetBatch of the keys
+//   transport       a request-sized frame and a reply-sized frame over a
+//                   Unix socket pair, ping-pong between two threads
+//   server decode   local::DecodeGetBatch
+//   lookup + lease  CacheEngine::GetBatchAsync answered inline (all hits)
+//   server encode   local::BatchReplyBuilder over the result
+//   client decode   local::DecodeBatchReply and a walk of every handle
+//   release         CacheEngine::Release of the batch's leases
+//
+// "other" is the end-to-end mean minus the stages: the client's batch
+// objects, epoll, wake-ups and scheduling.
+//
+//   batch_breakdown [--files=4096] [--batch=256] [--iterations=3000]
+//                   [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/dataset_gen.h"
+#include "bench/machine_info.h"
+#include "bench/temp_dir.h"
+#include "common/frame_socket.h"
+#include "common/local_protocol.h"
+#include "common/logging.h"
+#include "dlcache/client.h"
+#include "server/cache_engine.h"
+#include "server/cache_server.h"
+
+ABSL_FLAG(uint32_t, files, 4096, "number of ~110 KB files");
+ABSL_FLAG(uint64_t, file_bytes, 110'000, "mean file size, bytes");
+ABSL_FLAG(uint32_t, batch, 256, "keys per batch");
+ABSL_FLAG(uint32_t, iterations, 3000, "batches per measurement");
+ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
+ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+
+namespace dlcache::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Us(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+// Mean microseconds of fn() over `n` calls (after n/10 warm-up calls).
+double MeanUs(uint32_t n, const std::function<void(uint32_t)>& fn) {
+  for (uint32_t i = 0; i < n / 10; ++i) fn(i);
+  const Clock::time_point t0 = Clock::now();
+  for (uint32_t i = 0; i < n; ++i) fn(i);
+  return Us(Clock::now() - t0) / n;
+}
+
+struct Row {
+  std::string stage;
+  double us;
+};
+
+int Run() {
+  const uint32_t batch = std::max<uint32_t>(1, absl::GetFlag(FLAGS_batch));
+  const uint32_t iters = std::max<uint32_t>(10, absl::GetFlag(FLAGS_iterations));
+  auto fail = [](const char* what, const absl::Status& s) {
+    std::fprintf(stderr, "batch_breakdown: %s: %s\n", what,
+                 s.ToString().c_str());
+    return 1;
+  };
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> tmp =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "batch-breakdown-");
+  if (!tmp.ok()) return fail("temp dir", tmp.status());
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "batch-breakdown-");
+  if (!shm.ok()) return fail("shm dir", shm.status());
+  DatasetSpec spec;
+  spec.small_files = absl::GetFlag(FLAGS_files);
+  spec.small_bytes = absl::GetFlag(FLAGS_file_bytes);
+  spec.small_jitter = spec.small_bytes / 11;
+  spec.large_files = 0;
+  const std::string root = (*tmp)->path() + "/data";
+  absl::StatusOr<Dataset> ds = GenerateDataset(root, spec);
+  if (!ds.ok()) return fail("generate dataset", ds.status());
+
+  ServerConfig config;
+  config.socket_path = (*tmp)->path() + "/dlcached.sock";
+  config.shm_dir = (*shm)->path();
+  config.arena_bytes = ((ds->total_bytes * 5 / 4) | ((64ull << 20) - 1)) + 1;
+  config.segment_bytes = 64ull << 20;
+  config.chunk_size = 4ull << 20;
+  config.datasets = {{"ds", ds->root}};
+  config.metrics_address = "";
+  absl::StatusOr<std::unique_ptr<CacheServer>> server =
+      CacheServer::Start(std::move(config));
+  if (!server.ok()) return fail("start dlcached", server.status());
+  ClientOptions co;
+  co.socket_path = (*tmp)->path() + "/dlcached.sock";
+  co.client_name = "batch_breakdown";
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(co);
+  if (!client.ok()) return fail("connect", client.status());
+
+  // Key batches: a shuffled pass over the files, cut into batches.
+  std::vector<std::string> paths;
+  for (const DatasetFile& f : ds->files) paths.push_back(f.path);
+  std::mt19937_64 rng(7);
+  std::shuffle(paths.begin(), paths.end(), rng);
+  std::vector<std::vector<std::string>> batches;
+  for (size_t at = 0; at + batch <= paths.size(); at += batch) {
+    batches.emplace_back(paths.begin() + at, paths.begin() + at + batch);
+  }
+  if (batches.empty()) return fail("dataset", absl::InvalidArgumentError(
+                                                   "fewer files than --batch"));
+  for (const auto& keys : batches) {  // fill the arena
+    absl::StatusOr<Batch> b = (*client)->GetBatch("ds", keys);
+    if (!b.ok()) return fail("fill", b.status());
+  }
+  auto keys_of = [&](uint32_t i) -> const std::vector<std::string>& {
+    return batches[i % batches.size()];
+  };
+
+  // --- end to end, through the client ---
+  std::vector<double> e2e;
+  e2e.reserve(iters);
+  for (uint32_t i = 0; i < iters + iters / 10; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<Batch> b = (*client)->GetBatch("ds", keys_of(i));
+    const double us = Us(Clock::now() - t0);
+    if (!b.ok()) return fail("GetBatch", b.status());
+    if (!(*b)[0].ok() || !(*b)[0].hit()) {
+      return fail("GetBatch", absl::InternalError("not a warm hit"));
+    }
+    if (i >= iters / 10) e2e.push_back(us);
+  }
+  std::sort(e2e.begin(), e2e.end());
+  double e2e_mean = 0;
+  for (double v : e2e) e2e_mean += v;
+  e2e_mean /= e2e.size();
+  const double p50 = e2e[e2e.size() / 2];
+  const double p99 = e2e[e2e.size() * 99 / 100];
+
+  // --- stages, each alone ---
+  std::vector<Row> rows;
+  std::vector<std::string> requests(batches.size());
+  rows.push_back({"client encode", MeanUs(iters, [&](uint32_t i) {
+                    const auto& k = keys_of(i);
+                    requests[i % batches.size()] = local::EncodeGetBatch(
+                        "ds", {}, k.size(), [&](size_t j) {
+                          return local::Key{k[j]};
+                        });
+                  })});
+  local::GetBatchRequest decoded;
+  rows.push_back({"server decode", MeanUs(iters, [&](uint32_t i) {
+                    absl::Status s = local::DecodeGetBatch(
+                        requests[i % batches.size()], 1 << 20, 1 << 20,
+                        &decoded);
+                    if (!s.ok()) std::abort();
+                  })});
+  CacheEngine& engine = (*server)->engine();
+  const uint64_t session = engine.OpenSession();
+  std::vector<BatchResult> results(batches.size());
+  std::vector<std::vector<uint64_t>> leases(batches.size());
+  auto lookup = [&](uint32_t i) {
+    const auto& k = keys_of(i);
+    std::vector<BatchKey> bk(k.size());
+    for (size_t j = 0; j < k.size(); ++j) bk[j].path = k[j];
+    BatchResult* out = &results[i % batches.size()];
+    engine.GetBatchAsync(session, "ds", bk,
+                         [out](absl::StatusOr<BatchResult> r) {
+                           if (!r.ok()) std::abort();
+                           *out = *std::move(r);
+                         });
+    std::vector<uint64_t>& l = leases[i % batches.size()];
+    l.clear();
+    for (const BatchItem& it : out->items) {
+      for (const LeasedChunk& c : it.chunks) l.push_back(c.lease);
+    }
+  };
+  // Lookups and releases alternate, so the session never holds more than
+  // one batch's leases (as a client with release piggy-backing does).
+  double lookup_us = 0, release_us = 0;
+  for (uint32_t i = 0; i < iters; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    lookup(i);
+    const Clock::time_point t1 = Clock::now();
+    engine.Release(session, leases[i % batches.size()]);
+    const Clock::time_point t2 = Clock::now();
+    lookup_us += Us(t1 - t0);
+    release_us += Us(t2 - t1);
+  }
+  rows.push_back({"lookup + lease (engine)", lookup_us / iters});
+  std::vector<std::string> replies(batches.size());
+  rows.push_back({"server encode", MeanUs(iters, [&](uint32_t i) {
+                    const BatchResult& r = results[i % batches.size()];
+                    local::BatchReplyBuilder b(r.items.size());
+                    std::vector<local::Handle> h;
+                    for (const BatchItem& it : r.items) {
+                      h.clear();
+                      for (const LeasedChunk& c : it.chunks) {
+                        h.push_back({c.segment, c.offset, c.length, c.lease,
+                                     c.checksum, c.index});
+                      }
+                      b.AddItem(it.file_size, it.chunk_count, it.hit, h);
+                    }
+                    replies[i % batches.size()] = b.Finish();
+                  })});
+  uint64_t sink = 0;
+  rows.push_back({"client decode", MeanUs(iters, [&](uint32_t i) {
+                    local::BatchReply reply;
+                    if (!local::DecodeBatchReply(replies[i % batches.size()],
+                                                 &reply).ok()) {
+                      std::abort();
+                    }
+                    for (size_t j = 0; j < reply.item_count(); ++j) {
+                      const local::ItemView v = reply.item(j);
+                      for (uint32_t h = 0; h < v.handle_count; ++h) {
+                        sink += reply.handle(v.first_handle + h).offset;
+                      }
+                    }
+                  })});
+  rows.push_back({"release (engine)", release_us / iters});
+  engine.CloseSession(session);
+
+  // Transport: request and reply frames of the real sizes, ping-pong.
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return fail("socketpair", absl::InternalError("socketpair"));
+  }
+  const std::string& request = requests[0];
+  const std::string& reply = replies[0];
+  std::thread echo([&] {
+    local::FrameReceiver rx;
+    while (true) {
+      absl::StatusOr<local::Frame> f = rx.Next(sv[1]);
+      if (!f.ok()) return;
+      if (!local::SendFrame(sv[1], local::MsgType::kBatch, 1, reply).ok()) {
+        return;
+      }
+    }
+  });
+  local::FrameReceiver rx;
+  rows.push_back({"transport (Unix socket round trip)",
+                  MeanUs(iters, [&](uint32_t) {
+                    if (!local::SendFrame(sv[0], local::MsgType::kGetBatch, 1,
+                                          request).ok() ||
+                        !rx.Next(sv[0]).ok()) {
+                      std::abort();
+                    }
+                  })});
+  ::shutdown(sv[0], SHUT_RDWR);
+  echo.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
+
+  double sum = 0;
+  for (const Row& r : rows) sum += r.us;
+  std::string md = absl::StrFormat(
+      "%s\n\nWarm %u-key GetBatch (handles only), %u batches, in-process "
+      "dlcached, request %zu B, reply %zu B.\n\n"
+      "| stage | us per batch | ns per key | share of e2e mean |\n"
+      "|---|---:|---:|---:|\n",
+      DescribeMachine(), batch, iters, request.size(), reply.size());
+  for (const Row& r : rows) {
+    absl::StrAppendFormat(&md, "| %s | %.1f | %.0f | %.0f%% |\n", r.stage,
+                          r.us, r.us * 1000 / batch, 100 * r.us / e2e_mean);
+  }
+  absl::StrAppendFormat(&md, "| other (client objects, epoll, wake-ups) | "
+                        "%.1f | %.0f | %.0f%% |\n",
+                        e2e_mean - sum, (e2e_mean - sum) * 1000 / batch,
+                        100 * (e2e_mean - sum) / e2e_mean);
+  absl::StrAppendFormat(&md, "| **end to end (client GetBatch)** | **%.1f** "
+                        "| %.0f | 100%% |\n\nEnd to end p50 %.1f us, p99 "
+                        "%.1f us.\n",
+                        e2e_mean, e2e_mean * 1000 / batch, p50, p99);
+  std::printf("%s", md.c_str());
+  if (sink == 42) std::printf(" ");
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlcache::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Breaks one warm GetBatch down by stage (see the header of "
+      "bench/batch_breakdown.cc).\n  batch_breakdown [--files=4096] "
+      "[--batch=256] [--iterations=3000] [--out=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  dlcache::SetMinLogLevel(dlcache::LogLevel::kWarning);
+  return dlcache::bench::Run();
+}
