@@ -1,0 +1,351 @@
+// One dlcached serving N trainer processes (issue 10): aggregate items/s
+// and batch latency for N = 1, 2, 4, ... client processes asking for warm
+// 256-key batches (handles only: what a GPU loader needs before its DMA),
+// against N processes doing open()/read() of the same files from the page
+// cache, in the same run, on the same data. The server runs in this
+// process, so its CPU per item is this process's CPU time over the run.
+//
+//   scaling_bench [--clients=1,2,4,8,14] [--seconds=3] [--files=8192]
+//                 [--batch=256] [--out=FILE]
+//
+// Clients are separate processes (this binary re-executed with
+// --child_mode), started together by closing a pipe they all wait on.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/batch_reader.h"
+#include "bench/dataset_gen.h"
+#include "bench/dlcache_reader.h"
+#include "bench/machine_info.h"
+#include "bench/page_cache_reader.h"
+#include "bench/temp_dir.h"
+#include "common/logging.h"
+#include "dlcache/client.h"
+#include "server/cache_server.h"
+
+ABSL_FLAG(std::vector<std::string>, clients,
+          std::vector<std::string>({"1", "2", "4", "8", "14"}),
+          "client process counts to measure");
+ABSL_FLAG(double, seconds, 3.0, "measured seconds per point");
+ABSL_FLAG(uint32_t, files, 8192, "number of ~110 KB files");
+ABSL_FLAG(uint64_t, file_bytes, 110'000, "mean file size, bytes");
+ABSL_FLAG(uint32_t, batch, 256, "keys per batch");
+ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
+ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+// Internal: the client processes.
+ABSL_FLAG(std::string, child_mode, "", "internal: dlcache | read");
+ABSL_FLAG(std::string, child_socket, "", "internal");
+ABSL_FLAG(std::string, child_root, "", "internal");
+ABSL_FLAG(std::string, child_list, "", "internal");
+ABSL_FLAG(int, child_go_fd, -1, "internal");
+ABSL_FLAG(uint64_t, child_seed, 0, "internal");
+
+namespace dlcache::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The dataset as the parent generated it, from the list file it wrote.
+Dataset LoadList(const std::string& root, const std::string& list) {
+  Dataset ds;
+  ds.root = root;
+  std::ifstream in(list);
+  std::string path;
+  uint64_t size;
+  while (in >> path >> size) {
+    DatasetFile f;
+    f.path = path;
+    f.size = size;
+    ds.files.push_back(f);
+    ds.total_bytes += size;
+    ds.max_file_bytes = std::max(ds.max_file_bytes, size);
+  }
+  ds.small_count = static_cast<uint32_t>(ds.files.size());
+  return ds;
+}
+
+// A client process: waits for the start, reads random batches for
+// --seconds, prints "items N" and its batch latencies (us) on stdout.
+int Child() {
+  const Dataset ds =
+      LoadList(absl::GetFlag(FLAGS_child_root), absl::GetFlag(FLAGS_child_list));
+  std::unique_ptr<Client> client;
+  std::unique_ptr<BatchReader> reader;
+  if (absl::GetFlag(FLAGS_child_mode) == "dlcache") {
+    ClientOptions co;
+    co.socket_path = absl::GetFlag(FLAGS_child_socket);
+    co.client_name = "scaling_bench";
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "child: %s\n", c.status().ToString().c_str());
+      return 1;
+    }
+    client = *std::move(c);
+    reader = std::make_unique<DlcacheReader>(ds, *client, "ds", false);
+  } else {
+    reader = std::make_unique<PageCacheReader>(ds, /*touch=*/false);
+  }
+  const uint32_t batch = absl::GetFlag(FLAGS_batch);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_child_seed));
+  std::uniform_int_distribution<uint32_t> pick(
+      0, static_cast<uint32_t>(ds.files.size() - 1));
+  std::vector<uint32_t> files(batch);
+  char c;
+  (void)!::read(absl::GetFlag(FLAGS_child_go_fd), &c, 1);  // EOF = go
+  std::vector<float> lat;
+  uint64_t items = 0;
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(
+                             absl::GetFlag(FLAGS_seconds)));
+  while (Clock::now() < end) {
+    for (uint32_t& f : files) f = pick(rng);
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<BatchResult> r = reader->ReadBatch(files);
+    if (!r.ok()) {
+      std::fprintf(stderr, "child: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    lat.push_back(static_cast<float>(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count()));
+    items += batch;
+  }
+  std::string out = absl::StrCat("items ", items, "\n");
+  for (float v : lat) absl::StrAppendFormat(&out, "%.1f\n", v);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+struct Point {
+  int clients;
+  std::string mode;
+  double items_per_s;
+  double p50_us, p99_us;
+  double server_cpu_ns_per_item;  // dlcache only
+};
+
+double CpuSeconds() {
+  rusage ru;
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+absl::StatusOr<Point> Measure(int n, const std::string& mode,
+                              const std::string& socket,
+                              const std::string& root,
+                              const std::string& list) {
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+  struct Child {
+    pid_t pid;
+    int out;
+  };
+  std::vector<Child> kids;
+  for (int i = 0; i < n; ++i) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, go[0], 3);
+    std::vector<std::string> args = {
+        "/proc/self/exe",
+        "--child_mode=" + mode,
+        "--child_socket=" + socket,
+        "--child_root=" + root,
+        "--child_list=" + list,
+        "--child_go_fd=3",
+        absl::StrCat("--child_seed=", 1000 + i),
+        absl::StrCat("--seconds=", absl::GetFlag(FLAGS_seconds)),
+        absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch))};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr,
+                               argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    if (rc != 0) return absl::InternalError("posix_spawn");
+    kids.push_back({pid, out[0]});
+  }
+  ::close(go[0]);
+  // Each client connects and maps the segments, then waits for the pipe's
+  // EOF; its clock starts after that.
+  const double cpu0 = CpuSeconds();
+  ::close(go[1]);
+  std::vector<double> lat;
+  uint64_t items = 0;
+  bool ok = true;
+  for (Child& k : kids) {
+    std::string text;
+    char buf[65536];
+    ssize_t r;
+    while ((r = ::read(k.out, buf, sizeof(buf))) > 0) text.append(buf, r);
+    ::close(k.out);
+    int status = 0;
+    ::waitpid(k.pid, &status, 0);
+    ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    std::istringstream in(text);
+    std::string word;
+    uint64_t n_items = 0;
+    in >> word >> n_items;
+    items += n_items;
+    double v;
+    while (in >> v) lat.push_back(v);
+  }
+  const double cpu = CpuSeconds() - cpu0;
+  if (!ok || lat.empty()) return absl::InternalError("a client failed");
+  std::sort(lat.begin(), lat.end());
+  Point p;
+  p.clients = n;
+  p.mode = mode;
+  p.items_per_s = items / absl::GetFlag(FLAGS_seconds);
+  p.p50_us = lat[lat.size() / 2];
+  p.p99_us = lat[lat.size() * 99 / 100];
+  p.server_cpu_ns_per_item = mode == "dlcache" ? cpu * 1e9 / items : 0;
+  return p;
+}
+
+int Parent() {
+  auto fail = [](const char* what, const absl::Status& s) {
+    std::fprintf(stderr, "scaling_bench: %s: %s\n", what,
+                 s.ToString().c_str());
+    return 1;
+  };
+  std::vector<int> counts;
+  for (const std::string& c : absl::GetFlag(FLAGS_clients)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(c, &n) || n < 1 || n > 256) {
+      return fail("--clients", absl::InvalidArgumentError(c));
+    }
+    counts.push_back(n);
+  }
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> tmp =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "scaling-bench-");
+  if (!tmp.ok()) return fail("temp dir", tmp.status());
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "scaling-bench-");
+  if (!shm.ok()) return fail("shm dir", shm.status());
+  DatasetSpec spec;
+  spec.small_files = absl::GetFlag(FLAGS_files);
+  spec.small_bytes = absl::GetFlag(FLAGS_file_bytes);
+  spec.small_jitter = spec.small_bytes / 11;
+  spec.large_files = 0;
+  const std::string root = (*tmp)->path() + "/data";
+  absl::StatusOr<Dataset> ds = GenerateDataset(root, spec);
+  if (!ds.ok()) return fail("generate dataset", ds.status());
+  const std::string list = (*tmp)->path() + "/files.txt";
+  {
+    std::ofstream out(list);
+    for (const DatasetFile& f : ds->files) out << f.path << " " << f.size << "\n";
+  }
+  ServerConfig config;
+  config.socket_path = (*tmp)->path() + "/dlcached.sock";
+  config.shm_dir = (*shm)->path();
+  config.arena_bytes = ((ds->total_bytes * 5 / 4) | ((64ull << 20) - 1)) + 1;
+  config.segment_bytes = 64ull << 20;
+  config.chunk_size = 4ull << 20;
+  config.datasets = {{"ds", ds->root}};
+  config.metrics_address = "";
+  absl::StatusOr<std::unique_ptr<CacheServer>> server =
+      CacheServer::Start(std::move(config));
+  if (!server.ok()) return fail("start dlcached", server.status());
+  {
+    // Fill the arena, and warm the page cache for the read() baseline.
+    ClientOptions co;
+    co.socket_path = (*tmp)->path() + "/dlcached.sock";
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
+    if (!c.ok()) return fail("connect", c.status());
+    DlcacheReader fill(*ds, **c, "ds", true);
+    PageCacheReader warm(*ds, true);
+    std::vector<uint32_t> files;
+    for (uint32_t i = 0; i < ds->files.size(); ++i) {
+      files.push_back(i);
+      if (files.size() == 256 || i + 1 == ds->files.size()) {
+        if (absl::StatusOr<BatchResult> r = fill.ReadBatch(files); !r.ok()) {
+          return fail("fill", r.status());
+        }
+        if (absl::StatusOr<BatchResult> r = warm.ReadBatch(files); !r.ok()) {
+          return fail("warm page cache", r.status());
+        }
+        files.clear();
+      }
+    }
+  }
+  std::vector<Point> points;
+  for (int n : counts) {
+    for (const char* mode : {"dlcache", "read"}) {
+      absl::StatusOr<Point> p = Measure(n, mode, (*tmp)->path() + "/dlcached.sock",
+                                        ds->root, list);
+      if (!p.ok()) return fail(mode, p.status());
+      std::fprintf(stderr, "%2d clients %-7s %10.0f items/s p50 %7.1f us p99 %7.1f us\n",
+                   n, mode, p->items_per_s, p->p50_us, p->p99_us);
+      points.push_back(*p);
+    }
+  }
+  std::string md = absl::StrFormat(
+      "%s\n\n%u files of ~%llu B, warm; %u-key batches of random keys; each "
+      "point %.1f s. dlcache = handles only (GetBatch, leases released); "
+      "read() = open/read/close of every file from the page cache.\n\n"
+      "| clients | dlcache items/s | p50 us | p99 us | server CPU ns/item | "
+      "read() items/s | p50 us | p99 us | dlcache / read() |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      DescribeMachine(), absl::GetFlag(FLAGS_files),
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_file_bytes)),
+      absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_seconds));
+  for (size_t i = 0; i + 1 < points.size(); i += 2) {
+    const Point& d = points[i];
+    const Point& r = points[i + 1];
+    absl::StrAppendFormat(&md,
+                          "| %d | %.0f | %.1f | %.1f | %.0f | %.0f | %.1f | "
+                          "%.1f | %.2fx |\n",
+                          d.clients, d.items_per_s, d.p50_us, d.p99_us,
+                          d.server_cpu_ns_per_item, r.items_per_s, r.p50_us,
+                          r.p99_us, d.items_per_s / r.items_per_s);
+  }
+  std::printf("%s", md.c_str());
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlcache::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One dlcached serving N client processes vs N processes reading the "
+      "page cache.\n  scaling_bench [--clients=1,2,4,8,14] [--seconds=3] "
+      "[--files=8192] [--batch=256] [--out=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  dlcache::SetMinLogLevel(dlcache::LogLevel::kWarning);
+  ::signal(SIGPIPE, SIG_IGN);
+  if (!absl::GetFlag(FLAGS_child_mode).empty()) {
+    return dlcache::bench::Child();
+  }
+  return dlcache::bench::Parent();
+}
