@@ -1,15 +1,23 @@
 #include "server/memory/slab_allocator.h"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/memory/clock_eviction_policy.h"
 
 namespace dlcache {
 
 SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
-                             uint64_t slab_size)
-    : classes_(slab_size), class_state_(classes_.count()) {
+                             uint64_t slab_size,
+                             std::unique_ptr<EvictionPolicy> policy)
+    : classes_(slab_size),
+      class_state_(classes_.count()),
+      policy_(policy != nullptr
+                  ? std::move(policy)
+                  : std::make_unique<ClockEvictionPolicy>(classes_.count())) {
   for (uint32_t seg = 0; seg < segment_sizes.size(); ++seg) {
     first_slab_of_segment_.push_back(slabs_.size());
     for (uint64_t off = 0; off + slab_size <= segment_sizes[seg];
@@ -23,6 +31,8 @@ SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
   // Hand out low slabs first: it keeps a lightly used arena compact.
   for (uint32_t i = slabs_.size(); i > 0; --i) free_slabs_.push_back(i - 1);
 }
+
+SlabAllocator::~SlabAllocator() = default;
 
 uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {
   const Slab& s = slabs_[ref.slab];
@@ -127,69 +137,33 @@ void SlabAllocator::Free(SlotRef ref) {
 bool SlabAllocator::EvictInClass(int c, ChunkEntry* owner,
                                  absl::FunctionRef<void(ChunkEntry*)> on_evict,
                                  SlotRef* out) {
-  ClassState& cs = class_state_[c];
-  if (cs.slabs.empty()) return false;
-  const uint64_t slots = uint64_t{cs.slabs.size()} * classes_.slots_per_slab(c);
-  // Two sweeps: the first may only clear referenced bits.
-  for (uint64_t step = 0; step < 2 * slots; ++step) {
-    if (cs.hand_slab >= cs.slabs.size()) cs.hand_slab = 0;
-    uint32_t id = cs.slabs[cs.hand_slab];
-    Slab& s = slabs_[id];
-    uint32_t slot = cs.hand_slot;
-    if (++cs.hand_slot >= s.slots.size()) {
-      cs.hand_slot = 0;
-      ++cs.hand_slab;
-    }
-    ChunkEntry* e = s.slots[slot];
-    if (e == nullptr || !Evictable(e)) continue;
-    if (e->referenced) {
-      e->referenced = false;
-      continue;
-    }
-    on_evict(e);
-    s.slots[slot] = owner;  // the slot moves to the new owner: used_bytes_ same
-    *out = SlotRef{id, slot};
-    return true;
-  }
-  return false;
+  SlotRef victim;
+  if (!policy_->PickSlot(*this, c, &victim)) return false;
+  Slab& s = slabs_[victim.slab];
+  on_evict(s.slots[victim.slot]);
+  // The slot moves to the new owner: used_bytes_ stays the same.
+  s.slots[victim.slot] = owner;
+  *out = victim;
+  return true;
 }
 
 bool SlabAllocator::StealSlab(int c,
                               absl::FunctionRef<void(ChunkEntry*)> on_evict) {
-  if (slabs_.empty()) return false;
-  // Two sweeps over all slabs: prefer a slab none of whose entries was used
-  // since the last sweep.
-  for (size_t step = 0; step < 2 * slabs_.size(); ++step) {
-    uint32_t id = steal_hand_++ % slabs_.size();
-    Slab& s = slabs_[id];
-    if (s.size_class == c || s.size_class < 0) continue;
-    bool pinned = false, referenced = false;
-    for (ChunkEntry* e : s.slots) {
-      if (e == nullptr) continue;
-      if (!Evictable(e)) pinned = true;
-      if (e->referenced) referenced = true;
-    }
-    if (pinned) continue;
-    if (referenced && step < slabs_.size()) {
-      for (ChunkEntry* e : s.slots) {
-        if (e != nullptr) e->referenced = false;
-      }
-      continue;
-    }
-    for (uint32_t i = 0; i < s.slots.size(); ++i) {
-      if (s.slots[i] == nullptr) continue;
-      on_evict(s.slots[i]);
-      s.slots[i] = nullptr;
-      used_bytes_ -= classes_.size(s.size_class);
-    }
-    ClassState& old = class_state_[s.size_class];
-    old.slabs.erase(std::find(old.slabs.begin(), old.slabs.end(), id));
-    if (old.hand_slab >= old.slabs.size()) old.hand_slab = 0;
-    old.hand_slot = 0;
-    AssignSlab(id, c);
-    return true;
+  uint32_t id;
+  if (!policy_->PickSlab(*this, c, &id)) return false;
+  Slab& s = slabs_[id];
+  for (uint32_t i = 0; i < s.slots.size(); ++i) {
+    if (s.slots[i] == nullptr) continue;
+    on_evict(s.slots[i]);
+    s.slots[i] = nullptr;
+    used_bytes_ -= classes_.size(s.size_class);
   }
-  return false;
+  const int old_class = s.size_class;
+  ClassState& old = class_state_[old_class];
+  old.slabs.erase(std::find(old.slabs.begin(), old.slabs.end(), id));
+  policy_->OnSlabLeftClass(old_class, id, old.slabs.size());
+  AssignSlab(id, c);
+  return true;
 }
 
 }  // namespace dlcache

@@ -2,28 +2,36 @@
 #define DLCACHE_SERVER_MEMORY_SLAB_ALLOCATOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/memory/chunk_entry.h"
+#include "server/memory/eviction_policy.h"
 #include "server/memory/size_classes.h"
 
 namespace dlcache {
 
 // Carves the arena's segments into slabs of SizeClasses::slab_size() bytes;
-// each slab serves one size class and is split into equal slots. Eviction is
-// CLOCK over the slots of a class (pinned entries are skipped, a set
-// referenced bit buys one more turn); a class that finds nothing to evict
-// takes a whole slab from another class whose entries are all unpinned.
+// each slab serves one size class and is split into equal slots. When a
+// class has no free slot and no free slab is left, the EvictionPolicy picks
+// a victim slot of that class or, failing that, a whole slab of another
+// class to take over (CLOCK by default: clock_eviction_policy.h). Pinned
+// entries are never evicted.
 //
-// Not thread-safe: the owner (MemoryTier) serialises every call.
-class SlabAllocator {
+// Not thread-safe: the owner (MemoryTier) serialises every call. The
+// SlabLayout view is what the policy reads.
+class SlabAllocator : public SlabLayout {
  public:
   // segment_sizes[i]: bytes of segment i; the tail that does not fill a
-  // whole slab is unused.
-  SlabAllocator(absl::Span<const uint64_t> segment_sizes, uint64_t slab_size);
+  // whole slab is unused. `policy` null = ClockEvictionPolicy.
+  SlabAllocator(absl::Span<const uint64_t> segment_sizes, uint64_t slab_size,
+                std::unique_ptr<EvictionPolicy> policy = nullptr);
+  ~SlabAllocator() override;
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
 
   // Finds a slot for `bytes` (1..slab_size) owned by `owner`. Evicts
   // unpinned kReady entries as needed, calling on_evict(entry) for each
@@ -51,9 +59,20 @@ class SlabAllocator {
   }
   // Bytes of the slots in use (class sizes, not item lengths).
   uint64_t used_bytes() const { return used_bytes_; }
-  uint32_t slab_count() const { return slabs_.size(); }
   uint32_t free_slab_count() const { return free_slabs_.size(); }
   const SizeClasses& classes() const { return classes_; }
+
+  // --- SlabLayout ---
+  uint32_t slab_count() const override { return slabs_.size(); }
+  int slab_class(uint32_t slab) const override {
+    return slabs_[slab].size_class;
+  }
+  absl::Span<ChunkEntry* const> slab_slots(uint32_t slab) const override {
+    return slabs_[slab].slots;
+  }
+  absl::Span<const uint32_t> class_slabs(int c) const override {
+    return class_state_[c].slabs;
+  }
 
  private:
   struct Slab {
@@ -66,8 +85,6 @@ class SlabAllocator {
   struct ClassState {
     std::vector<uint32_t> slabs;      // slabs of this class
     std::vector<uint32_t> with_free;  // slabs that have a free slot
-    size_t hand_slab = 0;             // CLOCK hand: index into slabs
-    uint32_t hand_slot = 0;
   };
 
   bool TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out);
@@ -76,17 +93,13 @@ class SlabAllocator {
                     absl::FunctionRef<void(ChunkEntry*)> on_evict,
                     SlotRef* out);
   bool StealSlab(int c, absl::FunctionRef<void(ChunkEntry*)> on_evict);
-  static bool Evictable(const ChunkEntry* e) {
-    return e->pins == 0 && e->state == ChunkEntry::State::kReady;
-  }
-
   SizeClasses classes_;
   std::vector<Slab> slabs_;
   std::vector<ClassState> class_state_;
   std::vector<uint32_t> free_slabs_;
   std::vector<uint32_t> first_slab_of_segment_;
-  size_t steal_hand_ = 0;
   uint64_t used_bytes_ = 0;
+  std::unique_ptr<EvictionPolicy> policy_;
 };
 
 }  // namespace dlcache

@@ -381,9 +381,24 @@ void MemoryTier::DropEntry(ChunkEntry* entry) {
   if (entry->pins == 0) FreeEntry(entry);
 }
 
+void MemoryTier::SetEvictionSink(EvictionSink* sink) {
+  absl::MutexLock lock(&mu_);
+  eviction_sink_ = sink;
+}
+
 void MemoryTier::EvictVictim(ChunkEntry* entry) {
   // The allocator reuses the victim's slot, so it must not be freed here.
   FileRecord* rec = entry->file;
+  if (eviction_sink_ != nullptr) {
+    EvictedChunk out;
+    out.dataset = rec->dataset;
+    out.path = rec->path;
+    out.chunk = entry->chunk;
+    out.info = rec->info;
+    out.bytes = absl::MakeConstSpan(Data(entry), entry->length);
+    out.checksum = entry->checksum;
+    eviction_sink_->OnEvict(out);
+  }
   --cached_chunks_;
   TierDatasetStats& st = stats_[rec->dataset];
   st.cached_chunks--;

@@ -18,6 +18,7 @@
 #include "server/memory/chunk_entry.h"
 #include "server/memory/slab_allocator.h"
 #include "server/source/source.h"
+#include "server/tier/eviction_sink.h"
 
 namespace dlcache {
 
@@ -163,6 +164,12 @@ class MemoryTier {
   // Location of a ready, pinned entry (for in-process readers).
   LeasedChunk Locate(const ChunkEntry* entry) const;
 
+  // --- eviction ---
+  // Chunks evicted to make room are handed to `sink` (see EvictionSink)
+  // before their slot is reused; null (the default) = none. Does not own
+  // the sink, which must outlive the tier. Call before serving starts.
+  void SetEvictionSink(EvictionSink* sink);
+
   // --- administration ---
   struct EvictResult {
     uint64_t chunks = 0;
@@ -228,6 +235,7 @@ class MemoryTier {
   uint64_t lease_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   SessionLimits limits_ ABSL_GUARDED_BY(mu_);
+  EvictionSink* eviction_sink_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t limit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
 };

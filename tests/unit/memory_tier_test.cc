@@ -90,6 +90,32 @@ TEST_F(MemoryTierTest, LeasedChunkSurvivesEvictionPressure) {
   EXPECT_EQ(tier_->CachedChunks(0, "keep"), 1u);
 }
 
+TEST_F(MemoryTierTest, EvictionSinkSeesEachEvictedChunkWithItsBytes) {
+  struct Recorder : EvictionSink {
+    void OnEvict(const EvictedChunk& c) override {
+      paths.emplace_back(c.path);
+      bytes_ok = bytes_ok && c.bytes.size() == kChunk && c.checksum == 42 &&
+                 c.info.size == kChunk && c.bytes[0] == c.path[1];
+    }
+    std::vector<std::string> paths;
+    bool bytes_ok = true;
+  } sink;
+  tier_->SetEvictionSink(&sink);
+  for (int i = 0; i < 6; ++i) {
+    ChunkEntry* e = Fill("f" + std::to_string(i), kChunk, '0' + i);
+    ASSERT_NE(e, nullptr);
+    tier_->Unpin(e);
+  }
+  // Four chunks fit: two were evicted, each handed over once.
+  EXPECT_EQ(sink.paths.size(), tier_->Stats().datasets[0].evictions);
+  EXPECT_EQ(sink.paths.size(), 2u);
+  EXPECT_TRUE(sink.bytes_ok);
+  // Dropping by prefix is not an eviction for the sink.
+  tier_->Evict(0, "");
+  EXPECT_EQ(sink.paths.size(), 2u);
+  tier_->SetEvictionSink(nullptr);
+}
+
 TEST_F(MemoryTierTest, FullOfLeasesIsResourceExhausted) {
   uint64_t s = tier_->OpenSession();
   for (int i = 0; i < 4; ++i) {

@@ -1,0 +1,74 @@
+#include "server/memory/clock_eviction_policy.h"
+
+namespace dlcache {
+
+ClockEvictionPolicy::ClockEvictionPolicy(int class_count)
+    : hands_(class_count) {}
+
+bool ClockEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
+                                   SlotRef* victim) {
+  absl::Span<const uint32_t> slabs = layout.class_slabs(c);
+  if (slabs.empty()) return false;
+  Hand& hand = hands_[c];
+  const uint64_t slots =
+      uint64_t{slabs.size()} * layout.slab_slots(slabs[0]).size();
+  // Two sweeps: the first may only clear referenced bits.
+  for (uint64_t step = 0; step < 2 * slots; ++step) {
+    if (hand.slab >= slabs.size()) hand.slab = 0;
+    const uint32_t id = slabs[hand.slab];
+    absl::Span<ChunkEntry* const> s = layout.slab_slots(id);
+    const uint32_t slot = hand.slot;
+    if (++hand.slot >= s.size()) {
+      hand.slot = 0;
+      ++hand.slab;
+    }
+    ChunkEntry* e = s[slot];
+    if (e == nullptr || !IsEvictable(e)) continue;
+    if (e->referenced) {
+      e->referenced = false;
+      continue;
+    }
+    *victim = SlotRef{id, slot};
+    return true;
+  }
+  return false;
+}
+
+bool ClockEvictionPolicy::PickSlab(const SlabLayout& layout, int c,
+                                   uint32_t* slab) {
+  const uint32_t count = layout.slab_count();
+  if (count == 0) return false;
+  // Two sweeps over all slabs: prefer a slab none of whose entries was used
+  // since the last sweep.
+  for (size_t step = 0; step < 2 * size_t{count}; ++step) {
+    const uint32_t id = steal_hand_++ % count;
+    const int size_class = layout.slab_class(id);
+    if (size_class == c || size_class < 0) continue;
+    absl::Span<ChunkEntry* const> slots = layout.slab_slots(id);
+    bool pinned = false, referenced = false;
+    for (ChunkEntry* e : slots) {
+      if (e == nullptr) continue;
+      if (!IsEvictable(e)) pinned = true;
+      if (e->referenced) referenced = true;
+    }
+    if (pinned) continue;
+    if (referenced && step < count) {
+      for (ChunkEntry* e : slots) {
+        if (e != nullptr) e->referenced = false;
+      }
+      continue;
+    }
+    *slab = id;
+    return true;
+  }
+  return false;
+}
+
+void ClockEvictionPolicy::OnSlabLeftClass(int c, uint32_t /*slab*/,
+                                          size_t slabs_left) {
+  Hand& hand = hands_[c];
+  if (hand.slab >= slabs_left) hand.slab = 0;
+  hand.slot = 0;
+}
+
+}  // namespace dlcache
