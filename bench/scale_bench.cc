@@ -1,0 +1,363 @@
+// scale_bench: how dlcache's costs grow with the item count (issue 17).
+// For each N of --items it generates N small files in an ImageNet-like
+// tree (1000 class folders), starts an in-process dlcached with an SSD
+// tier, and measures in one run:
+//   - warm-up through `dlcachectl warmup` (files/s), and the same with the
+//     progress bar drawn to a terminal-less pipe vs --json (its overhead);
+//   - server metadata in RAM per cached item: this process's anonymous
+//     resident memory (RssAnon: the arena is shared memory and not in it)
+//     after the warm-up minus before, over N;
+//   - SSD index bytes per item (the RocksDB directory after `dlcachectl
+//     sync`);
+//   - warm 256-key GetBatch p50/p99 (handles only) over random keys;
+//   - `dlcachectl status` / `stats` / `revalidate` / `evict PREFIX` wall
+//     time;
+//   - a clean restart that re-adopts the arena, and a restart with the
+//     memory lost (SSD tier only): time until serving and to the first
+//     batch.
+//
+//   scale_bench [--items=10000,100000,1300000] [--min_bytes=4096]
+//               [--max_bytes=8192] [--dir=/tmp] [--out=FILE]
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/machine_info.h"
+#include "bench/temp_dir.h"
+#include "common/logging.h"
+#include "dlcache/client.h"
+#include "server/cache_server.h"
+
+ABSL_FLAG(std::vector<std::string>, items,
+          std::vector<std::string>({"10000", "100000", "1300000"}),
+          "item counts to measure");
+ABSL_FLAG(uint64_t, min_bytes, 4096, "smallest file, bytes");
+ABSL_FLAG(uint64_t, max_bytes, 8192, "largest file, bytes");
+ABSL_FLAG(uint32_t, batch, 256, "keys per GetBatch");
+ABSL_FLAG(uint32_t, iterations, 2000, "GetBatch calls per latency figure");
+ABSL_FLAG(std::string, dir, "/tmp", "where the files and the SSD tier go");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
+ABSL_FLAG(std::string, dlcachectl, DLCACHECTL_BINARY, "the dlcachectl binary");
+ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+
+namespace dlcache::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string KeyOf(uint64_t i) {
+  return absl::StrFormat("n%04u/%08u.JPEG", static_cast<unsigned>(i % 1000),
+                         static_cast<unsigned>(i));
+}
+
+uint64_t SizeOf(uint64_t i) {
+  const uint64_t lo = absl::GetFlag(FLAGS_min_bytes);
+  const uint64_t hi = std::max(lo, absl::GetFlag(FLAGS_max_bytes));
+  return lo + (i * 0x9E3779B97F4A7C15ull >> 20) % (hi - lo + 1);
+}
+
+// N files under root/nCCCC/; returns their total bytes.
+absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t n) {
+  std::string blob(1 << 20, '\0');
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i < blob.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&blob[i], &v, 8);
+  }
+  for (int c = 0; c < 1000; ++c) {
+    fs::create_directories(absl::StrFormat("%s/n%04d", root, c));
+  }
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::string path = root + "/" + KeyOf(i);
+    const uint64_t size = SizeOf(i);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::InternalError("create " + path);
+    const size_t at = (i * 7919) % (blob.size() - size);
+    const bool ok = ::write(fd, blob.data() + at, size) == static_cast<ssize_t>(size);
+    ::close(fd);
+    if (!ok) return absl::InternalError("write " + path);
+    total += size;
+  }
+  return total;
+}
+
+// kB of anonymous resident memory of this process.
+uint64_t RssAnonKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) {
+      return std::strtoull(line.c_str() + 8, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) n += it->file_size(ec);
+  }
+  return n;
+}
+
+// Runs dlcachectl; seconds it took, or < 0 when it failed.
+double Ctl(const std::string& socket, const std::string& args) {
+  const std::string cmd = absl::StrCat(absl::GetFlag(FLAGS_dlcachectl),
+                                       " --socket ", socket, " ", args,
+                                       " > /dev/null 2>&1");
+  const Clock::time_point t = Clock::now();
+  const int rc = std::system(cmd.c_str());
+  const double s = Since(t);
+  if (rc != 0) {
+    std::fprintf(stderr, "scale_bench: `%s` failed (%d)\n", cmd.c_str(), rc);
+    return -1;
+  }
+  return s;
+}
+
+struct Row {
+  uint64_t n = 0;
+  double gen_s = 0;
+  double warm_files_s = 0, warm_json_files_s = 0;
+  double meta_bytes_per_item = 0;
+  double index_bytes_per_item = 0;
+  double p50_us = 0, p99_us = 0;
+  double status_s = 0, stats_s = 0, revalidate_s = 0, evict_s = 0, sync_s = 0;
+  double readopt_start_s = 0, readopt_first_s = 0;
+  double ssd_start_s = 0, ssd_first_s = 0;
+};
+
+class Harness {
+ public:
+  Harness(std::string work, std::string shm, std::string root, uint64_t bytes)
+      : work_(std::move(work)), shm_(std::move(shm)), root_(std::move(root)),
+        bytes_(bytes) {}
+  std::string socket() const { return work_ + "/dlcached.sock"; }
+  std::string ssd_dir() const { return work_ + "/ssd"; }
+
+  // Starts a server with keep_arena as given; seconds until it serves.
+  absl::StatusOr<double> Start(bool keep_arena) {
+    ServerConfig c;
+    c.socket_path = socket();
+    c.shm_dir = shm_;
+    // Slab classes round items up; room for that and for metadata pages.
+    c.arena_bytes = ((bytes_ * 3 / 2 + (256ull << 20)) | ((64ull << 20) - 1)) + 1;
+    c.segment_bytes = 64ull << 20;
+    c.keep_arena = keep_arena;
+    c.datasets = {{"ds", root_}};
+    c.metrics_address = "";
+    c.ssd_dir = ssd_dir();
+    c.ssd_bytes = std::max<uint64_t>(3 * bytes_, 1ull << 30);
+    const Clock::time_point t = Clock::now();
+    absl::StatusOr<std::unique_ptr<CacheServer>> s =
+        CacheServer::Start(std::move(c));
+    if (!s.ok()) return s.status();
+    server_ = *std::move(s);
+    ClientOptions o;
+    o.socket_path = socket();
+    o.client_name = "scale_bench";
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
+    if (!client.ok()) return client.status();
+    client_ = *std::move(client);
+    return Since(t);
+  }
+  void Stop() {
+    client_.reset();
+    if (server_ != nullptr) {
+      server_->Shutdown();
+      server_.reset();
+    }
+  }
+  Client& client() { return *client_; }
+
+ private:
+  const std::string work_, shm_, root_;
+  const uint64_t bytes_;
+  std::unique_ptr<CacheServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+// Seconds of one GetBatch of the first `batch` keys, all served.
+absl::StatusOr<double> FirstBatch(Client& c, uint32_t batch) {
+  std::vector<std::string> keys;
+  for (uint32_t i = 0; i < batch; ++i) keys.push_back(KeyOf(i * 7 + 3));
+  const Clock::time_point t = Clock::now();
+  absl::StatusOr<Batch> b = c.GetBatch("ds", keys);
+  if (!b.ok()) return b.status();
+  for (size_t i = 0; i < b->size(); ++i) {
+    if (!(*b)[i].ok()) return (*b)[i].status();
+  }
+  return Since(t);
+}
+
+absl::StatusOr<Row> MeasureN(uint64_t n) {
+  Row row;
+  row.n = n;
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> work =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "scale-bench-");
+  if (!work.ok()) return work.status();
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "scale-bench-");
+  if (!shm.ok()) return shm.status();
+  const std::string root = (*work)->path() + "/data";
+  Clock::time_point t = Clock::now();
+  absl::StatusOr<uint64_t> bytes = Generate(root, n);
+  if (!bytes.ok()) return bytes.status();
+  row.gen_s = Since(t);
+  std::fprintf(stderr, "N=%llu: %llu bytes generated in %.1f s\n",
+               static_cast<unsigned long long>(n),
+               static_cast<unsigned long long>(*bytes), row.gen_s);
+  Harness h((*work)->path(), (*shm)->path(), root, *bytes);
+  if (absl::StatusOr<double> s = h.Start(/*keep_arena=*/true); !s.ok()) {
+    return s.status();
+  }
+  const uint64_t rss0 = RssAnonKb();
+  // The progress bar as an operator sees it (plain lines to a pipe), then
+  // again, evicted, with --json (no bar): the difference is its overhead.
+  double s = Ctl(h.socket(), "warmup ds");
+  if (s < 0) return absl::InternalError("warmup");
+  row.warm_files_s = n / s;
+  const uint64_t rss1 = RssAnonKb();
+  row.meta_bytes_per_item = (static_cast<double>(rss1) - rss0) * 1024 / n;
+  if (Ctl(h.socket(), "evict ds") < 0) return absl::InternalError("evict");
+  s = Ctl(h.socket(), "--json warmup ds");
+  if (s < 0) return absl::InternalError("warmup --json");
+  row.warm_json_files_s = n / s;
+
+  // Warm GetBatch latency over random keys.
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<uint64_t> pick(0, n - 1);
+  const uint32_t batch = absl::GetFlag(FLAGS_batch);
+  std::vector<std::string> keys(batch);
+  std::vector<double> lat;
+  for (uint32_t i = 0; i < absl::GetFlag(FLAGS_iterations); ++i) {
+    for (std::string& k : keys) k = KeyOf(pick(rng));
+    t = Clock::now();
+    absl::StatusOr<Batch> b = h.client().GetBatch("ds", keys);
+    const double us = Since(t) * 1e6;
+    if (!b.ok()) return b.status();
+    if (!(*b)[0].hit()) return absl::InternalError("warm batch missed");
+    lat.push_back(us);
+  }
+  std::sort(lat.begin(), lat.end());
+  row.p50_us = lat[lat.size() / 2];
+  row.p99_us = lat[lat.size() * 99 / 100];
+
+  row.status_s = Ctl(h.socket(), "status");
+  row.stats_s = Ctl(h.socket(), "stats");
+  row.revalidate_s = Ctl(h.socket(), "revalidate ds");
+  row.sync_s = Ctl(h.socket(), "sync ds");
+  row.index_bytes_per_item =
+      static_cast<double>(DirBytes(h.ssd_dir() + "/index")) / n;
+  row.evict_s = Ctl(h.socket(), "evict ds n0000");
+  h.Stop();  // keeps the arena and its manifest
+
+  absl::StatusOr<double> start = h.Start(/*keep_arena=*/false);
+  if (!start.ok()) return start.status();
+  row.readopt_start_s = *start;
+  absl::StatusOr<double> first = FirstBatch(h.client(), batch);
+  if (!first.ok()) return first.status();
+  row.readopt_first_s = *first;
+  h.Stop();  // the arena goes: only the SSD tier is left
+
+  start = h.Start(/*keep_arena=*/false);
+  if (!start.ok()) return start.status();
+  row.ssd_start_s = *start;
+  first = FirstBatch(h.client(), batch);
+  if (!first.ok()) return first.status();
+  row.ssd_first_s = *first;
+  h.Stop();
+  return row;
+}
+
+int Run() {
+  std::vector<Row> rows;
+  for (const std::string& s : absl::GetFlag(FLAGS_items)) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(s, &n) || n < 1000) {
+      std::fprintf(stderr, "scale_bench: --items: %s (>= 1000)\n", s.c_str());
+      return 2;
+    }
+    absl::StatusOr<Row> r = MeasureN(n);
+    if (!r.ok()) {
+      std::fprintf(stderr, "scale_bench: N=%s: %s\n", s.c_str(),
+                   r.status().ToString().c_str());
+      return 1;
+    }
+    rows.push_back(*r);
+  }
+  std::string md = absl::StrFormat(
+      "%s\n\nFiles of %llu-%llu B in 1000 class folders; in-process dlcached "
+      "with an SSD tier; admin through dlcachectl.\n\n"
+      "| items | warm-up files/s (bar / --json) | RAM metadata B/item | SSD "
+      "index B/item | GetBatch %u p50 / p99 us | status / stats s | "
+      "revalidate s | evict 1 class s | sync s | re-adopt restart s (first "
+      "batch ms) | SSD-only restart s (first batch ms) |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      DescribeMachine(),
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_min_bytes)),
+      static_cast<unsigned long long>(absl::GetFlag(FLAGS_max_bytes)),
+      absl::GetFlag(FLAGS_batch));
+  for (const Row& r : rows) {
+    absl::StrAppendFormat(
+        &md,
+        "| %llu | %.0f / %.0f | %.0f | %.0f | %.0f / %.0f | %.2f / %.2f | "
+        "%.1f | %.2f | %.1f | %.2f (%.1f) | %.2f (%.1f) |\n",
+        static_cast<unsigned long long>(r.n), r.warm_files_s,
+        r.warm_json_files_s, r.meta_bytes_per_item, r.index_bytes_per_item,
+        r.p50_us, r.p99_us, r.status_s, r.stats_s, r.revalidate_s, r.evict_s,
+        r.sync_s, r.readopt_start_s, r.readopt_first_s * 1e3, r.ssd_start_s,
+        r.ssd_first_s * 1e3);
+  }
+  if (rows.size() > 1) {
+    absl::StrAppendFormat(&md, "\nGetBatch p50 at %llu items = %.2fx of %llu "
+                          "items.\n",
+                          static_cast<unsigned long long>(rows.back().n),
+                          rows.back().p50_us / rows.front().p50_us,
+                          static_cast<unsigned long long>(rows.front().n));
+  }
+  std::printf("%s", md.c_str());
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlcache::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "How dlcache's costs grow with the item count (see the header of "
+      "bench/scale_bench.cc).\n  scale_bench "
+      "[--items=10000,100000,1300000] [--out=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  dlcache::SetMinLogLevel(dlcache::LogLevel::kWarning);
+  return dlcache::bench::Run();
+}
