@@ -422,7 +422,13 @@ absl::Status CacheServer::Init() {
         HttpEndpoint::Start(config_.metrics_address, [this] {
           v1::StatsResponse stats;
           engine_->Stats(v1::StatsRequest(), &stats).IgnoreError();
-          return RenderPrometheus(StatusNow(), stats);
+          std::string text = RenderPrometheus(StatusNow(), stats);
+          DataServer* d = data_server_ptr_.load(std::memory_order_acquire);
+          AppendDataPathMetrics(d ? d->stats() : DataServer::Stats(),
+                                tier_->Stats(), &text);
+          if (SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire))
+            AppendSsdMetrics(ssd->Stats(), &text);
+          return text;
         });
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
@@ -445,6 +451,7 @@ absl::Status CacheServer::Init() {
         DataServer::Start(o, engine_.get(), arena_.get(), &policy_);
     if (!data.ok()) return data.status();
     data_server_ = *std::move(data);
+    data_server_ptr_.store(data_server_.get(), std::memory_order_release);
   }
   DLC_LOG(INFO) << "dlcached " << kVersion
                 << " serving on unix:" << config_.socket_path << " (admin "

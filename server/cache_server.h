@@ -117,6 +117,8 @@ class CacheServer {
   std::unique_ptr<grpc::Server> admin_server_;
   AccessPolicy policy_ = AccessPolicy::AllowAll(0);  // set in Init()
   std::unique_ptr<DataServer> data_server_;
+  // For the metrics endpoint, which starts before the data server.
+  std::atomic<DataServer*> data_server_ptr_{nullptr};
   std::unique_ptr<HttpEndpoint> metrics_;
   int admin_port_ = 0;
   absl::Notification shutdown_;

@@ -1,6 +1,7 @@
 #include "server/metrics/prometheus_text.h"
 
 #include <functional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -14,6 +15,13 @@ std::string Escape(const std::string& v) {
 }
 
 void Gauge(std::string* out, const char* name, const char* help, double value) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
+                  " gauge\n", name, " ", value, "\n");
+}
+
+// Integer gauges print every digit (StrCat of a double keeps six).
+void IntGauge(std::string* out, const char* name, const char* help,
+              uint64_t value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
                   " gauge\n", name, " ", value, "\n");
 }
@@ -122,6 +130,94 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
              [](const D& d) { return d.leased_bytes(); });
   if (status.cluster().enabled()) Cluster(&out, status.cluster());
   return out;
+}
+
+void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
+                           std::string* out) {
+  IntGauge(out, "dlcache_data_connections", "Open local data connections",
+        s.open_connections);
+  Counter(out, "dlcache_data_connections_accepted_total",
+          "Local data connections accepted", s.accepted);
+  absl::StrAppend(out,
+                  "# HELP dlcache_data_refusals_total Requests or connections "
+                  "refused by a limit, by the flag that sets it\n"
+                  "# TYPE dlcache_data_refusals_total counter\n");
+  const std::pair<const char*, uint64_t> refusals[] = {
+      {"max_connections", s.refused},
+      {"max_keys_per_batch", s.keys_limit_refusals},
+      {"max_release_per_request", s.release_limit_refusals},
+      {"max_frame_bytes", s.reply_limit_refusals},
+      {"session_leases", t.session_limit_refusals},
+  };
+  for (const auto& [limit, n] : refusals) {
+    absl::StrAppend(out, "dlcache_data_refusals_total{limit=\"", limit, "\"} ",
+                    n, "\n");
+  }
+  Counter(out, "dlcache_data_protocol_errors_total",
+          "Connections closed for malformed frames", s.protocol_errors);
+  Counter(out, "dlcache_data_slow_reader_disconnects_total",
+          "Connections closed over --max_reply_queue_bytes", s.slow_readers);
+  IntGauge(out, "dlcache_data_inflight_requests",
+        "Batches and stats being served now", s.inflight_requests);
+  Counter(out, "dlcache_data_frames_received_total",
+          "Request frames read from clients", s.frames_received);
+  Counter(out, "dlcache_data_frames_sent_total", "Reply frames sent to clients",
+          s.frames_sent);
+  Counter(out, "dlcache_data_bytes_received_total",
+          "Bytes read from client sockets", s.bytes_received);
+  Counter(out, "dlcache_data_bytes_sent_total", "Bytes written to client sockets",
+          s.bytes_sent);
+}
+
+void AppendSsdMetrics(const SsdTierStats& s, std::string* out) {
+  IntGauge(out, "dlcache_ssd_capacity_bytes", "SSD tier capacity",
+        s.capacity_bytes);
+  IntGauge(out, "dlcache_ssd_free_bytes", "Free bytes on the SSD file system",
+        s.free_bytes);
+  IntGauge(out, "dlcache_ssd_bytes", "Live chunk bytes on SSD", s.bytes);
+  IntGauge(out, "dlcache_ssd_disk_bytes", "SSD data files, dead space included",
+        s.disk_bytes);
+  IntGauge(out, "dlcache_ssd_chunks", "Chunks on SSD", s.chunks);
+  IntGauge(out, "dlcache_ssd_files", "Source files with SSD metadata", s.files);
+  IntGauge(out, "dlcache_ssd_data_files", "SSD data files", s.data_files);
+  Counter(out, "dlcache_ssd_hits_total", "Chunks served from SSD", s.hits);
+  Counter(out, "dlcache_ssd_hit_bytes_total", "Bytes served from SSD",
+          s.hit_bytes);
+  Counter(out, "dlcache_ssd_misses_total",
+          "Chunks the SSD tier read from the next layer", s.misses);
+  Counter(out, "dlcache_ssd_corruptions_total",
+          "SSD chunks that failed their checksum", s.corruptions);
+  Counter(out, "dlcache_ssd_read_errors_total", "SSD reads that failed",
+          s.read_errors);
+  Counter(out, "dlcache_ssd_writes_total", "Chunks written to SSD", s.writes);
+  Counter(out, "dlcache_ssd_write_bytes_total", "Bytes written to SSD",
+          s.write_bytes);
+  Counter(out, "dlcache_ssd_write_drops_total",
+          "Write-behind copies dropped: queue full", s.write_drops);
+  Counter(out, "dlcache_ssd_disk_full_drops_total",
+          "Chunks not written: disk full", s.disk_full_drops);
+  Counter(out, "dlcache_ssd_disk_full_events_total",
+          "Times the SSD tier found the disk full", s.disk_full_events);
+  Counter(out, "dlcache_ssd_low_space_evictions_total",
+          "Data files dropped to keep the minimum free space",
+          s.low_space_evictions);
+  Counter(out, "dlcache_ssd_write_errors_total", "Other SSD write failures",
+          s.write_errors);
+  Counter(out, "dlcache_ssd_stale_write_drops_total",
+          "Write-behind copies of an outdated file dropped",
+          s.stale_write_drops);
+  Counter(out, "dlcache_ssd_evicted_data_files_total",
+          "SSD data files evicted for capacity", s.evicted_data_files);
+  Counter(out, "dlcache_ssd_evicted_chunks_total",
+          "SSD chunks evicted for capacity", s.evicted_chunks);
+  IntGauge(out, "dlcache_ssd_queued", "Write-behind copies pending", s.queued);
+  IntGauge(out, "dlcache_ssd_queued_bytes", "Bytes of write-behind copies pending",
+        s.queued_bytes);
+  IntGauge(out, "dlcache_ssd_disk_full", "1 while SSD writes are paused",
+        s.disk_full ? 1 : 0);
+  IntGauge(out, "dlcache_ssd_index_reset",
+        "1 when the SSD tier started empty after a corrupt index",
+        s.index_reset ? 1 : 0);
 }
 
 }  // namespace dlcache

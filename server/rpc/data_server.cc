@@ -73,6 +73,13 @@ struct DataServer::Shared {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> slow_readers{0};
   std::atomic<uint64_t> inflight{0};
+  std::atomic<uint64_t> frames_received{0};
+  std::atomic<uint64_t> frames_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> keys_limit_refusals{0};
+  std::atomic<uint64_t> release_limit_refusals{0};
+  std::atomic<uint64_t> reply_limit_refusals{0};
 };
 
 namespace {
@@ -347,6 +354,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     while (!c->closed && WantRead(*c) && budget > 0) {
       ssize_t n = ::read(c->raw_fd, buf, sizeof(buf));
       if (n > 0) {
+        shared_->bytes_received.fetch_add(n, std::memory_order_relaxed);
         c->in.Append(buf, static_cast<size_t>(n));
         budget -= std::min(budget, static_cast<size_t>(n));
         ProcessFrames(c);
@@ -376,6 +384,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         if (!error.ok()) Fatal(c, error);
         break;
       }
+      shared_->frames_received.fetch_add(1, std::memory_order_relaxed);
       Dispatch(c, h, payload);
     }
     c->processing = false;
@@ -416,6 +425,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       CloseConn(c);
       return;
     }
+    shared_->frames_sent.fetch_add(1, std::memory_order_relaxed);
     c->out_bytes += frame.size();
     c->out.push_back(OutFrame{std::move(frame), std::move(fds), 0});
   }
@@ -458,6 +468,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         return;
       }
       size_t left = static_cast<size_t>(n);
+      shared_->bytes_sent.fetch_add(left, std::memory_order_relaxed);
       c->out_bytes -= left;
       while (left > 0) {
         OutFrame& f = c->out.front();
@@ -596,6 +607,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   absl::Status CheckKeys(size_t n) const {
     const uint32_t max = shared_->options.max_keys_per_batch;
     if (n <= max) return absl::OkStatus();
+    shared_->keys_limit_refusals.fetch_add(1, std::memory_order_relaxed);
     return absl::InvalidArgumentError(
         absl::StrCat(n, " keys in one request; the limit is ", max,
                      " (--max_keys_per_batch)"));
@@ -603,6 +615,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   absl::Status CheckRelease(size_t n) const {
     const uint32_t max = shared_->options.max_release_per_request;
     if (n <= max) return absl::OkStatus();
+    shared_->release_limit_refusals.fetch_add(1, std::memory_order_relaxed);
     return absl::InvalidArgumentError(
         absl::StrCat(n, " leases released in one request; the limit is ", max,
                      " (--max_leases_per_session)"));
@@ -653,8 +666,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
          session = c->session, max_frame = shared_->options.max_frame_bytes](
             absl::StatusOr<BatchResult> r) mutable {
           // Encoded where the result is ready (a fill thread for misses).
-          std::string frame =
-              EncodeBatch(id, std::move(r), engine, session, max_frame);
+          std::string frame = EncodeBatch(id, std::move(r), engine, session,
+                                          max_frame, self->shared_.get());
           self->RunOrPost([self, c, frame = std::move(frame)]() mutable {
             self->Complete(c, std::move(frame));
           });
@@ -663,7 +676,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   static std::string EncodeBatch(uint64_t id, absl::StatusOr<BatchResult> r,
                                  CacheEngine* engine, uint64_t session,
-                                 uint32_t max_frame) {
+                                 uint32_t max_frame, Shared* shared) {
     if (!r.ok()) {
       return local::MakeFrame(
           MsgType::kBatch, id,
@@ -691,6 +704,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         for (const LeasedChunk& lc : item.chunks) leases.push_back(lc.lease);
       }
       engine->Release(session, leases);
+      shared->reply_limit_refusals.fetch_add(1, std::memory_order_relaxed);
       absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
           "the reply would be ", payload.size(), " bytes, over the limit of ",
           max_frame, " (--max_frame_bytes); ask for fewer keys or chunks"));
@@ -884,6 +898,13 @@ DataServer::Stats DataServer::stats() const {
   s.protocol_errors = shared_->protocol_errors.load();
   s.slow_readers = shared_->slow_readers.load();
   s.inflight_requests = shared_->inflight.load();
+  s.frames_received = shared_->frames_received.load();
+  s.frames_sent = shared_->frames_sent.load();
+  s.bytes_received = shared_->bytes_received.load();
+  s.bytes_sent = shared_->bytes_sent.load();
+  s.keys_limit_refusals = shared_->keys_limit_refusals.load();
+  s.release_limit_refusals = shared_->release_limit_refusals.load();
+  s.reply_limit_refusals = shared_->reply_limit_refusals.load();
   return s;
 }
 

@@ -69,6 +69,14 @@ class DataServer {
     uint64_t protocol_errors = 0;  // connections closed for bad frames
     uint64_t slow_readers = 0;     // disconnected over max_reply_queue_bytes
     uint64_t inflight_requests = 0;  // batches and stats being served
+    uint64_t frames_received = 0;    // whole request frames read
+    uint64_t frames_sent = 0;        // reply frames queued for clients
+    uint64_t bytes_received = 0;     // bytes read from client sockets
+    uint64_t bytes_sent = 0;         // bytes written to client sockets
+    // Requests refused by a limit (the connection stays):
+    uint64_t keys_limit_refusals = 0;     // over max_keys_per_batch
+    uint64_t release_limit_refusals = 0;  // over max_release_per_request
+    uint64_t reply_limit_refusals = 0;    // reply over max_frame_bytes
   };
 
   // Listens on options.socket_path (mode 0666: access is decided per

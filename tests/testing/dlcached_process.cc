@@ -3,9 +3,15 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
@@ -34,6 +40,13 @@ absl::Status DlcachedProcess::Start(absl::Duration timeout) {
     // the time prctl runs, hence the check).
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
+    if (!output_path_.empty()) {
+      int fd = ::open(output_path_.c_str(),
+                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd < 0) ::_exit(126);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -55,6 +68,46 @@ absl::Status DlcachedProcess::Start(absl::Duration timeout) {
   return absl::DeadlineExceededError("dlcached did not come up");
 }
 
+absl::StatusOr<std::string> DlcachedProcess::WaitForOutput(
+    const std::string& regex, absl::Duration timeout) {
+  if (output_path_.empty()) {
+    return absl::FailedPreconditionError("no output path set before Start()");
+  }
+  const std::regex re(regex);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    std::ifstream in(output_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string s = text.str();
+    std::smatch m;
+    if (std::regex_search(s, m, re)) return m.size() > 1 ? m[1] : m[0];
+    int status;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return absl::InternalError(absl::StrCat(
+          "dlcached exited before printing /", regex, "/; output:\n", s));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "dlcached did not print /", regex, "/; output:\n", s));
+    }
+    absl::SleepFor(absl::Milliseconds(10));  // poll interval of the wait
+  }
+}
+
+absl::StatusOr<int> DlcachedProcess::WaitForMetricsPort(
+    absl::Duration timeout) {
+  absl::StatusOr<std::string> port =
+      WaitForOutput("metrics: http://[0-9.]+:([0-9]+)/metrics", timeout);
+  if (!port.ok()) return port.status();
+  int n = 0;
+  if (!absl::SimpleAtoi(*port, &n) || n <= 0) {
+    return absl::InternalError(absl::StrCat("bad metrics port '", *port, "'"));
+  }
+  return n;
+}
+
 void DlcachedProcess::Kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);
@@ -69,6 +122,11 @@ int DlcachedProcess::Stop() {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+CommandResult RunDlcached(const std::string& binary, const std::string& args,
+                          absl::Duration timeout) {
+  return RunCommand(absl::StrCat(binary, " ", args), timeout);
 }
 
 }  // namespace dlcache::testing

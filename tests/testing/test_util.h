@@ -1,0 +1,107 @@
+#ifndef DLCACHE_TESTS_TESTING_TEST_UTIL_H_
+#define DLCACHE_TESTS_TESTING_TEST_UTIL_H_
+
+// Small test helpers with no dependency on the server or the client
+// (library dlcache::test_util): waits with deadlines, commands with a
+// timeout, HTTP scrapes over loopback, reserved TCP ports, and a guard
+// that joins test threads however the test body is left.
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace dlcache::testing {
+
+// Polls `cond` every millisecond until it holds (true) or `timeout` passes
+// (false). For conditions nothing can be waited on for (counters in another
+// process, files another process writes); never a substitute for a
+// notification the code offers.
+bool Eventually(const std::function<bool()>& cond,
+                absl::Duration timeout = absl::Seconds(20));
+
+// The kernel id of the calling thread (for AwaitThreadAsleep).
+int CurrentThreadId();
+// Waits until thread `tid` of this process sleeps in the kernel (state S
+// or D in /proc/self/task/TID/stat). With a flag the thread sets just
+// before a blocking call, this shows the call itself is blocked: e.g. a
+// GetBatch that must be waiting for a server that is down. False after
+// `timeout` or when there is no such thread.
+bool AwaitThreadAsleep(int tid, absl::Duration timeout = absl::Seconds(20));
+
+struct CommandResult {
+  int exit_code = -1;  // 124 or 137: killed by the timeout
+  std::string output;  // stdout and stderr
+};
+// Runs `command` with /bin/sh under `timeout -k 5 SECONDS` and captures its
+// output, so that a command that does not exit fails the test (exit code
+// 124/137) instead of hanging it.
+CommandResult RunCommand(const std::string& command,
+                         absl::Duration timeout = absl::Seconds(60));
+
+// GET `path` from 127.0.0.1:`port` (HTTP/1.0) and returns the whole
+// response, headers included. UNAVAILABLE if the connection fails,
+// DEADLINE_EXCEEDED if the server has not closed it after `timeout`.
+absl::StatusOr<std::string> HttpGet(int port, absl::string_view path,
+                                    absl::Duration timeout = absl::Seconds(10));
+
+// A TCP port on 127.0.0.1 that stays bound (SO_REUSEADDR + SO_REUSEPORT,
+// never listening) for the life of the object. A server started later on
+// that port with SO_REUSEPORT (gRPC does so by default on Linux) binds
+// beside it and gets every connection, while no other bind(0) or
+// outgoing connection of any process can take the port in between: unlike
+// bind-close-reuse, there is no window for `ctest -j` neighbours to race
+// into. For servers whose address must be known before they start (a
+// static peer list). Not thread-safe.
+class ReservedPort {
+ public:
+  ReservedPort();  // aborts the test binary if no port can be bound
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+  std::string address() const;  // "127.0.0.1:PORT"
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// Joins every thread it was given when it goes out of scope, after running
+// the stop actions (set stop flags, open gates, notify), in order. A test
+// whose ASSERT returns early with threads still running thus stops and
+// joins them instead of dying in std::terminate from a joinable
+// std::thread's destructor. Declare it after what the threads use, so that
+// it is destroyed (and joins) first. Not thread-safe.
+class ThreadGuard {
+ public:
+  ThreadGuard() = default;
+  ~ThreadGuard() { JoinAll(); }
+  ThreadGuard(const ThreadGuard&) = delete;
+  ThreadGuard& operator=(const ThreadGuard&) = delete;
+
+  // Runs at scope exit (or JoinAll) before the joins.
+  void OnStop(std::function<void()> stop) { stops_.push_back(std::move(stop)); }
+  // Starts a thread owned by the guard.
+  template <typename F>
+  void Spawn(F&& f) {
+    threads_.emplace_back(std::forward<F>(f));
+  }
+  // Takes an already running thread.
+  void Adopt(std::thread t) { threads_.push_back(std::move(t)); }
+  // Runs the stop actions (once) and joins every thread. Idempotent.
+  void JoinAll();
+  size_t size() const { return threads_.size(); }
+
+ private:
+  std::vector<std::function<void()>> stops_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dlcache::testing
+
+#endif  // DLCACHE_TESTS_TESTING_TEST_UTIL_H_
