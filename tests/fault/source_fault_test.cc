@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -108,14 +109,19 @@ TEST_F(SourceFaultTest, ShrunkFileIsOutOfRangeNotGarbage) {
 }
 
 TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
+  constexpr int kReaders = 8;
   Start();
-  server_->WriteFile("ds", "hot", std::string(300000, 'h'));
+  server_->WriteFile("ds", "hot", std::string(300000, 'h'));  // one chunk
   absl::Notification gate;
   source_->set_read_gate(&gate);
-  std::vector<std::thread> readers;
   std::atomic<int> ok{0};
-  for (int i = 0; i < 8; ++i) {
-    readers.emplace_back([&] {
+  // Opens the gate and joins, also when an ASSERT below returns early.
+  testing::ThreadGuard readers;
+  readers.OnStop([&] {
+    if (!gate.HasBeenNotified()) gate.Notify();
+  });
+  for (int i = 0; i < kReaders; ++i) {
+    readers.Spawn([&] {
       uint64_t s = engine().OpenSession();
       v1::GetBatchRequest req;
       req.set_session_id(s);
@@ -128,12 +134,23 @@ TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
       engine().CloseSession(s);
     });
   }
-  // Let every reader reach the tier before the one read is allowed on.
-  while (source_->reads() == 0) absl::SleepFor(absl::Milliseconds(1));
-  gate.Notify();
-  for (std::thread& t : readers) t.join();
-  EXPECT_EQ(ok.load(), 8);
+  // The one source read stays blocked until every reader has reached the
+  // tier and counted its miss: the filler and 7 waiters on its fill. None
+  // can hit the cache before the gate opens, so each of them coalesced.
+  auto stats = [&] {
+    v1::StatsResponse r;
+    EXPECT_TRUE(engine().Stats(v1::StatsRequest(), &r).ok());
+    return r.datasets(0);
+  };
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return stats().misses() == static_cast<uint64_t>(kReaders); }))
+      << "misses " << stats().misses();
   EXPECT_EQ(source_->reads(), 1u);
+  readers.JoinAll();  // opens the gate, joins
+  EXPECT_EQ(ok.load(), kReaders);
+  EXPECT_EQ(source_->reads(), 1u);
+  EXPECT_EQ(stats().hits(), 0u);
+  EXPECT_EQ(stats().source_reads(), 1u);
 }
 
 TEST_F(SourceFaultTest, ArenaFullOfLeasesIsResourceExhaustedAndRecovers) {

@@ -31,6 +31,7 @@
 #include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
 
 #ifndef DLCACHE_LEASE_HOLDER
 #error "DLCACHE_LEASE_HOLDER must name the client_lease_holder binary"
@@ -41,16 +42,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Polls `cond` every millisecond for at most `timeout`.
-bool Eventually(const std::function<bool()>& cond,
-                absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!cond()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
+using testing::Eventually;
 
 std::string Bytes(const Item& item) {
   std::string out(item.size(), '\0');
@@ -409,7 +401,12 @@ TEST(ClientStreamIntegrationTest, AMissDoesNotHoldUpHitsOnTheSameSession) {
   const uint64_t reads = counting->reads();
   counting->set_read_gate(&gate);
   std::atomic<bool> cold_done{false};
-  std::thread slow([&] {
+  // Opens the gate and joins, also when an ASSERT below returns early.
+  testing::ThreadGuard slow;
+  slow.OnStop([&] {
+    if (!gate.HasBeenNotified()) gate.Notify();
+  });
+  slow.Spawn([&] {
     auto b = (*client)->GetBatch("ds", std::vector<std::string>{"cold"});
     ASSERT_TRUE(b.ok()) << b.status();
     ASSERT_TRUE((*b)[0].ok()) << (*b)[0].status();
@@ -424,8 +421,7 @@ TEST(ClientStreamIntegrationTest, AMissDoesNotHoldUpHitsOnTheSameSession) {
     EXPECT_EQ(Bytes((*b)[0]), "hot bytes");
   }
   EXPECT_FALSE(cold_done.load());  // still waiting for its fill
-  gate.Notify();
-  slow.join();
+  slow.JoinAll();                  // opens the gate, joins
   EXPECT_TRUE(cold_done.load());
 }
 
@@ -602,7 +598,11 @@ TEST(ClientForkIntegrationTest, ForkWhileABatchOfMissesIsInFlight) {
   const uint64_t reads = counting->reads();
   counting->set_read_gate(&gate);
   absl::StatusOr<Batch> slow = absl::UnknownError("not run");
-  std::thread in_flight([&] {
+  testing::ThreadGuard in_flight;  // opens the gate and joins on any exit
+  in_flight.OnStop([&] {
+    if (!gate.HasBeenNotified()) gate.Notify();
+  });
+  in_flight.Spawn([&] {
     slow = (*client)->GetBatch("ds", std::vector<std::string>{"cold"});
   });
   ASSERT_TRUE(Eventually([&] { return counting->reads() > reads; }));
@@ -611,8 +611,7 @@ TEST(ClientForkIntegrationTest, ForkWhileABatchOfMissesIsInFlight) {
                             "hot bytes");
   });
   EXPECT_EQ(report, "");
-  gate.Notify();
-  in_flight.join();
+  in_flight.JoinAll();  // opens the gate, joins
   ASSERT_TRUE(slow.ok()) << slow.status();
   ASSERT_TRUE((*slow)[0].ok()) << (*slow)[0].status();
   EXPECT_TRUE(Bytes((*slow)[0]) == cold);

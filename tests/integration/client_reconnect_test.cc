@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 
 #ifndef DLCACHED_BINARY
 #error "DLCACHED_BINARY must name the dlcached binary"
@@ -30,16 +31,7 @@ namespace {
 
 constexpr int kFiles = 40;
 
-// Polls `cond` every 5 ms for at most `timeout`.
-bool Eventually(const std::function<bool()>& cond,
-                absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!cond()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));  // poll interval
-  }
-  return true;
-}
+using testing::Eventually;
 
 std::string Bytes(const Item& item) {
   std::string out(item.size(), '\0');
@@ -150,13 +142,25 @@ TEST_F(ClientReconnectTest, SameClientServesCorrectBytesAfterAKill9Restart) {
   server_->Kill();
   ASSERT_TRUE(Eventually([&] { return !client->session_status().ok(); }));
   EXPECT_EQ(client->session_status().code(), absl::StatusCode::kUnavailable);
-  // A call made during the outage waits for the new session.
+  // A call made during the outage waits for the new session. The server
+  // stays down until the call is shown blocked inside GetBatch (the caller
+  // sleeps after raising `calling`, and has not returned).
   absl::StatusOr<Batch> during = absl::UnknownError("not run");
-  std::thread caller([&] {
+  std::atomic<int> caller_tid{0};
+  std::atomic<bool> calling{false}, returned{false};
+  testing::ThreadGuard guard;
+  guard.Spawn([&] {
+    caller_tid = testing::CurrentThreadId();
+    calling = true;
     during = client->GetBatch("default", std::vector<std::string>{paths_[2]});
+    returned = true;
   });
+  ASSERT_TRUE(Eventually([&] { return calling.load(); }));
+  ASSERT_TRUE(testing::AwaitThreadAsleep(caller_tid.load()));
+  EXPECT_FALSE(returned.load()) << during.status();
+  EXPECT_FALSE(client->session_status().ok());  // still down
   StartServer();
-  caller.join();
+  guard.JoinAll();
   ASSERT_TRUE(during.ok()) << during.status();
   ASSERT_TRUE((*during)[0].ok()) << (*during)[0].status();
   EXPECT_EQ(Checksum(Bytes((*during)[0]).data(), sizes_[2]), checksums_[2]);

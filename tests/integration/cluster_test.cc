@@ -37,6 +37,7 @@
 #include "tests/testing/counting_source.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 #include "tests/testing/test_server.h"
 
 namespace dlcache {
@@ -50,25 +51,6 @@ using ::dlcache::testing::TestServer;
 constexpr char kDataset[] = "ds";
 constexpr uint64_t kChunk = 64 << 10;
 constexpr char kToken[] = "cluster-test-token";
-
-// A free TCP port on 127.0.0.1 (bound, then released: the static peer list
-// needs every port before any server starts).
-int PickPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 std::string Content(const std::string& path, uint64_t size) {
   std::string s(size, '\0');
@@ -178,8 +160,11 @@ class InProcessCluster {
   explicit InProcessCluster(int n, uint64_t arena_bytes = 64ull << 20)
       : arena_bytes_(arena_bytes) {
     for (int i = 0; i < n; ++i) {
+      // Held for the cluster's life: the static peer list needs every
+      // port before any node starts, and no neighbour can take one.
+      ports_.push_back(std::make_unique<testing::ReservedPort>());
       ClusterNode node;
-      node.address = absl::StrCat("127.0.0.1:", PickPort());
+      node.address = ports_.back()->address();
       node.id = node.address;
       nodes_.push_back(node);
     }
@@ -246,6 +231,7 @@ class InProcessCluster {
  private:
   const uint64_t arena_bytes_;
   TempDir source_;
+  std::vector<std::unique_ptr<testing::ReservedPort>> ports_;
   std::vector<ClusterNode> nodes_;
   std::vector<std::unique_ptr<TestServer>> servers_;
   std::vector<std::shared_ptr<CountingSource>> sources_;
@@ -522,9 +508,8 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
   Dataset data;
   data.Make(source.path(), 60, 23);
   std::vector<std::string> addresses;
-  for (int i = 0; i < 3; ++i) {
-    addresses.push_back(absl::StrCat("127.0.0.1:", PickPort()));
-  }
+  testing::ReservedPort ports[3];  // held until the nodes are gone
+  for (int i = 0; i < 3; ++i) addresses.push_back(ports[i].address());
   const std::string token_file = work.path() + "/token";
   testing::WriteFileOrDie(token_file, std::string(kToken) + "\n");
   std::vector<std::unique_ptr<DlcachedProcess>> nodes;
@@ -552,10 +537,12 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
 
   absl::Notification some_read;
   std::atomic<int> errors{0};
-  std::vector<std::thread> readers;
+  // Joined also when the ASSERT below returns early (the readers end on
+  // their own: two epochs each).
+  testing::ThreadGuard readers;
   for (int node = 0; node < 2; ++node) {
     for (int k = 0; k < 2; ++k) {
-      readers.emplace_back([&, node, k] {
+      readers.Spawn([&, node, k] {
         errors += read_default(node, node * 7 + k, 2, [&](int batches) {
           if (batches == 3 && !some_read.HasBeenNotified()) some_read.Notify();
         });
@@ -565,7 +552,7 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
   // Mid-run: the readers have started, most chunks are not cached yet.
   ASSERT_TRUE(some_read.WaitForNotificationWithTimeout(absl::Seconds(60)));
   nodes[2]->Kill();
-  for (std::thread& t : readers) t.join();
+  readers.JoinAll();
   EXPECT_EQ(errors.load(), 0);
 
   // The killed node's share was read locally instead.
@@ -596,6 +583,22 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
   EXPECT_EQ(read_default(2, 99, 1, {}), 0);
   const std::string status2 = RunCtl(nodes[2]->socket_path(), "status");
   EXPECT_GT(JsonNumber(status2, "peer_reads"), 0u) << status2;
+  // "Used again" is about the others: node 0, its memory emptied, fetches
+  // node 2's share from node 2 again (once node 0's down mark for it, a
+  // second, has run out), which node 2 counts as fetches it served.
+  const uint64_t served_before = JsonNumber(status2, "served_fetches");
+  int rounds = 0;
+  const bool used_again = testing::Eventually(
+      [&] {
+        ++rounds;
+        RunCtl(nodes[0]->socket_path(), "evict default");
+        EXPECT_EQ(read_default(0, 100 + rounds, 1, {}), 0);
+        return JsonNumber(RunCtl(nodes[2]->socket_path(), "status"),
+                          "served_fetches") > served_before;
+      },
+      absl::Seconds(60));
+  EXPECT_TRUE(used_again) << "node 0 never fetched from the restarted node 2 "
+                          << "in " << rounds << " rounds";
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -41,17 +42,7 @@ using local::MsgType;
 using testing::CountingSource;
 using testing::TestServer;
 
-// Polls `done` until it holds or the deadline passes. Used only where the
-// server offers nothing to wait on (its sessions closing after an EOF).
-template <typename F>
-bool Eventually(F done, absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
+using testing::Eventually;
 
 int ThreadCount() {
   std::ifstream in("/proc/self/status");

@@ -214,25 +214,12 @@ TEST(HardeningFilesTest, FourPebibyteSparseFileIsNeverOkWithZeroChunks) {
 
 // --- the real dlcached refuses unsafe directories at start ---
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using testing::CommandResult;
 
-// Runs dlcached to completion and captures its output; one that starts
-// serving instead (a regression) is killed by `timeout` after 60 s.
-RunResult RunDlcached(const std::string& args) {
-  std::string cmd =
-      absl::StrCat("timeout -k 5 60 ", DLCACHED_BINARY, " ", args, " 2>&1");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) {
-    out.append(buf.data(), n);
-  }
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+// Runs dlcached to completion (start-up failures); one that starts serving
+// instead (a regression) is killed after 60 s (exit code 124/137).
+CommandResult RunDlcached(const std::string& args) {
+  return testing::RunDlcached(DLCACHED_BINARY, args);
 }
 
 class DlcachedDirsTest : public ::testing::Test {
@@ -244,7 +231,7 @@ class DlcachedDirsTest : public ::testing::Test {
                         " --metrics_address= ");
   }
   void ExpectRefused(const std::string& args, const std::string& why) {
-    RunResult r = RunDlcached(args);
+    CommandResult r = RunDlcached(args);
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.exit_code, 124) << "it started serving: " << r.output;
     EXPECT_THAT(r.output, HasSubstr(why));

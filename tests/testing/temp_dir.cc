@@ -69,6 +69,10 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+std::string TempDir::Sub(absl::string_view name) const {
+  return absl::StrCat(path_, "/", name);
+}
+
 void WriteFileOrDie(const std::string& path, absl::string_view bytes) {
   std::filesystem::create_directories(
       std::filesystem::path(path).parent_path());

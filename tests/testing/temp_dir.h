@@ -17,6 +17,8 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  // path() + "/" + name.
+  std::string Sub(absl::string_view name) const;
 
  private:
   std::string path_;

@@ -21,6 +21,7 @@
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
 #include "tests/unit/client_fake_server.h"
 
 namespace dlcache {
@@ -30,7 +31,7 @@ using client_testing::SegmentsFault;
 using client_testing::FakeServer;
 using client_testing::TempDir;
 using client_testing::WaitFor;
-using testing::HasSubstr;
+using ::testing::HasSubstr;
 
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -57,7 +58,7 @@ ClientOptions Options(const FakeServer& server) {
   return o;
 }
 
-class ClientCoreTest : public testing::Test {
+class ClientCoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<Client> Connect(ClientOptions o) {
     auto c = Client::Connect(o);
@@ -451,19 +452,28 @@ TEST_F(ClientCoreTest, GetBatchDuringAnOutageWaitsForTheNewSession) {
   ASSERT_NE(client, nullptr);
   server_.Stop();
   ASSERT_TRUE(WaitFor([&] { return !client->session_status().ok(); }));
-  std::atomic<bool> returned{false};
+  std::atomic<bool> calling{false}, returned{false};
+  std::atomic<int> caller_tid{0};
   absl::StatusOr<Batch> result = absl::UnknownError("not run");
-  std::thread caller([&] {
+  testing::ThreadGuard guard;  // joins on an early ASSERT return too
+  guard.OnStop([&] { server_.Restart(); });  // lets a waiting call end
+  guard.Spawn([&] {
+    caller_tid = testing::CurrentThreadId();
+    calling = true;
     result = client->GetBatch("ds", std::vector<std::string>{"f"});
     returned = true;
   });
-  // A few failed attempts: the caller is waiting by then.
+  // The call overlaps the outage: it was made (and is blocked inside
+  // GetBatch: the caller sleeps after raising `calling`) while the server
+  // is down, through a few failed reconnect attempts.
+  ASSERT_TRUE(WaitFor([&] { return calling.load(); }));
+  ASSERT_TRUE(testing::AwaitThreadAsleep(caller_tid.load()));
   ASSERT_TRUE(WaitFor([&] {
     return absl::StrContains(client->session_status().message(), "attempt 3");
   })) << client->session_status();
   EXPECT_FALSE(returned.load());
-  server_.Restart();
-  caller.join();
+  EXPECT_EQ(server_.get_batch_calls(), 0);
+  guard.JoinAll();  // restarts the server, then joins
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(ItemBytes((*result)[0]), "back again");
   EXPECT_EQ(client->sessions_opened(), 2u);
@@ -521,7 +531,8 @@ TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
   auto client = Client::Connect(Options(server));
   ASSERT_TRUE(client.ok());
   std::atomic<bool> slow_done{false};
-  std::thread slow([&] {
+  testing::ThreadGuard slow;  // joined also after an early ASSERT return
+  slow.Spawn([&] {
     auto b = (*client)->GetBatch("ds", std::vector<std::string>{"slow"});
     EXPECT_TRUE(b.ok() && (*b)[0].ok());
     slow_done = true;
@@ -534,7 +545,7 @@ TEST(ClientStreamTest, ASlowBatchDoesNotHoldUpLaterOnes) {
   }
   // Answered out of order: the fast ones came back first.
   EXPECT_FALSE(slow_done.load());
-  slow.join();
+  slow.JoinAll();
   EXPECT_TRUE(slow_done.load());
 }
 
@@ -784,7 +795,7 @@ struct SegmentsFaultCase {
 };
 
 class ClientSegmentsFaultTest
-    : public testing::TestWithParam<SegmentsFaultCase> {};
+    : public ::testing::TestWithParam<SegmentsFaultCase> {};
 
 TEST_P(ClientSegmentsFaultTest, FailsConnectAndEndsTheSession) {
   FakeServer server(2, 8 << 20, 1 << 20, GetParam().fault);
@@ -797,7 +808,7 @@ TEST_P(ClientSegmentsFaultTest, FailsConnectAndEndsTheSession) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, ClientSegmentsFaultTest,
-    testing::Values(
+    ::testing::Values(
         SegmentsFaultCase{"WrongSize", SegmentsFault::kWrongSize,
                           absl::StatusCode::kDataLoss, "expected"},
         SegmentsFaultCase{"Refuse", SegmentsFault::kRefuse,
@@ -811,7 +822,7 @@ INSTANTIATE_TEST_SUITE_P(
                           absl::StatusCode::kDataLoss, "reply is for segments"},
         SegmentsFaultCase{"Malformed", SegmentsFault::kMalformed,
                           absl::StatusCode::kDataLoss, "malformed"}),
-    [](const testing::TestParamInfo<SegmentsFaultCase>& info) {
+    [](const ::testing::TestParamInfo<SegmentsFaultCase>& info) {
       return std::string(info.param.name);
     });
 

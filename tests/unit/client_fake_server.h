@@ -39,40 +39,18 @@
 #include "common/frame_socket.h"
 #include "common/local_protocol.h"
 #include "common/unique_fd.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace client_testing {
 
-// A unique temporary directory, removed (with its files) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/dlcache-client-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::string cmd = absl::StrCat("rm -rf '", path_, "'");
-    if (std::system(cmd.c_str()) != 0) {
-    }
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const {
-    return absl::StrCat(path_, "/", name);
-  }
-
- private:
-  std::string path_;
-};
-
-// Polls `cond` every millisecond until it holds, at most `timeout`.
+// The shared helpers (tests/testing): a unique temporary directory
+// removed on destruction, and a polling wait with a deadline.
+using TempDir = ::dlcache::testing::TempDir;
 inline bool WaitFor(const std::function<bool()>& cond,
                     absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!cond()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
+  return ::dlcache::testing::Eventually(cond, timeout);
 }
 
 // Segments backed by memfds: writable mappings for the test, O_RDONLY fds

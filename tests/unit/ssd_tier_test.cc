@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/fake_chunk_backend.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -656,9 +657,11 @@ TEST_F(SsdTierTest, ConcurrentReadersNeverSeeStaleOrBadBytes) {
   std::atomic<bool> stop{false};
   std::atomic<int> bad{0};
   std::atomic<uint64_t> served{0};
-  std::vector<std::thread> readers;
+  // Stops and joins the readers also when an ASSERT below returns early.
+  testing::ThreadGuard readers;
+  readers.OnStop([&] { stop = true; });
   for (int t = 0; t < 4; ++t) {
-    readers.emplace_back([&, t] {
+    readers.Spawn([&, t] {
       for (int n = 0; !stop.load(); ++n) {
         std::string path = absl::StrCat("f", (n * 7 + t) % kFiles);
         // Whatever serves a read of version `info` must give its bytes.
@@ -691,8 +694,7 @@ TEST_F(SsdTierTest, ConcurrentReadersNeverSeeStaleOrBadBytes) {
       ASSERT_TRUE(tier_->Evict(kDs, "f1").ok());
     }
   }
-  stop = true;
-  for (std::thread& t : readers) t.join();
+  readers.JoinAll();  // sets stop, joins
   EXPECT_EQ(bad.load(), 0);
   EXPECT_GT(served.load(), 0u);
   tier_->Flush();
