@@ -48,6 +48,10 @@ FIXED_SIZE = 4096 + 17
 FIXED = ["fixed/%02d.bin" % i for i in range(16)]
 for i, k in enumerate(FIXED):
     FILES[k] = random_bytes(FIXED_SIZE, 500 + i)
+# Read only by the prefetch test, so that what fills them is its prefetch.
+PREFETCHED = ["prefetch/%02d.bin" % i for i in range(4)]
+for i, k in enumerate(PREFETCHED):
+    FILES[k] = random_bytes(3000 + i, 700 + i)
 # One chunk each, 80 MiB in all: more than the 64 MiB arena.
 BIG_SIZE = CHUNK - 4096
 BIG = ["many/%02d.bin" % i for i in range(80)]
@@ -211,10 +215,26 @@ class ClientTest(DeadlineTest):
         with self.assertRaises(TypeError):
             self.client.get_batch("ds", "train/00.jpg")
 
-    def test_prefetch_takes_no_lease(self):
-        self.client.prefetch("ds", KEYS[:4])
-        self.assertEqual(bytes(self.client.get_batch("ds", KEYS[:1])[0].view()),
-                         FILES[KEYS[0]])
+    def test_prefetch_fills_and_takes_no_lease(self):
+        before = SERVER.status()
+        reads = SERVER.dataset_stats().get("source_reads", 0)
+        self.client.prefetch("ds", PREFETCHED)
+        # The fills run in the background: wait until the 4 chunks were
+        # read (nothing else reads now).
+        wait_for(lambda: SERVER.dataset_stats().get("source_reads", 0) >=
+                 reads + len(PREFETCHED),
+                 20, "the prefetched chunks to be read")
+        # Filled, and not one lease taken for them.
+        self.assertEqual(SERVER.status().get("leases", 0),
+                         before.get("leases", 0))
+        batch = self.client.get_batch("ds", PREFETCHED)
+        for i, key in enumerate(PREFETCHED):
+            self.assertTrue(batch[i].hit, key)  # filled by the prefetch
+            self.assertEqual(bytes(batch[i].view()), FILES[key])
+        # The batch, not the prefetch, holds leases now.
+        self.assertEqual(SERVER.status().get("leases", 0),
+                         before.get("leases", 0) + len(PREFETCHED))
+        del batch
 
     def test_closed_client(self):
         client = connect()

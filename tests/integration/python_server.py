@@ -142,10 +142,10 @@ class Server:
         except OSError:
             return ""
 
-    def _try_status(self):
+    def _try_status(self, command="status"):
         try:
             r = subprocess.run([self.ctl, "--socket", self.socket, "--json",
-                                "status"], capture_output=True, timeout=10)
+                                command], capture_output=True, timeout=10)
         except subprocess.TimeoutExpired:
             return None
         if r.returncode != 0:
@@ -163,6 +163,20 @@ class Server:
         if st is None:
             raise AssertionError("dlcachectl status failed")
         return st
+
+
+    def dataset_stats(self, name="ds"):
+        """Dataset `name` of `dlcachectl --json stats` (hits, misses,
+        source_reads, ...)."""
+        if not self.ctl:
+            raise unittest.SkipTest("DLCACHECTL (dlcachectl) not set")
+        st = self._try_status("stats")
+        if st is None:
+            raise AssertionError("dlcachectl stats failed")
+        for d in st.get("datasets", []):
+            if d.get("dataset") == name:
+                return d
+        raise AssertionError("no dataset %r in %r" % (name, st))
 
 
 def watchdog(seconds):
