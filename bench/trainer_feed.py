@@ -379,8 +379,8 @@ def gpu_augment(imgs, out=224):
                          x0, y0, x0 + cw, y0 + ch], dim=1)
     y = roi_align(x, boxes, output_size=out, aligned=True)
     flip = torch.rand(b, device=x.device) < 0.5
-    y[flip] = y[flip].flip(-1)
-    return y
+    # torch.where, not y[flip] = ...: boolean indexing syncs the host.
+    return torch.where(flip.view(b, 1, 1, 1), y.flip(-1), y)
 
 
 def resnet_run(name, batches, device, steps, warmup, prep):
@@ -454,6 +454,10 @@ def main():
                     help="workloads of the ResNet loop ('' = none)")
     ap.add_argument("--prefetch", type=int, default=4,
                     help="GpuLoader batches in flight")
+    ap.add_argument("--producers", default="feed,thread",
+                    help="GpuLoader producers measured on the raw workload: "
+                         "feed (the C++ feed, row (c)) and/or thread (the "
+                         "Python producer thread, row (c0))")
     ap.add_argument("--workdir", default=None,
                     help="where the source files go (default a temp dir "
                          "under /tmp; the arena is under /dev/shm)")
@@ -546,18 +550,25 @@ def main():
                             "workers" % (how, args.workers), r))
             log("raw (b):", r)
             del ld
-        if "c" not in skip:
+        producers = [p for p in args.producers.split(",") if p]
+        for prod in producers if "c" not in skip else []:
+            path = "c" if prod == "feed" else "c0"
             with torch_gpu.GpuLoader(raw_keys, dataset="raw",
                                      socket=server.socket, batch_size=B,
                                      sample_shape=RAW_SHAPE, drop_last=True,
-                                     prefetch=args.prefetch) as gl:
+                                     prefetch=args.prefetch,
+                                     producer=prod) as gl:
                 r = measure(forever(gl), device, W, args.steps * 4,
                             args.seconds)
                 r["on_gpu"] = gl.on_gpu
-            results.append(("raw 150,528 B", "c", "dlcache GpuLoader "
-                            "(registered shm -> GPU)" if r["on_gpu"] else
+                used = gl.producer
+            how = ("C++ feed" if used == "feed" else
+                   "Python producer thread")
+            results.append(("raw 150,528 B", path, "dlcache GpuLoader "
+                            "(registered shm -> GPU, %s)" % how
+                            if r["on_gpu"] else
                             "dlcache GpuLoader (CPU fallback)", r))
-            log("raw (c):", r)
+            log("raw (%s):" % path, r)
 
         # ---------------- JPEG ----------------
         if do_jpeg:
@@ -647,13 +658,17 @@ def main():
                     resnet.append(r)
                     log("resnet:", r)
                     del ld
+                    # Decode and crop/flip in the loader's producer, on
+                    # its own stream, prefetch batches ahead.
                     with torch_gpu.GpuLoader(
                             jpeg_keys, dataset="jpeg", socket=server.socket,
                             batch_size=B, decode="jpeg", drop_last=True,
-                            prefetch=args.prefetch) as gl:
+                            prefetch=args.prefetch,
+                            transform=gpu_augment) as gl:
                         r = resnet_run("(c) GpuLoader, nvjpeg decode + "
-                                       "crop/flip on the GPU", forever(gl),
-                                       device, S, Wr, gpu_augment)
+                                       "crop/flip on the GPU (producer "
+                                       "stream)", forever(gl),
+                                       device, S, Wr, lambda x: x)
                     r["data"] = "jpeg"
                     resnet.append(r)
                     log("resnet:", r)
@@ -683,7 +698,7 @@ def main():
         rows = {p: (lab, r) for w, p, lab, r in results if w == wl}
         d = rows.get("d", (None, {}))[1].get("samples_s")
         a = rows.get("a", (None, {}))[1].get("samples_s")
-        for p in "dabc":
+        for p in ("d", "a", "b", "c", "c0"):
             if p not in rows:
                 continue
             lab, r = rows[p]

@@ -19,8 +19,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dlcache/client.h"
 #include "dlcache/cuda/cuda_uploader.h"
+#include "dlcache/cuda/feed_pipeline.h"
 #include "dlcache/dlcache_c.h"
 #include "dlcache/dlcache_cuda_c.h"
 
@@ -40,6 +42,16 @@ struct dlc_cuda_uploader {
 struct dlc_cuda_upload {
   cu::GpuBatch gpu;
   uint64_t bytes = 0;
+};
+
+struct dlc_cuda_feed {
+  std::string dataset;
+  std::unique_ptr<cu::FeedPipeline> pipeline;
+};
+
+struct dlc_cuda_feed_batch {
+  cu::FeedBatch batch;
+  std::string message;
 };
 
 namespace {
@@ -202,6 +214,41 @@ int UploadOwned(dlc_cuda_uploader* up, dlc_batch* batch,
     handle->bytes = total;
     *out = handle.release();
   }
+  return DLC_OK;
+}
+
+// GetBatch of `keys`, then what every upload needs before its copies: the
+// segments registered anew after a restart (Refresh), the items' chunks
+// checked, segments the server added since registered. On success *batch
+// is the caller's (free it, or hand it to an upload).
+int FetchChunks(dlc_cuda_uploader* up, const char* dataset,
+                const char* const* keys, size_t num_keys, dlc_batch** batch,
+                std::vector<std::vector<cu::HostChunk>>* items,
+                std::vector<uint64_t>* sizes) {
+  *batch = nullptr;
+  dlc_batch* b = nullptr;
+  if (int rc = dlc_get_batch(up->client, dataset, keys, num_keys, &b);
+      rc != DLC_OK) {
+    return FailFromClient(rc, "dlc_get_batch");
+  }
+  std::unique_ptr<dlc_batch, void (*)(dlc_batch*)> owned(b, dlc_batch_free);
+  // After the batch: a reconnect that mapped new segments bumps the
+  // generation before GetBatch returns items in them, so checking here
+  // registers what this batch points into (and drops registrations of
+  // mappings that may be gone, whose addresses a new mapping may reuse).
+  if (int rc = Refresh(up); rc != DLC_OK) return rc;
+  bool unknown = false;
+  if (int rc = CollectChunks(b, keys, items, sizes, &unknown, up);
+      rc != DLC_OK) {
+    return rc;
+  }
+  if (unknown) {
+    std::vector<dlcache::MappedSegment> segs;
+    if (ReadSegments(up->client, &segs) == DLC_OK) {
+      up->uploader->AddSegments(segs);
+    }
+  }
+  *batch = owned.release();
   return DLC_OK;
 }
 
@@ -388,25 +435,16 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
                                num_keys, " items of ", item_size, " bytes"));
     }
     dlc_batch* batch = nullptr;
-    if (int rc = dlc_get_batch(up->client, dataset, keys, num_keys, &batch);
+    std::vector<std::vector<cu::HostChunk>> items;
+    std::vector<uint64_t> sizes;
+    if (int rc = FetchChunks(up, dataset, keys, num_keys, &batch, &items,
+                             &sizes);
         rc != DLC_OK) {
-      return FailFromClient(rc, "dlc_get_batch");
+      return rc;
     }
     // Freed here unless the upload takes it.
     std::unique_ptr<dlc_batch, void (*)(dlc_batch*)> owned(batch,
                                                            dlc_batch_free);
-    // After the batch: a reconnect that mapped new segments bumps the
-    // generation before GetBatch returns items in them, so checking here
-    // registers what this batch points into (and drops registrations of
-    // mappings that may be gone, whose addresses a new mapping may reuse).
-    if (int rc = Refresh(up); rc != DLC_OK) return rc;
-    std::vector<std::vector<cu::HostChunk>> items;
-    std::vector<uint64_t> sizes;
-    bool unknown = false;
-    if (int rc = CollectChunks(batch, keys, &items, &sizes, &unknown, up);
-        rc != DLC_OK) {
-      return rc;
-    }
     std::vector<uint64_t> layout(num_keys + 1);
     uint64_t at = 0;
     for (size_t i = 0; i < num_keys; ++i) {
@@ -432,12 +470,6 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
                                                  " bytes, the "
                                                  "destination has ",
                                                  dst_size));
-    }
-    if (unknown) {
-      std::vector<dlcache::MappedSegment> segs;
-      if (ReadSegments(up->client, &segs) == DLC_OK) {
-        up->uploader->AddSegments(segs);
-      }
     }
     int rc = UploadOwned(up, batch, keys, dst, dst_size, layout.data(), items,
                          sizes, stream, flags, out);
@@ -492,6 +524,211 @@ int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
 void dlc_cuda_upload_free(dlc_cuda_upload* upload) {
   Guard([&] {
     delete upload;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+void dlc_cuda_feed_options_init(dlc_cuda_feed_options* options) {
+  if (options == nullptr) return;
+  options->depth = 2;
+  options->item_size = 0;
+  options->alignment = 1;
+  options->stream = nullptr;
+}
+
+int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
+                         const dlc_cuda_feed_options* options,
+                         dlc_cuda_feed** out) {
+  return Guard([&] {
+    if (out == nullptr) return NullArg("out");
+    *out = nullptr;
+    if (up == nullptr) return NullArg("uploader");
+    if (dataset == nullptr) return NullArg("dataset");
+    if (options == nullptr) return NullArg("options");
+    cu::FeedOptions fo;
+    fo.depth = options->depth;
+    fo.item_size = options->item_size;
+    fo.alignment = options->alignment;
+    auto feed = std::make_unique<dlc_cuda_feed>();
+    feed->dataset = dataset;
+    // Runs on the feed's thread: its errors become the batch's status (the
+    // thread-local dlc_cuda_last_error() of that thread holds the message).
+    cu::FeedPipeline::Fetcher fetch =
+        [up, ds = feed->dataset](absl::Span<const std::string> keys)
+        -> absl::StatusOr<cu::FeedItems> {
+      cu::FeedItems items;
+      int rc = Guard([&] {
+        std::vector<const char*> k;
+        k.reserve(keys.size());
+        for (const std::string& key : keys) k.push_back(key.c_str());
+        dlc_batch* batch = nullptr;
+        if (int rc = FetchChunks(up, ds.c_str(), k.data(), k.size(), &batch,
+                                 &items.chunks, &items.sizes);
+            rc != DLC_OK) {
+          return rc;
+        }
+        items.keepalive = std::make_shared<BatchOwner>(batch);
+        return static_cast<int>(DLC_OK);
+      });
+      if (rc != DLC_OK) {
+        return absl::Status(static_cast<absl::StatusCode>(rc),
+                            cuda_last_error);
+      }
+      return items;
+    };
+    CUstream_st* stream = options->stream != nullptr
+                              ? static_cast<CUstream_st*>(options->stream)
+                              : up->stream;
+    // The uploader's copier, counted in the uploader's stats like the
+    // other uploads.
+    cu::FeedPipeline::Copier copy =
+        [up, base = cu::FeedPipeline::UploaderCopier(up->uploader.get(),
+                                                     stream)](
+            cu::FeedItems items, void* data, uint64_t size,
+            absl::Span<const uint64_t> offsets) mutable
+        -> absl::StatusOr<std::shared_ptr<cu::FeedCopy>> {
+      uint64_t total = 0;
+      for (uint64_t s : items.sizes) total += s;
+      auto c = base(std::move(items), data, size, offsets);
+      if (c.ok()) {
+        up->uploads.fetch_add(1);
+        up->bytes.fetch_add(total);
+        up->staged_bytes.fetch_add((*c)->staged_bytes());
+      }
+      return c;
+    };
+    absl::StatusOr<std::unique_ptr<cu::FeedPipeline>> p =
+        cu::FeedPipeline::Create(fo, std::move(fetch), std::move(copy),
+                                 [up] { up->uploader->ReleaseFinished(); });
+    if (!p.ok()) return Fail(p.status());
+    feed->pipeline = *std::move(p);
+    *out = feed.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+void dlc_cuda_feed_destroy(dlc_cuda_feed* feed) {
+  Guard([&] {
+    delete feed;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
+                         size_t num_keys, void* dst, uint64_t dst_size,
+                         uint64_t tag) {
+  return Guard([&] {
+    if (feed == nullptr) return NullArg("feed");
+    if (keys == nullptr && num_keys > 0) return NullArg("keys");
+    if (dst == nullptr && num_keys > 0) return NullArg("dst");
+    std::vector<std::string> k;
+    k.reserve(num_keys);
+    for (size_t i = 0; i < num_keys; ++i) {
+      if (keys[i] == nullptr) {
+        return Fail(DLC_INVALID_ARGUMENT, absl::StrCat("keys[", i, "] is NULL"));
+      }
+      k.emplace_back(keys[i]);
+    }
+    absl::Status st = feed->pipeline->Submit(std::move(k), dst, dst_size, tag);
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
+                       dlc_cuda_feed_batch** out) {
+  return Guard([&] {
+    if (out == nullptr) return NullArg("out");
+    *out = nullptr;
+    if (feed == nullptr) return NullArg("feed");
+    absl::Duration timeout = timeout_s < 0 ? absl::InfiniteDuration()
+                                           : absl::Seconds(timeout_s);
+    absl::StatusOr<cu::FeedBatch> b = feed->pipeline->Next(timeout);
+    if (!b.ok()) return Fail(b.status());
+    auto handle = std::make_unique<dlc_cuda_feed_batch>();
+    handle->message = std::string(b->status.message());
+    handle->batch = *std::move(b);
+    *out = handle.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_cancel(dlc_cuda_feed* feed, size_t* cancelled) {
+  return Guard([&] {
+    if (feed == nullptr) return NullArg("feed");
+    int n = feed->pipeline->Cancel();
+    if (cancelled != nullptr) *cancelled = static_cast<size_t>(n);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_get_stats(dlc_cuda_feed* feed, dlc_cuda_feed_stats* out) {
+  return Guard([&] {
+    if (feed == nullptr) return NullArg("feed");
+    if (out == nullptr) return NullArg("out");
+    cu::FeedStats s = feed->pipeline->stats();
+    out->submitted = s.submitted;
+    out->started = s.started;
+    out->returned = s.returned;
+    out->failed = s.failed;
+    out->cancelled = s.cancelled;
+    out->bytes = s.bytes;
+    out->in_flight = s.in_flight;
+    out->max_in_flight = s.max_in_flight;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_batch_get_info(const dlc_cuda_feed_batch* batch,
+                                 dlc_cuda_feed_batch_info* out) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    if (out == nullptr) return NullArg("out");
+    const cu::FeedBatch& b = batch->batch;
+    out->tag = b.tag;
+    out->code = static_cast<int>(b.status.code());
+    out->message = batch->message.c_str();
+    out->num_items = static_cast<size_t>(b.num_items);
+    out->data = b.data;
+    out->capacity = b.capacity;
+    out->bytes = b.bytes;
+    out->offsets = b.offsets.empty() ? nullptr : b.offsets.data();
+    out->staged_bytes = b.copy != nullptr ? b.copy->staged_bytes() : 0;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_batch_stream_wait(dlc_cuda_feed_batch* batch, void* stream) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    absl::Status st =
+        batch->batch.MakeStreamWait(static_cast<CUstream_st*>(stream));
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_batch_wait(dlc_cuda_feed_batch* batch) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    absl::Status st = batch->batch.Wait();
+    if (!st.ok()) return Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_feed_batch_ready(dlc_cuda_feed_batch* batch, int* ready) {
+  return Guard([&] {
+    if (batch == nullptr) return NullArg("batch");
+    if (ready == nullptr) return NullArg("ready");
+    *ready = batch->batch.Ready() ? 1 : 0;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch) {
+  Guard([&] {
+    delete batch;
     return static_cast<int>(DLC_OK);
   });
 }

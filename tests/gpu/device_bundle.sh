@@ -13,7 +13,8 @@ mkdir -p "$out/bin" "$out/lib"
 bins=(bench/gpu_upload_bench tests/gpu/upload_engine_test
       tests/gpu/cuda_uploader_test tests/gpu/cuda_uploader_server_test
       tests/gpu/upload_layout_test tests/gpu/cuda_c_api_test
-      tests/gpu/cuda_restart_test tests/gpu/e2e_upload_check server/dlcached)
+      tests/gpu/cuda_restart_test tests/gpu/e2e_upload_check server/dlcached
+      tests/gpu/cuda_feed_test tests/gpu/feed_pipeline_test)
 for b in "${bins[@]}"; do
   [ -x "$build/$b" ] || { echo "skip $b (not built)"; continue; }
   cp "$build/$b" "$out/bin/"

@@ -8,6 +8,7 @@
 # Steps (each with its own time limit; the whole run takes ~6-8 minutes):
 #   1. GPU gtests: upload_layout_test upload_engine_test cuda_uploader_test
 #      cuda_uploader_server_test cuda_c_api_test cuda_restart_test
+#      cuda_feed_test feed_pipeline_test (GTESTS="a b" runs only those)
 #                                                          -> gtests.log
 #   2. Python: python_gpu_loader_test (GpuLoader: device bytes equal source
 #      bytes for many sizes, epochs reshuffle, leases released after the
@@ -51,8 +52,9 @@ nvidia-smi -L > /dev/null 2>&1 && have_gpu=1
 # 1. GPU gtests.
 if [ -z "$SKIP_TESTS" ]; then
   : > "$out/gtests.log"
-  for t in upload_layout_test upload_engine_test cuda_uploader_test \
-           cuda_uploader_server_test cuda_c_api_test cuda_restart_test; do
+  for t in ${GTESTS:-upload_layout_test upload_engine_test cuda_uploader_test \
+           cuda_uploader_server_test cuda_c_api_test cuda_restart_test \
+           cuda_feed_test feed_pipeline_test}; do
     if [ ! -x "$here/bin/$t" ]; then note "MISSING $t (not in the bundle)"; rc=1; continue; fi
     echo "=== $t"
     DLCACHED="$here/bin/dlcached.sh" binenv timeout 180 "$here/bin/$t" \
@@ -70,7 +72,7 @@ fi
 
 # 2. Python tests with the machine's torch.
 if [ -z "$SKIP_PYTHON" ]; then
-  for t in python_gpu_loader_test python_client_test; do
+  for t in ${PYTESTS:-python_gpu_loader_test python_client_test}; do
     [ -f "tests/integration/$t.py" ] || continue
     echo "=== $t"
     pyrun timeout 300 python3 "tests/integration/$t.py" > "$out/$t.log" 2>&1

@@ -279,7 +279,75 @@ class _Checks:
                     ids.extend(int.from_bytes(bytes(r[:8].cpu().numpy()
                                                     .tobytes()), "little")
                                for r in x)
-        self.assertEqual(sorted(ids), list(range(n)))
+        # 40 keys on 3 ranks: 14 each, two keys repeated (padding).
+        self.assertEqual(len(ids), 42)
+        self.assertEqual(sorted(set(ids)), list(range(n)))
+
+    def test_ddp_ranks_get_the_same_number_of_batches(self):
+        # DistributedSampler's rule: pad by repeating keys, or cut with
+        # drop_last; every rank runs the same number of steps.
+        n = FIXED["f150528"][1]  # 40
+        for drop_last, per_rank, batches in ((False, 14, [5, 5, 4]),
+                                             (True, 13, [5, 5])):
+            seen = []
+            for rank in range(3):
+                with loader("f150528", self.DEVICE, sample_shape=(150528,),
+                            batch_size=5, rank=rank, world_size=3,
+                            drop_last=drop_last, seed=4) as ld:
+                    self.assertEqual(len(ld), len(batches))
+                    sizes = []
+                    for x in ld:
+                        sizes.append(x.shape[0])
+                        seen.extend(int.from_bytes(bytes(
+                            r[:8].cpu().numpy().tobytes()), "little")
+                            for r in x)
+                    self.assertEqual(sizes, batches, (drop_last, rank))
+            if drop_last:
+                self.assertEqual(len(set(seen)), len(seen))  # no repeats
+                self.assertEqual(len(seen), 30)
+            else:
+                self.assertEqual(len(seen), 3 * per_rank)
+                self.assertEqual(sorted(set(seen)), list(range(n)))
+
+    def test_iterable_dataset_epochs_reach_persistent_workers(self):
+        # set_epoch in the main process, in any order, is what persistent
+        # DataLoader workers use (the epoch is in shared memory).
+        from dlcache.torch_data import CacheIterableDataset
+        keys = keys_of("f4096")
+        ds = CacheIterableDataset(keys, dataset="f4096",
+                                  socket=SERVER.socket, return_keys=True,
+                                  seed=3, fetch_size=2)
+        dl = torch.utils.data.DataLoader(
+            ds, batch_size=None, num_workers=2, persistent_workers=True,
+            multiprocessing_context="fork")
+        for epoch in (5, 2, 2, 9):
+            ds.set_epoch(epoch)
+            got = [k for k, _ in dl]
+            shards = [ds.shard(ds.epoch_order(epoch), w, 2) for w in (0, 1)]
+            want = []
+            for i in range(max(map(len, shards))):
+                want.extend(sh[i] for sh in shards if i < len(sh))
+            self.assertEqual(got, want, "epoch %d" % epoch)
+        # Ranks: equal counts, padded.
+        counts = []
+        for rank in range(2):
+            d = CacheIterableDataset(keys, dataset="f4096",
+                                     socket=SERVER.socket, rank=rank,
+                                     world_size=2, batch_size=2)
+            counts.append((len(d), sum(1 for _ in d)))
+        self.assertEqual(counts, [(3, 3), (3, 3)])  # 9 keys: 5 + 5
+
+    @unittest.skipUnless(HAVE_TV, "torchvision not installed")
+    def test_decode_jpeg_with_transform_in_the_producer(self):
+        crop = lambda imgs: torch.stack([im[:, :16, :16] for im in imgs])  # noqa: E731
+        with loader("jpg", self.DEVICE, decode="jpeg", shuffle=False,
+                    batch_size=5, transform=crop, prefetch=2) as ld:
+            shapes = [tuple(x.shape) for x in ld]
+            for x in ld:
+                self.expect_device(x)
+        self.assertEqual(shapes, [(5, 3, 16, 16), (5, 3, 16, 16),
+                                  (2, 3, 16, 16)])
+        wait_no_leases(self)
 
     def test_leases_released_after_the_copies(self):
         with loader("f150528", self.DEVICE, sample_shape=(150528,),
@@ -379,6 +447,57 @@ class CudaTest(_Checks, unittest.TestCase):
         self.assertEqual(st["staged_segments"], 0)
         self.assertEqual(st["staged_bytes"], 0)
         self.assertEqual(st["bytes"], 40 * 150528)
+
+    def test_feed_producer_depth_and_epochs(self):
+        n = FIXED["f150528"][1]
+        with loader("f150528", "cuda", sample_shape=(150528,),
+                    batch_size=4, prefetch=3) as ld:
+            self.assertEqual(ld.producer, "feed")
+            for epoch in range(3):  # auto epochs: the next one prefetched
+                ids = []
+                for x in ld:
+                    ids.extend(int.from_bytes(bytes(r[:8].cpu().numpy()
+                                                    .tobytes()), "little")
+                               for r in x)
+                self.assertEqual(sorted(ids), list(range(n)), epoch)
+            st = ld.feed_stats()
+            self.assertLessEqual(st["max_in_flight"], 3)
+            self.assertGreaterEqual(st["returned"], 30)
+            self.assertEqual(st["failed"], 0)
+            # Leave mid-epoch, then another epoch: no mixing of batches.
+            it = iter(ld)
+            next(it)
+            ld.set_epoch(7)
+            ids = []
+            for x in ld:
+                ids.extend(int.from_bytes(bytes(r[:8].cpu().numpy()
+                                                .tobytes()), "little")
+                           for r in x)
+            self.assertEqual(sorted(ids), list(range(n)))
+            torch.cuda.synchronize()
+            ld.release_finished()
+        wait_no_leases(self)
+
+    def test_feed_and_thread_producers_deliver_the_same_batches(self):
+        out = {}
+        for prod in ("feed", "thread"):
+            for name, bs in (("f150528", 6), ("var", 5)):
+                shape = (150528,) if name == "f150528" else None
+                with loader(name, "cuda", sample_shape=shape, batch_size=bs,
+                            seed=9, producer=prod) as ld:
+                    self.assertEqual(ld.producer, prod)
+                    got = []
+                    for _ in range(2):
+                        for x in ld:
+                            if isinstance(x, VarBatch):
+                                got.append([bytes(t.cpu().numpy().tobytes())
+                                            for t in x.split()])
+                            else:
+                                got.append(bytes(x.cpu().numpy().tobytes()))
+                    out[(prod, name)] = got
+        for name in ("f150528", "var"):
+            self.assertTrue(out[("feed", name)] == out[("thread", name)],
+                            name)
 
     def test_consumer_stream_ordering(self):
         # Consume on a non-default stream with work queued before the

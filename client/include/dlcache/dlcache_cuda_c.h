@@ -176,6 +176,142 @@ int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
 /* Frees the handle without blocking (see Leases above). NULL is a no-op. */
 void dlc_cuda_upload_free(dlc_cuda_upload* upload);
 
+/* ---- Feed: a background thread keeps batches in flight ----------------
+ *
+ * A feed fetches the batches the caller submits (GetBatch, on a thread of
+ * its own) and queues their copies into device memory given with each
+ * batch, keeping up to `depth` batches started ahead of the consumer: the
+ * server round trip of the next batch overlaps the copies of this one, and
+ * the caller's thread only submits and takes batches.
+ *
+ *   dlc_cuda_feed_options fo;
+ *   dlc_cuda_feed_options_init(&fo);
+ *   fo.depth = 4; fo.item_size = 150528;
+ *   dlc_cuda_feed* feed;
+ *   dlc_cuda_feed_create(up, "imagenet", &fo, &feed);
+ *   dlc_cuda_feed_submit(feed, keys0, 256, dev0, 256 * 150528, 0);
+ *   dlc_cuda_feed_submit(feed, keys1, 256, dev1, 256 * 150528, 1);
+ *   dlc_cuda_feed_batch* b;
+ *   dlc_cuda_feed_next(feed, -1, &b);       // batch 0, copies queued
+ *   dlc_cuda_feed_batch_get_info(b, &info); // info.code: this batch's
+ *   dlc_cuda_feed_batch_stream_wait(b, compute_stream);  // no host sync
+ *   dlc_cuda_feed_batch_free(b);
+ *
+ * Order: batches come out of dlc_cuda_feed_next in submission order. Each
+ * has its own status (info.code / info.message): a failed item fails its
+ * batch ("KEY: message", the item's code), an item of the wrong size
+ * (item_size > 0) DLC_INVALID_ARGUMENT, a batch bigger than its destination
+ * DLC_OUT_OF_RANGE (info.bytes = the bytes needed, info.offsets the layout;
+ * nothing copied); the feed goes on with the next batch.
+ *
+ * Memory: [dst, dst + dst_size) must stay valid and unused by the caller
+ * from dlc_cuda_feed_submit until the batch's copies are done (after
+ * dlc_cuda_feed_next: see dlc_cuda_feed_batch_wait/_ready/_stream_wait), or
+ * until dlc_cuda_feed_cancel dropped it, or dlc_cuda_feed_destroy returned.
+ * The copies start after the work queued on the feed's stream (options) at
+ * the time they are issued, so memory that stream used last may be reused.
+ *
+ * Leases: released once a batch's copies have completed (the feed's thread
+ * looks every millisecond while copies run), or at once for failed batches.
+ *
+ * Server restarts: as dlc_cuda_upload_keys (segments registered anew).
+ *
+ * Without CUDA (or a device) no uploader can be made, so no feed: every
+ * dlc_cuda_feed_* call given NULL returns DLC_INVALID_ARGUMENT and sets
+ * dlc_cuda_last_error(); the _free/_destroy calls accept NULL.
+ *
+ * Threads: submit, next, cancel and get_stats may be called from any
+ * thread (next from one at a time for the order to mean anything); a batch
+ * handle from one thread at a time. The uploader (and its client) must
+ * outlive the feed; batch handles may outlive it. */
+
+typedef struct dlc_cuda_feed dlc_cuda_feed;
+typedef struct dlc_cuda_feed_batch dlc_cuda_feed_batch;
+
+/* Feed options; fill with dlc_cuda_feed_options_init() first. */
+typedef struct {
+  int depth;          /* batches started and not yet taken, at most;
+                         default 2 */
+  uint64_t item_size; /* > 0: every item exactly this size, item i at
+                         dst + i * item_size; 0 (default): any sizes, back
+                         to back (see alignment) */
+  uint64_t alignment; /* item_size 0: each item at a multiple of this power
+                         of two; default 1 */
+  void* stream;       /* cudaStream_t the copies are ordered after when
+                         issued; NULL (default) = the uploader's stream */
+} dlc_cuda_feed_options;
+
+typedef struct {
+  uint64_t tag;           /* as submitted */
+  int code;               /* DLC_OK or why this batch has nothing copied */
+  const char* message;    /* "" when OK; valid while the handle lives */
+  size_t num_items;
+  void* data;             /* the destination given to submit */
+  uint64_t capacity;      /* its size */
+  uint64_t bytes;         /* end of the last item: the bytes needed */
+  const uint64_t* offsets; /* num_items + 1 entries once the layout is known
+                              (DLC_OK, DLC_OUT_OF_RANGE), else NULL; valid
+                              while the handle lives */
+  uint64_t staged_bytes;  /* copied through pinned staging */
+} dlc_cuda_feed_batch_info;
+
+typedef struct {
+  uint64_t submitted;
+  uint64_t started;
+  uint64_t returned;     /* by dlc_cuda_feed_next */
+  uint64_t failed;       /* batches with a code other than DLC_OK */
+  uint64_t cancelled;
+  uint64_t bytes;        /* queued for copying */
+  int in_flight;         /* started, not yet returned */
+  int max_in_flight;     /* never more than depth */
+} dlc_cuda_feed_stats;
+
+void dlc_cuda_feed_options_init(dlc_cuda_feed_options* options);
+
+/* Starts the feed's thread. `dataset` is copied. DLC_INVALID_ARGUMENT for
+ * NULL arguments, depth < 1 or a bad alignment. */
+int dlc_cuda_feed_create(dlc_cuda_uploader* uploader, const char* dataset,
+                         const dlc_cuda_feed_options* options,
+                         dlc_cuda_feed** out);
+
+/* Stops the thread (after the batch it is fetching), drops the batches not
+ * started, waits (blocking) for the copies of the batches not yet taken and
+ * releases their leases. Batches already taken stay valid. NULL: no-op. */
+void dlc_cuda_feed_destroy(dlc_cuda_feed* feed);
+
+/* Queues a batch of `num_keys` keys (copied) for `dst`; does not block on
+ * the feed's work. */
+int dlc_cuda_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
+                         size_t num_keys, void* dst, uint64_t dst_size,
+                         uint64_t tag);
+
+/* The oldest batch not yet taken, once its copies are queued or it failed
+ * (the copies may still be running). Waits up to timeout_s seconds (< 0:
+ * without limit): DLC_DEADLINE_EXCEEDED when none is ready by then;
+ * DLC_FAILED_PRECONDITION when nothing is submitted. Free the handle with
+ * dlc_cuda_feed_batch_free. */
+int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
+                       dlc_cuda_feed_batch** out);
+
+/* Drops the submitted batches not started yet (always the newest ones);
+ * *cancelled (may be NULL) = how many. */
+int dlc_cuda_feed_cancel(dlc_cuda_feed* feed, size_t* cancelled);
+
+int dlc_cuda_feed_get_stats(dlc_cuda_feed* feed, dlc_cuda_feed_stats* out);
+
+int dlc_cuda_feed_batch_get_info(const dlc_cuda_feed_batch* batch,
+                                 dlc_cuda_feed_batch_info* out);
+/* Later work on `stream` (cudaStream_t; NULL = the legacy default stream)
+ * waits for the batch's copies; the host does not block. */
+int dlc_cuda_feed_batch_stream_wait(dlc_cuda_feed_batch* batch, void* stream);
+/* Blocks until the batch's copies are done. */
+int dlc_cuda_feed_batch_wait(dlc_cuda_feed_batch* batch);
+/* *ready = 1 once the copies are done (failed batches: at once). */
+int dlc_cuda_feed_batch_ready(dlc_cuda_feed_batch* batch, int* ready);
+/* Non-blocking; the copies go on, their leases are released when done.
+ * NULL is a no-op. */
+void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -48,6 +48,16 @@ except ImportError:
 _OUTPUTS = ("tensor", "numpy", "bytes")
 
 
+def _shared_epoch():
+    """[epoch, generation] in shared memory, or None where none can be
+    made."""
+    try:
+        import multiprocessing
+        return multiprocessing.RawArray("q", 2)
+    except (ImportError, OSError):
+        return None
+
+
 def collate(samples):
     """Stacks equal-size samples into one batch.
 
@@ -250,11 +260,18 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
       shapes agree, else the list). The last batch of each worker may be
       smaller (drop_last=True drops it).
 
-    Epochs: set_epoch(e) before each epoch. Workers that persist across
-    epochs (persistent_workers=True) keep the copy of the dataset made when
-    they started and cannot see later set_epoch calls; they advance their
-    epoch by one per pass instead, which gives the same orders as long as
-    epochs are consecutive. Without set_epoch, each pass advances it too.
+    Epochs: set_epoch(e) before each epoch (before iter(loader)). The
+    epoch lives in shared memory (a multiprocessing RawArray made here)
+    that DataLoader workers share with the main process, whether forked or
+    spawned, so workers that persist across epochs (persistent_workers=True)
+    see every set_epoch call, in any order (e.g. resuming at epoch 7).
+    Without set_epoch, each pass advances the epoch by one. (Where no
+    shared memory can be made, persistent workers advance by one per pass.)
+
+    Ranks: every rank gets the same number of samples (as torch's
+    DistributedSampler): the epoch's order is padded by repeating keys from
+    its start to a multiple of the world size, or, with drop_last=True, cut
+    down to one; so every rank runs the same number of steps.
 
     Failed items raise DlcacheError, or are skipped with skip_errors.
     """
@@ -294,13 +311,34 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         self.collate_fn = collate_fn
         self._epoch = 0
         self._passes = 0
+        # [epoch, generation] shared with the DataLoader's workers.
+        self._shared = _shared_epoch()
+        self._seen_gen = 0
         self._init_client(socket, client_name, connect_timeout, rpc_timeout,
                           output, copy)
 
     def set_epoch(self, epoch):
-        """Sets the epoch whose order the next pass uses."""
+        """Sets the epoch whose order the next pass uses, here and in the
+        DataLoader's workers (persistent ones included)."""
         self._epoch = int(epoch)
         self._passes = 0
+        if self._shared is not None:
+            self._shared[0] = self._epoch
+            self._shared[1] += 1
+            self._seen_gen = self._shared[1]
+
+    def _next_epoch(self):
+        """The epoch of the pass starting now (this process's copy)."""
+        sh = self.__dict__.get("_shared")
+        if sh is not None and sh[1] != self._seen_gen:
+            # set_epoch was called (in the main process) since this copy
+            # last looked.
+            self._seen_gen = sh[1]
+            self._epoch = sh[0]
+            self._passes = 0
+        epoch = self._epoch + self._passes
+        self._passes += 1
+        return epoch
 
     def _rank(self):
         if self.world_size is not None:
@@ -315,6 +353,12 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
     def __getstate__(self):
         state = super().__getstate__()
         state["_parent_rank"] = self._rank()
+        if state.get("_shared") is not None:
+            from multiprocessing import context
+            if context.get_spawning_popen() is None:
+                # Pickled other than to a starting worker (where shared
+                # memory cannot go): a copy with its own epoch.
+                state["_shared"] = None
         return state
 
     def epoch_order(self, epoch):
@@ -328,6 +372,14 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         """This rank's (and worker's) part of `order`. worker_id and
         num_workers default to the DataLoader worker running this."""
         rank, world = self._rank()
+        if world > 1 and order:
+            # The same count on every rank (DistributedSampler's rule).
+            n = len(order)
+            total = (n // world if self.drop_last else -(-n // world)) * world
+            if total > n:
+                order = (list(order) * -(-total // n))[:total]
+            else:
+                order = order[:total]
         mine = order[rank::world]
         if worker_id is None:
             info = torch.utils.data.get_worker_info()
@@ -340,7 +392,10 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
     def __len__(self):
         # Samples (or batches) of this rank; batches are exact for
         # num_workers <= 1 (each worker's last batch may be partial).
-        n = len(self.keys[self._rank()[0]::self._rank()[1]])
+        world = self._rank()[1]
+        n = len(self.keys)
+        if world > 1:
+            n = n // world if self.drop_last else -(-n // world)
         if self.batch_size is None:
             return n
         if self.drop_last:
@@ -348,8 +403,7 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         return (n + self.batch_size - 1) // self.batch_size
 
     def __iter__(self):
-        epoch = self._epoch + self._passes
-        self._passes += 1
+        epoch = self._next_epoch()
         mine = self.shard(self.epoch_order(epoch))
         if self.batch_size is None:
             return self._iter_samples(mine)

@@ -11,12 +11,16 @@
 The bytes are copied by the GPU's copy engines straight out of dlcache's
 shared memory, which the uploader registered with CUDA once (C ABI
 dlcache_cuda_c.h over client/cuda's CudaUploader): no worker processes, no
-pinned staging copy, no per-sample Python. A producer thread keeps
-`prefetch` batches in flight on a side stream; the consuming stream (the
-current stream when a batch is handed out) waits on the batch's CUDA event,
-and the tensor is recorded on that stream, so PyTorch's caching allocator
-(the buffer pool) reuses its memory only after the consumer's work on it.
-The server's leases on the bytes are released once the copy has completed.
+pinned staging copy, no per-sample Python. Raw batches go through the C++
+feed (dlc_cuda_feed_*, producer="feed", the default): a C++ thread keeps
+`prefetch` batches fetched and copying while Python only submits and takes
+them, across epoch boundaries too. The consuming stream (the current
+stream when a batch is handed out) waits for the batch's copies on the
+device (no host sync), and the tensor is recorded on that stream, so
+PyTorch's caching allocator (the buffer pool) reuses its memory only after
+the consumer's work on it. The server's leases on the bytes are released
+once the copy has completed. producer="thread" is the older Python
+producer thread (kept for comparison; JPEG decode always uses it).
 
 Modes:
   sample_shape=(...)   every file is exactly prod(shape) * dtype size bytes;
@@ -29,14 +33,22 @@ Modes:
                        (torchvision.io.decode_jpeg(device="cuda"), which
                        reads the compressed bytes on the host: they are
                        handed to it in place from the shared memory); yields
-                       a list of uint8 [3, H, W] device tensors.
+                       a list of uint8 [3, H, W] device tensors. The decode
+                       runs in the producer thread on a CUDA stream of its
+                       own, `prefetch` batches ahead; transform=f (e.g. a
+                       GPU crop/flip + stack) runs there too, on the decoded
+                       list, so the consumer gets a ready batch and only
+                       waits on its event.
 
 Without CUDA (torch.cuda.is_available() false, device="cpu", or the library
 built without CUDA: DLC_UNAVAILABLE) the same loader yields CPU tensors and
 warns once.
 
 Sharding: the epoch's shuffled order (seed + epoch) is split between ranks
-(rank/world_size, or torch.distributed's when initialised).
+(rank/world_size, or torch.distributed's when initialised), every rank
+getting the same number of samples and batches (as DistributedSampler):
+the order is padded by repeating keys from its start, or, with
+drop_last=True, cut to a multiple of the world size.
 """
 
 import collections
@@ -55,8 +67,11 @@ from . import _lib
 __all__ = ["GpuLoader", "VarBatch", "cuda_upload_available"]
 
 _OK = 0
+_INVALID_ARGUMENT = 3
+_DEADLINE_EXCEEDED = 4
 _UNAVAILABLE = 14
 _FAILED_PRECONDITION = 9
+_OUT_OF_RANGE = 11
 
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -99,6 +114,28 @@ class _Chunk(ctypes.Structure):
     _fields_ = [("data", c_void_p), ("size", c_uint64),
                 ("index", ctypes.c_uint32), ("segment", ctypes.c_uint32),
                 ("offset", c_uint64), ("checksum", c_uint64)]
+
+
+class _FeedOptions(ctypes.Structure):
+    # dlc_cuda_feed_options, filled by dlc_cuda_feed_options_init.
+    _fields_ = [("depth", c_int), ("item_size", c_uint64),
+                ("alignment", c_uint64), ("stream", c_void_p),
+                ("_spare", ctypes.c_char * 128)]
+
+
+class _FeedBatchInfo(ctypes.Structure):
+    _fields_ = [("tag", c_uint64), ("code", c_int), ("message", c_char_p),
+                ("num_items", c_size_t), ("data", c_void_p),
+                ("capacity", c_uint64), ("bytes", c_uint64),
+                ("offsets", ctypes.POINTER(c_uint64)),
+                ("staged_bytes", c_uint64)]
+
+
+class _FeedStats(ctypes.Structure):
+    _fields_ = [("submitted", c_uint64), ("started", c_uint64),
+                ("returned", c_uint64), ("failed", c_uint64),
+                ("cancelled", c_uint64), ("bytes", c_uint64),
+                ("in_flight", c_int), ("max_in_flight", c_int)]
 
 
 _declared = {}
@@ -151,6 +188,22 @@ def _load():
                                              c_size_t, c_void_p, c_uint64,
                                              c_uint64, P(c_uint64), c_void_p,
                                              c_uint, P(c_void_p)]),
+            # The feed (dlcache_cuda_c.h); None in an older library.
+            "dlc_cuda_feed_options_init": (None, [P(_FeedOptions)]),
+            "dlc_cuda_feed_create": (c_int, [c_void_p, c_char_p,
+                                             P(_FeedOptions), P(c_void_p)]),
+            "dlc_cuda_feed_destroy": (None, [c_void_p]),
+            "dlc_cuda_feed_submit": (c_int, [c_void_p, P(c_char_p), c_size_t,
+                                             c_void_p, c_uint64, c_uint64]),
+            "dlc_cuda_feed_next": (c_int, [c_void_p, ctypes.c_double,
+                                           P(c_void_p)]),
+            "dlc_cuda_feed_cancel": (c_int, [c_void_p, P(c_size_t)]),
+            "dlc_cuda_feed_get_stats": (c_int, [c_void_p, P(_FeedStats)]),
+            "dlc_cuda_feed_batch_get_info": (c_int, [c_void_p,
+                                                     P(_FeedBatchInfo)]),
+            "dlc_cuda_feed_batch_stream_wait": (c_int, [c_void_p, c_void_p]),
+            "dlc_cuda_feed_batch_wait": (c_int, [c_void_p]),
+            "dlc_cuda_feed_batch_free": (None, [c_void_p]),
         }
         # A handle of our own to the same loaded library: its function
         # objects are declared here without touching _lib's.
@@ -262,7 +315,8 @@ class GpuLoader:
       dataset, socket: dlcached's dataset name and Unix socket (None = the
         default /run/dlcache/dlcached.sock).
       batch_size, shuffle, seed, drop_last: as for a DataLoader; the order
-        of epoch e is random.Random(seed + e).
+        of epoch e is random.Random(seed + e). drop_last also cuts the
+        order to a multiple of world_size instead of padding it.
       device: "cuda", "cuda:N" or "cpu".
       sample_shape, dtype: fixed-size mode (see the module doc); None =
         variable-size mode (VarBatch).
@@ -271,6 +325,11 @@ class GpuLoader:
       rank, world_size: shard; default torch.distributed's, else 0, 1.
       method: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
         "kernel").
+      producer: "auto"/"feed" (raw bytes through the C++ feed; "feed"
+        fails if the library has none) or "thread" (the Python producer
+        thread).
+      transform: decode="jpeg" only: applied to each decoded batch in the
+        producer thread, on its stream.
 
     Thread safety: iterate from one thread. Close with close() or `with`.
     """
@@ -279,14 +338,19 @@ class GpuLoader:
                  device="cuda", sample_shape=None, dtype=torch.uint8,
                  shuffle=True, seed=0, drop_last=False, prefetch=2,
                  rank=None, world_size=None, decode=None, method=None,
-                 client_name="gpu_loader", connect_timeout=20.0):
+                 client_name="gpu_loader", connect_timeout=20.0,
+                 producer="auto", transform=None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
         if decode not in (None, "jpeg"):
             raise ValueError("decode must be None or 'jpeg'")
+        if producer not in ("auto", "feed", "thread"):
+            raise ValueError("producer must be 'auto', 'feed' or 'thread'")
         self.keys = list(keys)
+        self.transform = transform
+        self._keys_b = None  # encoded once, for the feed
         self.dataset = dataset
         self.socket = socket
         self.batch_size = int(batch_size)
@@ -319,7 +383,10 @@ class GpuLoader:
         self._conn = _Conn(self._fns, socket, client_name, connect_timeout)
         self._dataset_b = dataset.encode()
         self._uploader = c_void_p()
+        self._feed = c_void_p()
         self._stream = None
+        self._decode_stream = None
+        self.producer = "thread"
         self.fallback_reason = None
         dev = torch.device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -360,6 +427,39 @@ class GpuLoader:
                 self.close()
                 raise RuntimeError(
                     "decode='jpeg' on the GPU needs torchvision")
+            # The decode (and `transform`) run in the producer thread on a
+            # stream of their own, `prefetch` batches ahead.
+            self._decode_stream = torch.cuda.Stream(device=dev)
+        # Raw bytes on the GPU: the C++ feed (dlc_cuda_feed_*) keeps
+        # `prefetch` batches fetched and copying on a thread of its own.
+        has_feed = self._fns.get("dlc_cuda_feed_create") is not None
+        if self._uploader and decode is None and producer != "thread":
+            if not has_feed:
+                if producer == "feed":
+                    self.close()
+                    raise RuntimeError("libdlcache_c.so has no feed "
+                                       "(dlc_cuda_feed_create)")
+            else:
+                fo = _FeedOptions()
+                self._fns["dlc_cuda_feed_options_init"](ctypes.byref(fo))
+                fo.depth = self.prefetch
+                fo.item_size = self.item_size
+                fo.stream = None  # the uploader's: self._stream
+                rc = self._fns["dlc_cuda_feed_create"](
+                    self._uploader, self._dataset_b, ctypes.byref(fo),
+                    ctypes.byref(self._feed))
+                if rc != _OK:
+                    self.close()
+                    raise _cuda_error(self._fns, rc, "CUDA feed")
+                self.producer = "feed"
+                self._keys_b = [k.encode() if isinstance(k, str) else
+                                bytes(k) for k in self.keys]
+        # Feed state (consumer thread): batches submitted and not yet
+        # taken, in order, and a guess of the next epoch's first batches.
+        self._outstanding = collections.deque()
+        self._tag = 0
+        self._spec = None
+        self._var_per_item = 0  # bytes per item to reserve (variable mode)
 
     # ---- the epoch ----
 
@@ -370,26 +470,47 @@ class GpuLoader:
     def set_epoch(self, epoch):
         self._epoch = int(epoch)
 
-    def _order(self, epoch):
-        order = list(self.keys)
+    def _per_rank(self):
+        """Samples per rank: equal on every rank (DistributedSampler's
+        rule): padded up by repeating keys, or cut down with drop_last."""
+        n, w = len(self.keys), self.world_size
+        if w == 1:
+            return n
+        return n // w if self.drop_last else (n + w - 1) // w
+
+    def _order_idx(self, epoch):
+        """This rank's indices into keys for `epoch`."""
+        order = list(range(len(self.keys)))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
-        return order[self.rank::self.world_size]
+        w = self.world_size
+        if w > 1 and order:
+            total = self._per_rank() * w
+            if total > len(order):
+                order = (order * -(-total // len(order)))[:total]
+            else:
+                order = order[:total]
+        return order[self.rank::w]
+
+    def _order(self, epoch):
+        return [self.keys[i] for i in self._order_idx(epoch)]
 
     def __len__(self):
-        n = len(self.keys[self.rank::self.world_size])
+        n = self._per_rank()
         if self.drop_last:
             return n // self.batch_size
         return (n + self.batch_size - 1) // self.batch_size
 
-    def _batches(self, epoch):
-        mine = self._order(epoch)
+    def _batches(self, epoch, encoded=False):
+        """The epoch's batches: lists of keys (or of encoded keys)."""
+        src = self._keys_b if encoded else self.keys
+        mine = self._order_idx(epoch)
         out = []
         for start in range(0, len(mine), self.batch_size):
-            keys = mine[start:start + self.batch_size]
-            if self.drop_last and len(keys) < self.batch_size:
+            idx = mine[start:start + self.batch_size]
+            if self.drop_last and len(idx) < self.batch_size:
                 break
-            out.append(keys)
+            out.append([src[i] for i in idx])
         return out
 
     def __iter__(self):
@@ -405,8 +526,77 @@ class GpuLoader:
             self._auto_epoch += 1
         else:
             epoch = self._epoch
-        self._iter = _EpochIter(self, self._batches(epoch))
+        if self.producer == "feed":
+            self._iter = _FeedIter(self, epoch)
+        else:
+            self._iter = _EpochIter(self, self._batches(epoch))
         return self._iter
+
+    # ---- the feed (consumer thread) ----
+
+    def _feed_submit(self, keys_b, epoch):
+        n = len(keys_b)
+        if self.item_size:
+            nbytes = n * self.item_size
+        else:
+            nbytes = n * self._var_per_item
+        # Allocated on the upload stream, whose order the copies follow:
+        # the caching allocator hands the block out again only after the
+        # work recorded on it (the consumer's, see __next__).
+        with torch.cuda.stream(self._stream):
+            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8,
+                              device=self.device)
+        tag = self._tag
+        self._tag += 1
+        rc = self._fns["dlc_cuda_feed_submit"](
+            self._feed, (c_char_p * n)(*keys_b), n, c_void_p(buf.data_ptr()),
+            nbytes, tag)
+        if rc != _OK:
+            raise _cuda_error(self._fns, rc, "feed submit")
+        self._outstanding.append((tag, epoch, buf, keys_b))
+
+    def _feed_take(self):
+        """The next batch handle of the feed (blocks; the GIL is free)."""
+        fb = c_void_p()
+        while True:
+            rc = self._fns["dlc_cuda_feed_next"](self._feed, 0.5,
+                                                 ctypes.byref(fb))
+            if rc == _OK:
+                return fb
+            if rc != _DEADLINE_EXCEEDED:
+                raise _cuda_error(self._fns, rc, "feed next")
+
+    def _feed_discard(self):
+        """Drops every outstanding batch: those not started are cancelled,
+        the others taken and their memory kept until their copies are
+        done (the upload stream waits for them)."""
+        if not self._feed or not self._outstanding:
+            self._outstanding.clear()
+            self._spec = None
+            return
+        n = c_size_t()
+        self._fns["dlc_cuda_feed_cancel"](self._feed, ctypes.byref(n))
+        for _ in range(min(n.value, len(self._outstanding))):
+            self._outstanding.pop()
+        while self._outstanding:
+            _, _, buf, _ = self._outstanding.popleft()
+            fb = self._feed_take()
+            self._fns["dlc_cuda_feed_batch_stream_wait"](
+                fb, c_void_p(self._stream.cuda_stream))
+            self._fns["dlc_cuda_feed_batch_free"](fb)
+            buf.record_stream(self._stream)
+            del buf
+        self._spec = None
+
+    def feed_stats(self):
+        """The feed's counters (empty dict without the feed)."""
+        if not self._feed:
+            return {}
+        s = _FeedStats()
+        rc = self._fns["dlc_cuda_feed_get_stats"](self._feed, ctypes.byref(s))
+        if rc != _OK:
+            raise _cuda_error(self._fns, rc, "feed stats")
+        return {k: getattr(s, k) for k, _ in _FeedStats._fields_}
 
     # ---- producing one batch (producer thread) ----
 
@@ -479,6 +669,14 @@ class GpuLoader:
         sizes, nchunks = self._check_items(b, keys)
         chunk = _Chunk()
         out = []
+        with warnings.catch_warnings():
+            # frombuffer warns about read-only memory: these views are
+            # never written.
+            warnings.simplefilter("ignore", UserWarning)
+            self._host_views(b, sizes, nchunks, chunk, out)
+        return out
+
+    def _host_views(self, b, sizes, nchunks, chunk, out):
         for i, (size, nc) in enumerate(zip(sizes, nchunks)):
             if size == 0:
                 out.append(torch.empty(0, dtype=torch.uint8))
@@ -487,9 +685,7 @@ class GpuLoader:
                 if rc != _OK:
                     raise _client_error(self._fns, rc, "batch chunk")
                 arr = (ctypes.c_char * size).from_address(chunk.data)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)
-                    out.append(torch.frombuffer(arr, dtype=torch.uint8))
+                out.append(torch.frombuffer(arr, dtype=torch.uint8))
             else:
                 t = torch.empty(size, dtype=torch.uint8)
                 rc = self._fns["dlc_batch_copy_item"](
@@ -497,7 +693,6 @@ class GpuLoader:
                 if rc != _OK:
                     raise _client_error(self._fns, rc, "copy item")
                 out.append(t)
-        return out
 
     def _decode(self, tensors):
         try:
@@ -579,8 +774,16 @@ class GpuLoader:
         if self._iter is not None:
             self._iter.close()
             self._iter = None
+        if self._feed:
+            # Waits for the copies of the batches not taken, releases
+            # their leases.
+            self._fns["dlc_cuda_feed_destroy"](self._feed)
+            self._feed = c_void_p()
+            self._outstanding.clear()
         if self._stream is not None:
             self._stream.synchronize()
+        if self._decode_stream is not None:
+            self._decode_stream.synchronize()
         if self._uploader:
             self._fns["dlc_cuda_uploader_destroy"](self._uploader)
             self._uploader = c_void_p()
@@ -633,8 +836,11 @@ class _EpochIter:
         pending = []  # (batch handle, event): host bytes a decode may read
         try:
             if ld.on_gpu:
-                with torch.cuda.device(ld.device), torch.cuda.stream(
-                        ld._stream):
+                # JPEGs: decoded (and transformed) here, on a stream of
+                # their own, `prefetch` batches ahead of the consumer.
+                stream = (ld._decode_stream if ld.decode == "jpeg" else
+                          ld._stream)
+                with torch.cuda.device(ld.device), torch.cuda.stream(stream):
                     for keys in batches:
                         if self._stop.is_set():
                             raise _Stop()
@@ -642,6 +848,8 @@ class _EpochIter:
                             b = ld._get_batch(keys)
                             try:
                                 out = ld._decode(ld._host_tensors(b, keys))
+                                if ld.transform is not None:
+                                    out = ld.transform(out)
                             except BaseException:
                                 ld._fns["dlc_batch_free"](b)
                                 raise
@@ -650,19 +858,22 @@ class _EpochIter:
                         else:
                             out, b = ld._produce_gpu_var(keys), None
                         ev = torch.cuda.Event()
-                        ev.record(ld._stream)
+                        ev.record(stream)
                         if b is not None:
                             pending.append((b, ev))
                         pending = self._free_done(pending)
                         self._put((out, ev))
-                    ld._stream.synchronize()
+                    stream.synchronize()
                     pending = self._free_done(pending, wait=True)
                     ld.release_finished()
             else:
                 for keys in batches:
                     if self._stop.is_set():
                         raise _Stop()
-                    self._put((ld._produce_cpu(keys), None))
+                    out = ld._produce_cpu(keys)
+                    if ld.decode == "jpeg" and ld.transform is not None:
+                        out = ld.transform(out)
+                    self._put((out, None))
             self._put(None)
         except _Stop:
             pass
@@ -722,4 +933,118 @@ class _EpochIter:
             except queue.Empty:
                 break
         self._thread.join()
+        self._done = True
+
+
+class _FeedIter:
+    """One epoch through the C++ feed: the consumer thread submits batches
+    (device memory from the caching allocator) `prefetch` + 2 ahead; the
+    feed's thread fetches and copies them; __next__ makes the current
+    stream wait for the batch's copies (no host sync).
+
+    Near the end of the epoch the first batches of the next one (epoch + 1,
+    the usual next set_epoch) are submitted too, so that the copy engines
+    do not drain between epochs; if the next epoch turns out different,
+    they are dropped."""
+
+    def __init__(self, loader, epoch):
+        ld = self._loader = loader
+        self._epoch = epoch
+        spec = ld._spec
+        if (spec is not None and spec[0] == epoch and all(
+                o[1] == epoch for o in ld._outstanding)):
+            # The batches submitted ahead are this epoch's first ones.
+            self._batches, self._next = spec[1], spec[2]
+        else:
+            ld._feed_discard()
+            self._batches, self._next = ld._batches(epoch, encoded=True), 0
+        ld._spec = None
+        self._n = len(self._batches)
+        self._i = 0
+        self._done = False
+        self._ahead = ld.prefetch + 2
+
+    def __len__(self):
+        return self._n
+
+    def __iter__(self):
+        return self
+
+    def _top_up(self):
+        ld = self._loader
+        # Variable sizes: one batch at a time until a batch has shown how
+        # much to reserve per item.
+        ahead = (1 if not ld.item_size and not ld._var_per_item else
+                 self._ahead)
+        while len(ld._outstanding) < ahead:
+            if self._next < self._n:
+                ld._feed_submit(self._batches[self._next], self._epoch)
+                self._next += 1
+                continue
+            # This epoch is all submitted: start on the next one.
+            if ld._spec is None:
+                nxt = self._epoch + 1
+                ld._spec = [nxt, ld._batches(nxt, encoded=True), 0]
+            spec = ld._spec
+            if spec[2] >= len(spec[1]):
+                return
+            ld._feed_submit(spec[1][spec[2]], spec[0])
+            spec[2] += 1
+
+    def __next__(self):
+        if self._done or self._i >= self._n:
+            self._done = True
+            raise StopIteration
+        ld = self._loader
+        if ld._closed or not ld._feed:
+            raise RuntimeError("GpuLoader is closed")
+        self._top_up()
+        tag, _, buf, keys_b = ld._outstanding.popleft()
+        self._i += 1
+        fb = ld._feed_take()
+        try:
+            info = _FeedBatchInfo()
+            rc = ld._fns["dlc_cuda_feed_batch_get_info"](fb,
+                                                         ctypes.byref(info))
+            if rc != _OK:
+                raise _cuda_error(ld._fns, rc, "feed batch")
+            if info.tag != tag:
+                raise RuntimeError("GpuLoader: feed out of order (%d, %d)" %
+                                   (info.tag, tag))
+            n = len(keys_b)
+            stream = torch.cuda.current_stream(ld.device)
+            if info.code == _OK:
+                rc = ld._fns["dlc_cuda_feed_batch_stream_wait"](
+                    fb, c_void_p(stream.cuda_stream))
+                if rc != _OK:
+                    raise _cuda_error(ld._fns, rc, "feed stream wait")
+                buf.record_stream(stream)
+                if ld.item_size:
+                    return buf.view(ld.dtype).view((n,) + ld.sample_shape)
+                offs = torch.tensor(info.offsets[:n + 1], dtype=torch.int64)
+                ld._var_per_item = max(ld._var_per_item,
+                                       -(-info.bytes // max(n, 1)))
+                return VarBatch(buf[:info.bytes], offs)
+            if info.code == _OUT_OF_RANGE and not ld.item_size:
+                # Bigger than reserved: reserve more from now on, and get
+                # this one the direct way (one batch, in order).
+                ld._var_per_item = max(
+                    ld._var_per_item,
+                    int(-(-info.bytes // max(n, 1)) * 1.25) + 1)
+                del buf
+                keys = [k.decode() for k in keys_b]
+                with torch.cuda.stream(ld._stream):
+                    out = ld._produce_gpu_var(keys)
+                stream.wait_stream(ld._stream)
+                out.data.record_stream(stream)
+                return out
+            from ._client import DlcacheError
+            raise DlcacheError(info.code, (info.message or b"").decode(
+                errors="replace"))
+        finally:
+            ld._fns["dlc_cuda_feed_batch_free"](fb)
+
+    def close(self):
+        """Ends this epoch for the consumer; what it submitted ahead stays
+        with the loader (taken by the next epoch or dropped)."""
         self._done = True

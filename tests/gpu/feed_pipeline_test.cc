@@ -1,0 +1,306 @@
+// FeedPipeline (client/cuda feed_pipeline.h) with host-memory fakes for the
+// fetch and copy steps: order, per-batch errors, the depth bound, cancel,
+// and shutdown with copies in flight. Needs no GPU (the device path is in
+// cuda_feed_test.cc).
+
+#include "dlcache/cuda/feed_pipeline.h"
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace dlcache::cuda {
+namespace {
+
+// A copy that lands (memcpy) only when the test says so.
+class FakeCopy : public FeedCopy {
+ public:
+  FakeCopy(FeedItems items, std::byte* dst, std::vector<uint64_t> offsets)
+      : items_(std::move(items)), dst_(dst), offsets_(std::move(offsets)) {}
+  void Land() {
+    absl::MutexLock lock(&mu_);
+    if (landed_) return;
+    for (size_t i = 0; i < items_.chunks.size(); ++i) {
+      uint64_t at = offsets_[i];
+      for (const HostChunk& c : items_.chunks[i]) {
+        std::memcpy(dst_ + at, c.data, c.size);
+        at += c.size;
+      }
+    }
+    items_.keepalive.reset();  // the "leases"
+    landed_ = true;
+  }
+  absl::Status Wait() override {
+    Land();
+    return absl::OkStatus();
+  }
+  bool Ready() override {
+    absl::MutexLock lock(&mu_);
+    return landed_;
+  }
+  absl::Status MakeStreamWait(CUstream_st*) override { return Wait(); }
+
+ private:
+  absl::Mutex mu_;
+  FeedItems items_ ABSL_GUARDED_BY(mu_);
+  std::byte* dst_;
+  std::vector<uint64_t> offsets_;
+  bool landed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class FeedPipelineTest : public ::testing::Test {
+ protected:
+  // Files: "k<i>" has i % 5 + 1 bytes of value i; "big<i>" 100 bytes;
+  // "bad" fails.
+  std::string Bytes(const std::string& key) {
+    if (key.rfind("big", 0) == 0) return std::string(100, 'b');
+    int i = std::stoi(key.substr(1));
+    return std::string(i % 5 + 1, static_cast<char>(i));
+  }
+
+  FeedPipeline::Fetcher Fetcher() {
+    return [this](absl::Span<const std::string> keys)
+               -> absl::StatusOr<FeedItems> {
+      fetches_.fetch_add(1);
+      FeedItems items;
+      auto store = std::make_shared<std::vector<std::string>>();
+      store->reserve(keys.size());
+      for (const std::string& k : keys) {
+        if (k == "bad") return absl::NotFoundError(absl::StrCat(k, ": gone"));
+        store->push_back(Bytes(k));
+      }
+      for (const std::string& b : *store) {
+        items.chunks.push_back(
+            {HostChunk{reinterpret_cast<const std::byte*>(b.data()),
+                       b.size()}});
+        items.sizes.push_back(b.size());
+      }
+      live_.fetch_add(1);
+      items.keepalive = std::shared_ptr<void>(
+          new int(0), [store, this](void* p) {
+            delete static_cast<int*>(p);
+            live_.fetch_sub(1);
+          });
+      return items;
+    };
+  }
+
+  FeedPipeline::Copier Copier() {
+    return [this](FeedItems items, void* data, uint64_t,
+                  absl::Span<const uint64_t> offsets)
+               -> absl::StatusOr<std::shared_ptr<FeedCopy>> {
+      auto c = std::make_shared<FakeCopy>(
+          std::move(items), static_cast<std::byte*>(data),
+          std::vector<uint64_t>(offsets.begin(), offsets.end()));
+      absl::MutexLock lock(&mu_);
+      copies_.push_back(c);
+      return std::shared_ptr<FeedCopy>(c);
+    };
+  }
+
+  std::unique_ptr<FeedPipeline> Make(FeedOptions o) {
+    auto p = FeedPipeline::Create(o, Fetcher(), Copier());
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  }
+
+  std::atomic<int> fetches_{0};
+  std::atomic<int> live_{0};  // keepalives not yet released
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<FakeCopy>> copies_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(FeedPipelineTest, BatchesComeBackInOrderWithTheirBytes) {
+  FeedOptions o;
+  o.depth = 3;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::vector<std::byte>> dst(10, std::vector<std::byte>(64));
+  for (int b = 0; b < 10; ++b) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 4; ++i) keys.push_back(absl::StrCat("k", b * 4 + i));
+    ASSERT_TRUE(feed->Submit(keys, dst[b].data(), 64, 100 + b).ok());
+  }
+  for (int b = 0; b < 10; ++b) {
+    auto got = feed->Next(absl::InfiniteDuration());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->tag, 100u + b);
+    ASSERT_TRUE(got->status.ok()) << got->status;
+    ASSERT_TRUE(got->Wait().ok());
+    ASSERT_EQ(got->offsets.size(), 5u);
+    for (int i = 0; i < 4; ++i) {
+      std::string want = Bytes(absl::StrCat("k", b * 4 + i));
+      ASSERT_EQ(got->offsets[i + 1] - got->offsets[i], want.size());
+      EXPECT_EQ(std::memcmp(dst[b].data() + got->offsets[i], want.data(),
+                            want.size()),
+                0);
+    }
+  }
+  FeedStats s = feed->stats();
+  EXPECT_EQ(s.returned, 10u);
+  EXPECT_LE(s.max_in_flight, 3);
+  EXPECT_EQ(s.in_flight, 0);
+  auto none = feed->Next(absl::Milliseconds(10));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  feed.reset();
+  EXPECT_EQ(live_.load(), 0);
+}
+
+TEST_F(FeedPipelineTest, DepthBoundsTheBatchesStarted) {
+  FeedOptions o;
+  o.depth = 2;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::byte> dst(64 * 8);
+  for (int b = 0; b < 8; ++b) {
+    ASSERT_TRUE(feed->Submit({absl::StrCat("k", b)}, dst.data() + 64 * b, 64,
+                             b)
+                    .ok());
+  }
+  // Nothing taken: the thread stops after `depth` batches.
+  auto first = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(first.ok());
+  FeedStats s = feed->stats();
+  EXPECT_LE(s.started, 3u);  // 2, plus one started after the Next
+  EXPECT_LE(s.max_in_flight, 2);
+  for (int b = 1; b < 8; ++b) {
+    auto got = feed->Next(absl::InfiniteDuration());
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->tag, static_cast<uint64_t>(b));
+  }
+  EXPECT_LE(feed->stats().max_in_flight, 2);
+}
+
+TEST_F(FeedPipelineTest, ErrorsStayWithTheirBatch) {
+  FeedOptions o;
+  o.item_size = 3;  // k2 (3 bytes) fits; k0 (1 byte) does not
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::byte> dst(64);
+  ASSERT_TRUE(feed->Submit({"k2", "bad"}, dst.data(), 64, 1).ok());
+  ASSERT_TRUE(feed->Submit({"k2", "k0"}, dst.data(), 64, 2).ok());
+  ASSERT_TRUE(feed->Submit({"k2", "k7"}, dst.data(), 4, 3).ok());
+  ASSERT_TRUE(feed->Submit({"k2", "k7"}, dst.data(), 64, 4).ok());
+  auto b1 = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(b1->status.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(b1->status.message().find("bad"), absl::string_view::npos);
+  auto b2 = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(b2->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b2->status.message().find("k0"), absl::string_view::npos);
+  auto b3 = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b3.ok());
+  EXPECT_EQ(b3->status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(b3->bytes, 6u);  // what it needs
+  ASSERT_EQ(b3->offsets.size(), 3u);
+  auto b4 = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b4.ok());
+  EXPECT_TRUE(b4->status.ok()) << b4->status;
+  EXPECT_TRUE(b4->Wait().ok());
+  EXPECT_EQ(feed->stats().failed, 3u);
+  // Failed batches dropped their keepalives at once; the good one's went
+  // with its copy.
+  EXPECT_EQ(live_.load(), 0);
+}
+
+TEST_F(FeedPipelineTest, VariableSizesAreAligned) {
+  FeedOptions o;
+  o.alignment = 8;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::byte> dst(64);
+  ASSERT_TRUE(feed->Submit({"k0", "k1", "k4"}, dst.data(), 64, 0).ok());
+  auto b = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->status.ok());
+  EXPECT_EQ(b->offsets, (std::vector<uint64_t>{0, 8, 16, 21}));
+  EXPECT_FALSE(FeedPipeline::Create({.depth = 0}, Fetcher(), Copier()).ok());
+  FeedOptions bad;
+  bad.alignment = 3;
+  EXPECT_FALSE(FeedPipeline::Create(bad, Fetcher(), Copier()).ok());
+}
+
+TEST_F(FeedPipelineTest, CancelDropsWhatHasNotStarted) {
+  FeedOptions o;
+  o.depth = 1;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::byte> dst(64);
+  for (int b = 0; b < 6; ++b) {
+    ASSERT_TRUE(feed->Submit({"k1"}, dst.data(), 64, b).ok());
+  }
+  auto first = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->tag, 0u);
+  const int dropped = feed->Cancel();
+  // Batch 1 may have started after the Next; the others not.
+  EXPECT_GE(dropped, 4);
+  EXPECT_LE(dropped, 5);
+  for (int b = 0; b < 5 - dropped; ++b) {
+    auto got = feed->Next(absl::InfiniteDuration());
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->tag, 1u);
+  }
+  EXPECT_EQ(feed->Next(absl::Milliseconds(5)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(FeedPipelineTest, DestroyWithBatchesInFlightWaitsAndReleases) {
+  FeedOptions o;
+  o.depth = 4;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::byte> dst(64 * 20);
+  for (int b = 0; b < 20; ++b) {
+    ASSERT_TRUE(
+        feed->Submit({absl::StrCat("k", b)}, dst.data() + 64 * b, 64, b).ok());
+  }
+  auto first = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(first.ok());
+  // Destroy with batches started and not taken (their copies not landed):
+  // it waits for them (lands them), drops the rest.
+  feed.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 1; i < copies_.size(); ++i) {
+      EXPECT_TRUE(copies_[i]->Ready()) << i;
+    }
+  }
+  // Only the batch the test holds keeps its keepalive.
+  EXPECT_EQ(live_.load(), first->Ready() ? 0 : 1);
+  ASSERT_TRUE(first->Wait().ok());
+  EXPECT_EQ(live_.load(), 0);
+  EXPECT_LT(fetches_.load(), 20);
+}
+
+TEST_F(FeedPipelineTest, NextTimesOutWhileTheFetchIsSlow) {
+  absl::Notification release;
+  auto p = FeedPipeline::Create(
+      {},
+      [&](absl::Span<const std::string>) -> absl::StatusOr<FeedItems> {
+        release.WaitForNotification();
+        return absl::UnavailableError("server down");
+      },
+      Copier());
+  ASSERT_TRUE(p.ok());
+  std::vector<std::byte> dst(8);
+  ASSERT_TRUE((*p)->Submit({"k1"}, dst.data(), 8, 7).ok());
+  EXPECT_EQ((*p)->Next(absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  release.Notify();
+  auto b = (*p)->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->tag, 7u);
+  EXPECT_EQ(b->status.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace dlcache::cuda
