@@ -232,13 +232,14 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
             << " at " << admin.target() << ": " << s.state() << ", up "
             << FormatUptime(s.uptime_s()) << "\n\n";
   Table kv({"", ""});
-  kv.AddRow({"socket", s.socket_path()});
+  kv.AddRow({"socket", TerminalSafe(s.socket_path())});
   kv.AddRow({"arena",
              absl::StrCat(FormatBytes(s.arena_used_bytes()), " of ",
                           FormatBytes(s.arena_bytes()), " used (",
                           FormatPercent(s.arena_used_bytes(), s.arena_bytes()),
                           "), ", FormatBytes(s.leased_bytes()), " leased")});
-  kv.AddRow({"segments", absl::StrCat(s.segments(), " in ", s.shm_dir())});
+  kv.AddRow({"segments", absl::StrCat(s.segments(), " in ",
+                                      TerminalSafe(s.shm_dir()))});
   kv.AddRow({"chunks", absl::StrCat(FormatCount(s.cached_chunks()),
                                     " cached, chunk size ",
                                     FormatBytes(s.chunk_size()))});
@@ -249,7 +250,8 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
   if (s.datasets_size() > 0) {
     Table ds({"  NAME", "SOURCE"});
     for (const v1::DatasetInfo& d : s.datasets()) {
-      ds.AddRow({absl::StrCat("  ", d.name()), d.source()});
+      ds.AddRow({absl::StrCat("  ", TerminalSafe(d.name())),
+                 TerminalSafe(d.source())});
     }
     ctx.out() << "\n" << ds.Render();
   }
@@ -285,7 +287,8 @@ int RunStats(const Context& ctx, AdminClient& admin) {
           {A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
            A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight});
   for (const v1::DatasetStats& d : st->datasets()) {
-    t.AddRow({d.dataset(), FormatPercent(d.hits(), d.hits() + d.misses()),
+    t.AddRow({TerminalSafe(d.dataset()),
+              FormatPercent(d.hits(), d.hits() + d.misses()),
               FormatCount(d.hits()), FormatCount(d.misses()),
               FormatBytes(d.bytes_served()), FormatBytes(d.cached_bytes()),
               FormatCount(d.cached_chunks()), FormatBytes(d.leased_bytes()),
@@ -326,8 +329,9 @@ int RunFill(const Context& ctx, AdminClient& admin, bool sync) {
     (void)absl::SimpleAtod(ctx.args.Get("interval"), &interval);
   }
 
-  const std::string what =
-      prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix);
+  // Shown to a person: escaped (a prefix is a file name, any bytes).
+  const std::string what = TerminalSafe(
+      prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix));
   const char* verb = sync ? "sync" : "warmup";
   std::unique_ptr<ProgressBar> bar;
   if (!ctx.json) {
@@ -391,7 +395,7 @@ int RunFill(const Context& ctx, AdminClient& admin, bool sync) {
     if (last.files_failed() > 0) {
       ctx.out() << "first failures:\n";
       for (const std::string& f : last.failures()) {
-        ctx.out() << "  " << f << "\n";
+        ctx.out() << "  " << TerminalSafe(f) << "\n";
       }
       if (last.files_failed() > static_cast<uint64_t>(last.failures_size())) {
         ctx.out() << "  ... and "
@@ -408,9 +412,9 @@ int RunRevalidate(const Context& ctx, AdminClient& admin) {
   req.set_dataset(ctx.args.positional[1]);
   if (ctx.args.positional.size() > 2) req.set_prefix(ctx.args.positional[2]);
   req.set_verify_checksums(ctx.args.Has("verify-checksums"));
-  const std::string what =
+  const std::string what = TerminalSafe(
       req.prefix().empty() ? req.dataset()
-                           : absl::StrCat(req.dataset(), "/", req.prefix());
+                           : absl::StrCat(req.dataset(), "/", req.prefix()));
   absl::StatusOr<v1::RevalidateResponse> r = admin.Revalidate(
       req, ctx.timeout_given ? ctx.timeout : absl::InfiniteDuration());
   if (!r.ok()) return Fail(ctx, absl::StrCat("revalidate ", what), r.status());
@@ -435,8 +439,9 @@ int RunEvict(const Context& ctx, AdminClient& admin) {
   const std::string& dataset = ctx.args.positional[1];
   const std::string prefix =
       ctx.args.positional.size() > 2 ? ctx.args.positional[2] : "";
-  const std::string what =
-      prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix);
+  // Shown to a person: escaped (a prefix is a file name, any bytes).
+  const std::string what = TerminalSafe(
+      prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix));
   absl::StatusOr<v1::EvictResponse> st =
       admin.Evict(dataset, prefix, ctx.timeout);
   if (!st.ok()) return Fail(ctx, absl::StrCat("evict ", what), st.status());

@@ -80,5 +80,62 @@ std::string FormatUptime(double seconds) {
   return absl::StrCat(sec, "s");
 }
 
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;  // continuation byte, C0/C1 overlong lead, or F5-FF
+  }
+  if (s.size() - i < n) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+      (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+    return 0;
+  }
+  return n;
+}
+
+std::string TerminalSafe(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = Utf8SequenceLength(s, i);
+    // C1 controls are U+0080-U+009F: C2 80 - C2 9F.
+    const bool c1 = n == 2 && c == 0xc2 &&
+                    static_cast<unsigned char>(s[i + 1]) < 0xa0;
+    if (n == 0 || c < 0x20 || c == 0x7f || c1) {
+      const size_t bytes = n == 0 ? 1 : n;
+      for (size_t k = 0; k < bytes; ++k) {
+        absl::StrAppendFormat(&out, "\\x%02x",
+                              static_cast<unsigned char>(s[i + k]));
+      }
+      i += bytes;
+    } else if (c == '\\') {
+      out.append("\\\\");
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace cli
 }  // namespace dlcache

@@ -1,8 +1,11 @@
 #ifndef DLCACHE_CLIENT_CLI_FORMAT_H_
 #define DLCACHE_CLIENT_CLI_FORMAT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "absl/strings/string_view.h"
 
 namespace dlcache {
 namespace cli {
@@ -33,6 +36,18 @@ std::string FormatElapsed(double seconds);
 
 // Uptime style: "45s", "3m 12s", "2h 5m", "3d 4h".
 std::string FormatUptime(double seconds);
+
+// The length (1-4) of the well-formed UTF-8 sequence that starts at
+// s[i], or 0 if none does there (a stray continuation byte, a truncated
+// sequence, an overlong form, a surrogate, above U+10FFFF). i < s.size().
+size_t Utf8SequenceLength(absl::string_view s, size_t i);
+
+// A dataset name, path or failure line from the server, made safe to print
+// on a terminal: well-formed UTF-8 text is kept, '\' becomes "\\", and
+// every control character (C0, DEL, C1) and every byte that is not part of
+// well-formed UTF-8 becomes \xNN, so a file name cannot move the cursor or
+// forge a line, and distinct names stay distinct.
+std::string TerminalSafe(absl::string_view s);
 
 }  // namespace cli
 }  // namespace dlcache

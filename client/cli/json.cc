@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli/format.h"
 
 namespace dlcache {
 namespace cli {
@@ -119,7 +120,20 @@ std::string JsonString(absl::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   out.push_back('"');
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = Utf8SequenceLength(s, i);
+      if (n == 0) {
+        // Not UTF-8: the byte as a lone low surrogate (PEP 383).
+        out.append(absl::StrFormat("\\udc%02x", c));
+        ++i;
+      } else {
+        out.append(s.data() + i, n);
+        i += n;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out.append("\\\""); break;
       case '\\': out.append("\\\\"); break;
@@ -133,6 +147,7 @@ std::string JsonString(absl::string_view s) {
           out.push_back(static_cast<char>(c));
         }
     }
+    ++i;
   }
   out.push_back('"');
   return out;

@@ -27,6 +27,11 @@ std::string ProtoToJson(
     const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 // A JSON string literal (with quotes) for `s`, escaping as RFC 8259 needs.
+// Well-formed UTF-8 is kept; a byte that is not part of well-formed UTF-8
+// (file names are bytes) becomes the lone surrogate \udcNN, as Python's
+// "surrogateescape" decodes it, so the output is always valid JSON text and
+// os.fsencode() in Python gives back the exact bytes (strict parsers show
+// U+FFFD instead). Proto `bytes` fields are rendered the same way.
 std::string JsonString(absl::string_view s);
 
 // A JSON number for `v` ("null" when not finite).

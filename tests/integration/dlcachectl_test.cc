@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +23,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "dlcache/client.h"
+#include "dlcache/v1/admin.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/source/source.h"
 #include "tests/testing/temp_dir.h"
@@ -342,6 +345,149 @@ TEST_F(DlcachectlTest, StatsAndEvict) {
 
   CtlResult after = RunCtl({"--socket", Sock(), "stats", "ds", "--json"});
   EXPECT_THAT(after.out, HasSubstr("\"cached_chunks\":2"));
+}
+
+// File names are bytes (issue 9): a Latin-1 directory and names with 0xff
+// and 0xfe go through Warmup, Status, Stats, Evict and Revalidate over the
+// admin API (proto `bytes`: a proto3 `string` with such bytes would fail to
+// parse and fail the whole call), and come back byte for byte in the
+// warm-up's failure lines.
+TEST_F(DlcachectlTest, NonUtf8NamesGoThroughTheAdminApi) {
+  Start(/*faults=*/true);  // reads of paths containing "bad" fail
+  const std::string dir = "caf\xe9";
+  const std::string a = dir + "/a\xff.bin", b = dir + "/sub/b\xfe.bin",
+                    bad = dir + "/bad\xff.bin";
+  server_->WriteFile("ds", a, testing::RandomBytes(3000, 1));
+  server_->WriteFile("ds", b, testing::RandomBytes(5000, 2));
+  server_->WriteFile("ds", bad, "xxxx");
+  server_->WriteFile("ds", "plain/c.bin", testing::RandomBytes(100, 3));
+  auto stub = v1::AdminService::NewStub(
+      grpc::CreateChannel("unix:" + server_->server().config().admin_socket_path,
+                          grpc::InsecureChannelCredentials()));
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(30));
+  };
+
+  v1::WarmupProgress last;
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::WarmupRequest req;
+    req.set_dataset("ds");
+    req.set_prefix(dir);
+    auto reader = stub->Warmup(&ctx, req);
+    while (reader->Read(&last)) {
+    }
+    grpc::Status st = reader->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  }
+  EXPECT_TRUE(last.done());
+  EXPECT_EQ(last.files_total(), 3u);
+  EXPECT_EQ(last.files_failed(), 1u);
+  ASSERT_EQ(last.failures_size(), 1);
+  EXPECT_THAT(last.failures(0), StartsWith(bad + ": "));  // raw bytes
+
+  auto status = [&]() {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::StatusResponse r;
+    grpc::Status st = stub->Status(&ctx, v1::StatusRequest(), &r);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return r;
+  };
+  EXPECT_EQ(status().cached_chunks(), 2u);  // a and b, one chunk each
+  EXPECT_EQ(Served(a), testing::RandomBytes(3000, 1));  // a hit, by key
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::StatsRequest req;
+    req.set_dataset("ds");
+    v1::StatsResponse r;
+    grpc::Status st = stub->Stats(&ctx, req, &r);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(r.datasets_size(), 1);
+    EXPECT_EQ(r.datasets(0).cached_chunks(), 2u);
+  }
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::RevalidateRequest req;
+    req.set_dataset("ds");
+    req.set_prefix(dir);
+    v1::RevalidateResponse r;
+    grpc::Status st = stub->Revalidate(&ctx, req, &r);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    // The three files the warm-up listed (the failed one's size is known).
+    EXPECT_EQ(r.files_checked(), 3u);
+    EXPECT_EQ(r.files_changed() + r.files_missing(), 0u);
+  }
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::EvictRequest req;
+    req.set_dataset("ds");
+    req.set_prefix(dir + "/sub");
+    v1::EvictResponse r;
+    grpc::Status st = stub->Evict(&ctx, req, &r);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(r.evicted_chunks() + r.deferred_chunks(), 1u);  // b only
+  }
+  EXPECT_EQ(status().cached_chunks(), 1u);
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::EvictRequest req;
+    req.set_dataset("ds");
+    req.set_prefix(dir);
+    v1::EvictResponse r;
+    grpc::Status st = stub->Evict(&ctx, req, &r);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(r.evicted_chunks() + r.deferred_chunks(), 1u);  // a
+  }
+  const v1::StatusResponse after = status();
+  EXPECT_EQ(after.state(), "SERVING");
+  EXPECT_EQ(after.cached_chunks(), 0u);
+  // The other files are still served.
+  EXPECT_EQ(Served("plain/c.bin"), testing::RandomBytes(100, 3));
+}
+
+// dlcachectl passes such names through and prints them escaped: \xNN on a
+// terminal, \udcNN (Python's surrogateescape) in --json, never raw bytes.
+TEST_F(DlcachectlTest, NonUtf8NamesArePrintedEscaped) {
+  Start(/*faults=*/true);
+  const std::string dir = "caf\xe9";
+  server_->WriteFile("ds", dir + "/a\xff.bin", testing::RandomBytes(3000, 1));
+  server_->WriteFile("ds", dir + "/bad\x1b[2J.bin", "xxxx");
+  auto no_raw_bytes = [](const std::string& s) {
+    return std::none_of(s.begin(), s.end(), [](char c) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      return u >= 0x80 || u == 0x1b;
+    });
+  };
+
+  CtlResult r = RunCtl({"--socket", Sock(), "warmup", "ds", dir});
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;  // the "bad" file failed
+  EXPECT_THAT(r.out, StartsWith("warming up ds/caf\\xe9 via unix:"));
+  EXPECT_THAT(r.out, HasSubstr("2 files"));
+  EXPECT_THAT(r.out, HasSubstr("first failures:\n  caf\\xe9/bad\\x1b[2J.bin: "));
+  EXPECT_TRUE(no_raw_bytes(r.out)) << r.out;
+
+  CtlResult j = RunCtl({"--socket", Sock(), "warmup", "ds", dir, "--json"});
+  EXPECT_EQ(j.rc, 1) << j.out << j.err;
+  EXPECT_THAT(j.out, HasSubstr("\"failures\":[\"caf\\udce9/bad\\u001b[2J.bin: "));
+  EXPECT_TRUE(no_raw_bytes(j.out)) << j.out;
+
+  CtlResult e = RunCtl({"--socket", Sock(), "evict", "ds", dir});
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_THAT(e.out, StartsWith("evicted 1 chunks ("));
+  EXPECT_THAT(e.out, HasSubstr(") of ds/caf\\xe9\n"));
+  CtlResult rv = RunCtl({"--socket", Sock(), "revalidate", "ds", dir});
+  ASSERT_EQ(rv.rc, 0) << rv.err;
+  EXPECT_THAT(rv.out, StartsWith("revalidated ds/caf\\xe9: "));
+  CtlResult st = RunCtl({"--socket", Sock(), "status"});
+  ASSERT_EQ(st.rc, 0) << st.err;
+  EXPECT_THAT(st.out, HasSubstr("SERVING"));
 }
 
 TEST_F(DlcachectlTest, ServerErrorsExitOne) {

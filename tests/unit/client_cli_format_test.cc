@@ -260,6 +260,41 @@ TEST(JsonTest, NumbersStayNumbersAndEveryFieldIsPresent) {
   EXPECT_EQ(JsonNumber(1.0 / 0.0), "null");
 }
 
+// File names are bytes: JSON keeps UTF-8 and maps other bytes to \udcNN
+// (Python's surrogateescape); terminal output keeps UTF-8 text and escapes
+// controls and other bytes as \xNN.
+TEST(JsonTest, BytesThatAreNotUtf8BecomeLoneSurrogates) {
+  EXPECT_EQ(JsonString("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // UTF-8 kept
+  EXPECT_EQ(JsonString("caf\xe9"), "\"caf\\udce9\"");
+  EXPECT_EQ(JsonString("\xff\xfe"), "\"\\udcff\\udcfe\"");
+  EXPECT_EQ(JsonString("\xc3"), "\"\\udcc3\"");           // truncated
+  EXPECT_EQ(JsonString("\xc0\xaf"), "\"\\udcc0\\udcaf\"");  // overlong '/'
+  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\udced\\udca0\\udc80\"");  // surrogate
+  EXPECT_EQ(JsonString("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");  // U+1F600
+  EXPECT_EQ(JsonString("\xf4\x90\x80\x80"),
+            "\"\\udcf4\\udc90\\udc80\\udc80\"");  // above U+10FFFF
+  v1::WarmupProgress p;
+  p.add_failures("caf\xe9/x: NOT_FOUND");
+  EXPECT_THAT(ProtoToJson(p), HasSubstr("\"failures\":[\"caf\\udce9/x: "));
+}
+
+TEST(FormatTest, TerminalSafeEscapesControlsAndBytesThatAreNotUtf8) {
+  EXPECT_EQ(TerminalSafe("train/a.jpg"), "train/a.jpg");
+  EXPECT_EQ(TerminalSafe("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(TerminalSafe("caf\xe9"), "caf\\xe9");
+  EXPECT_EQ(TerminalSafe("a\nb\x1b[2J\x7f"), "a\\x0ab\\x1b[2J\\x7f");
+  EXPECT_EQ(TerminalSafe("\xc2\x9b" "31m"), "\\xc2\\x9b31m");  // C1 CSI
+  EXPECT_EQ(TerminalSafe("a\\xe9"), "a\\\\xe9");  // stays distinct
+  EXPECT_EQ(TerminalSafe(std::string("\0", 1)), "\\x00");
+  for (int b = 0; b < 256; ++b) {
+    const std::string out = TerminalSafe(std::string(1, static_cast<char>(b)));
+    for (char c : out) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      EXPECT_TRUE(u >= 0x20 && u < 0x7f) << "byte " << b << ": " << out;
+    }
+  }
+}
+
 TEST(CommandsTest, HelpAndUsageErrorsNeedNoServer) {
   auto run = [](std::vector<std::string> args, std::string* out,
                 std::string* err) {
