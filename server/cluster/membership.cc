@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 
 namespace dlcache {
@@ -139,8 +140,9 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
   if (!m->dns_host_.empty()) {
     absl::Status s = m->Refresh();
     if (!s.ok()) {
+      // The resolver's answer (addresses, errors) is escaped.
       DLC_LOG(WARNING) << "membership: first resolution failed (will retry): "
-                       << s;
+                       << LogEscape(s.ToString());
     }
   }
   return m;
@@ -241,7 +243,8 @@ void Membership::RefreshLoop() {
     absl::Status s = Refresh();
     if (!s.ok()) {
       DLC_LOG(WARNING) << "membership: refresh failed, keeping "
-                       << placement()->size() << " node(s): " << s;
+                       << placement()->size()
+                       << " node(s): " << LogEscape(s.ToString());
     }
   }
 }

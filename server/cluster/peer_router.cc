@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/log_escape.h"
 #include "common/logging.h"
 
 namespace dlcache {
@@ -64,14 +65,19 @@ void PeerRouter::NoteResult(const ClusterNode& owner,
     }
   }
   // One line per transition, not per chunk.
+  // Peer ids and addresses come from DNS, the status message from the peer:
+  // escaped, so that neither can forge a log line.
   if (changed && down) {
-    DLC_LOG(WARNING) << "peer " << owner.id << " (" << owner.address
-                     << ") unusable, reading from the source: " << status;
+    DLC_LOG(WARNING) << "peer " << LogEscape(owner.id) << " ("
+                     << LogEscape(owner.address)
+                     << ") unusable, reading from the source: "
+                     << LogEscape(status.ToString());
   } else if (changed) {
-    DLC_LOG(INFO) << "peer " << owner.id << " (" << owner.address
-                  << ") answers again";
+    DLC_LOG(INFO) << "peer " << LogEscape(owner.id) << " ("
+                  << LogEscape(owner.address) << ") answers again";
   } else if (absl::IsDataLoss(status)) {
-    DLC_LOG(ERROR) << "peer " << owner.id << ": " << status;
+    DLC_LOG(ERROR) << "peer " << LogEscape(owner.id) << ": "
+                   << LogEscape(status.ToString());
   }
 }
 
