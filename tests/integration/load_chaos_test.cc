@@ -481,11 +481,15 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
             << " deferred because leased); survivors verified " << batches
             << " batches, " << items << " items, " << bytes << " bytes ("
             << rechecked << " held items re-checked), " << reconnects
-            << " reconnects, " << tolerated << " tolerated errors (";
+            << " reconnects, " << tolerated << " tolerated errors";
+  const char* sep = " (";
   for (const auto& [code, n] : tolerated_codes) {
-    if (n > 0) std::cout << code << " " << n << " ";
+    if (n == 0) continue;
+    std::cout << sep << code << " " << n;
+    sep = ", ";
   }
-  std::cout << "); 0 bytes differed" << std::endl;
+  std::cout << (sep[0] == ',' ? ")" : "") << "; 0 bytes differed"
+            << std::endl;
   EXPECT_EQ(readers_killed, fleet.spawned() - kReaders);
   EXPECT_GT(bytes, 0u);
   EXPECT_GT(rechecked, 0u);
