@@ -60,10 +60,10 @@
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "dlcache/v1/admin.pb.h"
+#include "server/backend/source.h"
 #include "server/cache_server.h"
 #include "server/memory/size_classes.h"
 #include "server/source/posix_source.h"
-#include "server/source/source.h"
 #include "server/source/source_backend.h"
 #include "server/tier/ssd_tier.h"
 

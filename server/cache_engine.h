@@ -14,10 +14,10 @@
 #include "absl/strings/string_view.h"
 #include "dlcache/v1/admin.pb.h"
 #include "dlcache/v1/cache.pb.h"
+#include "server/backend/chunk_backend.h"
 #include "server/fill/thread_pool.h"
 #include "server/source/file_size_limit.h"
 #include "server/source/source_backend.h"
-#include "server/tier/chunk_backend.h"
 #include "server/tier/memory_tier.h"
 
 namespace dlcache {

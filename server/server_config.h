@@ -12,7 +12,7 @@
 #include "common/clock.h"
 #include "server/auth/access_policy.h"
 #include "server/auth/tls_credentials.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 

@@ -1,5 +1,5 @@
-#ifndef DLCACHE_SERVER_TIER_CHUNK_BACKEND_H_
-#define DLCACHE_SERVER_TIER_CHUNK_BACKEND_H_
+#ifndef DLCACHE_SERVER_BACKEND_CHUNK_BACKEND_H_
+#define DLCACHE_SERVER_BACKEND_CHUNK_BACKEND_H_
 
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 
@@ -45,4 +45,4 @@ class ChunkBackend {
 
 }  // namespace dlcache
 
-#endif  // DLCACHE_SERVER_TIER_CHUNK_BACKEND_H_
+#endif  // DLCACHE_SERVER_BACKEND_CHUNK_BACKEND_H_

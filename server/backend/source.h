@@ -1,5 +1,5 @@
-#ifndef DLCACHE_SERVER_SOURCE_SOURCE_H_
-#define DLCACHE_SERVER_SOURCE_SOURCE_H_
+#ifndef DLCACHE_SERVER_BACKEND_SOURCE_H_
+#define DLCACHE_SERVER_BACKEND_SOURCE_H_
 
 #include <cstdint>
 #include <string>
@@ -55,4 +55,4 @@ class Source {
 
 }  // namespace dlcache
 
-#endif  // DLCACHE_SERVER_SOURCE_SOURCE_H_
+#endif  // DLCACHE_SERVER_BACKEND_SOURCE_H_

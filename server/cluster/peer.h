@@ -11,8 +11,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dlcache/v1/admin.pb.h"
-#include "server/source/source.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 

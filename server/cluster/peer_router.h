@@ -11,10 +11,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/backend/chunk_backend.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer.h"
 #include "server/cluster/placement.h"
-#include "server/tier/chunk_backend.h"
 
 namespace dlcache {
 

@@ -14,8 +14,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "dlcache/v1/admin.pb.h"
-#include "server/source/source.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
+#include "server/backend/source.h"
 
 namespace grpc {
 class Service;

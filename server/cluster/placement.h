@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
 
 namespace dlcache {
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 

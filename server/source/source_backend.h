@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "server/source/source.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 

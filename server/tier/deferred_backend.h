@@ -5,7 +5,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
 
 namespace dlcache {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace dlcache {
 

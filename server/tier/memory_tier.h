@@ -14,10 +14,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
+#include "server/backend/source.h"
 #include "server/memory/arena.h"
 #include "server/memory/chunk_entry.h"
 #include "server/memory/slab_allocator.h"
-#include "server/source/source.h"
 #include "server/tier/eviction_sink.h"
 
 namespace dlcache {

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/optional.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace rocksdb {
 class DB;

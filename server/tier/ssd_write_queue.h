@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
 
 namespace dlcache {
 

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 
 namespace dlcache::testing {
 

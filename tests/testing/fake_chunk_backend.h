@@ -18,8 +18,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
 #include "common/checksum.h"
-#include "server/source/source.h"
-#include "server/tier/chunk_backend.h"
+#include "server/backend/chunk_backend.h"
+#include "server/backend/source.h"
 
 namespace dlcache::testing {
 

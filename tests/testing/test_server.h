@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/backend/source.h"
 #include "server/cache_server.h"
-#include "server/source/source.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dlcache::testing {
