@@ -148,8 +148,8 @@ absl::StatusOr<FeedBatch> FeedPipeline::Next(absl::Duration timeout) {
     return absl::DeadlineExceededError("no batch ready yet");
   }
   if (done_.empty()) {
-    return absl::FailedPreconditionError(
-        stop_ ? "the feed is shut down" : "no batch submitted");
+    return absl::FailedPreconditionError(stop_ ? "the feed is shut down"
+                                               : "no batch submitted");
   }
   FeedBatch b = std::move(done_.front());
   done_.pop_front();
@@ -220,9 +220,8 @@ FeedBatch FeedPipeline::Process(Job job) {
   }
   const size_t n = items->chunks.size();
   if (n != job.keys.size() || items->sizes.size() != n) {
-    b.status = absl::InternalError(
-        absl::StrCat("fetcher returned ", n, " items for ", job.keys.size(),
-                     " keys"));
+    b.status = absl::InternalError(absl::StrCat(
+        "fetcher returned ", n, " items for ", job.keys.size(), " keys"));
     return b;
   }
   b.offsets.resize(n + 1);
@@ -232,9 +231,8 @@ FeedBatch FeedPipeline::Process(Job job) {
     const uint64_t size = items->sizes[i];
     if (options_.item_size > 0) {
       if (size != options_.item_size) {
-        b.status = absl::InvalidArgumentError(
-            absl::StrCat(job.keys[i], ": ", size, " bytes, expected ",
-                         options_.item_size));
+        b.status = absl::InvalidArgumentError(absl::StrCat(
+            job.keys[i], ": ", size, " bytes, expected ", options_.item_size));
         b.offsets.clear();
         return b;
       }
@@ -249,9 +247,8 @@ FeedBatch FeedPipeline::Process(Job job) {
   b.offsets[n] = at;
   b.bytes = at;
   if (at > job.dst_size) {
-    b.status = absl::OutOfRangeError(
-        absl::StrCat("the batch needs ", at, " bytes, the destination has ",
-                     job.dst_size));
+    b.status = absl::OutOfRangeError(absl::StrCat(
+        "the batch needs ", at, " bytes, the destination has ", job.dst_size));
     return b;  // items (and their leases) dropped here
   }
   if (n == 0) return b;

@@ -111,9 +111,9 @@ class CudaFeedTest : public ::testing::Test {
       var_.push_back({path, RandomBytes(size, 100 + i)});
       server_->WriteFile("ds", path, var_.back().second);
     }
-    ASSERT_EQ(dlc_connect(server_->socket_path().c_str(), "feed_test",
-                          &client_),
-              DLC_OK)
+    ASSERT_EQ(
+        dlc_connect(server_->socket_path().c_str(), "feed_test", &client_),
+        DLC_OK)
         << dlc_last_error();
     auto engine = UploadEngine::Create({});
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -284,7 +284,7 @@ TEST_F(CudaFeedTest, DestroyWithBatchesInFlightReleasesEveryLease) {
   ASSERT_EQ(dlc_cuda_feed_next(feed, 30, &fb), DLC_OK);
   size_t cancelled = 0;
   ASSERT_EQ(dlc_cuda_feed_cancel(feed, &cancelled), DLC_OK);
-  EXPECT_GE(cancelled, 6u);  // at most depth + 1 started
+  EXPECT_GE(cancelled, 6u);     // at most depth + 1 started
   dlc_cuda_feed_destroy(feed);  // batches started and not taken: waited
   // The handle outlives the feed.
   ASSERT_EQ(dlc_cuda_feed_batch_wait(fb), DLC_OK);

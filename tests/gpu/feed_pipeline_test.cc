@@ -66,30 +66,31 @@ class FeedPipelineTest : public ::testing::Test {
   }
 
   FeedPipeline::Fetcher Fetcher() {
-    return [this](absl::Span<const std::string> keys)
-               -> absl::StatusOr<FeedItems> {
-      fetches_.fetch_add(1);
-      FeedItems items;
-      auto store = std::make_shared<std::vector<std::string>>();
-      store->reserve(keys.size());
-      for (const std::string& k : keys) {
-        if (k == "bad") return absl::NotFoundError(absl::StrCat(k, ": gone"));
-        store->push_back(Bytes(k));
-      }
-      for (const std::string& b : *store) {
-        items.chunks.push_back(
-            {HostChunk{reinterpret_cast<const std::byte*>(b.data()),
-                       b.size()}});
-        items.sizes.push_back(b.size());
-      }
-      live_.fetch_add(1);
-      items.keepalive = std::shared_ptr<void>(
-          new int(0), [store, this](void* p) {
-            delete static_cast<int*>(p);
-            live_.fetch_sub(1);
-          });
-      return items;
-    };
+    return
+        [this](
+            absl::Span<const std::string> keys) -> absl::StatusOr<FeedItems> {
+          fetches_.fetch_add(1);
+          FeedItems items;
+          auto store = std::make_shared<std::vector<std::string>>();
+          store->reserve(keys.size());
+          for (const std::string& k : keys) {
+            if (k == "bad")
+              return absl::NotFoundError(absl::StrCat(k, ": gone"));
+            store->push_back(Bytes(k));
+          }
+          for (const std::string& b : *store) {
+            items.chunks.push_back({HostChunk{
+                reinterpret_cast<const std::byte*>(b.data()), b.size()}});
+            items.sizes.push_back(b.size());
+          }
+          live_.fetch_add(1);
+          items.keepalive =
+              std::shared_ptr<void>(new int(0), [store, this](void* p) {
+                delete static_cast<int*>(p);
+                live_.fetch_sub(1);
+              });
+          return items;
+        };
   }
 
   FeedPipeline::Copier Copier() {
@@ -160,9 +161,8 @@ TEST_F(FeedPipelineTest, DepthBoundsTheBatchesStarted) {
   ASSERT_NE(feed, nullptr);
   std::vector<std::byte> dst(64 * 8);
   for (int b = 0; b < 8; ++b) {
-    ASSERT_TRUE(feed->Submit({absl::StrCat("k", b)}, dst.data() + 64 * b, 64,
-                             b)
-                    .ok());
+    ASSERT_TRUE(
+        feed->Submit({absl::StrCat("k", b)}, dst.data() + 64 * b, 64, b).ok());
   }
   // Nothing taken: the thread stops after `depth` batches.
   auto first = feed->Next(absl::InfiniteDuration());

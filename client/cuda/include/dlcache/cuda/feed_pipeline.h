@@ -100,10 +100,10 @@ struct FeedBatch {
   // of the wrong size, OUT_OF_RANGE when the batch needs more than the
   // destination has (`bytes` then says how much), the copier's error.
   absl::Status status;
-  void* data = nullptr;      // the destination given to Submit
-  uint64_t capacity = 0;     // its size
+  void* data = nullptr;   // the destination given to Submit
+  uint64_t capacity = 0;  // its size
   uint64_t num_items = 0;
-  uint64_t bytes = 0;        // end of the last item (bytes needed)
+  uint64_t bytes = 0;  // end of the last item (bytes needed)
   // num_items + 1 entries once the layout is known (also for OUT_OF_RANGE),
   // else empty.
   std::vector<uint64_t> offsets;
@@ -118,19 +118,19 @@ struct FeedBatch {
 struct FeedStats {
   uint64_t submitted = 0;
   uint64_t started = 0;
-  uint64_t returned = 0;   // by Next
-  uint64_t failed = 0;     // batches with a non-OK status
+  uint64_t returned = 0;  // by Next
+  uint64_t failed = 0;    // batches with a non-OK status
   uint64_t cancelled = 0;
-  uint64_t bytes = 0;      // queued for copying
-  int in_flight = 0;       // started, not yet returned
+  uint64_t bytes = 0;  // queued for copying
+  int in_flight = 0;   // started, not yet returned
   int max_in_flight = 0;
 };
 
 class FeedPipeline {
  public:
   // Fetches `keys` (the feed's thread). A non-OK status fails the batch.
-  using Fetcher =
-      absl::AnyInvocable<absl::StatusOr<FeedItems>(absl::Span<const std::string>)>;
+  using Fetcher = absl::AnyInvocable<absl::StatusOr<FeedItems>(
+      absl::Span<const std::string>)>;
   // Queues the copies of `items` to data + offsets[i] (the ranges checked
   // to fit `size`); takes items.keepalive and releases it once copied.
   using Copier = absl::AnyInvocable<absl::StatusOr<std::shared_ptr<FeedCopy>>(
@@ -194,9 +194,9 @@ class FeedPipeline {
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Job> pending_ ABSL_GUARDED_BY(mu_);   // submitted, not started
-  int working_ ABSL_GUARDED_BY(mu_) = 0;           // being processed (0/1)
-  std::deque<FeedBatch> done_ ABSL_GUARDED_BY(mu_); // waiting for Next
+  std::deque<Job> pending_ ABSL_GUARDED_BY(mu_);     // submitted, not started
+  int working_ ABSL_GUARDED_BY(mu_) = 0;             // being processed (0/1)
+  std::deque<FeedBatch> done_ ABSL_GUARDED_BY(mu_);  // waiting for Next
   // Copies of returned batches not yet seen complete (for `poll`).
   std::vector<std::shared_ptr<FeedCopy>> watched_ ABSL_GUARDED_BY(mu_);
   FeedStats stats_ ABSL_GUARDED_BY(mu_);
