@@ -14,7 +14,8 @@ bins=(bench/gpu_upload_bench tests/gpu/upload_engine_test
       tests/gpu/cuda_uploader_test tests/gpu/cuda_uploader_server_test
       tests/gpu/upload_layout_test tests/gpu/cuda_c_api_test
       tests/gpu/cuda_restart_test tests/gpu/e2e_upload_check server/dlcached
-      tests/gpu/cuda_feed_test tests/gpu/feed_pipeline_test)
+      tests/gpu/cuda_feed_test tests/gpu/feed_pipeline_test
+      client/dlcachectl bench/batch_breakdown bench/scaling_bench)
 for b in "${bins[@]}"; do
   [ -x "$build/$b" ] || { echo "skip $b (not built)"; continue; }
   cp "$build/$b" "$out/bin/"
@@ -43,25 +44,19 @@ if [ -e "$build/client/libdlcache_c.so" ]; then
   done
 fi
 strip --strip-unneeded "$out"/lib/*.so* "$out"/pylib/*.so* 2>/dev/null || true
-# dlcached with its libraries, for callers that only take a binary path
-# (the Python tests, bench/trainer_feed.py).
-if [ -x "$out/bin/dlcached" ]; then
-  cat > "$out/bin/dlcached.sh" <<'WRAP'
+# dlcached and dlcachectl with their libraries, for callers that only take
+# a binary path (the Python tests, bench/trainer_feed.py, the torch
+# adapter's test driver).
+for b in dlcached dlcachectl; do
+  [ -x "$out/bin/$b" ] || continue
+  cat > "$out/bin/$b.sh" <<WRAP
 #!/bin/sh
-here=$(dirname "$(readlink -f "$0")")
-LD_LIBRARY_PATH="$here/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  exec "$here/dlcached" "$@"
+here=\$(dirname "\$(readlink -f "\$0")")
+LD_LIBRARY_PATH="\$here/../lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" \\
+  exec "\$here/$b" "\$@"
 WRAP
-  chmod +x "$out/bin/dlcached.sh"
-fi
-# Abseil's headers, to compile the torch adapter against this machine's
-# torch there (the GPU machine has no Abseil): only with
-# BUNDLE_ABSL_HEADERS=1 (for RUN_TORCH_COMPILE=1), the bundle must stay
-# below the device tool's 64 MiB.
-if [ -n "${BUNDLE_ABSL_HEADERS:-}" ]; then
-  mkdir -p "$out/include"
-  cp -r /usr/include/absl "$out/include/"
-fi
+  chmod +x "$out/bin/$b.sh"
+done
 cp "$(dirname "$0")/run_on_device.sh" "$out/"
 du -sh "$out"
 # The same as one gzipped tarball (~25 MB instead of ~60), which is what to

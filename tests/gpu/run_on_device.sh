@@ -16,10 +16,13 @@
 #                                                          -> python_*.log
 #   3. bench/trainer_feed.py (stock DataLoader vs dlcache vs GpuLoader vs
 #      the pinned ceiling, ResNet-50 loop)  -> trainer_feed.log, trainer_feed.md
+#   4. the LibTorch adapter compiled against the machine's torch, its test
+#      driver and example loop (tests/gpu/torch_adapter_on_device.sh)
+#   5. batch_breakdown and scaling_bench (tests/gpu/bench_on_device.sh)
 # Opt-in (verified in earlier runs, slow): RUN_E2E=1 (e2e_upload_check
-# against a real dlcached), RUN_UPLOAD_BENCH=1 (gpu_upload_bench, ~5 min),
-# RUN_TORCH_COMPILE=1 (the LibTorch adapter against the machine's torch).
-# Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1;
+# against a real dlcached), RUN_UPLOAD_BENCH=1 (gpu_upload_bench, ~5 min).
+# Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
+# SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}
@@ -127,19 +130,22 @@ if [ -n "$RUN_UPLOAD_BENCH" ] && [ -x "$here/bin/gpu_upload_bench" ]; then
   if [ $r -eq 0 ]; then note "ok   gpu_upload_bench"; else note "FAIL gpu_upload_bench ($r)"; rc=1; fi
 fi
 
-# Opt-in: the LibTorch adapter compiles against this machine's torch.
-if [ -n "$RUN_TORCH_COMPILE" ] && [ -d "$here/include/absl" ]; then
+# 4. The LibTorch adapter built here against this machine's torch, with
+#    only libdlcache_c.so carried: its test driver and the example loop.
+if [ -z "$SKIP_TORCH" ]; then
   echo "=== torch adapter vs. the machine's torch"
-  tdir=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
-  abi=$(python3 -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-  ok=1
-  for f in client/torch/tensors.cc client/torch/cache_dataset.cc; do
-    timeout 200 g++ -std=c++20 -fsyntax-only -D_GLIBCXX_USE_CXX11_ABI=$abi \
-      -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include" \
-      -I"$here/include" -Iclient/include -Iclient/cuda/include \
-      -Iclient/torch/include -I. "$f" >> "$out/torch_compile.log" 2>&1 || ok=0
-  done
-  if [ $ok -eq 1 ]; then note "ok   torch adapter compiles"; else note "FAIL torch adapter compile"; rc=1; fi
+  bash tests/gpu/torch_adapter_on_device.sh "$here" "$out" > "$out/torch_adapter.log" 2>&1
+  r=$?
+  cat "$out/torch_adapter.log"
+  if [ $r -eq 0 ]; then note "ok   torch adapter: $(grep -E 'passed,' "$out/torch_adapter.log" | tail -1)"
+  else note "FAIL torch adapter (exit $r): $(grep -E 'FAIL|passed,' "$out/torch_adapter.log" | tr '\n' ' ')"; rc=1; fi
+fi
+
+# 5. CPU hot-path benchmarks on this machine's cores.
+if [ -z "$SKIP_HOTPATH" ]; then
+  echo "=== hot path: batch_breakdown, scaling_bench"
+  if bash tests/gpu/bench_on_device.sh "$here" "$out"; then note "ok   hot-path benches"
+  else note "FAIL hot-path benches"; rc=1; fi
 fi
 
 echo
