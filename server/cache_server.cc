@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "server/rpc/admin_listener.h"
 #include "server/rpc/admin_service.h"
 #include "server/rpc/data_server.h"
+#include "server/rpc/ssd_admin_ops.h"
 #include "server/source/file_size_limit.h"
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
@@ -204,25 +204,12 @@ absl::Status CacheServer::Init() {
   arena_options.align = config_.chunk_size;
   arena_options.access.shared_group = config_.shared_group;
   if (arena_options.total_bytes == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(config_.shm_dir, ec);
-    struct statvfs vfs;
-    if (::statvfs(config_.shm_dir.c_str(), &vfs) == 0) {
-      arena_options.total_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize / 2;
-    }
+    arena_options.total_bytes = Arena::DefaultTotalBytes(config_.shm_dir);
   }
   // The geometry Arena::Create will lay out, to match a manifest against.
-  std::vector<uint64_t> segment_sizes;
-  {
-    uint64_t a = arena_options.align;
-    uint64_t seg = arena_options.segment_bytes / a * a;
-    uint64_t total = arena_options.total_bytes / a * a;
-    for (uint64_t off = 0; seg > 0 && off < total; off += seg) {
-      segment_sizes.push_back(std::min(seg, total - off));
-    }
-  }
   absl::StatusOr<v1::ArenaManifest> manifest = ReadArenaManifest(
-      ArenaManifestPath(config_.shm_dir), config_.chunk_size, segment_sizes);
+      ArenaManifestPath(config_.shm_dir), config_.chunk_size,
+      Arena::SegmentSizes(arena_options));
   if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
     DLC_LOG(WARNING) << "not re-adopting the arena: " << manifest.status();
   }
@@ -266,14 +253,8 @@ absl::Status CacheServer::Init() {
   engine_options.warmup_parallelism = config_.warmup_parallelism;
   engine_options.max_warmup_parallelism = config_.max_warmup_parallelism;
   engine_options.max_concurrent_warmups = config_.max_concurrent_warmups;
-  {
-    std::vector<uint64_t> sizes;
-    for (uint32_t i = 0; i < arena_->segment_count(); ++i) {
-      sizes.push_back(arena_->segment_size(i));
-    }
-    engine_options.file_size_limit =
-        FileSizeLimit::ForArena(sizes, config_.chunk_size);
-  }
+  engine_options.file_size_limit =
+      FileSizeLimit::ForArena(arena_->segment_sizes(), config_.chunk_size);
   engine_ = std::make_unique<CacheEngine>(names, tier_.get(), *chain,
                                           sources_.get(), engine_options);
   if (membership_) {
@@ -289,77 +270,13 @@ absl::Status CacheServer::Init() {
   }
   AdminServiceImpl::SsdOps ssd_ops;
   if (!config_.ssd_dir.empty()) {
-    SourceBackend* sources = sources_.get();
-    uint32_t parallelism = config_.warmup_parallelism;
-    // Sync's parallelism is clamped (not refused): it is a thread count of
-    // the SSD tier.
-    uint32_t max_parallelism = config_.max_warmup_parallelism;
-    ssd_ops.sync = [this, sources, parallelism, max_parallelism](
-                       const v1::SyncRequest& req,
-                       const AdminServiceImpl::ProgressFn& emit) {
-      SsdTier* ssd = this->ssd();
-      if (ssd == nullptr) {
-        return absl::UnavailableError("the SSD tier is still recovering");
-      }
-      absl::StatusOr<Source*> source = sources->Find(req.dataset());
-      if (!source.ok()) return source.status();
-      return ssd->Sync(
-          req.dataset(), req.prefix(), *source,
-          std::min(req.parallelism() > 0 ? req.parallelism() : parallelism,
-                   max_parallelism),
-          [&](const SsdSyncProgress& p) {
-            v1::WarmupProgress out;
-            out.set_files_total(p.files_total);
-            out.set_files_done(p.files_done);
-            out.set_files_skipped(p.files_skipped);
-            out.set_files_failed(p.files_failed);
-            out.set_bytes_total(p.bytes_total);
-            out.set_bytes_done(p.bytes_done);
-            out.set_listing_done(p.listing_done);
-            out.set_elapsed_s(p.elapsed_s);
-            out.set_done(p.done);
-            for (const std::string& f : p.failures) out.add_failures(f);
-            return emit(out);
-          });
-    };
-    ssd_ops.revalidate = [sources, this](const v1::RevalidateRequest& req,
-                                         v1::RevalidateResponse* out) {
-      SsdTier* ssd = this->ssd();
-      if (ssd == nullptr) {
-        return absl::UnavailableError("the SSD tier is still recovering");
-      }
-      absl::StatusOr<Source*> source = sources->Find(req.dataset());
-      if (!source.ok()) return source.status();
-      SsdRevalidateResult r;
-      absl::Status s = ssd->Revalidate(req.dataset(), req.prefix(), *source,
-                                       req.verify_checksums(), &r);
-      out->set_files_checked(r.files_checked);
-      out->set_files_changed(r.files_changed);
-      out->set_files_missing(r.files_missing);
-      out->set_chunks_dropped(r.chunks_dropped);
-      out->set_ssd_corrupt(r.corrupt_dropped);
-      // Same size and mtime, other bytes: the memory tier cannot tell from
-      // metadata, so those files are dropped from memory here.
-      for (const std::string& path : r.content_changed) {
-        v1::EvictRequest e;
-        e.set_dataset(req.dataset());
-        e.set_prefix(path);
-        engine_->Evict(e).IgnoreError();
-      }
-      return s;
-    };
-  }
-  if (!config_.ssd_dir.empty()) {
-    ssd_ops.evict = [this](const v1::EvictRequest& req,
-                           v1::EvictResponse* out) -> absl::Status {
-      SsdTier* ssd = this->ssd();
-      if (ssd == nullptr) return absl::OkStatus();
-      absl::StatusOr<SsdEvictResult> r = ssd->Evict(req.dataset(), req.prefix());
-      if (!r.ok()) return r.status();
-      out->set_evicted_chunks(out->evicted_chunks() + r->chunks);
-      out->set_evicted_bytes(out->evicted_bytes() + r->bytes);
-      return absl::OkStatus();
-    };
+    SsdAdminTargets targets;
+    targets.ssd = [this] { return ssd(); };
+    targets.sources = sources_.get();
+    targets.engine = engine_.get();
+    targets.parallelism = config_.warmup_parallelism;
+    targets.max_parallelism = config_.max_warmup_parallelism;
+    ssd_ops = MakeSsdAdminOps(targets);
   }
   // The admin socket is accepted by AdminListener, which reads each
   // connection's SO_PEERCRED and hands it to grpc_server_ (built without a

@@ -9,7 +9,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <random>
+#include <system_error>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +28,32 @@ std::string Gib(uint64_t bytes) {
 }
 
 }  // namespace
+
+std::vector<uint64_t> Arena::SegmentSizes(const ArenaOptions& options) {
+  std::vector<uint64_t> sizes;
+  if (options.align == 0) return sizes;
+  const uint64_t seg = options.segment_bytes / options.align * options.align;
+  const uint64_t total = options.total_bytes / options.align * options.align;
+  for (uint64_t off = 0; seg > 0 && off < total; off += seg) {
+    sizes.push_back(std::min(seg, total - off));
+  }
+  return sizes;
+}
+
+uint64_t Arena::DefaultTotalBytes(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0) return 0;
+  return uint64_t{vfs.f_bavail} * vfs.f_frsize / 2;
+}
+
+std::vector<uint64_t> Arena::segment_sizes() const {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(segments_.size());
+  for (const Segment& s : segments_) sizes.push_back(s.size);
+  return sizes;
+}
 
 absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
     const ArenaOptions& options) {

@@ -48,12 +48,24 @@ class Arena {
   // space.
   static absl::StatusOr<std::unique_ptr<Arena>> Create(
       const ArenaOptions& options);
+
+  // The geometry Create() lays out for `options`: segment sizes in order
+  // (total and segment size rounded down to `align`; the last segment may
+  // be shorter). Empty when either rounds down to 0 or align is 0. Touches
+  // no file; for matching a manifest before Create.
+  static std::vector<uint64_t> SegmentSizes(const ArenaOptions& options);
+  // An arena size for `dir` when none is given: half of the free space of
+  // its file system (the dir is created first if missing); 0 if that
+  // cannot be read.
+  static uint64_t DefaultTotalBytes(const std::string& dir);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
   uint32_t segment_count() const { return segments_.size(); }
   uint64_t segment_size(uint32_t id) const { return segments_[id].size; }
+  // segment_size() of every segment, in order.
+  std::vector<uint64_t> segment_sizes() const;
   uint64_t total_bytes() const { return total_bytes_; }
   char* base(uint32_t id) const { return segments_[id].base; }
   // Random per Create(): lets clients detect a recreated arena.

@@ -156,7 +156,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   queue_options.max_items = options.write_queue_depth;
   queue_options.max_bytes = options.write_queue_bytes;
   tier->queue_ = std::make_unique<SsdWriteQueue>(
-      queue_options, [t = tier.get()](SsdWriteItem& item) { t->WriteOne(item); });
+      queue_options,
+      [t = tier.get()](SsdWriteItem& item) { t->WriteOne(item); });
   return tier;
 }
 

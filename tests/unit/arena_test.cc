@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -38,6 +39,19 @@ TEST(ArenaTest, TooLargeForTheFileSystemFailsClearly) {
   auto arena = Arena::Create(o);
   ASSERT_EQ(arena.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(arena.status().message().find("does not fit"), std::string::npos);
+}
+
+TEST(ArenaTest, SegmentSizesIsTheGeometryCreateLaysOut) {
+  testing::TempDir shm("/dev/shm");
+  ArenaOptions o{shm.path() + "/a", (10 << 20) + 100, (4 << 20) + 7, 1 << 20};
+  const std::vector<uint64_t> planned = Arena::SegmentSizes(o);
+  EXPECT_EQ(planned,
+            (std::vector<uint64_t>{4u << 20, 4u << 20, 2u << 20}));
+  auto arena = Arena::Create(o);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  EXPECT_EQ((*arena)->segment_sizes(), planned);
+  o.total_bytes = 100;  // rounds down to 0
+  EXPECT_TRUE(Arena::SegmentSizes(o).empty());
 }
 
 TEST(ArenaTest, ZeroSizeIsInvalid) {
