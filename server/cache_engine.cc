@@ -12,6 +12,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/fill/job_progress.h"
 
 namespace dlcache {
 namespace {
@@ -467,7 +468,8 @@ absl::Status CacheEngine::Warmup(
       if (skipped) progress.set_files_skipped(progress.files_skipped() + 1);
     } else {
       progress.set_files_failed(progress.files_failed() + 1);
-      if (progress.failures_size() < 20) {
+      if (static_cast<size_t>(progress.failures_size()) <
+          JobProgress::kMaxFailures) {
         progress.add_failures(absl::StrCat(path, ": ", s.ToString()));
       }
     }
@@ -575,7 +577,8 @@ absl::Status CacheEngine::Warmup(
     lister.join();
   }
   if (!list_status.ok() && progress.files_total() == 0) return list_status;
-  if (!list_status.ok() && progress.failures_size() < 20) {
+  if (!list_status.ok() && static_cast<size_t>(progress.failures_size()) <
+                               JobProgress::kMaxFailures) {
     progress.add_failures(absl::StrCat("listing: ", list_status.ToString()));
     progress.set_files_failed(progress.files_failed() + 1);
   }

@@ -22,6 +22,7 @@
 #include "server/cluster/peer_client.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
+#include "server/fill/job_progress.h"
 #include "server/memory/arena.h"
 #include "server/metrics/http_endpoint.h"
 #include "server/metrics/prometheus_text.h"
@@ -603,7 +604,8 @@ absl::Status CacheServer::ClusterWarmup(
         // A node that failed leaves its share of every file not done.
         failed = std::max<uint64_t>(
             failed, std::max<uint64_t>(1, p.files_total() - p.files_done()));
-        if (out.failures_size() < 20) {
+        if (static_cast<size_t>(out.failures_size()) <
+            JobProgress::kMaxFailures) {
           out.add_failures(absl::StrCat("node ", sh.node->id, ": ",
                                         sh.status.ToString()));
         }
@@ -618,7 +620,10 @@ absl::Status CacheServer::ClusterWarmup(
                                              p.files_skipped()));
       first = false;
       for (const std::string& f : p.failures()) {
-        if (out.failures_size() >= 20) break;
+        if (static_cast<size_t>(out.failures_size()) >=
+            JobProgress::kMaxFailures) {
+          break;
+        }
         out.add_failures(absl::StrCat("node ", sh.node->id, ": ", f));
       }
     }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
+#include "server/fill/job_progress.h"
 #include "server/backend/chunk_backend.h"
 #include "server/backend/source.h"
 #include "server/tier/ssd_index.h"
@@ -108,21 +109,8 @@ struct SsdTierStats {
   bool index_reset = false;     // started empty after a corrupt index
 };
 
-// Mirrors v1::WarmupProgress.
-struct SsdSyncProgress {
-  uint64_t files_total = 0;
-  uint64_t files_done = 0;
-  uint64_t files_skipped = 0;  // of files_done: every chunk already current
-  uint64_t files_failed = 0;
-  uint64_t bytes_total = 0;
-  uint64_t bytes_done = 0;
-  uint64_t chunks_written = 0;
-  uint64_t chunks_skipped = 0;
-  bool listing_done = false;
-  bool done = false;
-  double elapsed_s = 0;
-  std::vector<std::string> failures;  // "path: error", first 20
-};
+// Sync reports the listed-job progress every such job uses.
+using SsdSyncProgress = JobProgress;
 
 // Mirrors v1::RevalidateResponse.
 struct SsdRevalidateResult {

@@ -24,7 +24,6 @@ namespace {
 // Sync hands out work in runs of this many chunks, so one large file is
 // still read in parallel.
 constexpr uint32_t kSyncItemChunks = 16;
-constexpr size_t kMaxFailures = 20;
 // Deletions are committed in batches of about this many files.
 constexpr size_t kFilesPerBatch = 256;
 
@@ -77,10 +76,7 @@ absl::Status SsdTier::Sync(
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
                     if (f->failed) return;
                     f->failed = true;
-                    if (st.p.failures.size() < kMaxFailures) {
-                      st.p.failures.push_back(
-                          absl::StrCat(f->path, ": ", s.ToString()));
-                    }
+                    st.p.AddFailure(absl::StrCat(f->path, ": ", s.ToString()));
                   };
 
   auto worker = [&]() {
