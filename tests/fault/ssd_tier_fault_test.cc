@@ -19,6 +19,7 @@
 #include "server/tier/ssd_tier.h"
 #include "tests/testing/fake_chunk_backend.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -30,22 +31,7 @@ using ::dlcache::testing::TempDir;
 constexpr uint64_t kChunk = 64 << 10;
 constexpr char kDs[] = "ds";
 
-class ManualClock : public Clock {
- public:
-  absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void SleepFor(absl::Duration d) const override {}
-  void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000000);
-};
+using ManualClock = testing::FakeClock;  // SleepFor does not move it
 
 class SsdTierFaultTest : public ::testing::Test {
  protected:

@@ -52,17 +52,6 @@ constexpr char kDataset[] = "ds";
 constexpr uint64_t kChunk = 64 << 10;
 constexpr char kToken[] = "cluster-test-token";
 
-std::string Content(const std::string& path, uint64_t size) {
-  std::string s(size, '\0');
-  uint64_t x = Checksum(path.data(), path.size()) | 1;
-  for (uint64_t i = 0; i < size; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
 
 // Files of 1 byte to ~4.5 chunks, written into `dir`.
 struct Dataset {
@@ -74,7 +63,7 @@ struct Dataset {
     for (int i = 0; i < n; ++i) {
       std::string path = absl::StrCat("d", i % 4, "/f", i, ".bin");
       uint64_t size = 1 + rng() % (kChunk * 9 / 2);
-      files[path] = Content(path, size);
+      files[path] = testing::PathContent(path, size);
       paths.push_back(path);
       testing::WriteFileOrDie(absl::StrCat(dir, "/", path), files[path]);
     }

@@ -39,6 +39,7 @@
 #include "server/cluster/placement.h"
 #include "server/source/source.h"
 #include "server/tier/chunk_backend.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -47,25 +48,13 @@ constexpr char kDataset[] = "ds";
 constexpr char kToken[] = "s3cret-peer-token";
 constexpr uint64_t kChunkSize = 64 << 10;
 
-// Deterministic file contents, different per path and offset.
-std::string Content(absl::string_view path, uint64_t size) {
-  std::string s(size, '\0');
-  uint64_t x = Checksum(path.data(), path.size()) | 1;
-  for (uint64_t i = 0; i < size; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x);
-  }
-  return s;
-}
 
 struct Dataset {
   std::map<std::string, std::string> files;  // path -> bytes
   int64_t mtime_ns = 1700000000000000000;
 
   void Add(const std::string& path, uint64_t size) {
-    files[path] = Content(path, size);
+    files[path] = testing::PathContent(path, size);
   }
   uint32_t Chunks(const std::string& path) const {
     return (files.at(path).size() + kChunkSize - 1) / kChunkSize;
@@ -554,21 +543,11 @@ TEST_F(ClusterTest, JoiningNodeTakesOverItsShare) {
 // ---------------------------------------------------------------------------
 // One owner with a scripted read_local, one asking router.
 
-class SettableClock : public Clock {
+// Sleeping moves it: backoffs and deadlines pass at once.
+class SettableClock : public testing::FakeClock {
  public:
-  absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
-    return now_;
-  }
-  void SleepFor(absl::Duration d) const override { Advance(d); }
-  void Advance(absl::Duration d) const {
-    absl::MutexLock lock(&mu_);
-    now_ += d;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  mutable absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000);
+  SettableClock()
+      : FakeClock(absl::FromUnixSeconds(1000), /*advance_on_sleep=*/true) {}
 };
 
 // A PeerServiceImpl on 127.0.0.1:<ephemeral> whose read_local the test

@@ -15,8 +15,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/checksum.h"
 
 namespace dlcache::testing {
+
+std::string PathContent(absl::string_view path, uint64_t size) {
+  std::string s(size, '\0');
+  uint64_t x = Checksum(path.data(), path.size()) | 1;
+  for (uint64_t i = 0; i < size; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x);
+  }
+  return s;
+}
 
 bool Eventually(const std::function<bool()>& cond, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;

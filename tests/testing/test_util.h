@@ -13,9 +13,43 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace dlcache::testing {
+
+// Deterministic bytes for a file: `size` bytes that depend on `path` and
+// differ at every offset (xorshift seeded by the path's checksum). The same
+// arguments give the same bytes in every test and process.
+std::string PathContent(absl::string_view path, uint64_t size);
+
+// A Clock the test moves: Now() starts at `start` and changes only by
+// Advance(), and by SleepFor(d) when `advance_on_sleep` (which then returns
+// at once; otherwise SleepFor does nothing). Thread-safe.
+class FakeClock : public Clock {
+ public:
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1000000),
+                     bool advance_on_sleep = false)
+      : now_(start), advance_on_sleep_(advance_on_sleep) {}
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void SleepFor(absl::Duration d) const override {
+    if (advance_on_sleep_) Advance(d);
+  }
+  void Advance(absl::Duration d) const {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
+  const bool advance_on_sleep_;
+};
 
 // Polls `cond` every millisecond until it holds (true) or `timeout` passes
 // (false). For conditions nothing can be waited on for (counters in another

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -33,12 +32,7 @@ using client_testing::TempDir;
 using client_testing::WaitFor;
 using ::testing::HasSubstr;
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using ::dlcache::testing::RandomBytes;
 
 std::string ItemBytes(const Item& item) {
   std::string out(item.size(), '\0');
