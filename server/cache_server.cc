@@ -31,6 +31,7 @@
 #include "server/rpc/admin_service.h"
 #include "server/rpc/data_server.h"
 #include "server/rpc/ssd_admin_ops.h"
+#include "server/rpc/status_report.h"
 #include "server/source/file_size_limit.h"
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
@@ -720,79 +721,37 @@ int CacheServer::metrics_port() const {
 }
 
 v1::StatusResponse CacheServer::StatusNow() const {
-  v1::StatusResponse r;
-  r.set_state(shutdown_.HasBeenNotified()    ? "DRAINING"
-              : !recovered_.HasBeenNotified() ? "RECOVERING"
-                                              : "SERVING");
-  r.set_version(kVersion);
-  r.set_uptime_s(absl::ToDoubleSeconds(absl::Now() - start_time_));
-  r.set_socket_path(config_.socket_path);
-  r.set_shm_dir(config_.shm_dir);
-  r.set_chunk_size(config_.chunk_size);
-  if (tier_) {
-    TierStats t = tier_->Stats();
-    r.set_arena_bytes(t.arena_bytes);
-    r.set_arena_used_bytes(t.used_bytes);
-    r.set_leased_bytes(t.leased_bytes);
-    r.set_sessions(t.sessions);
-    r.set_leases(t.leases);
-    r.set_cached_chunks(t.cached_chunks);
-  }
-  if (arena_) r.set_segments(arena_->segment_count());
+  StatusReport r;
+  r.state = shutdown_.HasBeenNotified()    ? "DRAINING"
+            : !recovered_.HasBeenNotified() ? "RECOVERING"
+                                            : "SERVING";
+  r.version = kVersion;
+  r.uptime_s = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  r.socket_path = config_.socket_path;
+  r.shm_dir = config_.shm_dir;
+  r.chunk_size = config_.chunk_size;
+  if (tier_) r.memory = tier_->Stats();
+  if (arena_) r.segments = arena_->segment_count();
   if (SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire)) {
-    SsdTierStats st = ssd->Stats();
-    v1::SsdStatus* out = r.mutable_ssd();
-    out->set_enabled(true);
-    out->set_dir(config_.ssd_dir);
-    out->set_capacity_bytes(st.capacity_bytes);
-    out->set_bytes(st.bytes);
-    out->set_chunks(st.chunks);
-    out->set_hits(st.hits);
-    out->set_misses(st.misses);
-    out->set_corruptions(st.corruptions);
-    out->set_write_drops(st.write_drops + st.disk_full_drops);
-    out->set_disk_full_events(st.disk_full_events);
-    out->set_disk_full(st.disk_full);
-    out->set_writes(st.writes);
+    r.ssd = StatusReport::Ssd{config_.ssd_dir, ssd->Stats()};
   }
   if (membership_) {
-    r.set_node_id(config_.node_id.empty() ? config_.peer_address
-                                          : config_.node_id);
+    StatusReport::Cluster& c = r.cluster.emplace();
+    c.node_id =
+        config_.node_id.empty() ? config_.peer_address : config_.node_id;
     std::shared_ptr<const Placement> placement = membership_->placement();
     for (const ClusterNode& n : placement->nodes()) {
-      r.add_peers(n.address);
+      c.peers.push_back(n.address);
     }
-    v1::ClusterStatus* c = r.mutable_cluster();
-    c->set_enabled(true);
-    c->set_self_in_placement(membership_->SelfListed());
-    c->set_nodes(placement->size());
-    if (router_) {
-      PeerRouter::Stats rs = router_->stats();
-      c->set_local_reads(rs.local_reads);
-      c->set_peer_reads(rs.peer_reads);
-      c->set_peer_bytes(rs.peer_bytes);
-      c->set_fallbacks(rs.fallbacks);
-      c->set_skipped_down(rs.skipped_down);
-      c->set_local_stats(rs.local_stats);
-      c->set_peer_stats(rs.peer_stats);
-      c->set_stat_fallbacks(rs.stat_fallbacks);
-    }
-    if (peer_service_) {
-      PeerServiceImpl::Stats ps = peer_service_->stats();
-      c->set_served_fetches(ps.fetches);
-      c->set_served_fetch_errors(ps.fetch_errors);
-      c->set_served_bytes(ps.bytes_sent);
-      c->set_served_stats(ps.stats);
-      c->set_unauthenticated(ps.unauthenticated);
-      c->set_serving_in_flight(ps.in_flight);
-    }
+    c.self_in_placement = membership_->SelfListed();
+    c.nodes = placement->size();
+    if (router_) c.router = router_->stats();
+    if (peer_service_) c.service = peer_service_->stats();
   }
   for (const DatasetConfig& d : config_.datasets) {
-    v1::DatasetInfo* info = r.add_datasets();
-    info->set_name(d.name);
-    info->set_source(d.source_root);
+    r.datasets.push_back({d.name, d.source_root});
   }
-  return r;
+  return StatusReportToProto(r);
 }
 
 }  // namespace dlcache

@@ -1,0 +1,76 @@
+#include "server/rpc/status_report.h"
+
+namespace dlcache {
+
+v1::StatusResponse StatusReportToProto(const StatusReport& report) {
+  v1::StatusResponse r;
+  r.set_state(report.state);
+  r.set_version(report.version);
+  r.set_uptime_s(report.uptime_s);
+  r.set_socket_path(report.socket_path);
+  r.set_shm_dir(report.shm_dir);
+  r.set_chunk_size(report.chunk_size);
+  if (report.memory.has_value()) {
+    const TierStats& t = *report.memory;
+    r.set_arena_bytes(t.arena_bytes);
+    r.set_arena_used_bytes(t.used_bytes);
+    r.set_leased_bytes(t.leased_bytes);
+    r.set_sessions(t.sessions);
+    r.set_leases(t.leases);
+    r.set_cached_chunks(t.cached_chunks);
+  }
+  if (report.segments.has_value()) r.set_segments(*report.segments);
+  if (report.ssd.has_value()) {
+    const SsdTierStats& st = report.ssd->stats;
+    v1::SsdStatus* out = r.mutable_ssd();
+    out->set_enabled(true);
+    out->set_dir(report.ssd->dir);
+    out->set_capacity_bytes(st.capacity_bytes);
+    out->set_bytes(st.bytes);
+    out->set_chunks(st.chunks);
+    out->set_hits(st.hits);
+    out->set_misses(st.misses);
+    out->set_corruptions(st.corruptions);
+    out->set_write_drops(st.write_drops + st.disk_full_drops);
+    out->set_disk_full_events(st.disk_full_events);
+    out->set_disk_full(st.disk_full);
+    out->set_writes(st.writes);
+  }
+  if (report.cluster.has_value()) {
+    const StatusReport::Cluster& cl = *report.cluster;
+    r.set_node_id(cl.node_id);
+    for (const std::string& p : cl.peers) r.add_peers(p);
+    v1::ClusterStatus* c = r.mutable_cluster();
+    c->set_enabled(true);
+    c->set_self_in_placement(cl.self_in_placement);
+    c->set_nodes(cl.nodes);
+    if (cl.router.has_value()) {
+      const PeerRouter::Stats& rs = *cl.router;
+      c->set_local_reads(rs.local_reads);
+      c->set_peer_reads(rs.peer_reads);
+      c->set_peer_bytes(rs.peer_bytes);
+      c->set_fallbacks(rs.fallbacks);
+      c->set_skipped_down(rs.skipped_down);
+      c->set_local_stats(rs.local_stats);
+      c->set_peer_stats(rs.peer_stats);
+      c->set_stat_fallbacks(rs.stat_fallbacks);
+    }
+    if (cl.service.has_value()) {
+      const PeerServiceImpl::Stats& ps = *cl.service;
+      c->set_served_fetches(ps.fetches);
+      c->set_served_fetch_errors(ps.fetch_errors);
+      c->set_served_bytes(ps.bytes_sent);
+      c->set_served_stats(ps.stats);
+      c->set_unauthenticated(ps.unauthenticated);
+      c->set_serving_in_flight(ps.in_flight);
+    }
+  }
+  for (const StatusReport::Dataset& d : report.datasets) {
+    v1::DatasetInfo* info = r.add_datasets();
+    info->set_name(d.name);
+    info->set_source(d.source);
+  }
+  return r;
+}
+
+}  // namespace dlcache
