@@ -329,12 +329,27 @@ absl::Status SsdTier::DropFileLocked(absl::string_view dataset,
   SsdIndex::Batch batch;
   Delta delta;
   uint64_t n = 0, b = 0;
+  if (absl::Status s = AddFileDropLocked(dataset, path, forget, &batch, &delta,
+                                         &n, &b);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CommitLocked(batch, delta); !s.ok()) return s;
+  *chunks += n;
+  *bytes += b;
+  return absl::OkStatus();
+}
+
+absl::Status SsdTier::AddFileDropLocked(absl::string_view dataset,
+                                        absl::string_view path, bool forget,
+                                        SsdIndex::Batch* batch, Delta* delta,
+                                        uint64_t* chunks, uint64_t* bytes) {
   absl::Status scan = index_->ForEachChunkOfFile(
       dataset, path, [&](uint32_t chunk, const SsdChunkMeta& m) {
-        batch.DeleteChunk(dataset, path, chunk, m.data_file);
-        delta.removed.emplace_back(m.data_file, m.length);
-        ++n;
-        b += m.length;
+        batch->DeleteChunk(dataset, path, chunk, m.data_file);
+        delta->removed.emplace_back(m.data_file, m.length);
+        ++*chunks;
+        *bytes += m.length;
         return true;
       });
   if (!scan.ok()) return scan;
@@ -343,13 +358,10 @@ absl::Status SsdTier::DropFileLocked(absl::string_view dataset,
         index_->GetFile(dataset, path);
     if (!known.ok()) return known.status();
     if (known->has_value()) {
-      batch.DeleteFile(dataset, path);
-      delta.files = -1;
+      batch->DeleteFile(dataset, path);
+      --delta->files;
     }
   }
-  if (absl::Status s = CommitLocked(batch, delta); !s.ok()) return s;
-  *chunks += n;
-  *bytes += b;
   return absl::OkStatus();
 }
 

@@ -282,6 +282,13 @@ class SsdTier : public ChunkBackend {
   absl::Status DropFileLocked(absl::string_view dataset, absl::string_view path,
                               bool forget, uint64_t* chunks, uint64_t* bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same into the caller's batch and delta, for the caller to commit
+  // (many files in one index write); adds to *chunks and *bytes at once.
+  absl::Status AddFileDropLocked(absl::string_view dataset,
+                                 absl::string_view path, bool forget,
+                                 SsdIndex::Batch* batch, Delta* delta,
+                                 uint64_t* chunks, uint64_t* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes one chunk entry if it still is `meta`.
   void DropChunkIfSame(absl::string_view dataset, absl::string_view path,
                        uint32_t chunk, const SsdChunkMeta& meta);

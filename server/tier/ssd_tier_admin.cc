@@ -394,14 +394,22 @@ absl::StatusOr<SsdEvictResult> SsdTier::Evict(absl::string_view dataset,
   for (size_t i = 0; i < paths.size();) {
     // The lock is let go between groups so that reads and writes go on.
     absl::MutexLock lock(&mu_);
+    // One index write per group, not one per file.
+    SsdIndex::Batch batch;
+    Delta delta;
+    uint64_t chunks = 0, bytes = 0, files = 0;
     for (size_t n = 0; n < kFilesPerBatch && i < paths.size(); ++n, ++i) {
-      if (absl::Status s = DropFileLocked(dataset, paths[i], /*forget=*/true,
-                                          &result.chunks, &result.bytes);
+      if (absl::Status s = AddFileDropLocked(dataset, paths[i], /*forget=*/true,
+                                             &batch, &delta, &chunks, &bytes);
           !s.ok()) {
         return s;
       }
-      ++result.files;
+      ++files;
     }
+    if (absl::Status s = CommitLocked(batch, delta); !s.ok()) return s;
+    result.chunks += chunks;
+    result.bytes += bytes;
+    result.files += files;
   }
   std::vector<std::tuple<std::string, uint32_t, SsdChunkMeta>> orphans;
   absl::Status os = index_->ForEachChunk(
