@@ -58,6 +58,25 @@ def random_bytes(n, seed):
     return random.Random(seed).randbytes(n)
 
 
+def private_dir(parent=None):
+    """A new directory named dlc-PID-XXXXXX (the C++ TempDir's scheme)
+    under `parent` (default: the temp dir). Directories of that scheme
+    whose process is gone (a test killed before its cleanup) are removed
+    first."""
+    base = parent or tempfile.gettempdir()
+    for name in os.listdir(base):
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "dlc" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except OSError:
+            pass  # alive (another user's)
+    return tempfile.mkdtemp(prefix="dlc-%d-" % os.getpid(), dir=base)
+
+
 def binaries_or_skip():
     """(dlcached, dlcachectl or None) from the environment, or SkipTest."""
     dlcached = os.environ.get("DLCACHED")
@@ -76,8 +95,8 @@ class Server:
 
     def __init__(self, files, arena="64MiB", chunk="1MiB", extra=()):
         self.binary, self.ctl = binaries_or_skip()
-        self.root = tempfile.mkdtemp(prefix="dlc_py_")
-        self.shm = tempfile.mkdtemp(prefix="dlc_py_", dir="/dev/shm")
+        self.root = private_dir()
+        self.shm = private_dir("/dev/shm")
         self.src = os.path.join(self.root, "src")
         for path, data in files.items():
             full = os.path.join(self.src, path)
