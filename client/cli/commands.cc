@@ -52,7 +52,7 @@ const std::vector<FlagSpec>& GlobalFlags() {
       {"json", "", "machine-readable output: one JSON object on stdout"},
       {"timeout", "DURATION",
        "connect and call deadline, e.g. 5s, 500ms, 2m (default 10s; warmup, "
-       "sync and revalidate have none unless given)"},
+       "sync, revalidate and evict have none unless given)"},
       {"help", "", "show help", 'h'},
   };
   return *flags;
@@ -443,7 +443,10 @@ int RunEvict(const Context& ctx, AdminClient& admin) {
   const std::string what = TerminalSafe(
       prefix.empty() ? dataset : absl::StrCat(dataset, "/", prefix));
   absl::StatusOr<v1::EvictResponse> st =
-      admin.Evict(dataset, prefix, ctx.timeout);
+      admin.Evict(dataset, prefix,
+                  // Dropping millions of files takes seconds (the SSD tier's
+                  // index too): like warmup, no deadline unless given.
+                  ctx.timeout_given ? ctx.timeout : absl::InfiniteDuration());
   if (!st.ok()) return Fail(ctx, absl::StrCat("evict ", what), st.status());
   if (ctx.json) {
     ctx.out() << ProtoToJson(*st) << "\n";
