@@ -463,6 +463,9 @@ def main():
                          "under /tmp; the arena is under /dev/shm)")
     ap.add_argument("--out", default=None, help="also write the tables here")
     ap.add_argument("--skip", default="", help="comma list of a,b,c,d,jpeg")
+    ap.add_argument("--decode-workers", default="1,2",
+                    help="GpuLoader decode_workers measured on the JPEG "
+                    "workloads, one row each (comma list)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -478,6 +481,9 @@ def main():
         if not cuda:
             args.resnet_data = ""
     skip = set(s for s in args.skip.split(",") if s)
+    decode_workers = [int(w) for w in args.decode_workers.split(",") if w]
+    if not decode_workers or min(decode_workers) < 1:
+        sys.exit("--decode-workers: a comma list of numbers >= 1")
     do_jpeg = "jpeg" not in skip and (HAVE_PIL or HAVE_TV)
     if "jpeg" not in skip and not do_jpeg:
         log("JPEG workload skipped: neither PIL nor torchvision installed")
@@ -598,19 +604,23 @@ def main():
                                 "workers" % (how, args.workers), r))
                 log("jpeg (b):", r)
                 del ld
-            if "c" not in skip and (HAVE_TV or not cuda):
+            for dw in (decode_workers if "c" not in skip and
+                       (HAVE_TV or not cuda) else []):
                 with torch_gpu.GpuLoader(jpeg_keys, dataset="jpeg",
                                          socket=server.socket, batch_size=B,
                                          decode="jpeg", drop_last=True,
-                                         prefetch=args.prefetch) as gl:
+                                         prefetch=args.prefetch,
+                                         decode_workers=dw) as gl:
                     r = measure(forever(gl), device, W, args.steps,
                                 args.seconds, file_bytes=jpeg_mean)
                     r["on_gpu"] = gl.on_gpu
-                results.append((wl, "c", "dlcache GpuLoader, nvjpeg decode on "
-                                "the GPU" if r["on_gpu"] else "dlcache "
-                                "GpuLoader (CPU fallback, decode on the CPU)",
-                                r))
-                log("jpeg (c):", r)
+                results.append((wl, "c" if dw == 1 else "c%dw" % dw,
+                                ("dlcache GpuLoader, nvjpeg decode "
+                                "on the GPU" if r["on_gpu"] else "dlcache "
+                                "GpuLoader (CPU fallback, decode on the CPU)")
+                                + ", %d decode worker%s" % (
+                                    dw, "" if dw == 1 else "s"), r))
+                log("jpeg (c, %d decode workers):" % dw, r)
 
         # ---------------- ResNet-50 ----------------
         rn_data = [s for s in args.resnet_data.split(",") if s]
@@ -660,18 +670,22 @@ def main():
                     del ld
                     # Decode and crop/flip in the loader's producer, on
                     # its own stream, prefetch batches ahead.
-                    with torch_gpu.GpuLoader(
-                            jpeg_keys, dataset="jpeg", socket=server.socket,
-                            batch_size=B, decode="jpeg", drop_last=True,
-                            prefetch=args.prefetch,
-                            transform=gpu_augment) as gl:
-                        r = resnet_run("(c) GpuLoader, nvjpeg decode + "
-                                       "crop/flip on the GPU (producer "
-                                       "stream)", forever(gl),
-                                       device, S, Wr, lambda x: x)
-                    r["data"] = "jpeg"
-                    resnet.append(r)
-                    log("resnet:", r)
+                    for dw in decode_workers:
+                        with torch_gpu.GpuLoader(
+                                jpeg_keys, dataset="jpeg",
+                                socket=server.socket, batch_size=B,
+                                decode="jpeg", drop_last=True,
+                                prefetch=args.prefetch,
+                                transform=gpu_augment,
+                                decode_workers=dw) as gl:
+                            r = resnet_run(
+                                "(c) GpuLoader, nvjpeg decode + crop/flip on "
+                                "the GPU (%d producer stream%s)" % (
+                                    dw, "" if dw == 1 else "s"),
+                                forever(gl), device, S, Wr, lambda x: x)
+                        r["data"] = "jpeg"
+                        resnet.append(r)
+                        log("resnet:", r)
         elif rn_data:
             log("ResNet-50 loop skipped: needs CUDA and torchvision")
     finally:
@@ -698,7 +712,9 @@ def main():
         rows = {p: (lab, r) for w, p, lab, r in results if w == wl}
         d = rows.get("d", (None, {}))[1].get("samples_s")
         a = rows.get("a", (None, {}))[1].get("samples_s")
-        for p in ("d", "a", "b", "c", "c0"):
+        order = ["d", "a", "b", "c", "c0"] + sorted(
+            p for p in rows if p.startswith("c") and p[1:-1].isdigit())
+        for p in order:
             if p not in rows:
                 continue
             lab, r = rows[p]

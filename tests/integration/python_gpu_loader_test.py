@@ -159,6 +159,23 @@ if HAVE_TV:
                                         .numpy().tobytes())
     DATASETS["jpg"] = jpegs
 
+try:  # JPEGs made by PIL: the decode_workers tests need no torchvision
+    import io as _io
+    from PIL import Image as _Image
+    _pj = {}
+    _rng = random.Random(11)
+    for i in range(14):
+        w, h = 40 + 6 * i, 30 + 4 * i
+        px = bytes(_rng.randrange(256) for _ in range(w * h * 3))
+        buf = _io.BytesIO()
+        _Image.frombytes("RGB", (w, h), px).save(buf, format="JPEG",
+                                                 quality=85)
+        _pj["p/%02d.jpg" % i] = buf.getvalue()
+    DATASETS["pjpg"] = _pj
+    HAVE_PIL = True
+except ImportError:
+    HAVE_PIL = False
+
 
 def setUpModule():
     global SERVER
@@ -382,6 +399,38 @@ class _Checks:
         with loader("f4096", self.DEVICE, sample_shape=(4095,)) as ld:
             with self.assertRaises(DlcacheError):  # wrong size
                 next(iter(ld))
+
+    def test_decode_workers_keep_the_epoch_order(self):
+        if not HAVE_PIL or (self.DEVICE == "cuda" and not HAVE_TV):
+            self.skipTest("needs PIL (and torchvision on the GPU)")
+        from dlcache import DlcacheError
+        outs = {}
+        for workers in (1, 3):
+            with loader("pjpg", self.DEVICE, decode="jpeg", seed=5,
+                        batch_size=3, prefetch=2,
+                        decode_workers=workers) as ld:
+                outs[workers] = [[im.cpu() for im in imgs] for imgs in ld]
+        self.assertEqual(len(outs[1]), 5)  # 14 images: 3 + 3 + 3 + 3 + 2
+        self.assertEqual([len(b) for b in outs[1]],
+                         [len(b) for b in outs[3]])
+        for a, b in zip(outs[1], outs[3]):
+            for x, y in zip(a, b):
+                self.assertTrue(torch.equal(x, y))
+        # A failed batch in one producer reaches the consumer in its turn.
+        ld = GpuLoader(keys_of("pjpg")[:7] + ["p/missing.jpg"],
+                       dataset="pjpg", socket=SERVER.socket,
+                       device=self.DEVICE, decode="jpeg", batch_size=2,
+                       shuffle=False, decode_workers=3)
+        got = 0
+        with self.assertRaises(DlcacheError):
+            for imgs in ld:
+                got += len(imgs)
+        self.assertEqual(got, 6)  # batches 0..2; batch 3 holds the missing
+        ld.close()
+        with self.assertRaises(ValueError):
+            GpuLoader(["x"], device=self.DEVICE, decode="jpeg",
+                      socket=SERVER.socket, decode_workers=0)
+        wait_no_leases(self)
 
     @unittest.skipUnless(HAVE_TV, "torchvision not installed")
     def test_decode_jpeg(self):

@@ -330,6 +330,10 @@ class GpuLoader:
         thread).
       transform: decode="jpeg" only: applied to each decoded batch in the
         producer thread, on its stream.
+      decode_workers: decode="jpeg" only: producer threads (>= 1), each
+        fetching and decoding every decode_workers-th batch on a CUDA
+        stream of its own, so that the CPU part of one batch's decode
+        overlaps another's; batches still come out in order.
 
     Thread safety: iterate from one thread. Close with close() or `with`.
     """
@@ -339,13 +343,16 @@ class GpuLoader:
                  shuffle=True, seed=0, drop_last=False, prefetch=2,
                  rank=None, world_size=None, decode=None, method=None,
                  client_name="gpu_loader", connect_timeout=20.0,
-                 producer="auto", transform=None):
+                 producer="auto", transform=None, decode_workers=1):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
         if decode not in (None, "jpeg"):
             raise ValueError("decode must be None or 'jpeg'")
+        if int(decode_workers) < 1:
+            raise ValueError("decode_workers must be >= 1")
+        self.decode_workers = int(decode_workers) if decode == "jpeg" else 1
         if producer not in ("auto", "feed", "thread"):
             raise ValueError("producer must be 'auto', 'feed' or 'thread'")
         self.keys = list(keys)
@@ -385,7 +392,7 @@ class GpuLoader:
         self._uploader = c_void_p()
         self._feed = c_void_p()
         self._stream = None
-        self._decode_stream = None
+        self._decode_streams = []
         self.producer = "thread"
         self.fallback_reason = None
         dev = torch.device(device)
@@ -427,9 +434,10 @@ class GpuLoader:
                 self.close()
                 raise RuntimeError(
                     "decode='jpeg' on the GPU needs torchvision")
-            # The decode (and `transform`) run in the producer thread on a
-            # stream of their own, `prefetch` batches ahead.
-            self._decode_stream = torch.cuda.Stream(device=dev)
+            # The decode (and `transform`) run in the producer threads, each
+            # on a stream of its own, `prefetch` batches ahead.
+            self._decode_streams = [torch.cuda.Stream(device=dev)
+                                    for _ in range(self.decode_workers)]
         # Raw bytes on the GPU: the C++ feed (dlc_cuda_feed_*) keeps
         # `prefetch` batches fetched and copying on a thread of its own.
         has_feed = self._fns.get("dlc_cuda_feed_create") is not None
@@ -782,8 +790,8 @@ class GpuLoader:
             self._outstanding.clear()
         if self._stream is not None:
             self._stream.synchronize()
-        if self._decode_stream is not None:
-            self._decode_stream.synchronize()
+        for stream in self._decode_streams:
+            stream.synchronize()
         if self._uploader:
             self._fns["dlc_cuda_uploader_destroy"](self._uploader)
             self._uploader = c_void_p()
@@ -803,18 +811,26 @@ class GpuLoader:
 
 
 class _EpochIter:
-    """One epoch: a producer thread uploads up to `prefetch` batches ahead."""
+    """One epoch: producer threads upload (or fetch and decode) up to
+    `prefetch` batches ahead. With k producers (decode_workers), producer j
+    makes batches j, j + k, ... into a queue of its own, and the consumer
+    takes batch i from queue i % k, so the order stays the epoch's."""
 
     def __init__(self, loader, batches):
         self._loader = loader
         self._n = len(batches)
-        self._q = queue.Queue(maxsize=loader.prefetch)
+        k = max(1, min(loader.decode_workers, max(1, self._n)))
+        depth = max(1, -(-loader.prefetch // k))  # ceil(prefetch / k)
+        self._qs = [queue.Queue(maxsize=depth) for _ in range(k)]
         self._stop = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, args=(batches,),
-                                        name="dlcache-gpu-loader",
-                                        daemon=True)
-        self._thread.start()
+        self._taken = 0
+        self._threads = [
+            threading.Thread(target=self._run, args=(j, batches[j::k]),
+                             name="dlcache-gpu-loader-%d" % j, daemon=True)
+            for j in range(k)]
+        for t in self._threads:
+            t.start()
 
     def __len__(self):
         return self._n
@@ -822,23 +838,24 @@ class _EpochIter:
     def __iter__(self):
         return self
 
-    def _put(self, item):
+    def _put(self, q, item):
         while not self._stop.is_set():
             try:
-                self._q.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
         raise _Stop()
 
-    def _run(self, batches):
+    def _run(self, j, batches):
         ld = self._loader
+        q = self._qs[j]
         pending = []  # (batch handle, event): host bytes a decode may read
         try:
             if ld.on_gpu:
                 # JPEGs: decoded (and transformed) here, on a stream of
-                # their own, `prefetch` batches ahead of the consumer.
-                stream = (ld._decode_stream if ld.decode == "jpeg" else
+                # this producer's own, `prefetch` batches ahead.
+                stream = (ld._decode_streams[j] if ld.decode == "jpeg" else
                           ld._stream)
                 with torch.cuda.device(ld.device), torch.cuda.stream(stream):
                     for keys in batches:
@@ -862,7 +879,7 @@ class _EpochIter:
                         if b is not None:
                             pending.append((b, ev))
                         pending = self._free_done(pending)
-                        self._put((out, ev))
+                        self._put(q, (out, ev))
                     stream.synchronize()
                     pending = self._free_done(pending, wait=True)
                     ld.release_finished()
@@ -873,13 +890,13 @@ class _EpochIter:
                     out = ld._produce_cpu(keys)
                     if ld.decode == "jpeg" and ld.transform is not None:
                         out = ld.transform(out)
-                    self._put((out, None))
-            self._put(None)
+                    self._put(q, (out, None))
+            self._put(q, None)
         except _Stop:
             pass
         except BaseException as e:  # handed to the consumer
             try:
-                self._put(e)
+                self._put(q, e)
             except _Stop:
                 pass
         finally:
@@ -899,22 +916,24 @@ class _EpochIter:
     def __next__(self):
         if self._done:
             raise StopIteration
+        j = self._taken % len(self._qs)
+        q, thread = self._qs[j], self._threads[j]
         while True:
             try:
-                item = self._q.get(timeout=1.0)
+                item = q.get(timeout=1.0)
                 break
             except queue.Empty:
-                if not self._thread.is_alive() and self._q.empty():
-                    self._done = True
+                if not thread.is_alive() and q.empty():
+                    self._finish()
                     raise RuntimeError("GpuLoader producer thread died")
         if item is None:
-            self._done = True
-            self._thread.join()
+            # Producer j ran out first: every batch has been taken.
+            self._finish()
             raise StopIteration
         if isinstance(item, BaseException):
-            self._done = True
-            self._thread.join()
+            self._finish()
             raise item
+        self._taken += 1
         out, ev = item
         if ev is not None:
             stream = torch.cuda.current_stream(self._loader.device)
@@ -924,16 +943,22 @@ class _EpochIter:
                 t.record_stream(stream)
         return out
 
-    def close(self):
-        """Stops the producer and drops the batches it prefetched."""
-        self._stop.set()
-        while True:
-            try:
-                self._q.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join()
+    def _finish(self):
+        """Stops the producers and drops what they prefetched."""
         self._done = True
+        self._stop.set()
+        for q in self._qs:
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
+        for t in self._threads:
+            t.join()
+
+    def close(self):
+        """Stops the producers and drops the batches they prefetched."""
+        self._finish()
 
 
 class _FeedIter:
