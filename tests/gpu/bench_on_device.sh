@@ -15,7 +15,7 @@ if [ -x "$here/bin/batch_breakdown" ]; then
   cat "$out/batch_breakdown.log"
 fi
 if [ -x "$here/bin/scaling_bench" ]; then
-  binenv timeout 300 "$here/bin/scaling_bench" --clients=1,2,4,8,14 \
+  binenv timeout 300 "$here/bin/scaling_bench" --clients=1,2,4,8,14 --event_loops=2,4,8 \
     --seconds=3 --files=16384 --out="$out/scaling_bench.md" \
     > "$out/scaling_bench.log" 2>&1 || rc=1
   cat "$out/scaling_bench.md" 2>/dev/null || tail -20 "$out/scaling_bench.log"

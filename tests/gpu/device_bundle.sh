@@ -35,6 +35,8 @@ done
 mkdir -p "$out/pylib"
 if [ -e "$build/client/libdlcache_c.so" ]; then
   cp -L "$build/client/libdlcache_c.so" "$out/pylib/libdlcache_c.so"
+  # The SONAME that programs linked with -ldlcache_c ask for.
+  ln -sf libdlcache_c.so "$out/pylib/libdlcache_c.so.0"
   ldd "$build/client/libdlcache_c.so" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|\

@@ -35,7 +35,8 @@ note() { echo "$*" | tee -a "$summary"; }
 binenv() { LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 pyrun() {
   LD_LIBRARY_PATH="$here/pylib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  DLCACHED="$here/bin/dlcached.sh" DLCACHE_LIB="$here/pylib/libdlcache_c.so" \
+  DLCACHED="$here/bin/dlcached.sh" DLCACHECTL="$here/bin/dlcachectl.sh" \
+  DLCACHE_LIB="$here/pylib/libdlcache_c.so" \
   PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" "$@"
 }
 start=$(date +%s)
