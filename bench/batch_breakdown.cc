@@ -79,7 +79,8 @@ struct Row {
 
 int Run() {
   const uint32_t batch = std::max<uint32_t>(1, absl::GetFlag(FLAGS_batch));
-  const uint32_t iters = std::max<uint32_t>(10, absl::GetFlag(FLAGS_iterations));
+  const uint32_t iters =
+      std::max<uint32_t>(10, absl::GetFlag(FLAGS_iterations));
   auto fail = [](const char* what, const absl::Status& s) {
     std::fprintf(stderr, "batch_breakdown: %s: %s\n", what,
                  s.ToString().c_str());
@@ -126,8 +127,9 @@ int Run() {
   for (size_t at = 0; at + batch <= paths.size(); at += batch) {
     batches.emplace_back(paths.begin() + at, paths.begin() + at + batch);
   }
-  if (batches.empty()) return fail("dataset", absl::InvalidArgumentError(
-                                                   "fewer files than --batch"));
+  if (batches.empty())
+    return fail("dataset",
+                absl::InvalidArgumentError("fewer files than --batch"));
   for (const auto& keys : batches) {  // fill the arena
     absl::StatusOr<Batch> b = (*client)->GetBatch("ds", keys);
     if (!b.ok()) return fail("fill", b.status());
@@ -162,15 +164,14 @@ int Run() {
   rows.push_back({"client encode", MeanUs(iters, [&](uint32_t i) {
                     const auto& k = keys_of(i);
                     requests[i % batches.size()] = local::EncodeGetBatch(
-                        "ds", {}, k.size(), [&](size_t j) {
-                          return local::Key{k[j]};
-                        });
+                        "ds", {}, k.size(),
+                        [&](size_t j) { return local::Key{k[j]}; });
                   })});
   local::GetBatchRequest decoded;
   rows.push_back({"server decode", MeanUs(iters, [&](uint32_t i) {
-                    absl::Status s = local::DecodeGetBatch(
-                        requests[i % batches.size()], 1 << 20, 1 << 20,
-                        &decoded);
+                    absl::Status s =
+                        local::DecodeGetBatch(requests[i % batches.size()],
+                                              1 << 20, 1 << 20, &decoded);
                     if (!s.ok()) std::abort();
                   })});
   CacheEngine& engine = (*server)->engine();
@@ -222,19 +223,20 @@ int Run() {
                     replies[i % batches.size()] = b.Finish();
                   })});
   uint64_t sink = 0;
-  rows.push_back({"client decode", MeanUs(iters, [&](uint32_t i) {
-                    local::BatchReply reply;
-                    if (!local::DecodeBatchReply(replies[i % batches.size()],
-                                                 &reply).ok()) {
-                      std::abort();
-                    }
-                    for (size_t j = 0; j < reply.item_count(); ++j) {
-                      const local::ItemView v = reply.item(j);
-                      for (uint32_t h = 0; h < v.handle_count; ++h) {
-                        sink += reply.handle(v.first_handle + h).offset;
-                      }
-                    }
-                  })});
+  rows.push_back(
+      {"client decode", MeanUs(iters, [&](uint32_t i) {
+         local::BatchReply reply;
+         if (!local::DecodeBatchReply(replies[i % batches.size()], &reply)
+                  .ok()) {
+           std::abort();
+         }
+         for (size_t j = 0; j < reply.item_count(); ++j) {
+           const local::ItemView v = reply.item(j);
+           for (uint32_t h = 0; h < v.handle_count; ++h) {
+             sink += reply.handle(v.first_handle + h).offset;
+           }
+         }
+       })});
   rows.push_back({"release (engine)", release_us / iters});
   engine.CloseSession(session);
 
@@ -256,14 +258,14 @@ int Run() {
     }
   });
   local::FrameReceiver rx;
-  rows.push_back({"transport (Unix socket round trip)",
-                  MeanUs(iters, [&](uint32_t) {
-                    if (!local::SendFrame(sv[0], local::MsgType::kGetBatch, 1,
-                                          request).ok() ||
-                        !rx.Next(sv[0]).ok()) {
-                      std::abort();
-                    }
-                  })});
+  rows.push_back(
+      {"transport (Unix socket round trip)", MeanUs(iters, [&](uint32_t) {
+         if (!local::SendFrame(sv[0], local::MsgType::kGetBatch, 1, request)
+                  .ok() ||
+             !rx.Next(sv[0]).ok()) {
+           std::abort();
+         }
+       })});
   ::shutdown(sv[0], SHUT_RDWR);
   echo.join();
   ::close(sv[0]);
@@ -278,14 +280,16 @@ int Run() {
       "|---|---:|---:|---:|\n",
       DescribeMachine(), batch, iters, request.size(), reply.size());
   for (const Row& r : rows) {
-    absl::StrAppendFormat(&md, "| %s | %.1f | %.0f | %.0f%% |\n", r.stage,
-                          r.us, r.us * 1000 / batch, 100 * r.us / e2e_mean);
+    absl::StrAppendFormat(&md, "| %s | %.1f | %.0f | %.0f%% |\n", r.stage, r.us,
+                          r.us * 1000 / batch, 100 * r.us / e2e_mean);
   }
-  absl::StrAppendFormat(&md, "| other (client objects, epoll, wake-ups) | "
+  absl::StrAppendFormat(&md,
+                        "| other (client objects, epoll, wake-ups) | "
                         "%.1f | %.0f | %.0f%% |\n",
                         e2e_mean - sum, (e2e_mean - sum) * 1000 / batch,
                         100 * (e2e_mean - sum) / e2e_mean);
-  absl::StrAppendFormat(&md, "| **end to end (client GetBatch)** | **%.1f** "
+  absl::StrAppendFormat(&md,
+                        "| **end to end (client GetBatch)** | **%.1f** "
                         "| %.0f | 100%% |\n\nEnd to end p50 %.1f us, p99 "
                         "%.1f us.\n",
                         e2e_mean, e2e_mean * 1000 / batch, p50, p99);

@@ -91,8 +91,7 @@ struct Result {
 };
 
 absl::StatusOr<Result> RunConfig(const std::string& name, bool peers,
-                                 const Dataset& data,
-                                 const std::string& work) {
+                                 const Dataset& data, const std::string& work) {
   std::vector<std::string> addresses;
   for (int i = 0; i < kNodes; ++i) {
     addresses.push_back(absl::StrCat("127.0.0.1:", PickPort()));
@@ -243,8 +242,9 @@ int Main(int argc, char** argv) {
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Result& r : results) {
     absl::StrAppend(
-        &md, "| ", r.name == "cluster" ? "cluster (3 nodes, peers)"
-                                       : "3 independent caches",
+        &md, "| ",
+        r.name == "cluster" ? "cluster (3 nodes, peers)"
+                            : "3 independent caches",
         " | ", r.source_reads, " | ", Mb(r.source_bytes), " | ",
         absl::StrFormat("%.2f", 1.0 * r.source_bytes / data->total_bytes),
         " | ", Mb(r.peer_bytes), " | ", r.fallbacks, " | ", r.items, " | ",
@@ -253,9 +253,9 @@ int Main(int argc, char** argv) {
   }
   absl::StrAppend(
       &md, "\nRatios (independent / cluster): source bytes ",
-      absl::StrFormat("%.2fx",
-                      c.source_bytes ? 1.0 * ind.source_bytes / c.source_bytes
-                                     : 0.0),
+      absl::StrFormat("%.2fx", c.source_bytes
+                                   ? 1.0 * ind.source_bytes / c.source_bytes
+                                   : 0.0),
       ", items/s cluster / independent ",
       absl::StrFormat("%.2fx", ind.items_per_s() > 0
                                    ? c.items_per_s() / ind.items_per_s()
@@ -266,8 +266,8 @@ int Main(int argc, char** argv) {
       " MB; arena ", absl::GetFlag(FLAGS_arena_mib), " MiB per node (",
       absl::StrFormat("%.2f", 1.0 * data->total_bytes / arena),
       " arenas of data); chunk ", absl::GetFlag(FLAGS_chunk_kib), " KiB; ",
-      absl::GetFlag(FLAGS_clients), " clients per node x ", kNodes,
-      " nodes, ", absl::GetFlag(FLAGS_epochs), " epochs, batch ",
+      absl::GetFlag(FLAGS_clients), " clients per node x ", kNodes, " nodes, ",
+      absl::GetFlag(FLAGS_epochs), " epochs, batch ",
       absl::GetFlag(FLAGS_batch), ".\n\n");
   std::printf("%s%s", header.c_str(), md.c_str());
   if (!absl::GetFlag(FLAGS_out).empty()) {

@@ -830,8 +830,7 @@ int main(int argc, char** argv) {
         &md, "| %s x %d | %s | %s | %s | %.2f | %.0f%% | %.3f | %s | %s |\n",
         r.dataset,
         r.dataset == "110KB" ? flags.items_per_batch : flags.chunks_per_batch,
-        r.order, r.path,
-        r.detail, r.gbps, 100 * r.gbps / peak, r.latency_ms,
+        r.order, r.path, r.detail, r.gbps, 100 * r.gbps / peak, r.latency_ms,
         r.host_us < 0 ? std::string("-") : absl::StrFormat("%.0f", r.host_us),
         r.verified ? "equal" : "MISMATCH");
   }

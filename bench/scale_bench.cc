@@ -94,10 +94,12 @@ absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     const std::string path = root + "/" + KeyOf(i);
     const uint64_t size = SizeOf(i);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return absl::InternalError("create " + path);
     const size_t at = (i * 7919) % (blob.size() - size);
-    const bool ok = ::write(fd, blob.data() + at, size) == static_cast<ssize_t>(size);
+    const bool ok =
+        ::write(fd, blob.data() + at, size) == static_cast<ssize_t>(size);
     ::close(fd);
     if (!ok) return absl::InternalError("write " + path);
     total += size;
@@ -130,10 +132,9 @@ uint64_t DirBytes(const std::string& dir) {
 // Runs dlcachectl; seconds it took, or < 0 when it failed.
 double Ctl(const std::string& socket, const std::string& args) {
   const std::string log = socket + ".ctl.log";
-  const std::string cmd = absl::StrCat(absl::GetFlag(FLAGS_dlcachectl),
-                                       " --socket ", socket,
-                                       " --timeout 30m ", args, " > ", log,
-                                       " 2>&1");
+  const std::string cmd =
+      absl::StrCat(absl::GetFlag(FLAGS_dlcachectl), " --socket ", socket,
+                   " --timeout 30m ", args, " > ", log, " 2>&1");
   const Clock::time_point t = Clock::now();
   const int rc = std::system(cmd.c_str());
   const double s = Since(t);
@@ -142,8 +143,8 @@ double Ctl(const std::string& socket, const std::string& args) {
     std::string text((std::istreambuf_iterator<char>(in)),
                      std::istreambuf_iterator<char>());
     if (text.size() > 2000) text = text.substr(text.size() - 2000);
-    std::fprintf(stderr, "scale_bench: `%s` failed (%d): %s\n", cmd.c_str(),
-                 rc, text.c_str());
+    std::fprintf(stderr, "scale_bench: `%s` failed (%d): %s\n", cmd.c_str(), rc,
+                 text.c_str());
     return -1;
   }
   return s;
@@ -165,7 +166,9 @@ struct Row {
 class Harness {
  public:
   Harness(std::string work, std::string shm, std::string root, uint64_t bytes)
-      : work_(std::move(work)), shm_(std::move(shm)), root_(std::move(root)),
+      : work_(std::move(work)),
+        shm_(std::move(shm)),
+        root_(std::move(root)),
         bytes_(bytes) {}
   std::string socket() const { return work_ + "/dlcached.sock"; }
   std::string ssd_dir() const { return work_ + "/ssd"; }
@@ -176,7 +179,8 @@ class Harness {
     c.socket_path = socket();
     c.shm_dir = shm_;
     // Slab classes round items up; room for that and for metadata pages.
-    c.arena_bytes = ((bytes_ * 3 / 2 + (256ull << 20)) | ((64ull << 20) - 1)) + 1;
+    c.arena_bytes =
+        ((bytes_ * 3 / 2 + (256ull << 20)) | ((64ull << 20) - 1)) + 1;
     c.segment_bytes = 64ull << 20;
     c.keep_arena = keep_arena;
     c.datasets = {{"ds", root_}};
@@ -327,7 +331,8 @@ int Run() {
       "with an SSD tier; admin through dlcachectl.\n\n"
       "| items | warm-up files/s (bar / --json) | RAM metadata B/item | SSD "
       "index B/item | GetBatch %u p50 / p99 us | status / stats s | "
-      "revalidate s | evict 1 class / all s | sync s | re-adopt restart s (first "
+      "revalidate s | evict 1 class / all s | sync s | re-adopt restart s "
+      "(first "
       "batch ms) | SSD-only restart s (first batch ms) |\n"
       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
       DescribeMachine(),
@@ -342,11 +347,12 @@ int Run() {
         static_cast<unsigned long long>(r.n), r.warm_files_s,
         r.warm_json_files_s, r.meta_bytes_per_item, r.index_bytes_per_item,
         r.p50_us, r.p99_us, r.status_s, r.stats_s, r.revalidate_s, r.evict_s,
-        r.evict_all_s, r.sync_s, r.readopt_start_s, r.readopt_first_s * 1e3, r.ssd_start_s,
-        r.ssd_first_s * 1e3);
+        r.evict_all_s, r.sync_s, r.readopt_start_s, r.readopt_first_s * 1e3,
+        r.ssd_start_s, r.ssd_first_s * 1e3);
   }
   if (rows.size() > 1) {
-    absl::StrAppendFormat(&md, "\nGetBatch p50 at %llu items = %.2fx of %llu "
+    absl::StrAppendFormat(&md,
+                          "\nGetBatch p50 at %llu items = %.2fx of %llu "
                           "items.\n",
                           static_cast<unsigned long long>(rows.back().n),
                           rows.back().p50_us / rows.front().p50_us,

@@ -91,8 +91,8 @@ Dataset LoadList(const std::string& root, const std::string& list) {
 // A client process: waits for the start, reads random batches for
 // --seconds, prints "items N" and its batch latencies (us) on stdout.
 int Child() {
-  const Dataset ds =
-      LoadList(absl::GetFlag(FLAGS_child_root), absl::GetFlag(FLAGS_child_list));
+  const Dataset ds = LoadList(absl::GetFlag(FLAGS_child_root),
+                              absl::GetFlag(FLAGS_child_list));
   std::unique_ptr<Client> client;
   std::unique_ptr<BatchReader> reader;
   if (absl::GetFlag(FLAGS_child_mode) == "dlcache") {
@@ -119,9 +119,9 @@ int Child() {
   std::vector<float> lat;
   uint64_t items = 0;
   const Clock::time_point end =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(
-                             absl::GetFlag(FLAGS_seconds)));
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
   while (Clock::now() < end) {
     for (uint32_t& f : files) f = pick(rng);
     const Clock::time_point t0 = Clock::now();
@@ -187,8 +187,8 @@ absl::StatusOr<Point> Measure(int n, const std::string& mode,
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr,
-                               argv.data(), environ);
+    const int rc =
+        posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     ::close(out[1]);
     if (rc != 0) return absl::InternalError("posix_spawn");
@@ -234,8 +234,7 @@ absl::StatusOr<Point> Measure(int n, const std::string& mode,
 
 int Parent() {
   auto fail = [](const char* what, const absl::Status& s) {
-    std::fprintf(stderr, "scaling_bench: %s: %s\n", what,
-                 s.ToString().c_str());
+    std::fprintf(stderr, "scaling_bench: %s: %s\n", what, s.ToString().c_str());
     return 1;
   };
   std::vector<int> counts;
@@ -263,7 +262,8 @@ int Parent() {
   const std::string list = (*tmp)->path() + "/files.txt";
   {
     std::ofstream out(list);
-    for (const DatasetFile& f : ds->files) out << f.path << " " << f.size << "\n";
+    for (const DatasetFile& f : ds->files)
+      out << f.path << " " << f.size << "\n";
   }
   std::vector<uint32_t> loops;
   for (const std::string& l : absl::GetFlag(FLAGS_event_loops)) {

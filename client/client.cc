@@ -163,8 +163,6 @@ uint64_t Client::session_id() const { return core_->session_id(); }
 
 uint64_t Client::sessions_opened() const { return core_->sessions_opened(); }
 
-absl::Status Client::session_status() const {
-  return core_->session_status();
-}
+absl::Status Client::session_status() const { return core_->session_status(); }
 
 }  // namespace dlcache

@@ -34,9 +34,8 @@ absl::Status WriteFileAtomically(const std::string& path,
   if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) {
     return Fail("remove stale", tmp, errno);
   }
-  UniqueFd fd(::open(tmp.c_str(),
-                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     mode));
+  UniqueFd fd(::open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
   if (!fd.valid()) return Fail("create", tmp, errno);
   auto fail_and_remove = [&](absl::string_view what, int err) {
     absl::Status s = Fail(what, tmp, err);
@@ -65,8 +64,7 @@ absl::Status WriteFileAtomically(const std::string& path,
     ::unlink(tmp.c_str());
     return Fail("rename to", path, err);
   }
-  UniqueFd dir(::open(DirOf(path).c_str(),
-                      O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd dir(::open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid() || ::fsync(dir.get()) != 0) {
     return Fail("fsync the directory of", path, errno);
   }
@@ -94,9 +92,9 @@ absl::StatusOr<std::string> ReadOwnFile(const std::string& path,
         path, " is not a regular file of uid ", ::geteuid(), "; not read"));
   }
   if (uint64_t(st.st_size) > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        path, " is ", st.st_size, " bytes, more than the ", max_bytes,
-        " allowed"));
+    return absl::ResourceExhaustedError(absl::StrCat(path, " is ", st.st_size,
+                                                     " bytes, more than the ",
+                                                     max_bytes, " allowed"));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;

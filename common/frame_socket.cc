@@ -26,9 +26,9 @@ absl::Status SendFrame(int sock, MsgType type, uint64_t request_id,
     return absl::InvalidArgumentError("too many fds for one frame");
   }
   if (payload.size() > kMaxFrameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request of ", payload.size(), " bytes is over the frame limit of ",
-        kMaxFrameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request of ", payload.size(),
+                     " bytes is over the frame limit of ", kMaxFrameBytes));
   }
   char head[kHeaderSize];
   FrameHeader h;
@@ -59,7 +59,8 @@ absl::Status SendFrame(int sock, MsgType type, uint64_t request_id,
     msghdr msg{};
     msg.msg_iov = cur;
     msg.msg_iovlen = n_iov;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSegmentsPerFrame)];
+    alignas(
+        cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSegmentsPerFrame)];
     if (with_fds) {
       msg.msg_control = control;
       msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
@@ -108,7 +109,8 @@ absl::Status FrameReceiver::Fill(int sock) {
     return SocketError("receive from dlcached", err);
   }
   buf_.resize(old + static_cast<size_t>(n));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
@@ -132,9 +134,9 @@ absl::StatusOr<Frame> FrameReceiver::Next(int sock) {
   Frame f;
   f.header = DecodeHeader(buf_.data() + start_);
   if (f.header.length > max_frame_bytes_) {
-    return absl::DataLossError(absl::StrCat(
-        "frame of ", f.header.length, " bytes is over the limit of ",
-        max_frame_bytes_));
+    return absl::DataLossError(absl::StrCat("frame of ", f.header.length,
+                                            " bytes is over the limit of ",
+                                            max_frame_bytes_));
   }
   while (buf_.size() - start_ < kHeaderSize + f.header.length) {
     absl::Status s = Fill(sock);

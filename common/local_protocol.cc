@@ -219,9 +219,9 @@ absl::Status DecodeGetBatch(absl::string_view payload, uint32_t max_keys,
   if (!r.Bytes(&out->dataset) || !r.U32(&n_release))
     return Malformed("get-batch");
   if (n_release > max_release) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(n_release, " leases released in one request; the limit is ",
-                     max_release));
+    return absl::InvalidArgumentError(absl::StrCat(
+        n_release, " leases released in one request; the limit is ",
+        max_release));
   }
   if (!r.Column(n_release, &out->release)) return Malformed("get-batch");
   absl::Status s = DecodeKeys(r, max_keys, &out->keys);
@@ -502,7 +502,8 @@ absl::Status DecodeError(absl::string_view payload) {
   absl::string_view message;
   if (!r.I32(&code) || !r.Bytes(&message) || !r.done())
     return MalformedReply("error");
-  if (code <= 0 || code > 16) code = static_cast<int32_t>(absl::StatusCode::kUnknown);
+  if (code <= 0 || code > 16)
+    code = static_cast<int32_t>(absl::StatusCode::kUnknown);
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 

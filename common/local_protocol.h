@@ -300,8 +300,7 @@ struct SegmentsReply {
   uint32_t count = 0;  // fds attached to the frame
 };
 std::string EncodeSegmentsReply(const SegmentsReply& reply);
-absl::Status DecodeSegmentsReply(absl::string_view payload,
-                                 SegmentsReply* out);
+absl::Status DecodeSegmentsReply(absl::string_view payload, SegmentsReply* out);
 
 // ---- GetBatch -------------------------------------------------------------
 
@@ -442,15 +441,13 @@ absl::Status DecodeStatReply(absl::string_view payload, int32_t* code,
 
 // Same payload as kStat; the ranges matter.
 template <typename KeyAt>
-std::string EncodePrefetch(absl::string_view dataset, size_t n,
-                           KeyAt key_at) {
+std::string EncodePrefetch(absl::string_view dataset, size_t n, KeyAt key_at) {
   return EncodeStat(dataset, n, key_at);
 }
 absl::Status DecodePrefetch(absl::string_view payload, uint32_t max_keys,
                             StatRequest* out);
 std::string EncodePrefetchReply(uint32_t accepted);
-absl::Status DecodePrefetchReply(absl::string_view payload,
-                                 uint32_t* accepted);
+absl::Status DecodePrefetchReply(absl::string_view payload, uint32_t* accepted);
 
 // ---- Error ----------------------------------------------------------------
 

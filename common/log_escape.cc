@@ -21,7 +21,8 @@ std::string LogEscape(absl::string_view in, size_t max_bytes) {
       out += kHex[c & 0xf];
     }
   }
-  if (head.size() < in.size()) absl::StrAppend(&out, "...(", in.size(), " bytes)");
+  if (head.size() < in.size())
+    absl::StrAppend(&out, "...(", in.size(), " bytes)");
   return out;
 }
 

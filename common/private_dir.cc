@@ -45,8 +45,8 @@ absl::StatusOr<UniqueFd> EnsurePrivateDir(const std::string& dir_in,
   if (::mkdir(dir.c_str(), want) == 0) {
     created = true;
   } else if (errno != EEXIST) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " ", dir, ": cannot create: ", strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " ", dir, ": cannot create: ", strerror(errno)));
   }
   struct stat lst;
   if (::lstat(dir.c_str(), &lst) != 0) {
@@ -100,8 +100,8 @@ absl::StatusOr<UniqueFd> EnsurePrivateDir(const std::string& dir_in,
   if ((st.st_mode & 07777) != target) {
     if (::fchmod(fd.get(), target) != 0) {
       return absl::FailedPreconditionError(
-          absl::StrFormat("%s %s: cannot set mode %04o: %s", what, dir,
-                          target, strerror(errno)));
+          absl::StrFormat("%s %s: cannot set mode %04o: %s", what, dir, target,
+                          strerror(errno)));
     }
   }
   return fd;

@@ -13,7 +13,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libxxhash-dev libtorch-dev libgflags-dev \
   redis-server python3 python3-yaml \
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
-  python3-pil openssl
+  python3-pil openssl clang-format
 # kubectl validates the Kubernetes manifests; Debian ships it as
 # kubernetes-client (some images carry a newer kubectl already).
 if ! command -v kubectl >/dev/null 2>&1; then

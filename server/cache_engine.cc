@@ -282,16 +282,15 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   pending->remaining.store(misses.size(), std::memory_order_relaxed);
   pending->done = std::move(done);
   for (size_t i : misses) {
-    fill_pool_.Schedule([this, pending, session, ds = *ds, i,
-                         path = std::string(paths[i]),
-                         first = keys[i].first_chunk,
-                         max = keys[i].max_chunks] {
-      FillItem(session, ds, path, first, max, &pending->result.items[i]);
-      // acq_rel: the last task sees every other task's item.
-      if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        pending->done(std::move(pending->result));
-      }
-    });
+    fill_pool_.Schedule(
+        [this, pending, session, ds = *ds, i, path = std::string(paths[i]),
+         first = keys[i].first_chunk, max = keys[i].max_chunks] {
+          FillItem(session, ds, path, first, max, &pending->result.items[i]);
+          // acq_rel: the last task sees every other task's item.
+          if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            pending->done(std::move(pending->result));
+          }
+        });
   }
 }
 
@@ -310,8 +309,7 @@ void CacheEngine::StatAsync(absl::string_view dataset,
   // on the caller's (event loop) thread.
   // (ThreadPool takes copyable closures; the callback is move-only.)
   auto shared_done = std::make_shared<StatCallback>(std::move(done));
-  fill_pool_.Schedule([this, ds = *ds, paths = std::move(paths),
-                       shared_done] {
+  fill_pool_.Schedule([this, ds = *ds, paths = std::move(paths), shared_done] {
     std::vector<StatItem> out(paths.size());
     for (size_t i = 0; i < paths.size(); ++i) {
       absl::StatusOr<std::string> path = NormalizeKeyPath(paths[i]);
@@ -420,10 +418,10 @@ absl::Status CacheEngine::Warmup(
   // Checked before any thread exists, and before a cluster warm-up fans
   // out (each node checks its share again against its own limit).
   if (request.parallelism() > options_.max_warmup_parallelism) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "warm-up parallelism ", request.parallelism(),
-        " is over this server's --max_warmup_parallelism=",
-        options_.max_warmup_parallelism));
+    return absl::InvalidArgumentError(
+        absl::StrCat("warm-up parallelism ", request.parallelism(),
+                     " is over this server's --max_warmup_parallelism=",
+                     options_.max_warmup_parallelism));
   }
   if (request.cluster() && !owned_only && cluster_warmup_) {
     return cluster_warmup_(request, emit);
@@ -445,10 +443,10 @@ absl::Status CacheEngine::Warmup(
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
   if (!source.ok()) return source.status();
-  const uint32_t parallelism = std::min(
-      request.parallelism() > 0 ? request.parallelism()
-                                : options_.warmup_parallelism,
-      std::max<uint32_t>(1, options_.max_warmup_parallelism));
+  const uint32_t parallelism =
+      std::min(request.parallelism() > 0 ? request.parallelism()
+                                         : options_.warmup_parallelism,
+               std::max<uint32_t>(1, options_.max_warmup_parallelism));
   const absl::Time start = absl::Now();
 
   absl::Mutex mu;
@@ -478,79 +476,78 @@ absl::Status CacheEngine::Warmup(
   {
     ThreadPool workers(parallelism);
     std::thread lister([&] {
-      list_status = (*source)->List(
-          *prefix, [&](absl::string_view path, const FileInfo& info) {
-            {
-              absl::MutexLock lock(&mu);
-              // Bounded look-ahead keeps memory flat on millions of files.
-              auto room = [&] {
-                return cancelled || in_flight < 4 * uint64_t{parallelism};
-              };
-              mu.Await(absl::Condition(&room));
-              if (cancelled) return false;
-              ++in_flight;
-            }
-            // A file the arena can never hold fails here, before the tier
-            // records it or anything is allocated.
-            if (absl::Status fits =
-                    options_.file_size_limit.Check(path, info.size);
-                !fits.ok()) {
-              {
-                absl::MutexLock lock(&mu);
-                progress.set_files_total(progress.files_total() + 1);
-              }
-              finish_one(path, info.size, fits, false);
-              return true;
-            }
-            std::vector<uint32_t> owned;  // owned_only: the chunks to fill
-            uint64_t bytes = info.size;
-            if (owned_only && owned_) {
-              bytes = 0;
-              const uint32_t count = tier_->ChunkCount(info.size);
-              for (uint32_t c = 0; c < count; ++c) {
-                if (!owned_(ChunkId{datasets_[*ds], path, c})) continue;
-                owned.push_back(c);
-                bytes += std::min<uint64_t>(tier_->chunk_size(),
-                                            info.size - c * tier_->chunk_size());
-              }
-            }
-            {
-              absl::MutexLock lock(&mu);
-              progress.set_files_total(progress.files_total() + 1);
-              progress.set_bytes_total(progress.bytes_total() + bytes);
-            }
-            workers.Schedule([&, path = std::string(path), info, bytes,
-                              owned = std::move(owned)] {
-              // The listing is fresher than what the tier knows: a changed
-              // file has its stale chunks dropped here.
-              tier_->PutFile(*ds, path, info);
-              if (owned_only && owned_) {
-                // Chunk by chunk: the owned ones are scattered over the
-                // file. A cached chunk is a hit, nothing is read for it.
-                absl::Status s;
-                bool all_cached = true;
-                for (uint32_t c : owned) {
-                  Pinned pinned;
-                  s = PinChunks(*ds, path, c, 1, backend_, &pinned);
-                  for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
-                  if (!s.ok()) break;
-                  all_cached = all_cached && pinned.hit;
-                }
-                finish_one(path, bytes, s, s.ok() && all_cached);
-                return;
-              }
-              uint32_t count = tier_->ChunkCount(info.size);
-              if (tier_->CachedChunks(*ds, path) == count) {
-                finish_one(path, info.size, absl::OkStatus(), true);
-                return;
-              }
+      list_status = (*source)->List(*prefix, [&](absl::string_view path,
+                                                 const FileInfo& info) {
+        {
+          absl::MutexLock lock(&mu);
+          // Bounded look-ahead keeps memory flat on millions of files.
+          auto room = [&] {
+            return cancelled || in_flight < 4 * uint64_t{parallelism};
+          };
+          mu.Await(absl::Condition(&room));
+          if (cancelled) return false;
+          ++in_flight;
+        }
+        // A file the arena can never hold fails here, before the tier
+        // records it or anything is allocated.
+        if (absl::Status fits = options_.file_size_limit.Check(path, info.size);
+            !fits.ok()) {
+          {
+            absl::MutexLock lock(&mu);
+            progress.set_files_total(progress.files_total() + 1);
+          }
+          finish_one(path, info.size, fits, false);
+          return true;
+        }
+        std::vector<uint32_t> owned;  // owned_only: the chunks to fill
+        uint64_t bytes = info.size;
+        if (owned_only && owned_) {
+          bytes = 0;
+          const uint32_t count = tier_->ChunkCount(info.size);
+          for (uint32_t c = 0; c < count; ++c) {
+            if (!owned_(ChunkId{datasets_[*ds], path, c})) continue;
+            owned.push_back(c);
+            bytes += std::min<uint64_t>(tier_->chunk_size(),
+                                        info.size - c * tier_->chunk_size());
+          }
+        }
+        {
+          absl::MutexLock lock(&mu);
+          progress.set_files_total(progress.files_total() + 1);
+          progress.set_bytes_total(progress.bytes_total() + bytes);
+        }
+        workers.Schedule([&, path = std::string(path), info, bytes,
+                          owned = std::move(owned)] {
+          // The listing is fresher than what the tier knows: a changed
+          // file has its stale chunks dropped here.
+          tier_->PutFile(*ds, path, info);
+          if (owned_only && owned_) {
+            // Chunk by chunk: the owned ones are scattered over the
+            // file. A cached chunk is a hit, nothing is read for it.
+            absl::Status s;
+            bool all_cached = true;
+            for (uint32_t c : owned) {
               Pinned pinned;
-              absl::Status s = PinChunks(*ds, path, 0, 0, backend_, &pinned);
+              s = PinChunks(*ds, path, c, 1, backend_, &pinned);
               for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
-              finish_one(path, info.size, s, false);
-            });
-            return true;
-          });
+              if (!s.ok()) break;
+              all_cached = all_cached && pinned.hit;
+            }
+            finish_one(path, bytes, s, s.ok() && all_cached);
+            return;
+          }
+          uint32_t count = tier_->ChunkCount(info.size);
+          if (tier_->CachedChunks(*ds, path) == count) {
+            finish_one(path, info.size, absl::OkStatus(), true);
+            return;
+          }
+          Pinned pinned;
+          absl::Status s = PinChunks(*ds, path, 0, 0, backend_, &pinned);
+          for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+          finish_one(path, info.size, s, false);
+        });
+        return true;
+      });
       absl::MutexLock lock(&mu);
       listing_done = true;
     });
@@ -605,8 +602,7 @@ absl::StatusOr<v1::EvictResponse> CacheEngine::Evict(
   response.set_evicted_bytes(r.bytes);
   response.set_deferred_chunks(r.deferred);
   DLC_LOG(INFO) << "evict " << datasets_[*ds] << "/" << LogEscape(*prefix)
-                << ": "
-                << r.chunks << " chunks, " << r.bytes << " bytes, "
+                << ": " << r.chunks << " chunks, " << r.bytes << " bytes, "
                 << r.deferred << " leased (freed on release)";
   return response;
 }
@@ -637,9 +633,9 @@ absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
     }
   }
   DLC_LOG(INFO) << "revalidate " << datasets_[*ds] << "/" << LogEscape(*prefix)
-                << ": "
-                << out->files_checked() << " checked, " << out->files_changed()
-                << " changed, " << out->files_missing() << " gone";
+                << ": " << out->files_checked() << " checked, "
+                << out->files_changed() << " changed, " << out->files_missing()
+                << " gone";
   return absl::OkStatus();
 }
 

@@ -153,8 +153,7 @@ class CacheEngine {
   absl::Status Warmup(
       const v1::WarmupRequest& request,
       const std::function<bool(const v1::WarmupProgress&)>& emit,
-      absl::Duration period = absl::Milliseconds(200),
-      bool owned_only = false);
+      absl::Duration period = absl::Milliseconds(200), bool owned_only = false);
 
   // Whether this node owns a chunk (evaluated per chunk, at warm-up time).
   using ChunkFilter = std::function<bool(const ChunkId&)>;

@@ -18,16 +18,17 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/auth/tls_credentials.h"
 #include "server/cluster/cluster_warmup.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer_client.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
+#include "server/cluster/placement.h"
 #include "server/fill/job_progress.h"
 #include "server/memory/arena.h"
 #include "server/metrics/http_endpoint.h"
 #include "server/metrics/prometheus_text.h"
-#include "server/auth/tls_credentials.h"
 #include "server/rpc/admin_listener.h"
 #include "server/rpc/admin_service.h"
 #include "server/rpc/data_server.h"
@@ -37,10 +38,9 @@
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
 #include "server/tier/arena_manifest.h"
-#include "server/tier/memory_tier.h"
 #include "server/tier/deferred_backend.h"
+#include "server/tier/memory_tier.h"
 #include "server/tier/ssd_tier.h"
-#include "server/cluster/placement.h"
 
 namespace dlcache {
 namespace {
@@ -118,8 +118,7 @@ absl::Status ValidateConfig(const ServerConfig& c) {
   if (absl::Status s = ValidateAuthConfig(c); !s.ok()) return s;
   if (!(c.session_lease_share > 0 && c.session_lease_share <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--session_lease_share=", c.session_lease_share,
-        " must be in (0, 1]"));
+        "--session_lease_share=", c.session_lease_share, " must be in (0, 1]"));
   }
   if (c.max_leases_per_session == 0) {
     return absl::InvalidArgumentError(
@@ -210,9 +209,9 @@ absl::Status CacheServer::Init() {
     arena_options.total_bytes = Arena::DefaultTotalBytes(config_.shm_dir);
   }
   // The geometry Arena::Create will lay out, to match a manifest against.
-  absl::StatusOr<v1::ArenaManifest> manifest = ReadArenaManifest(
-      ArenaManifestPath(config_.shm_dir), config_.chunk_size,
-      Arena::SegmentSizes(arena_options));
+  absl::StatusOr<v1::ArenaManifest> manifest =
+      ReadArenaManifest(ArenaManifestPath(config_.shm_dir), config_.chunk_size,
+                        Arena::SegmentSizes(arena_options));
   if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
     DLC_LOG(WARNING) << "not re-adopting the arena: " << manifest.status();
   }
@@ -224,9 +223,9 @@ absl::Status CacheServer::Init() {
                                        names.size());
   {
     MemoryTier::SessionLimits limits;
-    limits.max_leased_bytes = static_cast<uint64_t>(
-        config_.session_lease_share *
-        static_cast<double>(tier_->Stats().arena_bytes));
+    limits.max_leased_bytes =
+        static_cast<uint64_t>(config_.session_lease_share *
+                              static_cast<double>(tier_->Stats().arena_bytes));
     limits.max_leases = config_.max_leases_per_session;
     tier_->SetSessionLimits(limits);
   }
@@ -375,9 +374,8 @@ absl::Status CacheServer::Init() {
   }
   DLC_LOG(INFO) << "dlcached " << kVersion
                 << " serving on unix:" << config_.socket_path << " (admin "
-                << config_.admin_socket_path << ", "
-                << names.size() << " datasets, chunk " << config_.chunk_size
-                << " bytes)";
+                << config_.admin_socket_path << ", " << names.size()
+                << " datasets, chunk " << config_.chunk_size << " bytes)";
   return absl::OkStatus();
 }
 
@@ -442,9 +440,11 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   m.dns = config_.peer_dns;
   absl::StatusOr<ClusterNode> self = ParsePeerEntry(self_id);
   if (!self.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--node_id='", self_id, "' must be the host:port peers reach this "
-        "node at: ", self.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_id='", self_id,
+                     "' must be the host:port peers reach this "
+                     "node at: ",
+                     self.status().message()));
   }
   m.self = *self;
   m.on_change = [](std::shared_ptr<const Placement> p) {
@@ -479,11 +479,10 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   PeerRouter::Options r;
   r.self_id = self->id;
   r.timeout = config_.peer_timeout;
-  router_ = std::make_unique<PeerRouter>(r, membership_.get(),
-                                         connector_.get(), local);
-  DLC_LOG(INFO) << "cluster: node " << self->id << ", "
-                << config_.peers.size() << " static peers"
-                << (config_.peer_dns.empty() ? "" : ", dns ")
+  router_ = std::make_unique<PeerRouter>(r, membership_.get(), connector_.get(),
+                                         local);
+  DLC_LOG(INFO) << "cluster: node " << self->id << ", " << config_.peers.size()
+                << " static peers" << (config_.peer_dns.empty() ? "" : ", dns ")
                 << config_.peer_dns;
   return router_.get();
 }
@@ -583,10 +582,9 @@ void CacheServer::Shutdown() {
   metrics_.reset();
   if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
-    absl::Status saved =
-        SaveArenaManifest(ArenaManifestPath(config_.shm_dir), *arena_, *tier_,
-                          config_.chunk_size, engine_->datasets(),
-                          PrivateDirOptions{config_.shared_group});
+    absl::Status saved = SaveArenaManifest(
+        ArenaManifestPath(config_.shm_dir), *arena_, *tier_, config_.chunk_size,
+        engine_->datasets(), PrivateDirOptions{config_.shared_group});
     if (saved.ok()) {
       arena_->KeepFiles();
       DLC_LOG(INFO) << "arena kept in " << config_.shm_dir
@@ -607,7 +605,7 @@ int CacheServer::metrics_port() const {
 
 v1::StatusResponse CacheServer::StatusNow() const {
   StatusReport r;
-  r.state = shutdown_.HasBeenNotified()    ? "DRAINING"
+  r.state = shutdown_.HasBeenNotified()     ? "DRAINING"
             : !recovered_.HasBeenNotified() ? "RECOVERING"
                                             : "SERVING";
   r.version = kVersion;

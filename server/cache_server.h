@@ -1,9 +1,9 @@
 #ifndef DLCACHE_SERVER_CACHE_SERVER_H_
 #define DLCACHE_SERVER_CACHE_SERVER_H_
 
-#include <memory>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -109,7 +109,7 @@ class CacheServer {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   int peer_port_ = 0;
-  std::unique_ptr<AdminServiceImpl> admin_service_;  // on --admin_socket
+  std::unique_ptr<AdminServiceImpl> admin_service_;      // on --admin_socket
   std::unique_ptr<AdminServiceImpl> admin_tcp_service_;  // --admin_address
   // Accepts --admin_socket, records SO_PEERCRED, feeds grpc_server_.
   std::unique_ptr<AdminListener> admin_listener_;

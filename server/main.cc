@@ -97,13 +97,15 @@ ABSL_FLAG(ByteSize, ssd_bytes, ByteSize{0},
           "SSD tier capacity; 0 = 90% of the free space of --ssd_dir");
 ABSL_FLAG(bool, ssd_verify_on_start, false,
           "Checksum every SSD chunk at start (else each chunk on first read)");
-ABSL_FLAG(std::string, peer_address, "",
-          "Serve peers on this TCP host:port (multi-node); empty = single node");
+ABSL_FLAG(
+    std::string, peer_address, "",
+    "Serve peers on this TCP host:port (multi-node); empty = single node");
 ABSL_FLAG(std::string, node_id, "",
           "This node's host:port as peers reach it (default --peer_address; "
           "in Kubernetes $(POD_IP):PORT, matching what --peer_dns resolves)");
-ABSL_FLAG(std::vector<std::string>, peers, {},
-          "Static cluster members host:port (or id=host:port), comma-separated");
+ABSL_FLAG(
+    std::vector<std::string>, peers, {},
+    "Static cluster members host:port (or id=host:port), comma-separated");
 ABSL_FLAG(std::string, peer_dns, "",
           "name:port of a headless Service listing the cluster members, "
           "re-resolved every 10 s");
@@ -289,8 +291,8 @@ int main(int argc, char** argv) {
   }
   // Every data connection is an fd: lift the soft fd limit to the hard one
   // so that --max_connections can be reached.
-  if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
-                 rl.rlim_cur < rl.rlim_max) {
+  if (rlimit rl;
+      ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &rl);
   }

@@ -33,11 +33,11 @@ struct ServerConfig {
   std::string admin_address;
 
   // Data-path limits (issue 9); each refusal names its flag.
-  uint32_t data_event_loops = 2;               // epoll threads, fixed
-  uint32_t max_connections = 4096;             // open data connections
-  uint32_t max_keys_per_batch = 16384;         // keys in one request
-  uint32_t max_frame_bytes = 16u << 20;        // one request or reply frame
-  uint32_t max_inflight_per_connection = 64;   // requests served at once
+  uint32_t data_event_loops = 2;                 // epoll threads, fixed
+  uint32_t max_connections = 4096;               // open data connections
+  uint32_t max_keys_per_batch = 16384;           // keys in one request
+  uint32_t max_frame_bytes = 16u << 20;          // one request or reply frame
+  uint32_t max_inflight_per_connection = 64;     // requests served at once
   uint64_t max_reply_queue_bytes = 64ull << 20;  // unread replies per client
   double session_lease_share = 0.5;  // of the arena, leased per session
   uint64_t max_leases_per_session = 262144;

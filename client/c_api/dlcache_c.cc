@@ -110,7 +110,8 @@ void BuildArrays(dlc_batch* b) {
   const size_t n = b->batch.size();
   const size_t bytes =
       n * (sizeof(uint64_t) * 2 + sizeof(void*) + sizeof(int32_t) +
-           sizeof(uint32_t) + sizeof(uint8_t)) + 64;
+           sizeof(uint32_t) + sizeof(uint8_t)) +
+      64;
   b->array_block.reset(new unsigned char[bytes]);
   unsigned char* block = b->array_block.get();
   size_t used = 0;
@@ -161,9 +162,8 @@ std::unique_ptr<dlc_batch> MakeBatch(dlcache::Batch batch) {
 int CheckItem(const dlc_batch* batch, size_t item) {
   if (batch == nullptr) return NullArg("batch");
   if (item >= batch->batch.size()) {
-    return Fail(DLC_OUT_OF_RANGE,
-                absl::StrCat("item ", item, " of a batch of ",
-                             batch->batch.size()));
+    return Fail(DLC_OUT_OF_RANGE, absl::StrCat("item ", item, " of a batch of ",
+                                               batch->batch.size()));
   }
   return DLC_OK;
 }
@@ -176,24 +176,42 @@ const char* dlc_last_error(void) { return last_error.c_str(); }
 
 const char* dlc_status_name(int code) {
   switch (code) {
-    case DLC_OK: return "OK";
-    case DLC_CANCELLED: return "CANCELLED";
-    case DLC_UNKNOWN: return "UNKNOWN";
-    case DLC_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case DLC_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case DLC_NOT_FOUND: return "NOT_FOUND";
-    case DLC_ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case DLC_PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case DLC_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case DLC_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case DLC_ABORTED: return "ABORTED";
-    case DLC_OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case DLC_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case DLC_INTERNAL: return "INTERNAL";
-    case DLC_UNAVAILABLE: return "UNAVAILABLE";
-    case DLC_DATA_LOSS: return "DATA_LOSS";
-    case DLC_UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
+    case DLC_OK:
+      return "OK";
+    case DLC_CANCELLED:
+      return "CANCELLED";
+    case DLC_UNKNOWN:
+      return "UNKNOWN";
+    case DLC_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case DLC_DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case DLC_NOT_FOUND:
+      return "NOT_FOUND";
+    case DLC_ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case DLC_PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case DLC_RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case DLC_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case DLC_ABORTED:
+      return "ABORTED";
+    case DLC_OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case DLC_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case DLC_INTERNAL:
+      return "INTERNAL";
+    case DLC_UNAVAILABLE:
+      return "UNAVAILABLE";
+    case DLC_DATA_LOSS:
+      return "DATA_LOSS";
+    case DLC_UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -211,8 +229,7 @@ void dlc_options_init(dlc_options* options) {
   const dlcache::ClientOptions defaults;
   options->socket_path = nullptr;
   options->client_name = nullptr;
-  options->connect_timeout_s =
-      absl::ToDoubleSeconds(defaults.connect_timeout);
+  options->connect_timeout_s = absl::ToDoubleSeconds(defaults.connect_timeout);
   options->rpc_timeout_s = absl::ToDoubleSeconds(defaults.rpc_timeout);
   options->release_delay_s = absl::ToDoubleSeconds(defaults.release_delay);
   options->verify_checksums = defaults.verify_checksums ? 1 : 0;
@@ -254,8 +271,7 @@ void dlc_close(dlc_client* client) {
 }
 
 int dlc_get_batch(dlc_client* client, const char* dataset,
-                  const char* const* paths, size_t num_paths,
-                  dlc_batch** out) {
+                  const char* const* paths, size_t num_paths, dlc_batch** out) {
   return Guard([&] {
     if (out == nullptr) return NullArg("out");
     *out = nullptr;
@@ -371,9 +387,9 @@ int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
       need = stride * n;
     }
     if (dst_size < need) {
-      return Fail(DLC_INVALID_ARGUMENT,
-                  absl::StrCat("dst has ", dst_size, " bytes, ", need,
-                               " needed"));
+      return Fail(
+          DLC_INVALID_ARGUMENT,
+          absl::StrCat("dst has ", dst_size, " bytes, ", need, " needed"));
     }
     if (dst == nullptr && need > 0) return NullArg("dst");
     auto* out = static_cast<unsigned char*>(dst);

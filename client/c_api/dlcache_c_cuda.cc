@@ -437,8 +437,8 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
     dlc_batch* batch = nullptr;
     std::vector<std::vector<cu::HostChunk>> items;
     std::vector<uint64_t> sizes;
-    if (int rc = FetchChunks(up, dataset, keys, num_keys, &batch, &items,
-                             &sizes);
+    if (int rc =
+            FetchChunks(up, dataset, keys, num_keys, &batch, &items, &sizes);
         rc != DLC_OK) {
       return rc;
     }
@@ -571,8 +571,7 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
         return static_cast<int>(DLC_OK);
       });
       if (rc != DLC_OK) {
-        return absl::Status(static_cast<absl::StatusCode>(rc),
-                            cuda_last_error);
+        return absl::Status(static_cast<absl::StatusCode>(rc), cuda_last_error);
       }
       return items;
     };
@@ -582,8 +581,8 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
     // The uploader's copier, counted in the uploader's stats like the
     // other uploads.
     cu::FeedPipeline::Copier copy =
-        [up, base = cu::FeedPipeline::UploaderCopier(up->uploader.get(),
-                                                     stream)](
+        [up,
+         base = cu::FeedPipeline::UploaderCopier(up->uploader.get(), stream)](
             cu::FeedItems items, void* data, uint64_t size,
             absl::Span<const uint64_t> offsets) mutable
         -> absl::StatusOr<std::shared_ptr<cu::FeedCopy>> {
@@ -625,7 +624,8 @@ int dlc_cuda_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
     k.reserve(num_keys);
     for (size_t i = 0; i < num_keys; ++i) {
       if (keys[i] == nullptr) {
-        return Fail(DLC_INVALID_ARGUMENT, absl::StrCat("keys[", i, "] is NULL"));
+        return Fail(DLC_INVALID_ARGUMENT,
+                    absl::StrCat("keys[", i, "] is NULL"));
       }
       k.emplace_back(keys[i]);
     }
@@ -641,8 +641,8 @@ int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
     if (out == nullptr) return NullArg("out");
     *out = nullptr;
     if (feed == nullptr) return NullArg("feed");
-    absl::Duration timeout = timeout_s < 0 ? absl::InfiniteDuration()
-                                           : absl::Seconds(timeout_s);
+    absl::Duration timeout =
+        timeout_s < 0 ? absl::InfiniteDuration() : absl::Seconds(timeout_s);
     absl::StatusOr<cu::FeedBatch> b = feed->pipeline->Next(timeout);
     if (!b.ok()) return Fail(b.status());
     auto handle = std::make_unique<dlc_cuda_feed_batch>();

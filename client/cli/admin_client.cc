@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<AdminClient>> AdminClient::Connect(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
-  const int tls_files = !auth.tls_cert.empty() + !auth.tls_key.empty() +
-                        !auth.tls_ca.empty();
+  const int tls_files =
+      !auth.tls_cert.empty() + !auth.tls_key.empty() + !auth.tls_ca.empty();
   if (tls_files != 0) {
     if (tls_files != 3) {
       return absl::InvalidArgumentError(
@@ -163,13 +163,12 @@ absl::Status AdminClient::Annotate(absl::string_view rpc,
   return st;
 }
 
-absl::StatusOr<v1::StatusResponse> AdminClient::Status(
-    absl::Duration timeout) {
+absl::StatusOr<v1::StatusResponse> AdminClient::Status(absl::Duration timeout) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout);
   v1::StatusResponse resp;
-  absl::Status st = FromGrpcStatus(
-      stub_->stub->Status(&ctx, v1::StatusRequest(), &resp));
+  absl::Status st =
+      FromGrpcStatus(stub_->stub->Status(&ctx, v1::StatusRequest(), &resp));
   if (!st.ok()) return Annotate("Status", st);
   return resp;
 }

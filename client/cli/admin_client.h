@@ -71,14 +71,14 @@ class AdminClient {
   // Streams a warm-up: `on_progress` runs on the calling thread for every
   // message. `timeout` bounds the whole call (InfiniteDuration: none).
   // Returns the stream's final status.
-  absl::Status Warmup(const v1::WarmupRequest& request, absl::Duration timeout,
-                      const std::function<void(const v1::WarmupProgress&)>&
-                          on_progress);
+  absl::Status Warmup(
+      const v1::WarmupRequest& request, absl::Duration timeout,
+      const std::function<void(const v1::WarmupProgress&)>& on_progress);
   // Streams a sync to the SSD tier, as Warmup. FAILED_PRECONDITION when the
   // server has no SSD tier.
-  absl::Status Sync(const v1::SyncRequest& request, absl::Duration timeout,
-                    const std::function<void(const v1::WarmupProgress&)>&
-                        on_progress);
+  absl::Status Sync(
+      const v1::SyncRequest& request, absl::Duration timeout,
+      const std::function<void(const v1::WarmupProgress&)>& on_progress);
   // Unary, with a deadline of `timeout` (InfiniteDuration: none).
   absl::StatusOr<v1::RevalidateResponse> Revalidate(
       const v1::RevalidateRequest& request, absl::Duration timeout);

@@ -85,8 +85,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(absl::Span<const std::string> args,
     }
     if (!has_inline_value) {
       if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            a, " needs a value (", spec->value_name, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(a, " needs a value (", spec->value_name, ")"));
       }
       value = args[++i];
     }

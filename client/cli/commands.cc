@@ -70,24 +70,35 @@ struct Command {
 
 const std::vector<Command>& Commands() {
   static const auto* commands = new std::vector<Command>{
-      {"status", "", "server state, arena use, sessions and datasets",
+      {"status",
+       "",
+       "server state, arena use, sessions and datasets",
        "Shows dlcached's state, version and uptime, how much of the shared-"
        "memory arena\nis used and leased, the open sessions and the "
        "configured datasets.\n",
-       0, 0, {}},
-      {"stats", "[DATASET]", "hit rate and traffic per dataset",
+       0,
+       0,
+       {}},
+      {"stats",
+       "[DATASET]",
+       "hit rate and traffic per dataset",
        "Shows per-dataset counters since the server started: hit rate "
        "(chunks served\nfrom memory / all chunks served), bytes served, "
        "cached bytes and chunks,\nleased bytes, evictions, source reads and "
        "fill errors. DATASET limits the\noutput to one dataset.\n",
-       0, 1, {}},
-      {"warmup", "DATASET [PREFIX]", "fill the cache from the source",
+       0,
+       1,
+       {}},
+      {"warmup",
+       "DATASET [PREFIX]",
+       "fill the cache from the source",
        "Lists DATASET (or PREFIX, a directory or file prefix inside it) at "
        "the source and\nfills every file into the cache; files already "
        "cached are skipped, so running\nit again resumes. Shows a live "
        "progress line on a terminal (a line every few\nseconds otherwise) "
        "and the first failures at the end. Exits 1 if any file\nfailed.\n",
-       1, 2,
+       1,
+       2,
        {{"parallel", "N", "files filled at once (default: the server's)", 'j'},
         {"interval", "SECONDS",
          "seconds between progress lines when not on a terminal (default "
@@ -95,34 +106,48 @@ const std::vector<Command>& Commands() {
         {"cluster", "",
          "every node of the cluster fills the chunks it owns, so the source "
          "is read once per chunk; progress is the whole cluster's"}}},
-      {"sync", "DATASET [PREFIX]", "copy from the source to the SSD tier",
+      {"sync",
+       "DATASET [PREFIX]",
+       "copy from the source to the SSD tier",
        "Copies DATASET (or PREFIX inside it) from the source to the server's "
        "SSD tier,\nskipping chunks that are there and up to date, so that a "
        "restarted or cold\nnode serves them without the source. Progress as "
        "for warmup. Fails when the\nserver runs without an SSD tier "
        "(dlcached --ssd_dir). Exits 1 if any file\nfailed.\n",
-       1, 2,
+       1,
+       2,
        {{"parallel", "N", "files copied at once (default: the server's)", 'j'},
         {"interval", "SECONDS",
          "seconds between progress lines when not on a terminal (default "
          "5)"}}},
-      {"revalidate", "DATASET [PREFIX]",
+      {"revalidate",
+       "DATASET [PREFIX]",
        "drop cached data that changed at the source",
        "Compares the cached files of DATASET (or under PREFIX) with the "
        "source (size and\nmtime) and drops the chunks of files that changed "
        "or vanished, in memory and\non SSD; anything served afterwards is "
        "current. Prints how many files were\nchecked, changed and missing "
        "and how many chunks were dropped.\n",
-       1, 2,
+       1,
+       2,
        {{"verify-checksums", "",
          "also re-read every SSD chunk from the source and check its "
          "checksum (slow)"}}},
-      {"evict", "DATASET [PREFIX]", "drop cached chunks",
+      {"evict",
+       "DATASET [PREFIX]",
+       "drop cached chunks",
        "Drops the cached chunks of DATASET, or only of files under PREFIX. "
        "Chunks that\nclients still hold are dropped from the index now and "
        "freed when released.\n",
-       1, 2, {}},
-      {"help", "[COMMAND]", "show help for dlcachectl or a command", "", 0, 1,
+       1,
+       2,
+       {}},
+      {"help",
+       "[COMMAND]",
+       "show help for dlcachectl or a command",
+       "",
+       0,
+       1,
        {}},
   };
   return *commands;
@@ -157,11 +182,10 @@ std::string MainHelp() {
 }
 
 std::string CommandHelp(const Command& c) {
-  std::string s = absl::StrCat("Usage: dlcachectl [FLAGS] ", c.name,
-                               c.args.empty() ? "" : " ", c.args,
-                               c.flags.empty() ? "" : " [COMMAND FLAGS]",
-                               "\n\n", c.details.empty() ? c.summary + "\n"
-                                                         : c.details);
+  std::string s = absl::StrCat(
+      "Usage: dlcachectl [FLAGS] ", c.name, c.args.empty() ? "" : " ", c.args,
+      c.flags.empty() ? "" : " [COMMAND FLAGS]", "\n\n",
+      c.details.empty() ? c.summary + "\n" : c.details);
   if (!c.flags.empty()) {
     absl::StrAppend(&s, "\nCommand flags:\n", FormatFlagHelp(c.flags));
   }
@@ -238,8 +262,8 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
                           FormatBytes(s.arena_bytes()), " used (",
                           FormatPercent(s.arena_used_bytes(), s.arena_bytes()),
                           "), ", FormatBytes(s.leased_bytes()), " leased")});
-  kv.AddRow({"segments", absl::StrCat(s.segments(), " in ",
-                                      TerminalSafe(s.shm_dir()))});
+  kv.AddRow({"segments",
+             absl::StrCat(s.segments(), " in ", TerminalSafe(s.shm_dir()))});
   kv.AddRow({"chunks", absl::StrCat(FormatCount(s.cached_chunks()),
                                     " cached, chunk size ",
                                     FormatBytes(s.chunk_size()))});
@@ -267,10 +291,10 @@ int RunStats(const Context& ctx, AdminClient& admin) {
     std::vector<std::string> items;
     for (const v1::DatasetStats& d : st->datasets()) {
       uint64_t served = d.hits() + d.misses();
-      std::string rate =
-          served == 0 ? "null"
-                      : JsonNumber(static_cast<double>(d.hits()) /
-                                   static_cast<double>(served));
+      std::string rate = served == 0
+                             ? "null"
+                             : JsonNumber(static_cast<double>(d.hits()) /
+                                          static_cast<double>(served));
       items.push_back(ProtoToJson(d, {{"hit_rate", rate}}));
     }
     ctx.out() << "{\"datasets\":[" << absl::StrJoin(items, ",") << "]}\n";
@@ -281,11 +305,11 @@ int RunStats(const Context& ctx, AdminClient& admin) {
     return kExitOk;
   }
   using A = Table::Align;
-  Table t({"DATASET", "HIT RATE", "HITS", "MISSES", "SERVED", "CACHED",
-           "CHUNKS", "LEASED", "EVICTIONS", "SOURCE READS", "SOURCE BYTES",
-           "FILL ERRORS"},
-          {A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
-           A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight});
+  Table t(
+      {"DATASET", "HIT RATE", "HITS", "MISSES", "SERVED", "CACHED", "CHUNKS",
+       "LEASED", "EVICTIONS", "SOURCE READS", "SOURCE BYTES", "FILL ERRORS"},
+      {A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
+       A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight});
   for (const v1::DatasetStats& d : st->datasets()) {
     t.AddRow({TerminalSafe(d.dataset()),
               FormatPercent(d.hits(), d.hits() + d.misses()),
@@ -376,10 +400,10 @@ int RunFill(const Context& ctx, AdminClient& admin, bool sync) {
     return Fail(ctx, absl::StrCat(verb, " of ", what), st);
   }
   if (!last.done()) {
-    return Fail(ctx, absl::StrCat(verb, " of ", what),
-                absl::UnavailableError(absl::StrCat(
-                    "the progress stream ended before the ", verb,
-                    " was done")));
+    return Fail(
+        ctx, absl::StrCat(verb, " of ", what),
+        absl::UnavailableError(absl::StrCat(
+            "the progress stream ended before the ", verb, " was done")));
   }
   if (ctx.json) {
     ctx.out() << ProtoToJson(last) << "\n";
@@ -422,14 +446,12 @@ int RunRevalidate(const Context& ctx, AdminClient& admin) {
     ctx.out() << ProtoToJson(*r) << "\n";
     return kExitOk;
   }
-  ctx.out() << "revalidated " << what << ": "
-            << FormatCount(r->files_checked()) << " files checked, "
-            << FormatCount(r->files_changed()) << " changed, "
-            << FormatCount(r->files_missing()) << " missing; "
+  ctx.out() << "revalidated " << what << ": " << FormatCount(r->files_checked())
+            << " files checked, " << FormatCount(r->files_changed())
+            << " changed, " << FormatCount(r->files_missing()) << " missing; "
             << FormatCount(r->chunks_dropped()) << " chunks dropped";
   if (req.verify_checksums()) {
-    ctx.out() << "; " << FormatCount(r->ssd_corrupt())
-              << " corrupt SSD chunks";
+    ctx.out() << "; " << FormatCount(r->ssd_corrupt()) << " corrupt SSD chunks";
   }
   ctx.out() << "\n";
   return kExitOk;
@@ -528,11 +550,11 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     }
     const Command* c = FindCommand(ctx.args.positional[1]);
     if (c == nullptr || ctx.args.positional.size() > 2) {
-      return Usage(env, absl::StrCat("no help for '",
-                                     absl::StrJoin(ctx.args.positional.begin() + 1,
-                                                   ctx.args.positional.end(),
-                                                   " "),
-                                     "'"),
+      return Usage(env,
+                   absl::StrCat("no help for '",
+                                absl::StrJoin(ctx.args.positional.begin() + 1,
+                                              ctx.args.positional.end(), " "),
+                                "'"),
                    nullptr);
     }
     *env.out << CommandHelp(*c);
@@ -555,9 +577,9 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
   const size_t n = ctx.args.positional.size() - 1;
   if (n < ctx.command->min_positional || n > ctx.command->max_positional) {
     return Usage(env,
-                 absl::StrCat(name, " takes ", ctx.command->args.empty()
-                                                   ? "no arguments"
-                                                   : ctx.command->args),
+                 absl::StrCat(name, " takes ",
+                              ctx.command->args.empty() ? "no arguments"
+                                                        : ctx.command->args),
                  ctx.command);
   }
 
@@ -617,8 +639,7 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     if (ctx.args.Has("token_file")) {
       std::ifstream in(ctx.args.Get("token_file"));
       if (!in || !std::getline(in, auth.token) || auth.token.empty()) {
-        return Usage(env, "cannot read a token from --token_file",
-                     ctx.command);
+        return Usage(env, "cannot read a token from --token_file", ctx.command);
       }
     }
     admin = AdminClient::Connect(ctx.target, ctx.timeout, auth);

@@ -50,8 +50,8 @@ std::string FormatCount(uint64_t n) {
 
 std::string FormatPercent(uint64_t part, uint64_t whole) {
   if (whole == 0) return "-";
-  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) /
-                                       static_cast<double>(whole));
+  return absl::StrFormat(
+      "%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
 std::string FormatClock(double seconds) {
@@ -72,8 +72,7 @@ std::string FormatElapsed(double seconds) {
 std::string FormatUptime(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
   uint64_t s = static_cast<uint64_t>(seconds);
-  uint64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60,
-           sec = s % 60;
+  uint64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
   if (d > 0) return absl::StrCat(d, "d ", h, "h");
   if (h > 0) return absl::StrCat(h, "h ", m, "m");
   if (m > 0) return absl::StrCat(m, "m ", sec, "s");
@@ -117,8 +116,8 @@ std::string TerminalSafe(absl::string_view s) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     const size_t n = Utf8SequenceLength(s, i);
     // C1 controls are U+0080-U+009F: C2 80 - C2 9F.
-    const bool c1 = n == 2 && c == 0xc2 &&
-                    static_cast<unsigned char>(s[i + 1]) < 0xa0;
+    const bool c1 =
+        n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0;
     if (n == 0 || c < 0x20 || c == 0x7f || c1) {
       const size_t bytes = n == 0 ? 1 : n;
       for (size_t k = 0; k < bytes; ++k) {

@@ -1,9 +1,9 @@
 #include "client/cli/json.h"
 
-#include <cmath>
-
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,9 +17,10 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-void AppendMessage(const Message& m,
-                   const std::vector<std::pair<std::string, std::string>>& extra,
-                   std::string* out);
+void AppendMessage(
+    const Message& m,
+    const std::vector<std::pair<std::string, std::string>>& extra,
+    std::string* out);
 
 void AppendValue(const Message& m, const FieldDescriptor* f, int index,
                  std::string* out) {
@@ -27,20 +28,20 @@ void AppendValue(const Message& m, const FieldDescriptor* f, int index,
   const bool rep = f->is_repeated();
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      absl::StrAppend(out, rep ? r->GetRepeatedInt32(m, f, index)
-                               : r->GetInt32(m, f));
+      absl::StrAppend(
+          out, rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
       break;
     case FieldDescriptor::CPPTYPE_INT64:
-      absl::StrAppend(out, rep ? r->GetRepeatedInt64(m, f, index)
-                               : r->GetInt64(m, f));
+      absl::StrAppend(
+          out, rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
       break;
     case FieldDescriptor::CPPTYPE_UINT32:
-      absl::StrAppend(out, rep ? r->GetRepeatedUInt32(m, f, index)
-                               : r->GetUInt32(m, f));
+      absl::StrAppend(
+          out, rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
       break;
     case FieldDescriptor::CPPTYPE_UINT64:
-      absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, index)
-                               : r->GetUInt64(m, f));
+      absl::StrAppend(
+          out, rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
       out->append(JsonNumber(rep ? r->GetRepeatedDouble(m, f, index)
@@ -64,16 +65,17 @@ void AppendValue(const Message& m, const FieldDescriptor* f, int index,
                                  : r->GetString(m, f)));
       break;
     case FieldDescriptor::CPPTYPE_MESSAGE:
-      AppendMessage(rep ? r->GetRepeatedMessage(m, f, index)
-                        : r->GetMessage(m, f),
-                    {}, out);
+      AppendMessage(
+          rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f), {},
+          out);
       break;
   }
 }
 
-void AppendMessage(const Message& m,
-                   const std::vector<std::pair<std::string, std::string>>& extra,
-                   std::string* out) {
+void AppendMessage(
+    const Message& m,
+    const std::vector<std::pair<std::string, std::string>>& extra,
+    std::string* out) {
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const Reflection* r = m.GetReflection();
   out->push_back('{');
@@ -135,11 +137,21 @@ std::string JsonString(absl::string_view s) {
       continue;
     }
     switch (c) {
-      case '"': out.append("\\\""); break;
-      case '\\': out.append("\\\\"); break;
-      case '\n': out.append("\\n"); break;
-      case '\r': out.append("\\r"); break;
-      case '\t': out.append("\\t"); break;
+      case '"':
+        out.append("\\\"");
+        break;
+      case '\\':
+        out.append("\\\\");
+        break;
+      case '\n':
+        out.append("\\n");
+        break;
+      case '\r':
+        out.append("\\r");
+        break;
+      case '\t':
+        out.append("\\t");
+        break;
       default:
         if (c < 0x20) {
           out.append(absl::StrFormat("\\u%04x", c));

@@ -16,23 +16,22 @@ constexpr double kRateAlpha = 0.3;
 
 }  // namespace
 
-std::string FormatProgressLine(const WarmupSnapshot& s,
-                               double bytes_per_second, int width) {
+std::string FormatProgressLine(const WarmupSnapshot& s, double bytes_per_second,
+                               int width) {
   const bool known = s.listing_done;
   std::string files =
       absl::StrCat(FormatCount(s.files_done), "/", FormatCount(s.files_total),
                    known ? "" : "+", " files");
-  std::string bytes =
-      known ? absl::StrCat(FormatBytes(s.bytes_done), "/",
-                           FormatBytes(s.bytes_total))
-            : FormatBytes(s.bytes_done);
-  std::string tail = absl::StrCat(files, "  ", bytes, "  ",
-                                  FormatRate(bytes_per_second));
+  std::string bytes = known ? absl::StrCat(FormatBytes(s.bytes_done), "/",
+                                           FormatBytes(s.bytes_total))
+                            : FormatBytes(s.bytes_done);
+  std::string tail =
+      absl::StrCat(files, "  ", bytes, "  ", FormatRate(bytes_per_second));
   if (known && !s.done) {
-    double left = static_cast<double>(s.bytes_total - std::min(s.bytes_total,
-                                                               s.bytes_done));
-    std::string eta = bytes_per_second > 0 ? FormatClock(left / bytes_per_second)
-                                           : "--:--";
+    double left = static_cast<double>(s.bytes_total -
+                                      std::min(s.bytes_total, s.bytes_done));
+    std::string eta =
+        bytes_per_second > 0 ? FormatClock(left / bytes_per_second) : "--:--";
     if (left == 0) eta = "0:00";
     absl::StrAppend(&tail, "  ETA ", eta);
   } else if (s.done) {
@@ -43,10 +42,11 @@ std::string FormatProgressLine(const WarmupSnapshot& s,
   if (!known) return absl::StrCat("[listing...]  ", tail);
 
   // Percentage by bytes; an empty dataset is complete once listed.
-  double frac = s.bytes_total == 0
-                    ? (s.files_done >= s.files_total ? 1.0 : 0.0)
-                    : static_cast<double>(std::min(s.bytes_done, s.bytes_total)) /
-                          static_cast<double>(s.bytes_total);
+  double frac =
+      s.bytes_total == 0
+          ? (s.files_done >= s.files_total ? 1.0 : 0.0)
+          : static_cast<double>(std::min(s.bytes_done, s.bytes_total)) /
+                static_cast<double>(s.bytes_total);
   std::string pct = absl::StrFormat("%5.1f%%", 100.0 * frac);
   // "[" bar "]  " pct "  " tail
   int room = width - static_cast<int>(pct.size() + tail.size()) - 6;
@@ -62,15 +62,19 @@ std::string FormatProgressLine(const WarmupSnapshot& s,
 
 ProgressBar::ProgressBar(std::ostream& out, bool tty, int width,
                          double plain_interval_s)
-    : out_(out), tty_(tty), width_(width), plain_interval_s_(plain_interval_s) {}
+    : out_(out),
+      tty_(tty),
+      width_(width),
+      plain_interval_s_(plain_interval_s) {}
 
 void ProgressBar::Sample(const WarmupSnapshot& s) {
   if (!have_sample_) {
-    if (s.elapsed_s > 0) rate_ = static_cast<double>(s.bytes_done) / s.elapsed_s;
+    if (s.elapsed_s > 0)
+      rate_ = static_cast<double>(s.bytes_done) / s.elapsed_s;
     have_sample_ = true;
   } else if (s.elapsed_s > last_elapsed_) {
-    double delta = static_cast<double>(s.bytes_done - std::min(s.bytes_done,
-                                                               last_bytes_));
+    double delta =
+        static_cast<double>(s.bytes_done - std::min(s.bytes_done, last_bytes_));
     double inst = delta / (s.elapsed_s - last_elapsed_);
     rate_ = kRateAlpha * inst + (1 - kRateAlpha) * rate_;
   } else {
@@ -82,7 +86,8 @@ void ProgressBar::Sample(const WarmupSnapshot& s) {
 
 void ProgressBar::Draw(const std::string& line) {
   out_ << '\r' << line;
-  if (line.size() < drawn_len_) out_ << std::string(drawn_len_ - line.size(), ' ');
+  if (line.size() < drawn_len_)
+    out_ << std::string(drawn_len_ - line.size(), ' ');
   out_.flush();
   drawn_len_ = line.size();
 }
@@ -108,8 +113,8 @@ void ProgressBar::Finish(const WarmupSnapshot& s) {
   finished_ = true;
   Sample(s);
   // The final line shows the average over the whole run.
-  double avg = s.elapsed_s > 0 ? static_cast<double>(s.bytes_done) / s.elapsed_s
-                               : rate_;
+  double avg =
+      s.elapsed_s > 0 ? static_cast<double>(s.bytes_done) / s.elapsed_s : rate_;
   std::string line = FormatProgressLine(s, avg, width_);
   if (tty_) {
     Draw(line);

@@ -29,8 +29,8 @@ struct WarmupSnapshot {
 // percentage, bar or ETA (the totals still grow):
 //   [listing...]  5/12+ files  1.50 MiB  12.0 MB/s  0 failed
 // The percentage is by bytes. Pure, thread-safe.
-std::string FormatProgressLine(const WarmupSnapshot& s,
-                               double bytes_per_second, int width);
+std::string FormatProgressLine(const WarmupSnapshot& s, double bytes_per_second,
+                               int width);
 
 // Shows warm-up progress on `out`:
 //  - on a TTY, one line redrawn in place with '\r' (padded with spaces to

@@ -142,8 +142,9 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
     {
       absl::MutexLock lock(&mu_);
       if (free_.empty() && options.buffer_wait > absl::ZeroDuration()) {
-        mu_.AwaitWithTimeout(absl::Condition(this, &UploaderCore::HasFreeLocked),
-                             options.buffer_wait);
+        mu_.AwaitWithTimeout(
+            absl::Condition(this, &UploaderCore::HasFreeLocked),
+            options.buffer_wait);
       }
       if (free_.empty()) {
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -165,8 +166,8 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
       fb.buf = DeviceBuffer();
       fb.released = StreamMark();
       const uint64_t want = std::max(layout.total, options.buffer_bytes);
-      absl::StatusOr<DeviceBuffer> nb =
-          engine->AllocateDevice((want + (2 << 20) - 1) / (2 << 20) * (2 << 20));
+      absl::StatusOr<DeviceBuffer> nb = engine->AllocateDevice(
+          (want + (2 << 20) - 1) / (2 << 20) * (2 << 20));
       if (!nb.ok()) return give_back(nb.status());
       fb.buf = std::move(*nb);
     }
@@ -219,9 +220,9 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
           "UploadTo: statuses and items differ in length");
     }
     if (target.offsets.size() != items.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "UploadTo: ", target.offsets.size(), " offsets for ", items.size(),
-          " items"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("UploadTo: ", target.offsets.size(), " offsets for ",
+                       items.size(), " items"));
     }
     std::vector<CopyOp> ops;
     std::vector<DeviceItem> out_items(items.size());
@@ -233,9 +234,9 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
       for (const HostChunk& c : items[i]) {
         if (c.size == 0) continue;
         if (at > target.size || c.size > target.size - at) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "UploadTo: item ", i, " at offset ", start,
-              " does not fit the ", target.size, "-byte target"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("UploadTo: item ", i, " at offset ", start,
+                           " does not fit the ", target.size, "-byte target"));
         }
         ops.push_back(CopyOp{c.data, c.size, at});
         at += c.size;
@@ -339,14 +340,14 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
                                                      s.get()) != done.end();
                                   }),
                    adopted_.end());
-    in_flight_.erase(
-        std::remove_if(in_flight_.begin(), in_flight_.end(),
-                       [&](const std::weak_ptr<BatchState>& w) {
-                         auto s = w.lock();
-                         return !s || std::find(done.begin(), done.end(),
-                                                s.get()) != done.end();
-                       }),
-        in_flight_.end());
+    in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
+                                    [&](const std::weak_ptr<BatchState>& w) {
+                                      auto s = w.lock();
+                                      return !s ||
+                                             std::find(done.begin(), done.end(),
+                                                       s.get()) != done.end();
+                                    }),
+                     in_flight_.end());
   }
 
   bool HasFree() const {
@@ -368,8 +369,8 @@ class UploaderCore : public std::enable_shared_from_this<UploaderCore> {
 
  private:
   struct FreeBuffer {
-    DeviceBuffer buf;      // empty until first use
-    StreamMark released;   // consumer's last use of buf
+    DeviceBuffer buf;     // empty until first use
+    StreamMark released;  // consumer's last use of buf
   };
 
   bool HasFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -150,8 +150,8 @@ class EngineCore {
       absl::MutexLock lock(&mu_);
       auto best = idle_pinned_.end();
       for (auto it = idle_pinned_.begin(); it != idle_pinned_.end(); ++it) {
-        if (it->size >= size && (best == idle_pinned_.end() ||
-                                 it->size < best->size)) {
+        if (it->size >= size &&
+            (best == idle_pinned_.end() || it->size < best->size)) {
           best = it;
         }
       }
@@ -189,11 +189,11 @@ class EngineCore {
         return;
       }
       // Keep the largest buffers: they serve every request.
-      auto smallest = std::min_element(
-          idle_pinned_.begin(), idle_pinned_.end(),
-          [](const PinnedBuffer& x, const PinnedBuffer& y) {
-            return x.size < y.size;
-          });
+      auto smallest =
+          std::min_element(idle_pinned_.begin(), idle_pinned_.end(),
+                           [](const PinnedBuffer& x, const PinnedBuffer& y) {
+                             return x.size < y.size;
+                           });
       drop = *smallest;
       idle_pinned_.erase(smallest);
     }
@@ -346,10 +346,9 @@ absl::Status CudaAvailable(int device) {
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      return new absl::Status(absl::UnavailableError(
-          absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ",
-                       cudaGetErrorName(err), " (", cudaGetErrorString(err),
-                       ")")));
+      return new absl::Status(absl::UnavailableError(absl::StrCat(
+          "no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(err),
+          " (", cudaGetErrorString(err), ")")));
     }
     if (count == 0) {
       return new absl::Status(
@@ -408,7 +407,8 @@ StreamMark::StreamMark(StreamMark&&) noexcept = default;
 StreamMark& StreamMark::operator=(StreamMark&&) noexcept = default;
 StreamMark::~StreamMark() = default;
 bool StreamMark::Done() const {
-  return state_ == nullptr || cudaEventQuery(state_->event) != cudaErrorNotReady;
+  return state_ == nullptr ||
+         cudaEventQuery(state_->event) != cudaErrorNotReady;
 }
 absl::Status StreamMark::Wait() const {
   if (state_ == nullptr) return absl::OkStatus();
@@ -544,10 +544,10 @@ absl::Status UploadEngine::CopyToHost(const void* device_src, void* host_dst,
                                       uint64_t size) {
   absl::MutexLock lock(&core_->enqueue_mu());
   cudaSetDevice(core_->device);
-  absl::Status st = FromCuda(cudaMemcpyAsync(host_dst, device_src, size,
-                                             cudaMemcpyDeviceToHost,
-                                             core_->stream),
-                             "cudaMemcpyAsync (to host)");
+  absl::Status st =
+      FromCuda(cudaMemcpyAsync(host_dst, device_src, size,
+                               cudaMemcpyDeviceToHost, core_->stream),
+               "cudaMemcpyAsync (to host)");
   absl::Status sync =
       FromCuda(cudaStreamSynchronize(core_->stream), "cudaStreamSynchronize");
   return st.ok() ? sync : st;
@@ -571,9 +571,10 @@ absl::StatusOr<StreamMark> UploadEngine::Mark(CUstream_st* stream) {
   state->core = core_;
   state->event = *event;
   cudaSetDevice(core_->device);
-  if (absl::Status st = FromCuda(
-          cudaEventRecord(*event, stream == nullptr ? cudaStreamLegacy : stream),
-          "cudaEventRecord");
+  if (absl::Status st =
+          FromCuda(cudaEventRecord(
+                       *event, stream == nullptr ? cudaStreamLegacy : stream),
+                   "cudaEventRecord");
       !st.ok()) {
     return st;
   }
@@ -604,9 +605,9 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
           absl::StrCat("Enqueue: op ", i, " has a null source"));
     }
     if (op.dst_offset > dst_size || op.size > dst_size - op.dst_offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Enqueue: op ", i, " [", op.dst_offset, ", +", op.size,
-          ") is outside the ", dst_size, "-byte destination"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Enqueue: op ", i, " [", op.dst_offset, ", +", op.size,
+                       ") is outside the ", dst_size, "-byte destination"));
     }
     stats.bytes += op.size;
     Run run;
@@ -667,7 +668,8 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
   if (eo.coalesce && runs.size() > 1) {
     std::vector<std::pair<uint64_t, uint64_t>> by_dst;
     by_dst.reserve(runs.size());
-    for (const Run& r : runs) by_dst.emplace_back(r.dst_offset, r.dst_offset + r.size);
+    for (const Run& r : runs)
+      by_dst.emplace_back(r.dst_offset, r.dst_offset + r.size);
     std::sort(by_dst.begin(), by_dst.end());
     std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
       if (a.src.region != b.src.region) return a.src.region < b.src.region;
@@ -745,9 +747,9 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
     cudaSetDevice(core_->device);
     cudaStream_t stream = core_->stream;
     if (options.after != nullptr && options.after->state_ != nullptr) {
-      submit = FromCuda(
-          cudaStreamWaitEvent(stream, options.after->state_->event, 0),
-          "cudaStreamWaitEvent");
+      submit =
+          FromCuda(cudaStreamWaitEvent(stream, options.after->state_->event, 0),
+                   "cudaStreamWaitEvent");
     }
     char* d = static_cast<char*>(dst);
     if (submit.ok()) {
@@ -802,15 +804,15 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
         case UploadMethod::kGatherKernel: {
           if (pieces.empty()) break;
           const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(
-              pieces.size(),
-              static_cast<uint64_t>(core_->sm_count) * eo.gather_blocks_per_sm));
-          submit = FromCuda(
-              internal::LaunchGather(
-                  static_cast<const internal::GatherPiece*>(
-                      state->pinned.back().dev),
-                  static_cast<uint32_t>(pieces.size()), blocks,
-                  static_cast<uint32_t>(eo.gather_threads), stream),
-              "gather kernel launch");
+              pieces.size(), static_cast<uint64_t>(core_->sm_count) *
+                                 eo.gather_blocks_per_sm));
+          submit =
+              FromCuda(internal::LaunchGather(
+                           static_cast<const internal::GatherPiece*>(
+                               state->pinned.back().dev),
+                           static_cast<uint32_t>(pieces.size()), blocks,
+                           static_cast<uint32_t>(eo.gather_threads), stream),
+                       "gather kernel launch");
           break;
         }
       }

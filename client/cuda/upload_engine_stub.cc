@@ -1,9 +1,8 @@
 // UploadEngine for builds without CUDA (DLCACHE_WITH_CUDA=OFF): the same
 // API, with Create() failing UNAVAILABLE, so callers need no #ifdefs.
 
-#include "dlcache/cuda/upload_engine.h"
-
 #include "absl/strings/str_cat.h"
+#include "dlcache/cuda/upload_engine.h"
 
 namespace dlcache::cuda {
 namespace internal {
@@ -107,9 +106,7 @@ absl::Status UploadEngine::CopyToHost(const void*, void*, uint64_t) {
   return NoCuda();
 }
 absl::Status UploadEngine::Fill(void*, uint8_t, uint64_t) { return NoCuda(); }
-absl::StatusOr<StreamMark> UploadEngine::Mark(CUstream_st*) {
-  return NoCuda();
-}
+absl::StatusOr<StreamMark> UploadEngine::Mark(CUstream_st*) { return NoCuda(); }
 CUstream_st* UploadEngine::stream() const { return nullptr; }
 int UploadEngine::device() const { return 0; }
 const EngineOptions& UploadEngine::options() const {

@@ -67,8 +67,8 @@ absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Map(
     absl::Span<const SegmentSpec> segments, absl::Span<const UniqueFd> fds) {
   if (absl::Status st = ValidateSpecs(segments); !st.ok()) return st;
   if (fds.size() != segments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        fds.size(), " fds for ", segments.size(), " segments"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(fds.size(), " fds for ", segments.size(), " segments"));
   }
   // Destroying `map` on an error path unmaps what was mapped so far.
   std::unique_ptr<SegmentMap> map(new SegmentMap());
@@ -78,24 +78,23 @@ absl::StatusOr<std::unique_ptr<SegmentMap>> SegmentMap::Map(
     const SegmentSpec& s = segments[i];
     struct stat st;
     if (::fstat(fds[i].get(), &st) != 0) {
-      return absl::InternalError(absl::StrCat("fstat of segment ", s.id,
-                                              ": ", strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("fstat of segment ", s.id, ": ", strerror(errno)));
     }
     if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < s.size) {
-      return absl::DataLossError(absl::StrCat(
-          "segment ", s.id, " file is ", st.st_size, " bytes, expected ",
-          s.size));
+      return absl::DataLossError(absl::StrCat("segment ", s.id, " file is ",
+                                              st.st_size, " bytes, expected ",
+                                              s.size));
     }
     void* p = ::mmap(nullptr, s.size, PROT_READ, MAP_SHARED, fds[i].get(), 0);
     if (p == MAP_FAILED) {
-      return absl::InternalError(absl::StrCat(
-          "mmap of segment ", s.id, " (", s.size, " bytes, read-only): ",
-          strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("mmap of segment ", s.id, " (", s.size,
+                       " bytes, read-only): ", strerror(errno)));
     }
-    map->segments_.push_back({s.id, static_cast<const std::byte*>(p),
-                              static_cast<size_t>(s.size),
-                              static_cast<uint64_t>(st.st_dev),
-                              static_cast<uint64_t>(st.st_ino)});
+    map->segments_.push_back(
+        {s.id, static_cast<const std::byte*>(p), static_cast<size_t>(s.size),
+         static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
     max_id = std::max(max_id, s.id);
   }
   std::sort(map->segments_.begin(), map->segments_.end(),

@@ -177,12 +177,12 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
   }
   auto fail = [&](const absl::Status& st) {
     Abandon(conn);
-    return absl::Status(st.code(),
-                        absl::StrCat("opening a session with dlcached at ",
-                                     target_, ": ", st.message()));
+    return absl::Status(
+        st.code(), absl::StrCat("opening a session with dlcached at ", target_,
+                                ": ", st.message()));
   };
-  absl::StatusOr<SessionInfo> info = SayHello(
-      conn->sock.get(), conn->rx, options_.client_name, deadline);
+  absl::StatusOr<SessionInfo> info =
+      SayHello(conn->sock.get(), conn->rx, options_.client_name, deadline);
   if (!info.ok()) return fail(info.status());
   conn->info = *std::move(info);
   uint64_t next_id = 2;  // 1 was the hello
@@ -197,9 +197,8 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
     if (conn->info.segments.empty()) {
       return fail(absl::DataLossError("the server announced no segments"));
     }
-    absl::StatusOr<std::vector<UniqueFd>> fds =
-        FetchSegmentFds(conn->sock.get(), conn->rx, conn->info.segments,
-                        deadline, &next_id);
+    absl::StatusOr<std::vector<UniqueFd>> fds = FetchSegmentFds(
+        conn->sock.get(), conn->rx, conn->info.segments, deadline, &next_id);
     if (!fds.ok()) return fail(fds.status());
     if (previous != nullptr &&
         previous->map->MapsSameFiles(conn->info.segments, *fds)) {
@@ -624,10 +623,10 @@ absl::StatusOr<local::Frame> ClientCore::Roundtrip(Conn& conn,
                                  ? conn.info.max_frame_bytes
                                  : local::kMaxFrameBytes;
   if (payload.size() > max_frame) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": the request is ", payload.size(),
-        " bytes, over dlcached's frame limit of ", max_frame,
-        " (max_frame_bytes); ask for fewer or shorter keys"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the request is ", payload.size(),
+                     " bytes, over dlcached's frame limit of ", max_frame,
+                     " (max_frame_bytes); ask for fewer or shorter keys"));
   }
   const uint64_t id = conn.next_request_id.fetch_add(1);
   Call call;
@@ -686,8 +685,7 @@ absl::StatusOr<Batch> ClientCore::GetBatch(
 absl::StatusOr<Batch> ClientCore::GetBatch(
     absl::string_view dataset, absl::Span<const ItemRequest> items) {
   return DoGetBatch(dataset, items.size(), [&](size_t i) {
-    return local::Key{items[i].path, items[i].first_chunk,
-                      items[i].max_chunks};
+    return local::Key{items[i].path, items[i].first_chunk, items[i].max_chunks};
   });
 }
 
@@ -768,9 +766,9 @@ absl::StatusOr<std::vector<Item>> ClientCore::DecodeItems(
     Conn& conn, const local::BatchReply& reply, size_t n) {
   if (reply.item_count() != n) {
     QueueRelease(conn.generation, LeasesOf(reply));
-    return absl::InternalError(
-        absl::StrCat("GetBatch: dlcached at ", target_, " answered ",
-                     reply.item_count(), " items for ", n));
+    return absl::InternalError(absl::StrCat("GetBatch: dlcached at ", target_,
+                                            " answered ", reply.item_count(),
+                                            " items for ", n));
   }
   auto owner = std::make_shared<LeaseOwner>(
       LeaseOwner{shared_from_this(), conn.map, conn.generation});
@@ -810,8 +808,7 @@ absl::StatusOr<std::vector<Item>> ClientCore::DecodeItems(
       item.chunks_.push_back(ChunkView{data, static_cast<size_t>(h.length),
                                        h.index, h.segment, h.offset,
                                        h.checksum});
-      if (options_.verify_checksums &&
-          Checksum(data, h.length) != h.checksum) {
+      if (options_.verify_checksums && Checksum(data, h.length) != h.checksum) {
         item.status_ = absl::DataLossError(absl::StrFormat(
             "chunk %u: checksum mismatch in shared memory", h.index));
       }
@@ -875,9 +872,9 @@ absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
         Roundtrip(**conn, local::MsgType::kStat, payload, deadline, "Stat");
     if (!frame.ok()) return frame.status();
     if (frame->type() != local::MsgType::kStatReply) {
-      return RpcError("Stat", absl::DataLossError(absl::StrCat(
-                                  "answered with message type ",
-                                  frame->header.type)));
+      return RpcError("Stat",
+                      absl::DataLossError(absl::StrCat(
+                          "answered with message type ", frame->header.type)));
     }
     int32_t code = 0;
     std::string message;
@@ -924,9 +921,9 @@ absl::Status ClientCore::FlushReleases() {
                   deadline, "Release");
     absl::Status st = frame.status();
     if (st.ok() && frame->type() != local::MsgType::kReleased) {
-      st = RpcError("Release", absl::DataLossError(absl::StrCat(
-                                   "answered with message type ",
-                                   frame->header.type)));
+      st = RpcError("Release",
+                    absl::DataLossError(absl::StrCat(
+                        "answered with message type ", frame->header.type)));
     }
     if (!st.ok()) {
       if (Lost(*conn)) return absl::OkStatus();  // released with the session

@@ -165,14 +165,17 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                    KeyAt key_at);
   // One kGetBatch for keys [begin, end) on `conn`.
   template <typename KeyAt>
-  absl::StatusOr<std::vector<Item>> GetBatchSlice(
-      Conn& conn, absl::string_view dataset, size_t begin, size_t end,
-      KeyAt key_at, bool piggyback, absl::Time deadline);
+  absl::StatusOr<std::vector<Item>> GetBatchSlice(Conn& conn,
+                                                  absl::string_view dataset,
+                                                  size_t begin, size_t end,
+                                                  KeyAt key_at, bool piggyback,
+                                                  absl::Time deadline);
   // Items from a kBatch answer for n keys, pointing into conn's mapping.
   // Leases of items refused here (handle outside the mapping, checksum
   // mismatch) and of a malformed answer are queued for release.
-  absl::StatusOr<std::vector<Item>> DecodeItems(
-      Conn& conn, const local::BatchReply& reply, size_t n);
+  absl::StatusOr<std::vector<Item>> DecodeItems(Conn& conn,
+                                                const local::BatchReply& reply,
+                                                size_t n);
   // Sends a request and waits for its answer frame (a kError answer
   // becomes its status). UNAVAILABLE if the session ends first,
   // DEADLINE_EXCEEDED at `deadline`.

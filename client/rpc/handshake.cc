@@ -57,8 +57,8 @@ absl::StatusOr<UniqueFd> ConnectDataSocket(const std::string& path,
   const bool exists = ::stat(path.c_str(), &st) == 0;
   return absl::UnavailableError(absl::StrCat(
       "cannot reach dlcached at ", DataSocketTarget(path), ": is it running?",
-      exists ? "" : " (the socket file does not exist)", " (",
-      last.message(), ")"));
+      exists ? "" : " (the socket file does not exist)", " (", last.message(),
+      ")"));
 }
 
 void SetReceiveDeadline(int sock, absl::Time deadline) {
@@ -81,7 +81,8 @@ void SetSendTimeout(int sock, absl::Duration timeout) {
 
 absl::Status StatusFromWire(int32_t code, absl::string_view message) {
   if (code == 0) return absl::OkStatus();
-  if (code < 0 || code > 16) code = static_cast<int32_t>(absl::StatusCode::kUnknown);
+  if (code < 0 || code > 16)
+    code = static_cast<int32_t>(absl::StatusCode::kUnknown);
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
@@ -120,8 +121,7 @@ absl::StatusOr<SessionInfo> SayHello(int sock, local::FrameReceiver& rx,
   info.max_frame_bytes = reply.max_frame_bytes;
   info.segments.reserve(reply.segment_sizes.size());
   for (size_t i = 0; i < reply.segment_sizes.size(); ++i) {
-    info.segments.push_back(
-        {static_cast<uint32_t>(i), reply.segment_sizes[i]});
+    info.segments.push_back({static_cast<uint32_t>(i), reply.segment_sizes[i]});
   }
   return info;
 }
@@ -133,8 +133,8 @@ absl::StatusOr<std::vector<UniqueFd>> FetchSegmentFds(
   fds.reserve(segments.size());
   size_t begin = 0;
   while (begin < segments.size()) {
-    const size_t count = std::min<size_t>(local::kMaxSegmentsPerFrame,
-                                          segments.size() - begin);
+    const size_t count =
+        std::min<size_t>(local::kMaxSegmentsPerFrame, segments.size() - begin);
     local::GetSegments req;
     req.first = segments[begin].id;
     req.count = static_cast<uint32_t>(count);
@@ -160,19 +160,18 @@ absl::StatusOr<std::vector<UniqueFd>> FetchSegmentFds(
       return Annotate(where, st);
     }
     if (reply.code != 0) {
-      return StatusFromWire(reply.code,
-                            absl::StrCat(where, ": refused by the server: ",
-                                         reply.message));
+      return StatusFromWire(
+          reply.code,
+          absl::StrCat(where, ": refused by the server: ", reply.message));
     }
     if (reply.first != req.first || reply.count != req.count) {
-      return absl::DataLossError(absl::StrCat(
-          where, ": the reply is for segments [", reply.first, ", ",
-          uint64_t{reply.first} + reply.count, ")"));
+      return absl::DataLossError(
+          absl::StrCat(where, ": the reply is for segments [", reply.first,
+                       ", ", uint64_t{reply.first} + reply.count, ")"));
     }
     if (frame->fds.size() != count) {
-      return absl::DataLossError(absl::StrCat(where, ": got ",
-                                              frame->fds.size(),
-                                              " fds, expected ", count));
+      return absl::DataLossError(absl::StrCat(
+          where, ": got ", frame->fds.size(), " fds, expected ", count));
     }
     for (UniqueFd& fd : frame->fds) fds.push_back(std::move(fd));
     begin += count;

@@ -107,9 +107,9 @@ class CacheDataset::State {
     if (feed == nullptr || feed_batch_size != size) {
       feed.reset();
       feed_batch_size = size;
-      feed = std::make_unique<GpuFeed>(
-          client.get(), uploader, options.dataset, device, options.prefetch,
-          Batches(next, size));
+      feed = std::make_unique<GpuFeed>(client.get(), uploader, options.dataset,
+                                       device, options.prefetch,
+                                       Batches(next, size));
     }
     std::optional<GpuFeed::Result> r = feed->Next();
     if (!r.has_value()) return std::nullopt;
@@ -232,8 +232,9 @@ void CacheDataset::load(torch::serialize::InputArchive& archive) {
   s.StopFeed();
   s.epoch = epoch.item<int64_t>();
   s.Reorder();
-  s.next = std::min(static_cast<size_t>(std::max<int64_t>(next.item<int64_t>(), 0)),
-                    s.order.size());
+  s.next =
+      std::min(static_cast<size_t>(std::max<int64_t>(next.item<int64_t>(), 0)),
+               s.order.size());
   s.started = true;
   s.next_epoch.reset();
 }

@@ -134,9 +134,10 @@ GpuFeed::Result GpuFeed::UploadWhole(dlc_batch* batch, Result r) {
                            DeviceBytes(device_));
   // Stream-ordered with the legacy default stream (see cache_dataset.h);
   // on success the upload owns the batch.
-  if (int rc = dlc_cuda_upload_batch(uploader_, batch, r.batch.data.data_ptr(),
-                                     static_cast<uint64_t>(r.batch.data.numel()),
-                                     offsets.data(), nullptr, 0, nullptr);
+  if (int rc =
+          dlc_cuda_upload_batch(uploader_, batch, r.batch.data.data_ptr(),
+                                static_cast<uint64_t>(r.batch.data.numel()),
+                                offsets.data(), nullptr, 0, nullptr);
       rc != DLC_OK) {
     r.code = rc;
     r.error = std::string("upload: ") + dlc_cuda_last_error();
@@ -146,9 +147,9 @@ GpuFeed::Result GpuFeed::UploadWhole(dlc_batch* batch, Result r) {
   }
   r.batch.data = r.batch.data.narrow(0, 0, static_cast<int64_t>(total));
   for (size_t i = 0; i < n; ++i) {
-    r.batch.items[i] = r.batch.data.narrow(
-        0, static_cast<int64_t>(offsets[i]),
-        static_cast<int64_t>(offsets[i + 1] - offsets[i]));
+    r.batch.items[i] =
+        r.batch.data.narrow(0, static_cast<int64_t>(offsets[i]),
+                            static_cast<int64_t>(offsets[i + 1] - offsets[i]));
   }
   return r;
 }
@@ -176,8 +177,9 @@ GpuFeed::Result GpuFeed::UploadSome(const dlc_batch_arrays& a, Result r) {
   // failed call says how big.
   for (int attempt = 0; attempt < 2 && rc == DLC_OUT_OF_RANGE; ++attempt) {
     const uint64_t need = attempt == 0 ? guess : offsets[ok.size()];
-    r.batch.data = at::empty({static_cast<int64_t>(std::max<uint64_t>(need, 1))},
-                             DeviceBytes(device_));
+    r.batch.data =
+        at::empty({static_cast<int64_t>(std::max<uint64_t>(need, 1))},
+                  DeviceBytes(device_));
     rc = dlc_cuda_upload_keys(uploader_, dataset_.c_str(), ptrs.data(),
                               ptrs.size(), r.batch.data.data_ptr(),
                               static_cast<uint64_t>(r.batch.data.numel()), 0,
@@ -192,9 +194,9 @@ GpuFeed::Result GpuFeed::UploadSome(const dlc_batch_arrays& a, Result r) {
   r.batch.data =
       r.batch.data.narrow(0, 0, static_cast<int64_t>(offsets[ok.size()]));
   for (size_t j = 0; j < ok.size(); ++j) {
-    r.batch.items[ok[j]] = r.batch.data.narrow(
-        0, static_cast<int64_t>(offsets[j]),
-        static_cast<int64_t>(offsets[j + 1] - offsets[j]));
+    r.batch.items[ok[j]] =
+        r.batch.data.narrow(0, static_cast<int64_t>(offsets[j]),
+                            static_cast<int64_t>(offsets[j + 1] - offsets[j]));
   }
   return r;
 }

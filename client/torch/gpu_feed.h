@@ -26,15 +26,14 @@ class GpuFeed {
  public:
   // `client` and `uploader` must outlive the feed. `batches` are uploaded
   // in order.
-  GpuFeed(dlc_client* client, dlc_cuda_uploader* uploader,
-          std::string dataset, int device, int depth,
-          std::vector<std::vector<std::string>> batches);
+  GpuFeed(dlc_client* client, dlc_cuda_uploader* uploader, std::string dataset,
+          int device, int depth, std::vector<std::vector<std::string>> batches);
   GpuFeed(const GpuFeed&) = delete;
   GpuFeed& operator=(const GpuFeed&) = delete;
   ~GpuFeed();
 
   struct Result {
-    CacheBatch batch;  // keys always set
+    CacheBatch batch;   // keys always set
     int code = DLC_OK;  // the whole batch failed when not OK
     std::string error;
   };
@@ -43,7 +42,6 @@ class GpuFeed {
   std::optional<Result> Next();
   // Batches produced and not yet taken.
   size_t ready() const;
-
 
  private:
   void Run();

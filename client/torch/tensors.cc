@@ -34,8 +34,8 @@ BatchTensors CpuBatchTensors(dlc_batch* batch) {
       }
       auto* ref = new std::shared_ptr<dlc_batch>(shared);
       out.items[i] = torch::from_blob(
-          const_cast<void*>(a->data[i]), {size},
-          [ref](void*) { delete ref; }, bytes);
+          const_cast<void*>(a->data[i]), {size}, [ref](void*) { delete ref; },
+          bytes);
       continue;
     }
     at::Tensor copy = at::empty({size}, bytes);

@@ -80,8 +80,8 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
             failed, std::max<uint64_t>(1, p.files_total() - p.files_done()));
         if (static_cast<size_t>(out.failures_size()) <
             JobProgress::kMaxFailures) {
-          out.add_failures(absl::StrCat("node ", sh.node->id, ": ",
-                                        sh.status.ToString()));
+          out.add_failures(
+              absl::StrCat("node ", sh.node->id, ": ", sh.status.ToString()));
         }
         continue;
       }
@@ -89,9 +89,9 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
       failed = std::max(failed, p.files_failed());
       out.set_files_done(first ? p.files_done()
                                : std::min(out.files_done(), p.files_done()));
-      out.set_files_skipped(first ? p.files_skipped()
-                                  : std::min(out.files_skipped(),
-                                             p.files_skipped()));
+      out.set_files_skipped(
+          first ? p.files_skipped()
+                : std::min(out.files_skipped(), p.files_skipped()));
       first = false;
       for (const std::string& f : p.failures()) {
         if (static_cast<size_t>(out.failures_size()) >=
@@ -139,10 +139,10 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
     }
   }
   DLC_LOG(INFO) << "cluster warmup " << LogEscape(request.dataset()) << "/"
-                << LogEscape(prefix)
-                << " on " << shares.size() << " node(s): "
-                << progress.files_done() << " files, " << progress.bytes_done()
-                << " bytes, " << progress.files_failed() << " failed in "
+                << LogEscape(prefix) << " on " << shares.size()
+                << " node(s): " << progress.files_done() << " files, "
+                << progress.bytes_done() << " bytes, "
+                << progress.files_failed() << " failed in "
                 << progress.elapsed_s() << " s";
   emit(progress);
   return absl::OkStatus();

@@ -21,8 +21,7 @@ struct ClusterWarmupTargets {
   PeerConnector* connector = nullptr;  // for the other nodes' WarmupShare
   std::string self_id;                 // this node's id in the placement
   // This node's share: the owner-only warm-up of the local engine.
-  std::function<absl::Status(const v1::WarmupRequest&,
-                             const WarmupProgressFn&)>
+  std::function<absl::Status(const v1::WarmupRequest&, const WarmupProgressFn&)>
       warm_local;
 };
 

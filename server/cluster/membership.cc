@@ -46,8 +46,7 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view s) {
     }
   }
   uint32_t n = 0;
-  if (out.host.empty() || !absl::SimpleAtoi(port, &n) || n == 0 ||
-      n > 65535) {
+  if (out.host.empty() || !absl::SimpleAtoi(port, &n) || n == 0 || n > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad address '", s, "': want host:port, port 1-65535"));
   }
@@ -81,8 +80,8 @@ class SystemResolver : public Resolver {
     std::vector<std::string> out;
     for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
       char buf[NI_MAXHOST];
-      if (getnameinfo(ai->ai_addr, ai->ai_addrlen, buf, sizeof(buf), nullptr,
-                      0, NI_NUMERICHOST) == 0) {
+      if (getnameinfo(ai->ai_addr, ai->ai_addrlen, buf, sizeof(buf), nullptr, 0,
+                      NI_NUMERICHOST) == 0) {
         out.emplace_back(buf);
       }
     }
@@ -150,8 +149,8 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
 
 Membership::Membership(Options options)
     : options_(std::move(options)),
-      placement_(std::make_shared<const Placement>(
-          std::vector<ClusterNode>{})) {}
+      placement_(
+          std::make_shared<const Placement>(std::vector<ClusterNode>{})) {}
 
 Membership::~Membership() {
   {
@@ -172,8 +171,7 @@ absl::Status Membership::Refresh() {
       options_.resolver != nullptr ? options_.resolver : Resolver::System();
   // Resolve outside update_mu_: a slow resolver must not hold up
   // SetStaticNodes. Concurrent refreshes just publish in some order.
-  absl::StatusOr<std::vector<std::string>> addrs =
-      resolver->Resolve(dns_host_);
+  absl::StatusOr<std::vector<std::string>> addrs = resolver->Resolve(dns_host_);
   if (!addrs.ok()) return addrs.status();
   std::vector<ClusterNode> nodes;
   nodes.reserve(addrs->size());
@@ -250,4 +248,3 @@ void Membership::RefreshLoop() {
 }
 
 }  // namespace dlcache
-

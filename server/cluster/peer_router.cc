@@ -27,17 +27,16 @@ PeerRouter::PeerRouter(Options options, const Membership* membership,
       next_(next) {}
 
 std::shared_ptr<Peer> PeerRouter::PeerFor(
-    const std::shared_ptr<const Placement>& placement,
-    const ClusterNode& owner, bool* skip) {
+    const std::shared_ptr<const Placement>& placement, const ClusterNode& owner,
+    bool* skip) {
   absl::MutexLock lock(&mu_);
   if (pruned_for_ != placement) {
     // Drop connections to nodes that left; keep the others (and their
     // down marks).
     absl::flat_hash_set<absl::string_view> present;
     for (const ClusterNode& n : placement->nodes()) present.insert(n.address);
-    absl::erase_if(peers_, [&](const auto& kv) {
-      return !present.contains(kv.first);
-    });
+    absl::erase_if(peers_,
+                   [&](const auto& kv) { return !present.contains(kv.first); });
     pruned_for_ = placement;
   }
   PeerEntry& entry = peers_[owner.address];
@@ -116,7 +115,8 @@ absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
   bool skip = false;
   std::shared_ptr<Peer> peer = PeerFor(placement, *owner, &skip);
   if (!skip) {
-    absl::Status s = peer->FetchChunk(id, info, dst, checksum, options_.timeout);
+    absl::Status s =
+        peer->FetchChunk(id, info, dst, checksum, options_.timeout);
     NoteResult(*owner, s);
     if (s.ok()) {
       peer_reads_.fetch_add(1, std::memory_order_relaxed);

@@ -52,11 +52,11 @@ class PeerRouter : public ChunkBackend {
                          absl::Span<char> dst, uint64_t* checksum) override;
 
   struct Stats {
-    uint64_t local_reads = 0;     // owned here: read from next
-    uint64_t peer_reads = 0;      // fetched from the owner
+    uint64_t local_reads = 0;  // owned here: read from next
+    uint64_t peer_reads = 0;   // fetched from the owner
     uint64_t peer_bytes = 0;
-    uint64_t fallbacks = 0;       // owner failed or skipped: read from next
-    uint64_t skipped_down = 0;    // of those, owner skipped as down
+    uint64_t fallbacks = 0;     // owner failed or skipped: read from next
+    uint64_t skipped_down = 0;  // of those, owner skipped as down
     uint64_t local_stats = 0;
     uint64_t peer_stats = 0;
     uint64_t stat_fallbacks = 0;

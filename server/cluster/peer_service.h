@@ -81,8 +81,7 @@ class PeerServiceImpl {
 
   // Without warmup_share, WarmupShare answers UNIMPLEMENTED.
   PeerServiceImpl(Options options, ReadLocalFn read_local,
-                  StatLocalFn stat_local,
-                  WarmupShareFn warmup_share = nullptr);
+                  StatLocalFn stat_local, WarmupShareFn warmup_share = nullptr);
   ~PeerServiceImpl();
 
   PeerServiceImpl(const PeerServiceImpl&) = delete;
@@ -92,13 +91,13 @@ class PeerServiceImpl {
   grpc::Service* service();
 
   struct Stats {
-    uint64_t fetches = 0;        // FetchChunk calls answered OK
-    uint64_t fetch_errors = 0;   // FetchChunk calls answered with an error
-    uint64_t bytes_sent = 0;     // chunk bytes handed to gRPC
-    uint64_t stats = 0;          // StatFile calls
+    uint64_t fetches = 0;       // FetchChunk calls answered OK
+    uint64_t fetch_errors = 0;  // FetchChunk calls answered with an error
+    uint64_t bytes_sent = 0;    // chunk bytes handed to gRPC
+    uint64_t stats = 0;         // StatFile calls
     uint64_t unauthenticated = 0;
-    uint64_t in_flight = 0;      // FetchChunk calls running now
-    uint64_t warmups = 0;        // WarmupShare calls
+    uint64_t in_flight = 0;  // FetchChunk calls running now
+    uint64_t warmups = 0;    // WarmupShare calls
   };
   Stats stats() const;
 

@@ -17,10 +17,9 @@ constexpr uint64_t kNodeSeed = 0x646c63616368654eull;  // "dlcacheN"
 Placement::Placement(std::vector<ClusterNode> nodes) {
   // Stable sort + unique on id: the first entry of a repeated id wins, and
   // the order (which breaks score ties) is the same on every node.
-  std::stable_sort(nodes.begin(), nodes.end(),
-                   [](const ClusterNode& a, const ClusterNode& b) {
-                     return a.id < b.id;
-                   });
+  std::stable_sort(
+      nodes.begin(), nodes.end(),
+      [](const ClusterNode& a, const ClusterNode& b) { return a.id < b.id; });
   nodes.erase(std::unique(nodes.begin(), nodes.end(),
                           [](const ClusterNode& a, const ClusterNode& b) {
                             return a.id == b.id;
@@ -46,9 +45,10 @@ uint64_t Placement::KeyHash(const ChunkId& chunk) {
   // Dataset and path are hashed in sequence (the dataset's hash seeds the
   // path's), so ("ab","c") and ("a","bc") differ; the chunk index goes
   // through one more round so neighbouring chunks spread over the nodes.
-  const uint64_t d =
-      XXH3_64bits_withSeed(chunk.dataset.data(), chunk.dataset.size(), kKeySeed);
-  const uint64_t p = XXH3_64bits_withSeed(chunk.path.data(), chunk.path.size(), d);
+  const uint64_t d = XXH3_64bits_withSeed(chunk.dataset.data(),
+                                          chunk.dataset.size(), kKeySeed);
+  const uint64_t p =
+      XXH3_64bits_withSeed(chunk.path.data(), chunk.path.size(), d);
   const uint32_t index = chunk.chunk;
   return XXH3_64bits_withSeed(&index, sizeof(index), p);
 }

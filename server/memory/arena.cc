@@ -102,9 +102,9 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   }
   const uint64_t count64 = total / seg + (total % seg != 0 ? 1 : 0);
   if (count64 > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "arena: ", count64, " segments of ", seg,
-        " bytes are too many; raise --segment_bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena: ", count64, " segments of ", seg,
+                     " bytes are too many; raise --segment_bytes"));
   }
   const uint32_t count = static_cast<uint32_t>(count64);
 
@@ -112,11 +112,10 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   bool reuse = options.reuse_existing;
   for (uint32_t i = 0; reuse && i < count; ++i) {
     struct stat st;
-    reuse = ::fstatat(dfd, SegmentName(i).c_str(), &st,
-                      AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
-            st.st_nlink == 1 &&
-            uint64_t(st.st_size) == std::min(seg, total - uint64_t{i} * seg);
+    reuse =
+        ::fstatat(dfd, SegmentName(i).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && st.st_nlink == 1 &&
+        uint64_t(st.st_size) == std::min(seg, total - uint64_t{i} * seg);
   }
 
   std::unique_ptr<Arena> arena(new Arena());
@@ -133,11 +132,11 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
     const std::string path = absl::StrCat(options.dir, "/", s.name);
     // unlinkat removes a planted symlink itself, never its target.
     if (!reuse) ::unlinkat(dfd, s.name.c_str(), 0);
-    UniqueFd fd(::openat(dfd, s.name.c_str(),
-                         reuse ? O_RDWR | O_NOFOLLOW | O_CLOEXEC
-                               : O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
-                                     O_CLOEXEC,
-                         options.access.file_mode()));
+    UniqueFd fd(
+        ::openat(dfd, s.name.c_str(),
+                 reuse ? O_RDWR | O_NOFOLLOW | O_CLOEXEC
+                       : O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 options.access.file_mode()));
     if (!fd.valid()) {
       return absl::FailedPreconditionError(
           absl::StrCat("arena: create ", path, ": ", strerror(errno)));
@@ -150,8 +149,8 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
         ::fstat(s.read_only.get(), &ro_st) != 0 ||
         rw_st.st_ino != ro_st.st_ino || rw_st.st_dev != ro_st.st_dev) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "arena: ", path, " changed while being opened (or: ",
-          strerror(errno), ")"));
+          "arena: ", path, " changed while being opened (or: ", strerror(errno),
+          ")"));
     }
     arena->segments_.push_back(std::move(s));  // so the destructor removes it
     // umask-proof mode, and tightens files an older server left 0644.

@@ -135,7 +135,7 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
 void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
                            std::string* out) {
   IntGauge(out, "dlcache_data_connections", "Open local data connections",
-        s.open_connections);
+           s.open_connections);
   Counter(out, "dlcache_data_connections_accepted_total",
           "Local data connections accepted", s.accepted);
   absl::StrAppend(out,
@@ -158,25 +158,25 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
   Counter(out, "dlcache_data_slow_reader_disconnects_total",
           "Connections closed over --max_reply_queue_bytes", s.slow_readers);
   IntGauge(out, "dlcache_data_inflight_requests",
-        "Batches and stats being served now", s.inflight_requests);
+           "Batches and stats being served now", s.inflight_requests);
   Counter(out, "dlcache_data_frames_received_total",
           "Request frames read from clients", s.frames_received);
   Counter(out, "dlcache_data_frames_sent_total", "Reply frames sent to clients",
           s.frames_sent);
   Counter(out, "dlcache_data_bytes_received_total",
           "Bytes read from client sockets", s.bytes_received);
-  Counter(out, "dlcache_data_bytes_sent_total", "Bytes written to client sockets",
-          s.bytes_sent);
+  Counter(out, "dlcache_data_bytes_sent_total",
+          "Bytes written to client sockets", s.bytes_sent);
 }
 
 void AppendSsdMetrics(const SsdTierStats& s, std::string* out) {
   IntGauge(out, "dlcache_ssd_capacity_bytes", "SSD tier capacity",
-        s.capacity_bytes);
+           s.capacity_bytes);
   IntGauge(out, "dlcache_ssd_free_bytes", "Free bytes on the SSD file system",
-        s.free_bytes);
+           s.free_bytes);
   IntGauge(out, "dlcache_ssd_bytes", "Live chunk bytes on SSD", s.bytes);
   IntGauge(out, "dlcache_ssd_disk_bytes", "SSD data files, dead space included",
-        s.disk_bytes);
+           s.disk_bytes);
   IntGauge(out, "dlcache_ssd_chunks", "Chunks on SSD", s.chunks);
   IntGauge(out, "dlcache_ssd_files", "Source files with SSD metadata", s.files);
   IntGauge(out, "dlcache_ssd_data_files", "SSD data files", s.data_files);
@@ -211,13 +211,13 @@ void AppendSsdMetrics(const SsdTierStats& s, std::string* out) {
   Counter(out, "dlcache_ssd_evicted_chunks_total",
           "SSD chunks evicted for capacity", s.evicted_chunks);
   IntGauge(out, "dlcache_ssd_queued", "Write-behind copies pending", s.queued);
-  IntGauge(out, "dlcache_ssd_queued_bytes", "Bytes of write-behind copies pending",
-        s.queued_bytes);
+  IntGauge(out, "dlcache_ssd_queued_bytes",
+           "Bytes of write-behind copies pending", s.queued_bytes);
   IntGauge(out, "dlcache_ssd_disk_full", "1 while SSD writes are paused",
-        s.disk_full ? 1 : 0);
+           s.disk_full ? 1 : 0);
   IntGauge(out, "dlcache_ssd_index_reset",
-        "1 when the SSD tier started empty after a corrupt index",
-        s.index_reset ? 1 : 0);
+           "1 when the SSD tier started empty after a corrupt index",
+           s.index_reset ? 1 : 0);
 }
 
 }  // namespace dlcache

@@ -335,8 +335,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   void UpdateInterest(const std::shared_ptr<Conn>& c) {
-    uint32_t want = (WantRead(*c) ? EPOLLIN : 0u) |
-                    (c->out.empty() ? 0u : EPOLLOUT);
+    uint32_t want =
+        (WantRead(*c) ? EPOLLIN : 0u) | (c->out.empty() ? 0u : EPOLLOUT);
     if (want == c->events) return;
     epoll_event ev{};
     ev.events = want;
@@ -438,8 +438,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       iovec iov[64];
       int n_iov = 0;
       msghdr msg{};
-      alignas(cmsghdr) char control[CMSG_SPACE(
-          sizeof(int) * local::kMaxSegmentsPerFrame)];
+      alignas(cmsghdr) char
+          control[CMSG_SPACE(sizeof(int) * local::kMaxSegmentsPerFrame)];
       OutFrame& first = c->out.front();
       if (!first.fds.empty() && first.sent == 0) {
         iov[n_iov++] = {first.bytes.data(), first.bytes.size()};
@@ -783,8 +783,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,
-                      const local::FrameHeader& h,
-                      const std::string& payload) {
+                      const local::FrameHeader& h, const std::string& payload) {
     local::StatRequest req;
     if (absl::Status s = local::DecodePrefetch(payload, kNoLimit, &req);
         !s.ok()) {
@@ -833,9 +832,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
   }
   if (options.max_frame_bytes < 4096 ||
       options.max_frame_bytes > local::kMaxFrameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_frame_bytes=", options.max_frame_bytes, " must be 4096 to ",
-        local::kMaxFrameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_frame_bytes=", options.max_frame_bytes,
+                     " must be 4096 to ", local::kMaxFrameBytes));
   }
   if (options.max_connections == 0 || options.max_keys_per_batch == 0 ||
       options.max_inflight_per_connection == 0) {

@@ -65,9 +65,9 @@ class DataServer {
   struct Stats {
     uint64_t open_connections = 0;
     uint64_t accepted = 0;
-    uint64_t refused = 0;          // over max_connections
-    uint64_t protocol_errors = 0;  // connections closed for bad frames
-    uint64_t slow_readers = 0;     // disconnected over max_reply_queue_bytes
+    uint64_t refused = 0;            // over max_connections
+    uint64_t protocol_errors = 0;    // connections closed for bad frames
+    uint64_t slow_readers = 0;       // disconnected over max_reply_queue_bytes
     uint64_t inflight_requests = 0;  // batches and stats being served
     uint64_t frames_received = 0;    // whole request frames read
     uint64_t frames_sent = 0;        // reply frames queued for clients

@@ -24,7 +24,7 @@ struct StatusReport {
   std::string socket_path;
   std::string shm_dir;
   uint64_t chunk_size = 0;
-  absl::optional<TierStats> memory;  // absent before the memory tier exists
+  absl::optional<TierStats> memory;   // absent before the memory tier exists
   absl::optional<uint32_t> segments;  // absent before the arena exists
   struct Ssd {
     std::string dir;

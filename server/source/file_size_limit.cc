@@ -46,8 +46,8 @@ absl::Status FileSizeLimit::Check(absl::string_view path,
   if (chunks > kMaxChunkIndex) {
     return absl::OutOfRangeError(absl::StrCat(
         "file ", LogEscape(path), " is ", file_size, " bytes: ", chunks,
-        " chunks of ", chunk_size_, " bytes are more than the ",
-        kMaxChunkIndex, " a chunk index can name"));
+        " chunks of ", chunk_size_, " bytes are more than the ", kMaxChunkIndex,
+        " a chunk index can name"));
   }
   if (chunks > max_chunks_) {
     return absl::ResourceExhaustedError(absl::StrCat(

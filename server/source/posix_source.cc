@@ -153,9 +153,9 @@ absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
   const UniqueFd& owned = *fd;
   if (offset > uint64_t{INT64_MAX} ||
       dst.size() > uint64_t{INT64_MAX} - offset) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "read of ", dst.size(), " bytes at ", offset, " of ", LogEscape(path),
-        " is past the largest file offset"));
+    return absl::OutOfRangeError(
+        absl::StrCat("read of ", dst.size(), " bytes at ", offset, " of ",
+                     LogEscape(path), " is past the largest file offset"));
   }
   size_t done = 0;
   while (done < dst.size()) {

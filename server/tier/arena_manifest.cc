@@ -38,15 +38,14 @@ absl::Status CheckChunk(const v1::ManifestChunk& c, const Arena& arena,
   }
   const uint64_t seg_size = arena.segment_size(c.segment());
   if (c.length() == 0 || c.length() > chunk_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "length ", c.length(), " is not in 1..", chunk_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("length ", c.length(), " is not in 1..", chunk_size));
   }
   // Written so that nothing can overflow: offset + length may exceed 2^64.
   if (c.length() > seg_size || c.offset() > seg_size - c.length()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("offset ", c.offset(), " + length ", c.length(),
-                     " lies past segment ", c.segment(), " of ", seg_size,
-                     " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offset ", c.offset(), " + length ", c.length(), " lies past segment ",
+        c.segment(), " of ", seg_size, " bytes"));
   }
   if (absl::Status fits = limit.Check(c.path(), c.file_size()); !fits.ok()) {
     return absl::InvalidArgumentError(fits.message());
@@ -135,8 +134,7 @@ absl::StatusOr<v1::ArenaManifest> ReadArenaManifest(
     }
     if (!dir_ok.ok()) return dir_ok;
   }
-  absl::StatusOr<std::string> bytes =
-      ReadOwnFile(path, kMaxArenaManifestBytes);
+  absl::StatusOr<std::string> bytes = ReadOwnFile(path, kMaxArenaManifestBytes);
   if (absl::IsNotFound(bytes.status())) {
     return absl::NotFoundError(absl::StrCat("no manifest at ", path));
   }
@@ -175,9 +173,9 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
   AdoptResult r;
   for (const v1::ManifestChunk& c : manifest.chunks()) {
     auto id = ids.find(c.dataset());
-    absl::Status valid =
-        id == ids.end() ? absl::InvalidArgumentError("unknown dataset")
-                        : CheckChunk(c, arena, chunk_size, limit);
+    absl::Status valid = id == ids.end()
+                             ? absl::InvalidArgumentError("unknown dataset")
+                             : CheckChunk(c, arena, chunk_size, limit);
     if (!valid.ok()) {
       ++r.dropped;
       // An unknown dataset is ordinary (the config changed); the rest means
@@ -185,9 +183,8 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
       if (id == ids.end()) continue;
       if (++r.malformed <= kMaxLoggedRejects) {
         DLC_LOG(WARNING) << "arena manifest: rejected entry "
-                         << LogEscape(c.dataset()) << "/"
-                         << LogEscape(c.path()) << " chunk " << c.chunk()
-                         << ": " << valid.message();
+                         << LogEscape(c.dataset()) << "/" << LogEscape(c.path())
+                         << " chunk " << c.chunk() << ": " << valid.message();
       }
       continue;
     }

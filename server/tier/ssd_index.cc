@@ -37,7 +37,8 @@ uint32_t GetBe32(const char* p) {
          (uint32_t{u[2]} << 8) | uint32_t{u[3]};
 }
 void PutLe(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+  for (int i = 0; i < bytes; ++i)
+    out->push_back(static_cast<char>(v >> (8 * i)));
 }
 uint64_t GetLe(const char* p, int bytes) {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
@@ -213,8 +214,8 @@ absl::StatusOr<SsdIndex::Opened> SsdIndex::Open(const std::string& path,
   rocksdb::Status raw;
   absl::StatusOr<std::unique_ptr<rocksdb::DB>> db = OpenDb(path, &raw);
   if (!db.ok() && raw.IsCorruption()) {
-    DLC_LOG(ERROR) << "ssd index " << path << " is corrupt ("
-                   << raw.ToString() << "); trying to repair it";
+    DLC_LOG(ERROR) << "ssd index " << path << " is corrupt (" << raw.ToString()
+                   << "); trying to repair it";
     rocksdb::Status repaired = rocksdb::RepairDB(path, MakeOptions());
     if (repaired.ok()) db = OpenDb(path, &raw);
     if (!db.ok() && raw.IsCorruption()) {
@@ -224,9 +225,11 @@ absl::StatusOr<SsdIndex::Opened> SsdIndex::Open(const std::string& path,
       }
       out.moved_to = absl::StrCat(path, ".corrupt-", std::time(nullptr));
       if (std::rename(path.c_str(), out.moved_to.c_str()) != 0) {
-        return absl::DataLossError(absl::StrCat(
-            "ssd index ", path, " is corrupt beyond repair and cannot be "
-            "moved aside: ", raw.ToString()));
+        return absl::DataLossError(
+            absl::StrCat("ssd index ", path,
+                         " is corrupt beyond repair and cannot be "
+                         "moved aside: ",
+                         raw.ToString()));
       }
       DLC_LOG(ERROR) << "ssd index " << path
                      << " is corrupt beyond repair; moved it to "
@@ -314,8 +317,7 @@ absl::StatusOr<uint64_t> SsdIndex::GetCounter(absl::string_view name) const {
 SsdIndex::Batch::Batch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
 SsdIndex::Batch::~Batch() = default;
 
-void SsdIndex::Batch::PutFile(absl::string_view dataset,
-                              absl::string_view path,
+void SsdIndex::Batch::PutFile(absl::string_view dataset, absl::string_view path,
                               const SsdFileMeta& meta) {
   batch_->Put(FileKey(dataset, path), EncodeFile(meta));
 }

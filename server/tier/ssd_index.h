@@ -75,8 +75,8 @@ class SsdIndex {
     absl::optional<SsdChunkMeta> chunk;
   };
   // UNAVAILABLE on I/O errors, DATA_LOSS for an undecodable value.
-  absl::StatusOr<Lookup> Find(absl::string_view dataset,
-                              absl::string_view path, uint32_t chunk) const;
+  absl::StatusOr<Lookup> Find(absl::string_view dataset, absl::string_view path,
+                              uint32_t chunk) const;
   absl::StatusOr<absl::optional<SsdFileMeta>> GetFile(
       absl::string_view dataset, absl::string_view path) const;
   absl::StatusOr<absl::optional<SsdChunkMeta>> GetChunk(

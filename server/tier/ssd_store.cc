@@ -93,8 +93,8 @@ absl::StatusOr<std::unique_ptr<SsdStore>> SsdStore::Open(
       continue;
     }
     // Tightens files an older server left 0644.
-    if (absl::Status m = SetPrivateFileMode(f->fd.get(), options.access,
-                                            store->PathOf(id));
+    if (absl::Status m =
+            SetPrivateFileMode(f->fd.get(), options.access, store->PathOf(id));
         !m.ok()) {
       DLC_LOG(WARNING) << "ssd store: " << m.message();
     }
@@ -217,9 +217,9 @@ absl::Status SsdStore::Read(uint32_t file, uint64_t offset,
     size = f->size;
   }
   if (offset > size || dst.size() > size - offset) {
-    return absl::DataLossError(absl::StrCat(
-        "ssd store: ", PathOf(file), " is ", size, " bytes, need ",
-        offset + dst.size()));
+    return absl::DataLossError(absl::StrCat("ssd store: ", PathOf(file), " is ",
+                                            size, " bytes, need ",
+                                            offset + dst.size()));
   }
   size_t done = 0;
   while (done < dst.size()) {

@@ -18,10 +18,10 @@
 namespace dlcache {
 
 using ssd_internal::HasNul;
-using ssd_internal::SameInfo;
-using ssd_internal::ShouldLog;
 using ssd_internal::kNextFileId;
 using ssd_internal::kNextVersion;
+using ssd_internal::SameInfo;
+using ssd_internal::ShouldLog;
 
 SsdTier::SsdTier(const SsdTierOptions& options, ChunkBackend* next,
                  std::unique_ptr<SsdIndex> index,
@@ -222,8 +222,8 @@ void SsdTier::WriteOne(SsdWriteItem& item) {
   {
     absl::MutexLock lock(&mu_);
     absl::Status error;
-    r = StoreLocked(item.dataset, item.path, item.chunk, item.info,
-                    item.bytes, item.checksum, replace, seen_version, &error);
+    r = StoreLocked(item.dataset, item.path, item.chunk, item.info, item.bytes,
+                    item.checksum, replace, seen_version, &error);
   }
   if (r == Stored::kStale) {
     counters_.stale_write_drops.fetch_add(1, std::memory_order_relaxed);
@@ -329,8 +329,8 @@ absl::Status SsdTier::DropFileLocked(absl::string_view dataset,
   SsdIndex::Batch batch;
   Delta delta;
   uint64_t n = 0, b = 0;
-  if (absl::Status s = AddFileDropLocked(dataset, path, forget, &batch, &delta,
-                                         &n, &b);
+  if (absl::Status s =
+          AddFileDropLocked(dataset, path, forget, &batch, &delta, &n, &b);
       !s.ok()) {
     return s;
   }
@@ -376,9 +376,8 @@ void SsdTier::DropChunkLocked(absl::string_view dataset, absl::string_view path,
   absl::StatusOr<absl::optional<SsdChunkMeta>> now =
       index_->GetChunk(dataset, path, chunk);
   // Another thread may have replaced it with a good copy meanwhile.
-  if (!now.ok() || !now->has_value() ||
-      (*now)->data_file != meta.data_file || (*now)->offset != meta.offset ||
-      (*now)->version != meta.version) {
+  if (!now.ok() || !now->has_value() || (*now)->data_file != meta.data_file ||
+      (*now)->offset != meta.offset || (*now)->version != meta.version) {
     return;
   }
   SsdIndex::Batch batch;
@@ -391,13 +390,10 @@ void SsdTier::DropChunkLocked(absl::string_view dataset, absl::string_view path,
   }
 }
 
-SsdTier::Stored SsdTier::StoreLocked(absl::string_view dataset,
-                                     absl::string_view path, uint32_t chunk,
-                                     const FileInfo& info,
-                                     absl::Span<const char> bytes,
-                                     uint64_t checksum, bool replace,
-                                     uint64_t seen_version,
-                                     absl::Status* error) {
+SsdTier::Stored SsdTier::StoreLocked(
+    absl::string_view dataset, absl::string_view path, uint32_t chunk,
+    const FileInfo& info, absl::Span<const char> bytes, uint64_t checksum,
+    bool replace, uint64_t seen_version, absl::Status* error) {
   if (bytes.size() != ChunkLength(info, chunk) || bytes.empty()) {
     *error = absl::InvalidArgumentError("ssd tier: chunk length mismatch");
     counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
@@ -410,8 +406,7 @@ SsdTier::Stored SsdTier::StoreLocked(absl::string_view dataset,
     counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
     return Stored::kFailed;
   }
-  const bool same_file =
-      known->has_value() && SameInfo((*known)->info, info);
+  const bool same_file = known->has_value() && SameInfo((*known)->info, info);
   if (!same_file && replace) {
     // The record must still be the one seen when `info` was confirmed;
     // anything else means a revalidation (or another writer) came between.
@@ -423,8 +418,7 @@ SsdTier::Stored SsdTier::StoreLocked(absl::string_view dataset,
   if (same_file) {
     absl::StatusOr<absl::optional<SsdChunkMeta>> old =
         index_->GetChunk(dataset, path, chunk);
-    if (old.ok() && old->has_value() &&
-        (*old)->version == (*known)->version &&
+    if (old.ok() && old->has_value() && (*old)->version == (*known)->version &&
         SameInfo((*old)->info, info) && (*old)->length == bytes.size() &&
         (*old)->checksum == checksum) {
       return Stored::kAlreadyThere;

@@ -17,9 +17,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
-#include "server/fill/job_progress.h"
 #include "server/backend/chunk_backend.h"
 #include "server/backend/source.h"
+#include "server/fill/job_progress.h"
 #include "server/tier/ssd_index.h"
 #include "server/tier/ssd_store.h"
 #include "server/tier/ssd_write_queue.h"
@@ -93,8 +93,8 @@ struct SsdTierStats {
   uint64_t read_errors = 0;  // SSD reads that failed (EIO, file gone)
   uint64_t writes = 0;       // chunks written
   uint64_t write_bytes = 0;
-  uint64_t write_drops = 0;        // write-behind queue full
-  uint64_t disk_full_drops = 0;    // not written: disk full
+  uint64_t write_drops = 0;      // write-behind queue full
+  uint64_t disk_full_drops = 0;  // not written: disk full
   // ENOSPC, or less than min_free_bytes free with nothing left to drop.
   uint64_t disk_full_events = 0;
   // Data files dropped to keep min_free_bytes free.
@@ -105,8 +105,8 @@ struct SsdTierStats {
   uint64_t evicted_chunks = 0;  // by capacity eviction
   uint64_t queued = 0;          // write-behind copies pending now
   uint64_t queued_bytes = 0;
-  bool disk_full = false;       // writes paused now
-  bool index_reset = false;     // started empty after a corrupt index
+  bool disk_full = false;    // writes paused now
+  bool index_reset = false;  // started empty after a corrupt index
 };
 
 // Sync reports the listed-job progress every such job uses.
@@ -348,8 +348,8 @@ class SsdTier : public ChunkBackend {
     std::atomic<uint64_t> hits{0}, hit_bytes{0}, misses{0}, corruptions{0},
         read_errors{0}, writes{0}, write_bytes{0}, write_drops{0},
         disk_full_drops{0}, disk_full_events{0}, low_space_evictions{0},
-        write_errors{0},
-        stale_write_drops{0}, evicted_data_files{0}, evicted_chunks{0};
+        write_errors{0}, stale_write_drops{0}, evicted_data_files{0},
+        evicted_chunks{0};
   };
   mutable Counters counters_;
 

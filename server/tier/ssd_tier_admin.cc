@@ -1,6 +1,4 @@
 // SsdTier: administration (Sync, Revalidate, Evict).
-#include "server/tier/ssd_tier.h"
-
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -16,6 +14,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/tier/ssd_tier.h"
 #include "server/tier/ssd_tier_util.h"
 
 namespace dlcache {
@@ -110,8 +109,8 @@ absl::Status SsdTier::Sync(
         }
         buf.resize(len);
         uint64_t sum = 0;
-        absl::Status s = next_->ReadChunk(ChunkId{dataset, f->path, c},
-                                          f->info, absl::MakeSpan(buf), &sum);
+        absl::Status s = next_->ReadChunk(ChunkId{dataset, f->path, c}, f->info,
+                                          absl::MakeSpan(buf), &sum);
         Stored r = Stored::kFailed;
         if (s.ok()) {
           {
@@ -160,8 +159,8 @@ absl::Status SsdTier::Sync(
   absl::Time last_emit = clock_->Now();
   bool cancelled = false;
 
-  absl::Status listed = source->List(
-      *prefix, [&](absl::string_view path, const FileInfo& info) {
+  absl::Status listed =
+      source->List(*prefix, [&](absl::string_view path, const FileInfo& info) {
         // The listing is the truth: record it first, so older chunks go
         // and the stores below are not refused as stale.
         absl::StatusOr<uint64_t> rec = RecordFile(dataset, path, info);
@@ -235,11 +234,11 @@ absl::Status SsdTier::Sync(
   if (!listed.ok()) return listed;
   if (cancelled) return absl::CancelledError("sync cancelled");
   DLC_LOG(INFO) << "ssd tier: synced " << LogEscape(dataset) << "/"
-                << LogEscape(*prefix) << ": "
-                << final_progress.files_done << " files, "
-                << final_progress.chunks_written << " chunks written, "
-                << final_progress.chunks_skipped << " current, "
-                << final_progress.files_failed << " files failed";
+                << LogEscape(*prefix) << ": " << final_progress.files_done
+                << " files, " << final_progress.chunks_written
+                << " chunks written, " << final_progress.chunks_skipped
+                << " current, " << final_progress.files_failed
+                << " files failed";
   return absl::OkStatus();
 }
 
@@ -313,8 +312,8 @@ absl::Status SsdTier::Revalidate(absl::string_view dataset,
         continue;
       }
       ssd_buf.resize(m.length);
-      absl::Status rs = store_->Read(m.data_file, m.offset,
-                                     absl::MakeSpan(ssd_buf));
+      absl::Status rs =
+          store_->Read(m.data_file, m.offset, absl::MakeSpan(ssd_buf));
       if (!rs.ok() || Checksum(ssd_buf.data(), ssd_buf.size()) != m.checksum) {
         counters_.corruptions.fetch_add(1);
         DropChunkIfSame(dataset, path, c, m);

@@ -1,7 +1,5 @@
 // SsdTier: opening (option checks, room for the index), recovery of the
 // in-memory accounting from the index, and closing.
-#include "server/tier/ssd_tier.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/tier/ssd_tier.h"
 #include "server/tier/ssd_tier_util.h"
 
 namespace dlcache {
@@ -83,8 +82,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
     // aborts the process in its error path; the headroom prevents that.
     return absl::InvalidArgumentError("ssd tier: min_free_bytes is 0");
   }
-  if (absl::StatusOr<UniqueFd> dir_fd = EnsurePrivateDir(
-          options.dir, options.access, "SSD dir (--ssd_dir)");
+  if (absl::StatusOr<UniqueFd> dir_fd =
+          EnsurePrivateDir(options.dir, options.access, "SSD dir (--ssd_dir)");
       !dir_fd.ok()) {
     return dir_fd.status();
   }
@@ -115,8 +114,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
       SsdStore::Open(store_options, static_cast<uint32_t>(*next_file));
   if (!store.ok()) return store.status();
 
-  std::unique_ptr<SsdTier> tier(new SsdTier(
-      options, next, std::move(opened->index), *std::move(store)));
+  std::unique_ptr<SsdTier> tier(
+      new SsdTier(options, next, std::move(opened->index), *std::move(store)));
   tier->index_reset_ = opened->reset;
   if (absl::Status s = tier->Recover(options.verify_on_open); !s.ok()) {
     return absl::FailedPreconditionError(
@@ -129,9 +128,9 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
     // full tier would size itself to nothing and evict everything.
     const uint64_t free_bytes =
         tier->DataFreeBytes() + tier->store_->disk_bytes();
-    capacity = std::min(free_bytes / 10 * 9,
-                        free_bytes - std::min(free_bytes,
-                                              options.min_free_bytes));
+    capacity =
+        std::min(free_bytes / 10 * 9,
+                 free_bytes - std::min(free_bytes, options.min_free_bytes));
     if (capacity < options.data_file_bytes) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ssd tier: ", options.dir, " has only ", FormatBytes(free_bytes),
@@ -143,9 +142,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   {
     absl::MutexLock lock(&tier->mu_);
     tier->EnsureSpaceLocked(0);
-    DLC_LOG(INFO) << "ssd tier " << options.dir << ": "
-                  << tier->live_chunks_ << " chunks ("
-                  << FormatBytes(tier->live_bytes_) << ") of "
+    DLC_LOG(INFO) << "ssd tier " << options.dir << ": " << tier->live_chunks_
+                  << " chunks (" << FormatBytes(tier->live_bytes_) << ") of "
                   << tier->file_count_ << " files in "
                   << tier->store_->Files().size() << " data files; capacity "
                   << FormatBytes(capacity) << "; opened in "

@@ -1,8 +1,6 @@
 // SsdTier: the space policy. Data files are dropped whole, oldest first,
 // to stay under the capacity and keep min_free_bytes free; a full disk
 // pauses writes for disk_full_retry.
-#include "server/tier/ssd_tier.h"
-
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/tier/ssd_tier.h"
 #include "server/tier/ssd_tier_util.h"
 
 namespace dlcache {

@@ -18,9 +18,8 @@ SsdWriteQueue::Admit SsdWriteQueue::Push(const ChunkId& id,
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return Admit::kStopping;
-    if (pending_ > 0 &&
-        (pending_ >= options_.max_items ||
-         pending_bytes_ + bytes.size() > options_.max_bytes)) {
+    if (pending_ > 0 && (pending_ >= options_.max_items ||
+                         pending_bytes_ + bytes.size() > options_.max_bytes)) {
       return Admit::kFull;
     }
     // Reserves the slot while copying without the lock.

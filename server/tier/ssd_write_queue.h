@@ -37,7 +37,7 @@ struct SsdWriteItem {
 class SsdWriteQueue {
  public:
   struct Options {
-    size_t max_items = 1024;          // must be > 0
+    size_t max_items = 1024;            // must be > 0
     uint64_t max_bytes = 256ull << 20;  // must be > 0
   };
   using WriteFn = std::function<void(SsdWriteItem& item)>;

@@ -142,9 +142,10 @@ TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
     EXPECT_TRUE(engine().Stats(v1::StatsRequest(), &r).ok());
     return r.datasets(0);
   };
-  ASSERT_TRUE(testing::Eventually(
-      [&] { return stats().misses() == static_cast<uint64_t>(kReaders); }))
-      << "misses " << stats().misses();
+  ASSERT_TRUE(testing::Eventually([&] {
+    return stats().misses() == static_cast<uint64_t>(kReaders);
+  })) << "misses "
+      << stats().misses();
   EXPECT_EQ(source_->reads(), 1u);
   readers.JoinAll();  // opens the gate, joins
   EXPECT_EQ(ok.load(), kReaders);

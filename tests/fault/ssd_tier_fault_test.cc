@@ -158,9 +158,7 @@ TEST_F(SsdTierFaultTest, EnospcOnDataFilesIsHandled) {
   SsdTierOptions o = Options(root);
   o.min_free_bytes = 1 << 20;
   o.disk_full_retry = absl::ZeroDuration();
-  o.free_space = [](const std::string& path) -> uint64_t {
-    return 1ull << 40;
-  };
+  o.free_space = [](const std::string& path) -> uint64_t { return 1ull << 40; };
   ASSERT_TRUE(Open(o).ok());
   std::vector<std::string> bytes;
   for (int i = 0; i < 30; ++i) {
@@ -312,8 +310,7 @@ TEST_F(SsdTierFaultTest, CorruptIndexIsRepairedOrResetAndNeverServesBadBytes) {
   }
   tier_.reset();
   // Scribble over every file of the RocksDB.
-  for (const auto& e :
-       std::filesystem::directory_iterator(o.dir + "/index")) {
+  for (const auto& e : std::filesystem::directory_iterator(o.dir + "/index")) {
     if (!e.is_regular_file()) continue;
     std::string junk = RandomBytes(std::max<size_t>(e.file_size(), 64), 77);
     testing::WriteFileOrDie(e.path().string(), junk);

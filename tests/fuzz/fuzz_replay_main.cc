@@ -45,16 +45,14 @@ void Load(const std::string& path, std::vector<std::string>* out) {
 }
 
 void Run(const std::string& s) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()),
-                         s.size());
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 std::string Mutate(std::string s, const std::vector<std::string>& corpus,
                    std::mt19937_64& rng) {
-  static const uint64_t kBoundaries[] = {0,          1,          0x7f,
-                                         0x80,       0xff,       0xffff,
-                                         0x7fffffff, 0xffffffff, ~0ull,
-                                         ~0ull - 100, 1ull << 50, 1ull << 32};
+  static const uint64_t kBoundaries[] = {
+      0,          1,          0x7f,  0x80,        0xff,       0xffff,
+      0x7fffffff, 0xffffffff, ~0ull, ~0ull - 100, 1ull << 50, 1ull << 32};
   const int rounds = 1 + rng() % 4;
   for (int r = 0; r < rounds; ++r) {
     switch (rng() % 6) {

@@ -35,8 +35,7 @@ constexpr size_t kMaxHead = 8192;
 }
 
 bool SameHead(const HttpRequestHead& a, const HttpRequestHead& b) {
-  return a.method == b.method && a.target == b.target &&
-         a.version == b.version;
+  return a.method == b.method && a.target == b.target && a.version == b.version;
 }
 
 void CheckHead(const HttpRequestHead& h, absl::string_view input) {

@@ -77,9 +77,9 @@ TEST_F(CudaUploaderServerTest, GpuBytesEqualSourceBytes) {
     const DeviceItem& it = gpu->items()[i];
     ASSERT_TRUE(it.status.ok()) << it.status;
     ASSERT_EQ(it.size, files_[i].second.size());
-    EXPECT_EQ(std::memcmp(host.data() + it.offset, files_[i].second.data(),
-                          it.size),
-              0)
+    EXPECT_EQ(
+        std::memcmp(host.data() + it.offset, files_[i].second.data(), it.size),
+        0)
         << files_[i].first;
   }
   EXPECT_EQ(gpu->items()[40].status.code(), absl::StatusCode::kNotFound);

@@ -78,13 +78,16 @@ class CudaUploaderTest : public ::testing::Test {
   void ExpectItems(CudaUploader& up, const GpuBatch& gpu,
                    const std::vector<std::vector<HostChunk>>& items) {
     std::vector<std::byte> host(gpu.size());
-    ASSERT_TRUE(up.engine().CopyToHost(gpu.data(), host.data(), gpu.size()).ok());
+    ASSERT_TRUE(
+        up.engine().CopyToHost(gpu.data(), host.data(), gpu.size()).ok());
     ASSERT_EQ(gpu.items().size(), items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       uint64_t at = gpu.items()[i].offset;
       for (const HostChunk& c : items[i]) {
-        const std::byte* want = region_->expected() + (c.data - region_->base());
-        ASSERT_EQ(std::memcmp(host.data() + at, want, c.size), 0) << "item " << i;
+        const std::byte* want =
+            region_->expected() + (c.data - region_->base());
+        ASSERT_EQ(std::memcmp(host.data() + at, want, c.size), 0)
+            << "item " << i;
         at += c.size;
       }
       EXPECT_EQ(at - gpu.items()[i].offset, gpu.items()[i].size);
@@ -180,9 +183,8 @@ TEST_F(CudaUploaderTest, KeepsPerItemStatuses) {
   ASSERT_NE(up, nullptr);
   std::vector<std::vector<HostChunk>> items = Items(3, 0);
   items[1].clear();
-  std::vector<absl::Status> statuses = {absl::OkStatus(),
-                                        absl::NotFoundError("gone"),
-                                        absl::OkStatus()};
+  std::vector<absl::Status> statuses = {
+      absl::OkStatus(), absl::NotFoundError("gone"), absl::OkStatus()};
   auto gpu = up->UploadChunks(items, nullptr, statuses);
   ASSERT_TRUE(gpu.ok());
   ASSERT_TRUE(gpu->Wait().ok());
@@ -293,8 +295,7 @@ TEST_F(CudaUploaderTest, UploadsIntoCallerMemoryAtGivenOffsets) {
   for (size_t i = 0; i < items.size(); ++i) {
     const std::byte* want =
         region_->expected() + (items[i][0].data - region_->base());
-    ASSERT_EQ(std::memcmp(host.data() + offsets[i], want, items[i][0].size),
-              0)
+    ASSERT_EQ(std::memcmp(host.data() + offsets[i], want, items[i][0].size), 0)
         << "item " << i;
     EXPECT_EQ(host[offsets[i] + items[i][0].size], std::byte{0xAB});
   }
@@ -344,8 +345,8 @@ TEST_F(CudaUploaderTest, ReplaceSegmentsRegistersTheNewMappings) {
   EXPECT_EQ(gpu->stats().staged_bytes, 0u);
   std::vector<std::byte> host(100000);
   ASSERT_TRUE(up->engine()
-                  .CopyToHost(gpu->data() + gpu->items()[0].offset,
-                              host.data(), host.size())
+                  .CopyToHost(gpu->data() + gpu->items()[0].offset, host.data(),
+                              host.size())
                   .ok());
   EXPECT_EQ(std::memcmp(host.data(), other.expected() + 4096, host.size()), 0);
   // The old mapping is no longer registered: its bytes are staged.

@@ -70,14 +70,22 @@ int main(int argc, char** argv) {
       std::string p = absl::StrCat("--", n, "=");
       return a.rfind(p, 0) == 0 ? argv[i] + p.size() : nullptr;
     };
-    if (const char* x = v("socket")) f.socket = x;
-    else if (const char* x = v("source")) f.source = x;
-    else if (const char* x = v("dataset")) f.dataset = x;
-    else if (const char* x = v("files")) f.files = atoi(x);
-    else if (const char* x = v("batch")) f.batch = atoi(x);
-    else if (const char* x = v("item_kb")) f.item_kb = atof(x);
-    else if (const char* x = v("epochs")) f.epochs = atoi(x);
-    else return Fail("unknown flag " + a);
+    if (const char* x = v("socket"))
+      f.socket = x;
+    else if (const char* x = v("source"))
+      f.source = x;
+    else if (const char* x = v("dataset"))
+      f.dataset = x;
+    else if (const char* x = v("files"))
+      f.files = atoi(x);
+    else if (const char* x = v("batch"))
+      f.batch = atoi(x);
+    else if (const char* x = v("item_kb"))
+      f.item_kb = atof(x);
+    else if (const char* x = v("epochs"))
+      f.epochs = atoi(x);
+    else
+      return Fail("unknown flag " + a);
   }
   if (absl::Status st = dlcache::cuda::CudaAvailable(); !st.ok()) {
     std::printf("e2e_upload_check: %s\n", st.ToString().c_str());
@@ -120,12 +128,11 @@ int main(int argc, char** argv) {
     size_t next = 0;
     std::vector<std::vector<size_t>> flight;
     dlcache::cuda::UploadPipeline pipe(
-        up->get(), 1,
-        [&]() -> absl::StatusOr<std::optional<dlcache::Batch>> {
+        up->get(), 1, [&]() -> absl::StatusOr<std::optional<dlcache::Batch>> {
           if (next >= order.size()) return std::optional<dlcache::Batch>();
-          std::vector<size_t> idx(order.begin() + next,
-                                  order.begin() + std::min(order.size(),
-                                                           next + f.batch));
+          std::vector<size_t> idx(
+              order.begin() + next,
+              order.begin() + std::min(order.size(), next + f.batch));
           next += idx.size();
           std::vector<std::string> batch_keys;
           for (size_t i : idx) batch_keys.push_back(keys[i]);
@@ -175,8 +182,8 @@ int main(int argc, char** argv) {
         "epoch %d: %d batches of %d, %.2f GB/s end to end (GetBatch RPC + "
         "upload, pipelined), %.3f ms per batch%s, %s\n",
         epoch, batches, f.batch, payload_per_epoch / sec / 1e9,
-        sec * 1e3 / batches, epoch == 0 ? " (cold: server fills from files)"
-                                        : " (warm)",
+        sec * 1e3 / batches,
+        epoch == 0 ? " (cold: server fills from files)" : " (warm)",
         hits == batches ? "no staging" : "STAGED");
   }
   // The RPC alone, for comparison: warm GetBatch calls, nothing uploaded.
@@ -192,11 +199,12 @@ int main(int argc, char** argv) {
       if (!b.ok()) return Fail(b.status().ToString());
     }
     double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("GetBatch alone (warm, no upload): %.3f ms per batch of %d, "
-                "%.2f GB/s of handles' bytes\n",
-                sec * 1e3 / n, f.batch, payload_per_epoch / sec / 1e9);
+    std::printf(
+        "GetBatch alone (warm, no upload): %.3f ms per batch of %d, "
+        "%.2f GB/s of handles' bytes\n",
+        sec * 1e3 / n, f.batch, payload_per_epoch / sec / 1e9);
   }
-  std::printf("e2e bytes check: %s\n", ok ? "GPU bytes equal source bytes"
-                                          : "MISMATCH");
+  std::printf("e2e bytes check: %s\n",
+              ok ? "GPU bytes equal source bytes" : "MISMATCH");
   return ok ? 0 : 1;
 }

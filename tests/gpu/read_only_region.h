@@ -28,8 +28,7 @@ class ReadOnlyRegion {
     }
     int fd = memfd_create("dlcache_gpu_test", 0);
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(::write(fd, expected_.data(), size),
-              static_cast<ssize_t>(size));
+    EXPECT_EQ(::write(fd, expected_.data(), size), static_cast<ssize_t>(size));
     void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     EXPECT_NE(p, MAP_FAILED);
     ::close(fd);

@@ -5,7 +5,7 @@
 // machine against that machine's own libtorch, carrying only
 // libdlcache_c.so (client/torch/examples/CMakeLists.txt builds it there).
 //
-//   DLCACHED=path/to/dlcached DLCACHECTL=path/to/dlcachectl \
+//   DLCACHED=path/to/dlcached DLCACHECTL=path/to/dlcachectl
 //       torch_adapter_test [--require_gpu]
 //
 // Every check prints "ok"/"FAIL"/"skip" with its name; exit 0 when none
@@ -17,8 +17,8 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,13 +46,13 @@ namespace {
 
 int failures = 0;
 
-#define CHECK_THAT(cond)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      std::fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__,       \
-                   __LINE__, #cond);                                      \
-      throw CheckFailed();                                                \
-    }                                                                     \
+#define CHECK_THAT(cond)                                                      \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      std::fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                   #cond);                                                    \
+      throw CheckFailed();                                                    \
+    }                                                                         \
   } while (0)
 
 struct CheckFailed {};
@@ -127,10 +127,15 @@ class Server {
   void Start() {
     const std::string bin = Env("DLCACHED");
     CHECK_THAT(!bin.empty());
-    std::vector<std::string> args = {
-        bin, "--socket=" + socket_, "--shm_dir=" + shm_,
-        "--arena_bytes=128MiB", "--segment_bytes=16MiB", "--chunk_size=1MiB",
-        "--dataset=ds=" + src_, "--metrics_address=", "--keep_arena=false"};
+    std::vector<std::string> args = {bin,
+                                     "--socket=" + socket_,
+                                     "--shm_dir=" + shm_,
+                                     "--arena_bytes=128MiB",
+                                     "--segment_bytes=16MiB",
+                                     "--chunk_size=1MiB",
+                                     "--dataset=ds=" + src_,
+                                     "--metrics_address=",
+                                     "--keep_arena=false"};
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     CHECK_THAT(pid_ >= 0);
@@ -380,7 +385,8 @@ void GpuPrefetchAndLeases(Fixture& f) {
     CHECK_THAT(ds.batches_ready() == 3);
     size_t n = b->keys.size();
     while (auto next = ds.get_batch(2)) {
-      CHECK_THAT(Bytes(next->data).size() == next->data.numel());
+      CHECK_THAT(static_cast<int64_t>(Bytes(next->data).size()) ==
+                 next->data.numel());
       n += next->keys.size();
     }
     CHECK_THAT(n == f.keys.size());
@@ -488,9 +494,10 @@ int main(int argc, char** argv) {
       Fixture f;
       fn(f);
       ++passed;
-      std::printf("ok   %s (%.2f s)\n", name,
-                  std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - t0).count());
+      std::printf(
+          "ok   %s (%.2f s)\n", name,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count());
     } catch (const Skip& s) {
       ++skipped;
       std::printf("skip %s: %s\n", name, s.why.c_str());

@@ -23,11 +23,11 @@ using ::dlcache::testing::ReadOnlyRegion;
 constexpr uint8_t kPoison = 0xA5;
 
 // Skips the test where no device is usable (the CPU build machine, CI).
-#define REQUIRE_GPU()                                            \
-  do {                                                           \
-    if (absl::Status st = CudaAvailable(); !st.ok()) {           \
-      GTEST_SKIP() << "no GPU: " << st.ToString();               \
-    }                                                            \
+#define REQUIRE_GPU()                                  \
+  do {                                                 \
+    if (absl::Status st = CudaAvailable(); !st.ok()) { \
+      GTEST_SKIP() << "no GPU: " << st.ToString();     \
+    }                                                  \
   } while (0)
 
 TEST(UploadEngineNoDeviceTest, CreateReportsUnavailable) {
@@ -89,8 +89,8 @@ void ExpectCopied(UploadEngine& engine, const ReadOnlyRegion& region,
   for (size_t i = 0; i < ops.size(); ++i) {
     const CopyOp& op = ops[i];
     const std::byte* want =
-        region.expected() + (static_cast<const std::byte*>(op.src) -
-                             region.base());
+        region.expected() +
+        (static_cast<const std::byte*>(op.src) - region.base());
     ASSERT_EQ(std::memcmp(host.data() + op.dst_offset, want, op.size), 0)
         << "op " << i << " size " << op.size << " at " << op.dst_offset;
     if (exclusive) {
@@ -144,9 +144,9 @@ TEST_P(UploadEngineMethodTest, CopiesExactlyTheRequestedBytes) {
     ASSERT_TRUE(ticket->Wait().ok());
     EXPECT_TRUE(ticket->Ready());
     EXPECT_TRUE(ticket->Wait().ok());  // idempotent
-    EXPECT_EQ(ticket->stats().method, (*engine)->ResolveMethod(
-                                          c.method, ticket->stats().runs,
-                                          ticket->stats().copied_bytes));
+    EXPECT_EQ(ticket->stats().method,
+              (*engine)->ResolveMethod(c.method, ticket->stats().runs,
+                                       ticket->stats().copied_bytes));
     EXPECT_EQ(ticket->stats().staged_bytes,
               c.registered ? 0 : ticket->stats().bytes);
     // Random sources almost never line up, so the poison must survive

@@ -101,8 +101,8 @@ class Reader {
       std::vector<Request> requests = PickBatch();
       std::vector<ItemRequest> items;
       for (const Request& r : requests) {
-        items.push_back({testing::ChaosFilePath(r.file), r.first_chunk,
-                         r.max_chunks});
+        items.push_back(
+            {testing::ChaosFilePath(r.file), r.first_chunk, r.max_chunks});
       }
       absl::StatusOr<Batch> batch = client_->GetBatch("default", items);
       if (!batch.ok()) {
@@ -215,8 +215,7 @@ class Reader {
     uint32_t index = r.first_chunk;
     for (const ChunkView& c : item.chunks()) {
       const uint64_t offset = uint64_t{index} * chunk_size;
-      const size_t size =
-          std::min<uint64_t>(chunk_size, want.size() - offset);
+      const size_t size = std::min<uint64_t>(chunk_size, want.size() - offset);
       if (c.index != index || c.size != size) {
         Fail(path + ": chunk " + std::to_string(c.index) + " of " +
              std::to_string(c.size) + " bytes, want chunk " +
@@ -243,8 +242,7 @@ class Reader {
   Batch held_;
   std::vector<Request> held_requests_;
   std::map<absl::StatusCode, uint64_t> tolerated_codes_;
-  uint64_t batches_ = 0, items_ = 0, bytes_ = 0, rechecked_ = 0,
-           tolerated_ = 0;
+  uint64_t batches_ = 0, items_ = 0, bytes_ = 0, rechecked_ = 0, tolerated_ = 0;
 };
 
 }  // namespace

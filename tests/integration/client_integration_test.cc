@@ -11,15 +11,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checksum.h"
@@ -27,7 +28,6 @@
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/synchronization/notification.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
@@ -83,8 +83,8 @@ class ClientIntegrationTest : public ::testing::Test {
 };
 
 TEST_F(ClientIntegrationTest, MappedBytesEqualTheSource) {
-  const std::vector<size_t> sizes = {0,      1,           4095,
-                                     110000, (4 << 20) + 1, 50 << 20};
+  const std::vector<size_t> sizes = {0,       1, 4095, 110000, (4 << 20) + 1,
+                                     50 << 20};
   std::vector<std::string> paths, contents;
   for (size_t i = 0; i < sizes.size(); ++i) {
     paths.push_back(absl::StrCat("dir", i % 2, "/file", i, ".bin"));
@@ -183,13 +183,12 @@ TEST_F(ClientIntegrationTest, BadKeysAndUnknownNames) {
   EXPECT_EQ((*batch)[5].status().code(), absl::StatusCode::kNotFound);
 
   auto unknown = client->GetBatch("nope", std::vector<std::string>{"ok"});
-  absl::StatusCode code = unknown.ok() ? (*unknown)[0].status().code()
-                                       : unknown.status().code();
+  absl::StatusCode code =
+      unknown.ok() ? (*unknown)[0].status().code() : unknown.status().code();
   EXPECT_EQ(code, absl::StatusCode::kNotFound);
-  EXPECT_EQ(client->GetBatch("../ds", std::vector<std::string>{"ok"})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      client->GetBatch("../ds", std::vector<std::string>{"ok"}).status().code(),
+      absl::StatusCode::kInvalidArgument);
   // The client still works after errors.
   auto again = client->GetBatch("ds", std::vector<std::string>{"ok"});
   ASSERT_TRUE(again.ok());
@@ -198,7 +197,8 @@ TEST_F(ClientIntegrationTest, BadKeysAndUnknownNames) {
 
 TEST_F(ClientIntegrationTest, LeasesAreReleasedWhenItemsAreDestroyed) {
   for (int i = 0; i < 20; ++i) {
-    server_->WriteFile("ds", absl::StrCat("f", i), testing::RandomBytes(3000, i));
+    server_->WriteFile("ds", absl::StrCat("f", i),
+                       testing::RandomBytes(3000, i));
   }
   std::vector<std::string> paths;
   for (int i = 0; i < 20; ++i) paths.push_back(absl::StrCat("f", i));
@@ -536,9 +536,9 @@ std::string CheckForkedChild(std::unique_ptr<Client>& inherited,
   if (!fresh.ok()) return errors + "new Client: " + fresh.status().ToString();
   auto b = (*fresh)->GetBatch("ds", std::vector<std::string>{path});
   if (!b.ok() || !(*b)[0].ok()) {
-    absl::StrAppend(&errors, "new GetBatch: ",
-                    b.ok() ? (*b)[0].status().ToString()
-                           : b.status().ToString());
+    absl::StrAppend(
+        &errors, "new GetBatch: ",
+        b.ok() ? (*b)[0].status().ToString() : b.status().ToString());
   } else {
     std::string got((*b)[0].size(), '\0');
     if (!(*b)[0]
@@ -649,9 +649,10 @@ TEST_F(ClientIntegrationTest, WarmBatchOf256KeysLatency) {
   const double cpu =
       ((c1.tv_sec - c0.tv_sec) * 1e6 + (c1.tv_nsec - c0.tv_nsec) / 1e3) /
       rounds;
-  std::printf("256-key warm GetBatch: p50 %.0f us, p90 %.0f us, p99 %.0f us; "
-              "client thread CPU %.0f us/call\n",
-              us[rounds / 2], us[rounds * 9 / 10], us[rounds * 99 / 100], cpu);
+  std::printf(
+      "256-key warm GetBatch: p50 %.0f us, p90 %.0f us, p99 %.0f us; "
+      "client thread CPU %.0f us/call\n",
+      us[rounds / 2], us[rounds * 9 / 10], us[rounds * 99 / 100], cpu);
   RecordProperty("p50_us", static_cast<int>(us[rounds / 2]));
   EXPECT_LT(us[rounds / 2], 10000);
   EXPECT_TRUE(Eventually([&] { return Leases() == 0; }));

@@ -37,8 +37,8 @@
 #include "tests/testing/counting_source.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
-#include "tests/testing/test_util.h"
 #include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -51,7 +51,6 @@ using ::dlcache::testing::TestServer;
 constexpr char kDataset[] = "ds";
 constexpr uint64_t kChunk = 64 << 10;
 constexpr char kToken[] = "cluster-test-token";
-
 
 // Files of 1 byte to ~4.5 chunks, written into `dir`.
 struct Dataset {
@@ -70,7 +69,8 @@ struct Dataset {
   }
   uint64_t chunks() const {
     uint64_t n = 0;
-    for (const auto& [p, bytes] : files) n += (bytes.size() + kChunk - 1) / kChunk;
+    for (const auto& [p, bytes] : files)
+      n += (bytes.size() + kChunk - 1) / kChunk;
     return n;
   }
   uint64_t bytes() const {
@@ -124,15 +124,15 @@ int ReadAll(const std::string& socket, const Dataset& data, uint32_t seed,
         const std::string& want = data.files.at(batch[j]);
         std::string bytes(item.ok() ? item.size() : 0, '\0');
         if (!item.ok() ||
-            !item.CopyTo(absl::MakeSpan(
-                             reinterpret_cast<std::byte*>(bytes.data()),
-                             bytes.size()))
+            !item
+                 .CopyTo(absl::MakeSpan(
+                     reinterpret_cast<std::byte*>(bytes.data()), bytes.size()))
                  .ok() ||
             bytes != want) {
           if (errors++ < 3) {
-            ADD_FAILURE() << socket << " " << batch[j] << ": "
-                          << item.status() << " size " << bytes.size()
-                          << " want " << want.size();
+            ADD_FAILURE() << socket << " " << batch[j] << ": " << item.status()
+                          << " size " << bytes.size() << " want "
+                          << want.size();
           }
         }
       }
@@ -366,8 +366,7 @@ TEST(ClusterTest, ClusterWarmupFillsEachShareOnItsOwner) {
     EXPECT_EQ(cluster.source(i).reads(), owned[cluster.nodes()[i].id])
         << "node " << i;
     // Only owned chunks were filled: nothing went through peers yet.
-    EXPECT_EQ(cluster.server(i).server().peer_router()->stats().peer_reads,
-              0u);
+    EXPECT_EQ(cluster.server(i).server().peer_router()->stats().peer_reads, 0u);
   }
   EXPECT_EQ(cluster.total_reads(), data.chunks());
 
@@ -428,11 +427,8 @@ TEST(ClusterTest, ClusterWarmupReportsADeadNode) {
 
   // An unknown dataset is the call's error, as on one node.
   request.set_dataset("nope");
-  EXPECT_TRUE(absl::IsNotFound(
-      cluster.server(0)
-          .server()
-          .engine()
-          .Warmup(request, [](const v1::WarmupProgress&) { return true; })));
+  EXPECT_TRUE(absl::IsNotFound(cluster.server(0).server().engine().Warmup(
+      request, [](const v1::WarmupProgress&) { return true; })));
 }
 
 // On a single node cluster = true is the plain warm-up.
@@ -549,8 +545,8 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
   for (int i = 0; i < 2; ++i) {
     const std::string status = RunCtl(nodes[i]->socket_path(), "status");
     fallbacks += JsonNumber(status, "fallbacks");
-    reads += JsonNumber(RunCtl(nodes[i]->socket_path(), "stats"),
-                        "source_reads");
+    reads +=
+        JsonNumber(RunCtl(nodes[i]->socket_path(), "stats"), "source_reads");
   }
   EXPECT_GT(fallbacks, 0u);
   // Nothing was read twice on one node: at most every chunk on both.

@@ -3,6 +3,8 @@
 // (common/frame_socket.h): the conversation, connection-bound sessions and
 // leases, the limits, malformed input, and asynchronous misses.
 
+#include "server/rpc/data_server.h"
+
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -28,7 +30,6 @@
 #include "common/local_protocol.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
-#include "server/rpc/data_server.h"
 #include "server/tier/memory_tier.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
@@ -115,11 +116,11 @@ class RawClient {
   absl::Status SendGetBatch(uint64_t id, absl::string_view dataset,
                             const std::vector<std::string>& keys,
                             const std::vector<uint64_t>& release = {}) {
-    return Send(MsgType::kGetBatch, id,
-                local::EncodeGetBatch(dataset, release, keys.size(),
-                                      [&](size_t i) {
-                                        return local::Key{keys[i], 0, 0};
-                                      }));
+    return Send(
+        MsgType::kGetBatch, id,
+        local::EncodeGetBatch(dataset, release, keys.size(), [&](size_t i) {
+          return local::Key{keys[i], 0, 0};
+        }));
   }
   std::unique_ptr<Batch> RecvBatch() {
     auto b = std::make_unique<Batch>();
@@ -183,7 +184,8 @@ class RawClient {
 
 std::vector<uint64_t> Leases(const local::BatchReply& r) {
   std::vector<uint64_t> out;
-  for (size_t j = 0; j < r.handle_count(); ++j) out.push_back(r.handle(j).lease);
+  for (size_t j = 0; j < r.handle_count(); ++j)
+    out.push_back(r.handle(j).lease);
   return out;
 }
 
@@ -248,9 +250,8 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   EXPECT_EQ(hello->segment_sizes[0], 16u << 20);
 
   // Segment fds: read-only, all four in one frame.
-  ASSERT_TRUE(c->Send(MsgType::kGetSegments, 2,
-                      local::EncodeGetSegments({0, 4}))
-                  .ok());
+  ASSERT_TRUE(
+      c->Send(MsgType::kGetSegments, 2, local::EncodeGetSegments({0, 4})).ok());
   absl::StatusOr<local::Frame> seg = c->Recv();
   ASSERT_TRUE(seg.ok()) << seg.status();
   ASSERT_EQ(seg->type(), MsgType::kSegments);
@@ -272,9 +273,8 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
     maps.push_back(static_cast<const char*>(p));
   }
   // Past the end: OUT_OF_RANGE in the reply, the connection stays.
-  ASSERT_TRUE(c->Send(MsgType::kGetSegments, 3,
-                      local::EncodeGetSegments({9, 1}))
-                  .ok());
+  ASSERT_TRUE(
+      c->Send(MsgType::kGetSegments, 3, local::EncodeGetSegments({9, 1})).ok());
   absl::StatusOr<local::Frame> bad_seg = c->Recv();
   ASSERT_TRUE(bad_seg.ok());
   ASSERT_TRUE(local::DecodeSegmentsReply(bad_seg->payload, &sr).ok());
@@ -331,12 +331,11 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
 
   // Stat.
   std::vector<std::string> stat_keys = {"dir/big", "missing"};
-  ASSERT_TRUE(c->Send(MsgType::kStat, 7,
-                      local::EncodeStat("ds", 2,
-                                        [&](size_t i) {
-                                          return local::Key{stat_keys[i]};
-                                        }))
-                  .ok());
+  ASSERT_TRUE(
+      c->Send(MsgType::kStat, 7,
+              local::EncodeStat(
+                  "ds", 2, [&](size_t i) { return local::Key{stat_keys[i]}; }))
+          .ok());
   absl::StatusOr<local::Frame> st = c->Recv();
   ASSERT_TRUE(st.ok());
   ASSERT_EQ(st->type(), MsgType::kStatReply);
@@ -344,7 +343,8 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   int32_t code;
   std::string message;
   std::vector<local::FileStat> files;
-  ASSERT_TRUE(local::DecodeStatReply(st->payload, &code, &message, &files).ok());
+  ASSERT_TRUE(
+      local::DecodeStatReply(st->payload, &code, &message, &files).ok());
   ASSERT_EQ(code, 0);
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(files[0].code, 0);
@@ -356,12 +356,11 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   // Prefetch: accepted, filled in the background without leases.
   server_->WriteFile("ds", "pre", "prefetched");
   std::vector<std::string> pre = {"pre", "/abs"};
-  ASSERT_TRUE(c->Send(MsgType::kPrefetch, 8,
-                      local::EncodePrefetch("ds", 2,
-                                            [&](size_t i) {
-                                              return local::Key{pre[i]};
-                                            }))
-                  .ok());
+  ASSERT_TRUE(
+      c->Send(MsgType::kPrefetch, 8,
+              local::EncodePrefetch(
+                  "ds", 2, [&](size_t i) { return local::Key{pre[i]}; }))
+          .ok());
   absl::StatusOr<local::Frame> pf = c->Recv();
   ASSERT_TRUE(pf.ok());
   ASSERT_EQ(pf->type(), MsgType::kPrefetchReply);
@@ -601,8 +600,8 @@ TEST_F(DataServerTest, GarbageAndHugeLengthGetErrorAndClose) {
     absl::StatusOr<local::Frame> f = c->Recv();
     ASSERT_TRUE(f.ok());
     EXPECT_EQ(f->type(), MsgType::kError);
-    EXPECT_TRUE(absl::StrContains(local::DecodeError(f->payload).message(),
-                                  "version"));
+    EXPECT_TRUE(
+        absl::StrContains(local::DecodeError(f->payload).message(), "version"));
     EXPECT_TRUE(c->ClosedByServer());
     std::unique_ptr<RawClient> d = RawClient::Connect(server_->socket_path());
     ASSERT_TRUE(d->SendGetBatch(1, "ds", {"a"}).ok());
@@ -714,10 +713,10 @@ TEST_F(DataServerTest, ClientThatDoesNotReadIsDisconnected) {
   // Each reply is ~69 KB (1000 items); all are misses, so every request is
   // in flight at once and their replies arrive together.
   for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(c->SendGetBatch(i + 1, "ds",
-                                std::vector<std::string>(
-                                    1000, absl::StrCat("c", i)))
-                    .ok());
+    ASSERT_TRUE(
+        c->SendGetBatch(i + 1, "ds",
+                        std::vector<std::string>(1000, absl::StrCat("c", i)))
+            .ok());
   }
   ASSERT_TRUE(Eventually([&] {
     return server_->server().data_server().stats().inflight_requests ==
@@ -769,7 +768,8 @@ int DeniedChildChecks(const std::string& socket_path, uint32_t uid) {
   }
   absl::StatusOr<local::Frame> f = rx.Next(fd.get());
   if (!f.ok() || f->type() != MsgType::kHelloReply) return 13;
-  const int32_t denied = static_cast<int32_t>(absl::StatusCode::kPermissionDenied);
+  const int32_t denied =
+      static_cast<int32_t>(absl::StatusCode::kPermissionDenied);
   const std::vector<std::string> keys = {"a"};
   auto key = [&](size_t i) { return local::Key{keys[i]}; };
   if (!local::SendFrame(fd.get(), MsgType::kGetBatch, 2,
@@ -821,8 +821,8 @@ TEST_F(DataServerTest, ReadersOutsideThePolicyArePermissionDenied) {
     c->access.default_readers = "none";
   });
   // The other uid must reach the socket in its temporary directory.
-  const std::string dir = server_->socket_path().substr(
-      0, server_->socket_path().rfind('/'));
+  const std::string dir =
+      server_->socket_path().substr(0, server_->socket_path().rfind('/'));
   ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);

@@ -3,6 +3,7 @@
 // and the errors when the server is down.
 
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
@@ -14,16 +15,14 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "gmock/gmock.h"
 #include "dlcache/client.h"
 #include "dlcache/v1/admin.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/source/source.h"
 #include "tests/testing/temp_dir.h"
@@ -68,7 +67,8 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
 }
 
 // Runs dlcachectl with `args`; stdout and stderr are pipes (not a TTY).
-CtlResult RunCtl(std::vector<std::string> args, const std::string& socket_env = "") {
+CtlResult RunCtl(std::vector<std::string> args,
+                 const std::string& socket_env = "") {
   args.insert(args.begin(), DLCACHECTL_BINARY);
   std::vector<std::string> env = ChildEnv(socket_env);
   std::vector<char*> argv = CStrings(args), envp = CStrings(env);
@@ -159,12 +159,14 @@ class PathFaultSource : public Source {
     }
     return inner_->ReadAt(path, offset, dst);
   }
-  absl::Status List(absl::string_view prefix,
-                    absl::FunctionRef<bool(absl::string_view, const FileInfo&)>
-                        fn) override {
+  absl::Status List(
+      absl::string_view prefix,
+      absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) override {
     return inner_->List(prefix, fn);
   }
-  std::string Describe() const override { return "fault:" + inner_->Describe(); }
+  std::string Describe() const override {
+    return "fault:" + inner_->Describe();
+  }
 
  private:
   std::shared_ptr<Source> inner_;
@@ -178,8 +180,8 @@ class DlcachectlTest : public ::testing::Test {
     o.segment_bytes = 16ull << 20;
     o.chunk_size = 1ull << 20;
     if (faults) {
-      o.wrap_source = [](const std::string&, std::shared_ptr<Source> s)
-          -> std::shared_ptr<Source> {
+      o.wrap_source = [](const std::string&,
+                         std::shared_ptr<Source> s) -> std::shared_ptr<Source> {
         return std::make_shared<PathFaultSource>(std::move(s));
       };
     }
@@ -265,7 +267,7 @@ TEST_F(DlcachectlTest, WarmupShowsProgressAndResumes) {
   WriteFiles("train", 30, 200000);
   WriteFiles("val", 5, 1000);
   CtlResult r = RunCtl({"--socket", Sock(), "warmup", "ds", "train", "-j", "4",
-                  "--interval", "0"});
+                        "--interval", "0"});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_THAT(r.out, StartsWith("warming up ds/train via unix:"));
   EXPECT_THAT(r.out, Not(HasSubstr("\r")));  // not a TTY: plain lines
@@ -361,9 +363,9 @@ TEST_F(DlcachectlTest, NonUtf8NamesGoThroughTheAdminApi) {
   server_->WriteFile("ds", b, testing::RandomBytes(5000, 2));
   server_->WriteFile("ds", bad, "xxxx");
   server_->WriteFile("ds", "plain/c.bin", testing::RandomBytes(100, 3));
-  auto stub = v1::AdminService::NewStub(
-      grpc::CreateChannel("unix:" + server_->server().config().admin_socket_path,
-                          grpc::InsecureChannelCredentials()));
+  auto stub = v1::AdminService::NewStub(grpc::CreateChannel(
+      "unix:" + server_->server().config().admin_socket_path,
+      grpc::InsecureChannelCredentials()));
   auto deadline = [](grpc::ClientContext* ctx) {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(30));
@@ -470,12 +472,14 @@ TEST_F(DlcachectlTest, NonUtf8NamesArePrintedEscaped) {
   EXPECT_EQ(r.rc, 1) << r.out << r.err;  // the "bad" file failed
   EXPECT_THAT(r.out, StartsWith("warming up ds/caf\\xe9 via unix:"));
   EXPECT_THAT(r.out, HasSubstr("2 files"));
-  EXPECT_THAT(r.out, HasSubstr("first failures:\n  caf\\xe9/bad\\x1b[2J.bin: "));
+  EXPECT_THAT(r.out,
+              HasSubstr("first failures:\n  caf\\xe9/bad\\x1b[2J.bin: "));
   EXPECT_TRUE(no_raw_bytes(r.out)) << r.out;
 
   CtlResult j = RunCtl({"--socket", Sock(), "warmup", "ds", dir, "--json"});
   EXPECT_EQ(j.rc, 1) << j.out << j.err;
-  EXPECT_THAT(j.out, HasSubstr("\"failures\":[\"caf\\udce9/bad\\u001b[2J.bin: "));
+  EXPECT_THAT(j.out,
+              HasSubstr("\"failures\":[\"caf\\udce9/bad\\u001b[2J.bin: "));
   EXPECT_TRUE(no_raw_bytes(j.out)) << j.out;
 
   CtlResult e = RunCtl({"--socket", Sock(), "evict", "ds", dir});
@@ -529,8 +533,8 @@ TEST_F(DlcachectlTest, RevalidateDropsWhatChangedAtTheSource) {
   EXPECT_EQ(j.out,
             "{\"files_checked\":3,\"files_changed\":0,\"files_missing\":1,"
             "\"chunks_dropped\":1,\"ssd_corrupt\":0}\n");
-  CtlResult v = RunCtl(
-      {"--socket", Sock(), "revalidate", "ds", "--verify-checksums"});
+  CtlResult v =
+      RunCtl({"--socket", Sock(), "revalidate", "ds", "--verify-checksums"});
   ASSERT_EQ(v.rc, 0) << v.err;
   EXPECT_THAT(v.out, HasSubstr("2 files checked, 0 changed, 0 missing"));
   EXPECT_THAT(v.out, HasSubstr("0 corrupt SSD chunks"));
@@ -558,8 +562,8 @@ TEST_F(DlcachectlTest, SyncWithoutAnSsdTierSaysSoClearly) {
 TEST_F(DlcachectlTest, SyncCopiesToTheSsdTierAndResumes) {
   Start(false, false, /*ssd=*/true);
   WriteFiles("s", 6, 3000);
-  CtlResult r = RunCtl({"--socket", Sock(), "sync", "ds", "s", "-j", "2",
-                        "--interval", "0"});
+  CtlResult r = RunCtl(
+      {"--socket", Sock(), "sync", "ds", "s", "-j", "2", "--interval", "0"});
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_THAT(r.out, StartsWith("syncing ds/s to the SSD tier via unix:"));
   EXPECT_THAT(r.out, HasSubstr("6/6 files"));
@@ -585,9 +589,11 @@ TEST_F(DlcachectlTest, TcpAdminAddress) {
   Start(false, /*admin_tcp=*/true);
   const int port = server_->server().admin_port();
   ASSERT_GT(port, 0);
-  CtlResult r = RunCtl({"status", "--address", absl::StrCat("127.0.0.1:", port)});
+  CtlResult r =
+      RunCtl({"status", "--address", absl::StrCat("127.0.0.1:", port)});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("at 127.0.0.1:", port, ": SERVING")));
+  EXPECT_THAT(r.out,
+              HasSubstr(absl::StrCat("at 127.0.0.1:", port, ": SERVING")));
 }
 
 TEST(DlcachectlNoServerTest, UnreachableServerExitsThree) {
@@ -599,12 +605,13 @@ TEST(DlcachectlNoServerTest, UnreachableServerExitsThree) {
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat("cannot reach dlcached at unix:",
                                             sock, ".admin: is it running?")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // no waiting on a
-                                                      // missing socket
+                                                     // missing socket
   CtlResult j = RunCtl({"stats", "--json", "--socket", sock});
   EXPECT_EQ(j.rc, 3);
   EXPECT_THAT(j.out, StartsWith("{\"error\":{\"code\":\"UNAVAILABLE\""));
   // A TCP address where nobody listens, with a short --timeout.
-  CtlResult tcp = RunCtl({"status", "--address", "127.0.0.1:1", "--timeout", "1s"});
+  CtlResult tcp =
+      RunCtl({"status", "--address", "127.0.0.1:1", "--timeout", "1s"});
   EXPECT_EQ(tcp.rc, 3);
   EXPECT_THAT(tcp.err, HasSubstr("cannot reach dlcached at 127.0.0.1:1"));
 }
@@ -627,7 +634,8 @@ TEST(DlcachectlNoServerTest, HelpForEveryCommand) {
        {"status", "stats", "warmup", "sync", "revalidate", "evict"}) {
     CtlResult r = RunCtl({cmd, "--help"});
     EXPECT_EQ(r.rc, 0) << cmd;
-    EXPECT_THAT(r.out, StartsWith(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
+    EXPECT_THAT(r.out,
+                StartsWith(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
   }
   CtlResult top = RunCtl({"-h"});
   EXPECT_EQ(top.rc, 0);

@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -36,8 +35,8 @@
 namespace dlcache {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::DlcachedProcess;
+using ::testing::HasSubstr;
 
 constexpr int kFiles = 24;
 constexpr char kDataset[] = "default";  // the dataset of --source
@@ -45,8 +44,7 @@ constexpr char kDataset[] = "default";  // the dataset of --source
 // The first number after "field": in JSON text; -1 when absent.
 int64_t JsonNumber(const std::string& json, const std::string& field) {
   std::smatch m;
-  if (!std::regex_search(json, m,
-                         std::regex("\"" + field + "\":(-?[0-9]+)"))) {
+  if (!std::regex_search(json, m, std::regex("\"" + field + "\":(-?[0-9]+)"))) {
     return -1;
   }
   return std::stoll(m[1]);
@@ -105,8 +103,8 @@ class DlcachedFlagsTest : public ::testing::Test {
     auto p = std::make_unique<DlcachedProcess>(
         DLCACHED_BINARY, tmp_.path() + "/" + socket_name + ".sock",
         std::move(flags));
-    p->set_output_path(absl::StrCat(tmp_.path(), "/", socket_name, ".",
-                                    ++starts_, ".log"));
+    p->set_output_path(
+        absl::StrCat(tmp_.path(), "/", socket_name, ".", ++starts_, ".log"));
     absl::Status s = p->Start();
     EXPECT_TRUE(s.ok()) << s;
     return s.ok() ? std::move(p) : nullptr;
@@ -137,8 +135,9 @@ class DlcachedFlagsTest : public ::testing::Test {
         continue;
       }
       std::string bytes(item.size(), '\0');
-      if (!item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
-                                      bytes.size()))
+      if (!item
+               .CopyTo(absl::MakeSpan(
+                   reinterpret_cast<std::byte*>(bytes.data()), bytes.size()))
                .ok() ||
           Checksum(bytes.data(), bytes.size()) != checksums_[i]) {
         ADD_FAILURE() << paths_[i] << ": bytes differ from the source";
@@ -172,7 +171,8 @@ TEST_F(DlcachedFlagsTest, SsdVerifyOnStartDropsCorruptChunksBeforeServing) {
   ASSERT_TRUE(testing::Eventually([&] {
     return Metric(*port, "dlcache_ssd_queued") == 0 &&
            Metric(*port, "dlcache_ssd_writes_total") >= kFiles;
-  })) << "write-behind did not drain (" << chunks_written << " written)";
+  })) << "write-behind did not drain ("
+      << chunks_written << " written)";
   const double chunks = Metric(*port, "dlcache_ssd_chunks");
   ASSERT_EQ(first->Stop(), 0);
 
@@ -312,8 +312,7 @@ TEST_F(DlcachedFlagsTest, ArenaBytesZeroTakesHalfTheFreeSpace) {
   const int64_t arena = JsonNumber(status, "arena_bytes");
   EXPECT_GT(arena, 0) << status;
   EXPECT_LE(static_cast<uint64_t>(arena), free_bytes / 2) << status;
-  EXPECT_GE(static_cast<uint64_t>(arena), free_bytes / 2 - (4 << 20))
-      << status;
+  EXPECT_GE(static_cast<uint64_t>(arena), free_bytes / 2 - (4 << 20)) << status;
   EXPECT_EQ(ReadAll(server->socket_path()), 0);
   EXPECT_EQ(server->Stop(), 0);
 }
@@ -341,9 +340,9 @@ TEST_F(DlcachedFlagsTest, ClusterWarmupAcrossThreeProcesses) {
     ASSERT_TRUE(port.ok()) << port.status();
     metrics.push_back(*port);
   }
-  testing::CommandResult warm = testing::RunCommand(absl::StrCat(
-      DLCACHECTL_BINARY, " --socket=", nodes[0]->socket_path(),
-      " warmup --cluster default"));
+  testing::CommandResult warm = testing::RunCommand(
+      absl::StrCat(DLCACHECTL_BINARY, " --socket=", nodes[0]->socket_path(),
+                   " warmup --cluster default"));
   ASSERT_EQ(warm.exit_code, 0) << warm.output;
   const std::string reads_metric =
       absl::StrCat("dlcache_source_reads_total{dataset=\"", kDataset, "\"}");

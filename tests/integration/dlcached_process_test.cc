@@ -57,7 +57,7 @@ TEST_F(DlcachedProcessTest, BadSizeFlagIsRejected) {
 
 TEST_F(DlcachedProcessTest, ArenaLargerThanShmFailsAtStartNotWithSigbus) {
   CommandResult r = RunDlcached(Flags() + "--source=" + data_.path() +
-                            " --arena_bytes=1000TiB");
+                                " --arena_bytes=1000TiB");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("does not fit"), std::string::npos) << r.output;
 }
@@ -70,7 +70,7 @@ TEST_F(DlcachedProcessTest, StartsStopsCleanlyAndRefusesASecondServer) {
        "--arena_bytes=16MiB", "--segment_bytes=8MiB", "--metrics_address="});
   ASSERT_TRUE(server.Start().ok());
   CommandResult second = RunDlcached(Flags() + "--source=" + data_.path() +
-                                 " --arena_bytes=16MiB");
+                                     " --arena_bytes=16MiB");
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.output.find("another dlcached"), std::string::npos)
       << second.output;

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "absl/synchronization/notification.h"
 #include "common/frame_socket.h"
 #include "common/local_protocol.h"
 #include "common/unique_fd.h"
@@ -266,8 +266,8 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
           std::vector<local::Handle> handles(1);
           for (const BatchItem& item : last.items) {
             const LeasedChunk& c = item.chunks[0];
-            handles[0] = {c.segment, c.offset, c.length, c.lease, c.checksum,
-                          c.index};
+            handles[0] = {c.segment, c.offset,   c.length,
+                          c.lease,   c.checksum, c.index};
             b.AddItem(item.file_size, item.chunk_count, item.hit, handles);
           }
           wire = b.Finish();
@@ -284,13 +284,10 @@ TEST_F(GetBatchLatencyTest, StepByStep) {
   {
     auto conn = Connect(process_->socket_path());
     ASSERT_NE(conn, nullptr);
-    Print("local protocol, 1 key", Measure(
-                                       Rounds(),
-                                       [&] {
-                                         ASSERT_TRUE(
-                                             conn->GetBatch(keys_, 1, true));
-                                       },
-                                       pid));
+    Print("local protocol, 1 key",
+          Measure(
+              Rounds(), [&] { ASSERT_TRUE(conn->GetBatch(keys_, 1, true)); },
+              pid));
     Figures f = Measure(
         Rounds(), [&] { ASSERT_TRUE(conn->GetBatch(keys_, kKeys, true)); },
         pid);

@@ -225,8 +225,8 @@ CommandResult RunDlcached(const std::string& args) {
 class DlcachedDirsTest : public ::testing::Test {
  protected:
   std::string Flags(const std::string& shm_dir) {
-    return absl::StrCat("--socket=", tmp_.path(), "/s.sock --shm_dir=",
-                        shm_dir, " --source=", data_.path(),
+    return absl::StrCat("--socket=", tmp_.path(), "/s.sock --shm_dir=", shm_dir,
+                        " --source=", data_.path(),
                         " --arena_bytes=16MiB --segment_bytes=8MiB"
                         " --metrics_address= ");
   }

@@ -22,6 +22,7 @@
 // on a loaded 2-core machine. Every wait has a deadline.
 
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -36,8 +37,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -90,7 +89,8 @@ class ReaderFleet {
     std::string output;  // what it printed on stdout
   };
 
-  explicit ReaderFleet(std::string socket_path) : socket_path_(std::move(socket_path)) {
+  explicit ReaderFleet(std::string socket_path)
+      : socket_path_(std::move(socket_path)) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) std::abort();
     stop_read_ = fds[0];
@@ -196,7 +196,8 @@ class ReaderFleet {
     // The writer is gone: this read ends.
     char buf[4096];
     ssize_t n;
-    while ((n = ::read(p.out_fd, buf, sizeof(buf))) > 0) e.output.append(buf, n);
+    while ((n = ::read(p.out_fd, buf, sizeof(buf))) > 0)
+      e.output.append(buf, n);
     ::close(p.out_fd);
     return e;
   }
@@ -216,8 +217,7 @@ std::unique_ptr<v1::AdminService::Stub> AdminStub(const std::string& path) {
 }
 
 void SetDeadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(2));
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 absl::StatusOr<v1::StatusResponse> AdminStatus(const std::string& path) {
@@ -242,7 +242,8 @@ absl::StatusOr<v1::EvictResponse> AdminEvict(const std::string& path) {
 
 // "key=N" out of a reader's report line; 0 if absent.
 uint64_t ReportValue(const std::string& report, absl::string_view key) {
-  for (absl::string_view field : absl::StrSplit(report, absl::ByAnyChar(" \n"))) {
+  for (absl::string_view field :
+       absl::StrSplit(report, absl::ByAnyChar(" \n"))) {
     if (absl::ConsumePrefix(&field, key) && absl::ConsumePrefix(&field, "=")) {
       uint64_t v = 0;
       if (absl::SimpleAtoi(field, &v)) return v;
@@ -305,12 +306,10 @@ class LoadChaosTest : public ::testing::Test {
   // Fails the test if the running server ended on its own.
   void ExpectServerAlive() {
     siginfo_t info{};
-    ASSERT_EQ(::waitid(P_PID, server_->pid(), &info,
-                       WEXITED | WNOHANG | WNOWAIT),
-              0);
-    ASSERT_EQ(info.si_pid, 0)
-        << "dlcached ended on its own: code " << info.si_code << " status "
-        << info.si_status;
+    ASSERT_EQ(
+        ::waitid(P_PID, server_->pid(), &info, WEXITED | WNOHANG | WNOWAIT), 0);
+    ASSERT_EQ(info.si_pid, 0) << "dlcached ended on its own: code "
+                              << info.si_code << " status " << info.si_status;
   }
 
   // SIGKILL as a crash would; the process must not have ended before.
@@ -407,8 +406,9 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
       ReaderFleet::Ended e = fleet.KillOne(rng);
       EXPECT_TRUE(WIFSIGNALED(e.wait_status) &&
                   WTERMSIG(e.wait_status) == SIGKILL)
-          << "reader " << e.name << " ended before the kill: "
-          << DescribeWaitStatus(e.wait_status) << " " << e.output;
+          << "reader " << e.name
+          << " ended before the kill: " << DescribeWaitStatus(e.wait_status)
+          << " " << e.output;
       ++readers_killed;
       ASSERT_TRUE(fleet.Spawn().ok());
       next_reader_kill += kReaderKillEvery;
@@ -488,8 +488,7 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
     std::cout << sep << code << " " << n;
     sep = ", ";
   }
-  std::cout << (sep[0] == ',' ? ")" : "") << "; 0 bytes differed"
-            << std::endl;
+  std::cout << (sep[0] == ',' ? ")" : "") << "; 0 bytes differed" << std::endl;
   EXPECT_EQ(readers_killed, fleet.spawned() - kReaders);
   EXPECT_GT(bytes, 0u);
   EXPECT_GT(rechecked, 0u);

@@ -35,7 +35,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kFiles = 40;             // 40 MiB through a 16 MiB arena
+constexpr int kFiles = 40;              // 40 MiB through a 16 MiB arena
 constexpr size_t kFileBytes = 1 << 20;  // one chunk each
 constexpr char kDataset[] = "default";
 
@@ -43,34 +43,60 @@ constexpr char kDataset[] = "default";
 // there was (a name missing here is a family dropped by mistake).
 const char* const kFamilies[] = {
     // Status and per-dataset stats.
-    "dlcache_up", "dlcache_uptime_seconds", "dlcache_arena_bytes",
-    "dlcache_arena_used_bytes", "dlcache_leased_bytes_all", "dlcache_sessions",
-    "dlcache_leases", "dlcache_hits_total", "dlcache_misses_total",
-    "dlcache_served_bytes_total", "dlcache_evictions_total",
-    "dlcache_source_reads_total", "dlcache_source_bytes_total",
-    "dlcache_fill_errors_total", "dlcache_cached_bytes",
-    "dlcache_cached_chunks", "dlcache_leased_bytes",
+    "dlcache_up",
+    "dlcache_uptime_seconds",
+    "dlcache_arena_bytes",
+    "dlcache_arena_used_bytes",
+    "dlcache_leased_bytes_all",
+    "dlcache_sessions",
+    "dlcache_leases",
+    "dlcache_hits_total",
+    "dlcache_misses_total",
+    "dlcache_served_bytes_total",
+    "dlcache_evictions_total",
+    "dlcache_source_reads_total",
+    "dlcache_source_bytes_total",
+    "dlcache_fill_errors_total",
+    "dlcache_cached_bytes",
+    "dlcache_cached_chunks",
+    "dlcache_leased_bytes",
     // The local data path.
-    "dlcache_data_connections", "dlcache_data_connections_accepted_total",
-    "dlcache_data_refusals_total", "dlcache_data_protocol_errors_total",
+    "dlcache_data_connections",
+    "dlcache_data_connections_accepted_total",
+    "dlcache_data_refusals_total",
+    "dlcache_data_protocol_errors_total",
     "dlcache_data_slow_reader_disconnects_total",
-    "dlcache_data_inflight_requests", "dlcache_data_frames_received_total",
-    "dlcache_data_frames_sent_total", "dlcache_data_bytes_received_total",
+    "dlcache_data_inflight_requests",
+    "dlcache_data_frames_received_total",
+    "dlcache_data_frames_sent_total",
+    "dlcache_data_bytes_received_total",
     "dlcache_data_bytes_sent_total",
     // The SSD tier.
-    "dlcache_ssd_capacity_bytes", "dlcache_ssd_free_bytes", "dlcache_ssd_bytes",
-    "dlcache_ssd_disk_bytes", "dlcache_ssd_chunks", "dlcache_ssd_files",
-    "dlcache_ssd_data_files", "dlcache_ssd_hits_total",
-    "dlcache_ssd_hit_bytes_total", "dlcache_ssd_misses_total",
-    "dlcache_ssd_corruptions_total", "dlcache_ssd_read_errors_total",
-    "dlcache_ssd_writes_total", "dlcache_ssd_write_bytes_total",
-    "dlcache_ssd_write_drops_total", "dlcache_ssd_disk_full_drops_total",
+    "dlcache_ssd_capacity_bytes",
+    "dlcache_ssd_free_bytes",
+    "dlcache_ssd_bytes",
+    "dlcache_ssd_disk_bytes",
+    "dlcache_ssd_chunks",
+    "dlcache_ssd_files",
+    "dlcache_ssd_data_files",
+    "dlcache_ssd_hits_total",
+    "dlcache_ssd_hit_bytes_total",
+    "dlcache_ssd_misses_total",
+    "dlcache_ssd_corruptions_total",
+    "dlcache_ssd_read_errors_total",
+    "dlcache_ssd_writes_total",
+    "dlcache_ssd_write_bytes_total",
+    "dlcache_ssd_write_drops_total",
+    "dlcache_ssd_disk_full_drops_total",
     "dlcache_ssd_disk_full_events_total",
-    "dlcache_ssd_low_space_evictions_total", "dlcache_ssd_write_errors_total",
+    "dlcache_ssd_low_space_evictions_total",
+    "dlcache_ssd_write_errors_total",
     "dlcache_ssd_stale_write_drops_total",
     "dlcache_ssd_evicted_data_files_total",
-    "dlcache_ssd_evicted_chunks_total", "dlcache_ssd_queued",
-    "dlcache_ssd_queued_bytes", "dlcache_ssd_disk_full",
+    "dlcache_ssd_evicted_chunks_total",
+    "dlcache_ssd_queued",
+    "dlcache_ssd_queued_bytes",
+    "dlcache_ssd_disk_full",
     "dlcache_ssd_index_reset",
 };
 
@@ -190,9 +216,9 @@ TEST_F(MetricsProcessTest, EveryFamilyIsExportedAndTrafficMovesItsCounters) {
   const std::string ds = absl::StrCat("{dataset=\"", kDataset, "\"}");
   EXPECT_EQ(before.Get("dlcache_hits_total" + ds), 0);
   EXPECT_EQ(before.Get("dlcache_ssd_writes_total"), 0);
-  for (const char* limit : {"max_connections", "max_keys_per_batch",
-                            "max_release_per_request", "max_frame_bytes",
-                            "session_leases"}) {
+  for (const char* limit :
+       {"max_connections", "max_keys_per_batch", "max_release_per_request",
+        "max_frame_bytes", "session_leases"}) {
     EXPECT_EQ(before.Get(absl::StrCat("dlcache_data_refusals_total{limit=\"",
                                       limit, "\"}")),
               0)
@@ -229,12 +255,12 @@ TEST_F(MetricsProcessTest, EveryFamilyIsExportedAndTrafficMovesItsCounters) {
     absl::StatusOr<local::Frame> f = receiver.Next(fd->get());
     ASSERT_TRUE(f.ok()) << f.status();
     ASSERT_EQ(f->type(), local::MsgType::kHelloReply);
-    ASSERT_TRUE(local::SendFrame(fd->get(), local::MsgType::kGetBatch, 2,
-                                 local::EncodeGetBatch(
-                                     kDataset, {}, 9,
-                                     [&](size_t i) {
-                                       return local::Key{paths_[i], 0, 0};
-                                     }))
+    ASSERT_TRUE(local::SendFrame(
+                    fd->get(), local::MsgType::kGetBatch, 2,
+                    local::EncodeGetBatch(kDataset, {}, 9,
+                                          [&](size_t i) {
+                                            return local::Key{paths_[i], 0, 0};
+                                          }))
                     .ok());
     f = receiver.Next(fd->get());
     ASSERT_TRUE(f.ok()) << f.status();
@@ -281,14 +307,16 @@ TEST_F(MetricsProcessTest, EveryFamilyIsExportedAndTrafficMovesItsCounters) {
   EXPECT_GE(after.Get("dlcache_ssd_hits_total"), 4);
   EXPECT_GE(after.Get("dlcache_ssd_hit_bytes_total"), 4 * kFileBytes);
   EXPECT_EQ(after.Get("dlcache_ssd_corruptions_total"), 0);
-  EXPECT_EQ(after.Get("dlcache_data_refusals_total{limit=\"max_keys_per_batch\"}"),
-            1);
+  EXPECT_EQ(
+      after.Get("dlcache_data_refusals_total{limit=\"max_keys_per_batch\"}"),
+      1);
   EXPECT_EQ(after.Get("dlcache_data_refusals_total{limit=\"session_leases\"}"),
             2);
   EXPECT_EQ(after.Get("dlcache_data_refusals_total{limit=\"max_connections\"}"),
             1);
   EXPECT_EQ(
-      after.Get("dlcache_data_refusals_total{limit=\"max_release_per_request\"}"),
+      after.Get(
+          "dlcache_data_refusals_total{limit=\"max_release_per_request\"}"),
       0);
   EXPECT_EQ(after.Get("dlcache_data_refusals_total{limit=\"max_frame_bytes\"}"),
             0);

@@ -3,6 +3,8 @@
 // source over the same dataset and a small coalescing cache standing in for
 // the memory tier.
 
+#include "server/cluster/peer_router.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -34,7 +36,6 @@
 #include "server/cluster/membership.h"
 #include "server/cluster/peer.h"
 #include "server/cluster/peer_client.h"
-#include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
 #include "server/cluster/placement.h"
 #include "server/source/source.h"
@@ -47,7 +48,6 @@ namespace {
 constexpr char kDataset[] = "ds";
 constexpr char kToken[] = "s3cret-peer-token";
 constexpr uint64_t kChunkSize = 64 << 10;
-
 
 struct Dataset {
   std::map<std::string, std::string> files;  // path -> bytes
@@ -94,9 +94,9 @@ class CountingSource : public Source {
     std::memcpy(dst.data(), it->second.data() + offset, dst.size());
     return absl::OkStatus();
   }
-  absl::Status List(absl::string_view,
-                    absl::FunctionRef<bool(absl::string_view, const FileInfo&)>)
-      override {
+  absl::Status List(
+      absl::string_view,
+      absl::FunctionRef<bool(absl::string_view, const FileInfo&)>) override {
     return absl::UnimplementedError("List");
   }
   std::string Describe() const override { return "counting"; }
@@ -301,11 +301,11 @@ class TestNode {
     const std::string path(id.path);
     absl::StatusOr<FileInfo> info = StatThroughRouter(path);
     if (!info.ok()) return info.status();
-    auto entry = chunks_.Get(absl::StrCat(path, "#", id.chunk),
-                             [&]() -> absl::StatusOr<CachedChunk> {
-                               return Fill(path, id.chunk, *info,
-                                           &source_chunks_);
-                             });
+    auto entry =
+        chunks_.Get(absl::StrCat(path, "#", id.chunk),
+                    [&]() -> absl::StatusOr<CachedChunk> {
+                      return Fill(path, id.chunk, *info, &source_chunks_);
+                    });
     if (!entry->ok()) return entry->status();
     const CachedChunk& c = **entry;
     return sink(c.info, c.bytes, c.checksum);
@@ -344,9 +344,8 @@ class ClusterTest : public ::testing::Test {
   void StartCluster(int n, int members = -1) {
     if (members < 0) members = n;
     for (int i = 0; i < n; ++i) {
-      nodes_.push_back(std::make_unique<TestNode>(i, &data_,
-                                                  PeerServiceImpl::Options{
-                                                      kToken}));
+      nodes_.push_back(std::make_unique<TestNode>(
+          i, &data_, PeerServiceImpl::Options{kToken}));
       nodes_.back()->StartServer();
     }
     for (int i = 0; i < n; ++i) {
@@ -370,7 +369,8 @@ class ClusterTest : public ::testing::Test {
     for (int i = 0; i < count; ++i) {
       const std::string path = absl::StrCat(prefix, "/f", i);
       data_.Add(path, (i % 4) * kChunkSize + 1000 + 37 * i);
-      for (uint32_t c = 0; c < data_.Chunks(path); ++c) keys.push_back({path, c});
+      for (uint32_t c = 0; c < data_.Chunks(path); ++c)
+        keys.push_back({path, c});
     }
     return keys;
   }
@@ -554,8 +554,8 @@ class SettableClock : public testing::FakeClock {
 // scripts. Files come from `data`.
 class ScriptedOwner {
  public:
-  using Script = std::function<absl::Status(
-      const ChunkId&, const CachedChunk&, PeerServiceImpl::ChunkSink)>;
+  using Script = std::function<absl::Status(const ChunkId&, const CachedChunk&,
+                                            PeerServiceImpl::ChunkSink)>;
 
   ScriptedOwner(const Dataset* data, PeerServiceImpl::Options options)
       : data_(data),
@@ -579,8 +579,8 @@ class ScriptedOwner {
               if (script) return script(id, c, sink);
               return sink(c.info, c.bytes, c.checksum);
             },
-            [this](absl::string_view, absl::string_view path)
-                -> absl::StatusOr<FileInfo> {
+            [this](absl::string_view,
+                   absl::string_view path) -> absl::StatusOr<FileInfo> {
               auto it = data_->files.find(std::string(path));
               if (it == data_->files.end()) return absl::NotFoundError(path);
               return data_->Info(it->first);
@@ -662,9 +662,9 @@ class PeerPairTest : public ::testing::Test {
   void ExpectRead(PeerRouter* router, const ChunkKey& k) {
     std::string buf(data_.Chunk(k.path, k.chunk).size(), '\0');
     uint64_t sum = 0;
-    absl::Status s = router->ReadChunk(ChunkId{kDataset, k.path, k.chunk},
-                                       data_.Info(k.path), absl::MakeSpan(buf),
-                                       &sum);
+    absl::Status s =
+        router->ReadChunk(ChunkId{kDataset, k.path, k.chunk},
+                          data_.Info(k.path), absl::MakeSpan(buf), &sum);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(buf, data_.Chunk(k.path, k.chunk));
     EXPECT_EQ(sum, Checksum(buf.data(), buf.size()));
@@ -713,8 +713,8 @@ TEST_F(PeerPairTest, WrongOrMissingTokenIsUnauthenticated) {
   const ChunkKey k = {"p/f1", 0};
   std::string buf(data_.Chunk(k.path, 0).size(), '\0');
   uint64_t sum;
-  for (const char* token : {"wrong-token", "", "s3cret-peer-tokenX",
-                            "s3cret-peer-toke"}) {
+  for (const char* token :
+       {"wrong-token", "", "s3cret-peer-tokenX", "s3cret-peer-toke"}) {
     PeerClient client(owner_->address(), PeerClientOptions{token});
     EXPECT_EQ(client
                   .FetchChunk(ChunkId{kDataset, k.path, 0}, data_.Info(k.path),
@@ -722,10 +722,9 @@ TEST_F(PeerPairTest, WrongOrMissingTokenIsUnauthenticated) {
                   .code(),
               absl::StatusCode::kUnauthenticated)
         << token;
-    EXPECT_EQ(client.StatFile(kDataset, k.path, absl::Seconds(20))
-                  .status()
-                  .code(),
-              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(
+        client.StatFile(kDataset, k.path, absl::Seconds(20)).status().code(),
+        absl::StatusCode::kUnauthenticated);
   }
   EXPECT_EQ(owner_->calls(), 0);
   EXPECT_EQ(owner_->service().stats().unauthenticated, 8u);
@@ -805,8 +804,9 @@ TEST_F(PeerPairTest, DownPeerIsUnavailableAndFallsBack) {
                             absl::MakeSpan(buf), &sum, absl::Seconds(20))
                 .code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ(client.StatFile(kDataset, k.path, absl::Seconds(20)).status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      client.StatFile(kDataset, k.path, absl::Seconds(20)).status().code(),
+      absl::StatusCode::kUnavailable);
 
   GrpcPeerConnector connector(PeerClientOptions{kToken});
   // No backoff: every read tries the dead owner first.
@@ -901,15 +901,15 @@ TEST_F(PeerPairTest, OtherVersionIsFailedPreconditionAndOwnerFinishes) {
   // The owner's call ends although the asker hung up early (it does not wait
   // for the zero-copy slices a cancelled stream keeps).
   absl::MutexLock lock(&done->mu);
-  EXPECT_TRUE(done->mu.AwaitWithTimeout(
-      absl::Condition(&done->sink_returned), absl::Seconds(30)));
+  EXPECT_TRUE(done->mu.AwaitWithTimeout(absl::Condition(&done->sink_returned),
+                                        absl::Seconds(30)));
 }
 
 TEST_F(PeerPairTest, OwnerErrorsFallBackToTheLocalSource) {
-  owner_->set_script([](const ChunkId&, const CachedChunk&,
-                        PeerServiceImpl::ChunkSink) {
-    return absl::ResourceExhaustedError("arena full");
-  });
+  owner_->set_script(
+      [](const ChunkId&, const CachedChunk&, PeerServiceImpl::ChunkSink) {
+        return absl::ResourceExhaustedError("arena full");
+      });
   GrpcPeerConnector connector(PeerClientOptions{kToken});
   std::unique_ptr<PeerRouter> router =
       MakeRouter(&connector, absl::Seconds(20), absl::Seconds(1));
@@ -924,9 +924,11 @@ TEST_F(PeerPairTest, BadRequestsAreRejectedBeforeReadLocal) {
   std::string buf(10, '\0');
   uint64_t sum;
   for (const auto& [dataset, path] :
-       std::vector<std::pair<std::string, std::string>>{
-           {"ds", "../etc/passwd"}, {"ds", "/abs"}, {"ds", ""},
-           {"../x", "p/f1"}, {"", "p/f1"}}) {
+       std::vector<std::pair<std::string, std::string>>{{"ds", "../etc/passwd"},
+                                                        {"ds", "/abs"},
+                                                        {"ds", ""},
+                                                        {"../x", "p/f1"},
+                                                        {"", "p/f1"}}) {
     EXPECT_EQ(client
                   .FetchChunk(ChunkId{dataset, path, 0}, FileInfo{10, 0},
                               absl::MakeSpan(buf), &sum, absl::Seconds(20))
@@ -983,7 +985,8 @@ TEST(PeerThroughputTest, LargeChunkOverLoopback) {
         "[ perf ] 64 MiB peer fetch, %zu KiB pieces, %s sender: best %.1f ms, "
         "%.2f GB/s\n",
         piece >> 10, zero_copy ? "zero-copy" : "copying",
-        absl::ToDoubleMilliseconds(best), kSize / absl::ToDoubleSeconds(best) / 1e9);
+        absl::ToDoubleMilliseconds(best),
+        kSize / absl::ToDoubleSeconds(best) / 1e9);
   };
   for (size_t piece : pieces) {
     measure(piece, /*zero_copy=*/true);

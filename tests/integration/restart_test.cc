@@ -96,14 +96,15 @@ TEST_F(RestartTest, KillDuringReadsThenRestartServesIdenticalBytes) {
                                                            Socket(), Flags());
   ASSERT_TRUE(server->Start().ok());
   absl::Mutex mu;
-  int batches = 0;            // guarded by mu
-  bool reader_done = false;   // guarded by mu
+  int batches = 0;           // guarded by mu
+  bool reader_done = false;  // guarded by mu
   std::atomic<bool> stop{false};
   std::thread reader([&] {
     std::unique_ptr<Client> c = Connect();
     for (int round = 0; c != nullptr && !stop.load(); ++round) {
       std::vector<std::string> batch;
-      for (int k = 0; k < 16; ++k) batch.push_back(paths_[(round * 16 + k) % kFiles]);
+      for (int k = 0; k < 16; ++k)
+        batch.push_back(paths_[(round * 16 + k) % kFiles]);
       absl::StatusOr<Batch> b = c->GetBatch("default", batch);
       if (!b.ok()) break;  // the server died under us: expected
       absl::MutexLock lock(&mu);
@@ -130,8 +131,8 @@ TEST_F(RestartTest, KillDuringReadsThenRestartServesIdenticalBytes) {
   reader.join();
   ASSERT_TRUE(reading) << "the reader never got 3 batches before the kill";
 
-  server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY,
-                                                      Socket(), Flags());
+  server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY, Socket(),
+                                                      Flags());
   ASSERT_TRUE(server->Start().ok());
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
@@ -151,8 +152,8 @@ TEST_F(RestartTest, KillDuringWarmupThenRestartServesIdenticalBytes) {
     ASSERT_TRUE(first.ok());
   }
   server->Kill();
-  server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY,
-                                                      Socket(), Flags());
+  server = std::make_unique<testing::DlcachedProcess>(DLCACHED_BINARY, Socket(),
+                                                      Flags());
   ASSERT_TRUE(server->Start().ok());
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
@@ -180,8 +181,8 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
     c.keep_arena = false;  // only the SSD may carry the data over
     c.ssd_dir = tmp_.path() + "/ssd2";
     c.datasets = {{"default", data_.path()}};
-    c.source_factory = [&](const DatasetConfig& d)
-        -> absl::StatusOr<std::shared_ptr<Source>> {
+    c.source_factory =
+        [&](const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
       auto posix = PosixSource::Open(d.source_root);
       if (!posix.ok()) return posix.status();
       counting = std::make_shared<testing::CountingSource>(

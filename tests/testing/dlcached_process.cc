@@ -1,9 +1,9 @@
 #include "tests/testing/dlcached_process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,8 +89,8 @@ absl::StatusOr<std::string> DlcachedProcess::WaitForOutput(
           "dlcached exited before printing /", regex, "/; output:\n", s));
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "dlcached did not print /", regex, "/; output:\n", s));
+      return absl::DeadlineExceededError(
+          absl::StrCat("dlcached did not print /", regex, "/; output:\n", s));
     }
     absl::SleepFor(absl::Milliseconds(10));  // poll interval of the wait
   }

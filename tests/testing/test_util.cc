@@ -91,7 +91,8 @@ absl::StatusOr<std::string> HttpGet(int port, absl::string_view path,
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to port ", port));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to port ", port));
   }
   const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
   (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);

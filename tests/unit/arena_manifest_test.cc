@@ -51,8 +51,7 @@ class ArenaManifestTest : public ::testing::Test {
   std::vector<uint64_t> sizes() const { return {2 * kChunk, 2 * kChunk}; }
 
   // Fills chunk `chunk` of `path` (a file of `size` bytes) with `byte`.
-  void Fill(const std::string& path, uint64_t size, uint32_t chunk,
-            char byte) {
+  void Fill(const std::string& path, uint64_t size, uint32_t chunk, char byte) {
     FileInfo info{size, 7};
     tier_->PutFile(0, path, info);
     auto a = tier_->Acquire(0, path, info, chunk);
@@ -244,9 +243,9 @@ TEST_F(ArenaManifestTest, CraftedOffsetsAndLengthsAreRejectedWithoutCrash) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_NE(::access(manifest_path().c_str(), F_OK), 0) << "read once";
   for (int i = 1; i < m->chunks_size(); ++i) {
-    EXPECT_EQ(ValidateManifestChunk(m->chunks(i), *arena_, kChunk, datasets_)
-                  .code(),
-              absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(
+        ValidateManifestChunk(m->chunks(i), *arena_, kChunk, datasets_).code(),
+        absl::StatusCode::kInvalidArgument)
         << i;
   }
   AdoptResult r = AdoptArenaManifest(*m, *arena_, tier_.get(), datasets_);
@@ -261,10 +260,9 @@ TEST_F(ArenaManifestTest, GarbageAndOtherGeometryAreRefused) {
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ParseArenaManifest(Serialize({}), kChunk * 2, sizes())
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      ParseArenaManifest(Serialize({}), kChunk * 2, sizes()).status().code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(ParseArenaManifest(Serialize({}), kChunk, sizes()).ok());
 }
 

@@ -45,8 +45,7 @@ TEST(ArenaTest, SegmentSizesIsTheGeometryCreateLaysOut) {
   testing::TempDir shm("/dev/shm");
   ArenaOptions o{shm.path() + "/a", (10 << 20) + 100, (4 << 20) + 7, 1 << 20};
   const std::vector<uint64_t> planned = Arena::SegmentSizes(o);
-  EXPECT_EQ(planned,
-            (std::vector<uint64_t>{4u << 20, 4u << 20, 2u << 20}));
+  EXPECT_EQ(planned, (std::vector<uint64_t>{4u << 20, 4u << 20, 2u << 20}));
   auto arena = Arena::Create(o);
   ASSERT_TRUE(arena.ok()) << arena.status();
   EXPECT_EQ((*arena)->segment_sizes(), planned);

@@ -39,8 +39,8 @@ TEST(ChunkWireTest, DecodesWhatProtobufEncodes) {
     std::string dst(1000, 'x');
     ChunkDataFields meta;
     size_t written = 0;
-    ASSERT_TRUE(DecodeChunkData(Buffer(wire, {cut, cut + 1, cut + 500}),
-                                &meta, absl::MakeSpan(dst), &written)
+    ASSERT_TRUE(DecodeChunkData(Buffer(wire, {cut, cut + 1, cut + 500}), &meta,
+                                absl::MakeSpan(dst), &written)
                     .ok())
         << cut;
     EXPECT_EQ(meta.file_size, msg.file_size());
@@ -84,7 +84,8 @@ TEST(ChunkWireTest, PiecesAppend) {
   for (size_t off = 0; off < 100; off += 40) {
     const size_t len = std::min<size_t>(40, 100 - off);
     char header[kMaxChunkDataHeader];
-    const size_t n = EncodeChunkDataHeader(off == 0 ? &meta : nullptr, len, header);
+    const size_t n =
+        EncodeChunkDataHeader(off == 0 ? &meta : nullptr, len, header);
     ASSERT_TRUE(DecodeChunkData(
                     Buffer(std::string(header, n) + data.substr(off, len), {}),
                     &meta, absl::MakeSpan(dst), &written)
@@ -100,8 +101,9 @@ TEST(ChunkWireTest, OverflowIsDataLossAndWritesNothingPastDst) {
   std::string storage(64, 'x');
   ChunkDataFields meta;
   size_t written = 0;
-  absl::Status s = DecodeChunkData(Buffer(msg.SerializeAsString(), {}), &meta,
-                                   absl::MakeSpan(storage.data(), 63), &written);
+  absl::Status s =
+      DecodeChunkData(Buffer(msg.SerializeAsString(), {}), &meta,
+                      absl::MakeSpan(storage.data(), 63), &written);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(written, 0u);
   EXPECT_EQ(storage[63], 'x');
@@ -134,16 +136,16 @@ TEST(ChunkWireTest, TruncatedOrGarbageIsDataLoss) {
 TEST(ChunkWireTest, SkipsUnknownFields) {
   // Field 9 of every wire type, then data: a newer peer may add fields.
   std::string wire;
-  wire += std::string("\x48\x05", 2);                   // 9: varint
-  wire += "\x49" + std::string(8, '\1');                // 9: fixed64
-  wire += "\x4d" + std::string(4, '\1');                // 9: fixed32
-  wire += std::string("\x4a\x03", 2) + "abc";           // 9: bytes
-  wire += std::string("\x22\x02", 2) + "hi";            // 4: data
+  wire += std::string("\x48\x05", 2);          // 9: varint
+  wire += "\x49" + std::string(8, '\1');       // 9: fixed64
+  wire += "\x4d" + std::string(4, '\1');       // 9: fixed32
+  wire += std::string("\x4a\x03", 2) + "abc";  // 9: bytes
+  wire += std::string("\x22\x02", 2) + "hi";   // 4: data
   std::string dst(2, 0);
   ChunkDataFields meta;
   size_t written = 0;
-  ASSERT_TRUE(DecodeChunkData(Buffer(wire, {3, 11}), &meta,
-                              absl::MakeSpan(dst), &written)
+  ASSERT_TRUE(DecodeChunkData(Buffer(wire, {3, 11}), &meta, absl::MakeSpan(dst),
+                              &written)
                   .ok());
   EXPECT_EQ(dst, "hi");
 }

@@ -208,9 +208,8 @@ TEST(ArgsTest, ParsesFlagsAnywhere) {
   std::vector<FlagSpec> flags = {{"socket", "PATH", "", 0},
                                  {"json", "", "", 0},
                                  {"parallel", "N", "", 'j'}};
-  std::vector<std::string> argv = {"--json",   "warmup", "ds",   "-j",
-                                   "8",        "pre",    "--socket=/s",
-                                   "--",       "--odd"};
+  std::vector<std::string> argv = {"--json", "warmup",      "ds", "-j",   "8",
+                                   "pre",    "--socket=/s", "--", "--odd"};
   auto p = ParseArgs(argv, flags);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->positional,
@@ -267,9 +266,10 @@ TEST(JsonTest, BytesThatAreNotUtf8BecomeLoneSurrogates) {
   EXPECT_EQ(JsonString("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // UTF-8 kept
   EXPECT_EQ(JsonString("caf\xe9"), "\"caf\\udce9\"");
   EXPECT_EQ(JsonString("\xff\xfe"), "\"\\udcff\\udcfe\"");
-  EXPECT_EQ(JsonString("\xc3"), "\"\\udcc3\"");           // truncated
+  EXPECT_EQ(JsonString("\xc3"), "\"\\udcc3\"");             // truncated
   EXPECT_EQ(JsonString("\xc0\xaf"), "\"\\udcc0\\udcaf\"");  // overlong '/'
-  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\udced\\udca0\\udc80\"");  // surrogate
+  EXPECT_EQ(JsonString("\xed\xa0\x80"),
+            "\"\\udced\\udca0\\udc80\"");  // surrogate
   EXPECT_EQ(JsonString("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");  // U+1F600
   EXPECT_EQ(JsonString("\xf4\x90\x80\x80"),
             "\"\\udcf4\\udc90\\udc80\\udc80\"");  // above U+10FFFF
@@ -283,7 +283,9 @@ TEST(FormatTest, TerminalSafeEscapesControlsAndBytesThatAreNotUtf8) {
   EXPECT_EQ(TerminalSafe("caf\xc3\xa9"), "caf\xc3\xa9");
   EXPECT_EQ(TerminalSafe("caf\xe9"), "caf\\xe9");
   EXPECT_EQ(TerminalSafe("a\nb\x1b[2J\x7f"), "a\\x0ab\\x1b[2J\\x7f");
-  EXPECT_EQ(TerminalSafe("\xc2\x9b" "31m"), "\\xc2\\x9b31m");  // C1 CSI
+  EXPECT_EQ(TerminalSafe("\xc2\x9b"
+                         "31m"),
+            "\\xc2\\x9b31m");                     // C1 CSI
   EXPECT_EQ(TerminalSafe("a\\xe9"), "a\\\\xe9");  // stays distinct
   EXPECT_EQ(TerminalSafe(std::string("\0", 1)), "\\x00");
   for (int b = 0; b < 256; ++b) {
@@ -313,7 +315,8 @@ TEST(CommandsTest, HelpAndUsageErrorsNeedNoServer) {
   EXPECT_THAT(out, HasSubstr("warmup DATASET [PREFIX]"));
   for (const char* cmd : {"status", "stats", "warmup", "evict"}) {
     EXPECT_EQ(run({cmd, "--help"}, &out, &err), kExitOk) << cmd;
-    EXPECT_THAT(out, HasSubstr(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
+    EXPECT_THAT(out,
+                HasSubstr(absl::StrCat("Usage: dlcachectl [FLAGS] ", cmd)));
     EXPECT_THAT(out, HasSubstr("--socket PATH"));
     EXPECT_EQ(run({"help", cmd}, &out, &err), kExitOk) << cmd;
   }
@@ -329,17 +332,17 @@ TEST(CommandsTest, HelpAndUsageErrorsNeedNoServer) {
   EXPECT_EQ(run({"status", "--timeout", "soon"}, &out, &err), kExitUsage);
   EXPECT_EQ(run({"status", "--socket", "/a", "--address", "h:1"}, &out, &err),
             kExitUsage);
-  EXPECT_EQ(run({"status", "--admin_socket", "/a", "--address", "h:1"}, &out,
-                &err),
-            kExitUsage);
+  EXPECT_EQ(
+      run({"status", "--admin_socket", "/a", "--address", "h:1"}, &out, &err),
+      kExitUsage);
   // --socket is the data socket: the admin API is next to it.
   EXPECT_EQ(run({"status"}, &out, &err), kExitUnreachable);
   EXPECT_THAT(err, HasSubstr("cannot reach dlcached at "
                              "unix:/nonexistent/dlcached.sock.admin: is it "
                              "running?"));
-  EXPECT_EQ(run({"status", "--admin_socket", "/nonexistent/adm.sock"}, &out,
-                &err),
-            kExitUnreachable);
+  EXPECT_EQ(
+      run({"status", "--admin_socket", "/nonexistent/adm.sock"}, &out, &err),
+      kExitUnreachable);
   EXPECT_THAT(err, HasSubstr("unix:/nonexistent/adm.sock: is it running?"));
 }
 

@@ -6,8 +6,8 @@
 // tests/integration/client_integration_test.cc.
 
 #include <signal.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,8 +26,8 @@
 namespace dlcache {
 namespace {
 
-using client_testing::SegmentsFault;
 using client_testing::FakeServer;
+using client_testing::SegmentsFault;
 using client_testing::TempDir;
 using client_testing::WaitFor;
 using ::testing::HasSubstr;
@@ -485,7 +485,8 @@ TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
     int rc = 0;
     auto b = client->GetBatch("ds", std::vector<std::string>{"f"});
     if (b.status().code() != absl::StatusCode::kFailedPrecondition) rc |= 1;
-    if (client->FlushReleases().code() != absl::StatusCode::kFailedPrecondition) {
+    if (client->FlushReleases().code() !=
+        absl::StatusCode::kFailedPrecondition) {
       rc |= 2;
     }
     char buf[16] = {};
@@ -502,7 +503,8 @@ TEST_F(ClientCoreTest, ForkedChildCannotUseTheClientButReadsItsItems) {
     ::_exit(rc);
   }
   int status = 0;
-  bool exited = WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; });
+  bool exited =
+      WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; });
   if (!exited) {
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
@@ -556,8 +558,7 @@ TEST(ClientStreamTest, AnAnswerAfterTheDeadlineHasItsLeasesReleased) {
   // The late answer took a lease that nobody holds: the client gives it
   // back.
   EXPECT_TRUE(WaitFor([&] {
-    return server.get_batch_calls() == 1 &&
-           server.release_requests() == 1 &&
+    return server.get_batch_calls() == 1 && server.release_requests() == 1 &&
            server.outstanding_leases() == 0;
   }));
   EXPECT_TRUE((*client)->session_status().ok());
@@ -598,7 +599,8 @@ TEST(ClientConnectTest, ConcurrentGetBatchFromManyThreads) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 50; ++round) {
         std::vector<std::string> keys;
-        for (int i = 0; i < 32; ++i) keys.push_back(absl::StrCat("f", (i + t) % 32));
+        for (int i = 0; i < 32; ++i)
+          keys.push_back(absl::StrCat("f", (i + t) % 32));
         auto b = (*client)->GetBatch("ds", keys);
         if (!b.ok()) {
           ++bad;
@@ -652,7 +654,8 @@ TEST(ClientLatencyTest, WarmBatchOf256Keys) {
   }
   auto client = Client::Connect(Options(server));
   ASSERT_TRUE(client.ok());
-  const Latency one = Measure(**client, absl::MakeSpan(keys).subspan(0, 1), 300);
+  const Latency one =
+      Measure(**client, absl::MakeSpan(keys).subspan(0, 1), 300);
   const Latency all = Measure(**client, keys, 300);
   std::printf(
       "GetBatch vs fake server: 1 key p50 %.0f us (client thread CPU %.0f us), "
@@ -810,8 +813,7 @@ INSTANTIATE_TEST_SUITE_P(
         SegmentsFaultCase{"HangUp", SegmentsFault::kHangUp,
                           absl::StatusCode::kUnavailable, "closed"},
         SegmentsFaultCase{"MissingFd", SegmentsFault::kMissingFd,
-                          absl::StatusCode::kDataLoss,
-                          "got 1 fds, expected 2"},
+                          absl::StatusCode::kDataLoss, "got 1 fds, expected 2"},
         SegmentsFaultCase{"WrongRange", SegmentsFault::kWrongRange,
                           absl::StatusCode::kDataLoss, "reply is for segments"},
         SegmentsFaultCase{"Malformed", SegmentsFault::kMalformed,
@@ -869,7 +871,8 @@ TEST(ClientCApiTest, RoundTrip) {
   const std::string bytes = RandomBytes((1 << 20) + 5, 77);
   server.AddFile("f", bytes);
   dlc_client* client = nullptr;
-  ASSERT_EQ(dlc_connect(server.socket_path().c_str(), "c-test", &client), DLC_OK)
+  ASSERT_EQ(dlc_connect(server.socket_path().c_str(), "c-test", &client),
+            DLC_OK)
       << dlc_last_error();
   size_t count = 0;
   ASSERT_EQ(dlc_segments(client, nullptr, 0, &count), DLC_OK);

@@ -166,8 +166,8 @@ class FakeServer {
   // with epoch 2, as a server restarted after a crash would; files must be
   // added again.
   FakeArena& SwitchToNewArena() {
-    auto fresh = std::make_unique<FakeArena>(arena_->segments(),
-                                             arena_->segment_size());
+    auto fresh =
+        std::make_unique<FakeArena>(arena_->segments(), arena_->segment_size());
     absl::MutexLock lock(&mu_);
     old_arenas_.push_back(std::move(arena_));
     arena_ = std::move(fresh);
@@ -349,7 +349,8 @@ class FakeServer {
       if (!f.ok()) break;
       const uint64_t id = f->header.request_id;
       if (session == 0) {
-        if (f->type() != local::MsgType::kHello || !Hello(*conn, *f, &session)) {
+        if (f->type() != local::MsgType::kHello ||
+            !Hello(*conn, *f, &session)) {
           break;
         }
         continue;
@@ -436,8 +437,8 @@ class FakeServer {
       reply.chunk_size = chunk_size_;
       reply.max_keys_per_batch = max_keys_;
       reply.max_frame_bytes = 64 << 20;
-      const int n = announced_segments_ >= 0 ? announced_segments_
-                                             : arena_->segments();
+      const int n =
+          announced_segments_ >= 0 ? announced_segments_ : arena_->segments();
       uint64_t size = arena_->segment_size();
       if (segments_fault_ == SegmentsFault::kWrongSize) size += 4096;
       reply.segment_sizes.assign(n, size);
@@ -460,7 +461,8 @@ class FakeServer {
       if (segments_fault_ == SegmentsFault::kHangUp) return false;
       if (segments_fault_ == SegmentsFault::kRefuse ||
           req.first + uint64_t{req.count} > uint64_t(arena_->segments())) {
-        reply.code = static_cast<int32_t>(absl::StatusCode::kFailedPrecondition);
+        reply.code =
+            static_cast<int32_t>(absl::StatusCode::kFailedPrecondition);
         reply.message = "no such segments";
         reply.count = 0;
       } else {
@@ -497,12 +499,13 @@ class FakeServer {
       }
       if (max_keys_ != 0 && req.keys.size() > max_keys_) {
         return Send(*conn, local::MsgType::kError, id,
-                    local::EncodeError(absl::InvalidArgumentError(
-                        "over max_keys_per_batch")));
+                    local::EncodeError(
+                        absl::InvalidArgumentError("over max_keys_per_batch")));
       }
       for (size_t i = 0; i < req.keys.size(); ++i) {
         const std::string path(req.keys.at(i).path);
-        if (auto it = hang_up_.find(path); it != hang_up_.end() && it->second > 0) {
+        if (auto it = hang_up_.find(path);
+            it != hang_up_.end() && it->second > 0) {
           --it->second;
           return false;
         }
@@ -543,8 +546,9 @@ class FakeServer {
       const File& file = it->second;
       const uint32_t total = static_cast<uint32_t>(file.chunks.size());
       const uint32_t end =
-          key.max_chunks == 0 ? total
-                              : std::min(total, key.first_chunk + key.max_chunks);
+          key.max_chunks == 0
+              ? total
+              : std::min(total, key.first_chunk + key.max_chunks);
       std::vector<local::Handle> handles;
       for (uint32_t c = key.first_chunk; c < end; ++c) {
         local::Handle h = file.chunks[c];

@@ -75,8 +75,8 @@ std::string RunInChild(const std::function<std::string()>& body,
   const absl::Time deadline = absl::Now() + timeout;
   bool eof = false;
   while (!eof) {
-    const int left_ms = static_cast<int>(
-        std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    const int left_ms = static_cast<int>(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(deadline - absl::Now())));
     pollfd p{read_end.get(), POLLIN, 0};
     if (::poll(&p, 1, left_ms) <= 0) break;  // deadline
     char buf[512];
@@ -92,8 +92,8 @@ std::string RunInChild(const std::function<std::string()>& body,
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
     return absl::StrCat("the child did not finish within ",
-                        absl::FormatDuration(timeout), " (hung?); it said: ",
-                        report);
+                        absl::FormatDuration(timeout),
+                        " (hung?); it said: ", report);
   }
   ::waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -113,9 +113,9 @@ std::string ChildChecks(std::unique_ptr<Client>& inherited,
   if (old.status().code() != absl::StatusCode::kFailedPrecondition) {
     absl::StrAppend(&errors, "inherited GetBatch: ", old.status().ToString(),
                     "; ");
-  } else if (!absl::StrContains(old.status().message(),
-                                absl::StrCat("process ", ::getppid(),
-                                             " before fork()"))) {
+  } else if (!absl::StrContains(
+                 old.status().message(),
+                 absl::StrCat("process ", ::getppid(), " before fork()"))) {
     absl::StrAppend(&errors, "message: ", old.status().message(), "; ");
   }
   if (took > absl::Milliseconds(50)) {
@@ -139,10 +139,9 @@ std::string ChildChecks(std::unique_ptr<Client>& inherited,
   for (int round = 0; round < 3; ++round) {
     auto b = (*fresh)->GetBatch("ds", std::vector<std::string>{key});
     if (!b.ok() || !(*b)[0].ok()) {
-      absl::StrAppend(&errors, "new GetBatch: ",
-                      b.ok() ? (*b)[0].status().ToString()
-                             : b.status().ToString(),
-                      "; ");
+      absl::StrAppend(
+          &errors, "new GetBatch: ",
+          b.ok() ? (*b)[0].status().ToString() : b.status().ToString(), "; ");
       break;
     }
     if (ItemBytes((*b)[0]) != expected) {

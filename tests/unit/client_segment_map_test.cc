@@ -1,5 +1,3 @@
-#include "client/mapping/segment_map.h"
-
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -7,6 +5,7 @@
 
 #include <cstring>
 
+#include "client/mapping/segment_map.h"
 #include "gtest/gtest.h"
 #include "tests/unit/client_fake_server.h"
 
@@ -67,8 +66,7 @@ TEST(SegmentMapTest, TheFdsMayBeClosedAfterMapping) {
   auto map = SegmentMap::Map(Specs(1, 4096), fds);
   ASSERT_TRUE(map.ok()) << map.status();
   fds.clear();
-  EXPECT_STREQ(reinterpret_cast<const char*>((*map)->Resolve(0, 0, 5)),
-               "kept");
+  EXPECT_STREQ(reinterpret_cast<const char*>((*map)->Resolve(0, 0, 5)), "kept");
 }
 
 TEST(SegmentMapTest, ResolveRejectsEverythingOutsideTheSegments) {
@@ -80,7 +78,7 @@ TEST(SegmentMapTest, ResolveRejectsEverythingOutsideTheSegments) {
   EXPECT_NE(m.Resolve(1, 8192, 0), nullptr);  // empty range at the end
   EXPECT_EQ(m.Resolve(0, 1, 8192), nullptr);
   EXPECT_EQ(m.Resolve(0, 8193, 0), nullptr);
-  EXPECT_EQ(m.Resolve(2, 0, 1), nullptr);      // unknown segment
+  EXPECT_EQ(m.Resolve(2, 0, 1), nullptr);             // unknown segment
   EXPECT_EQ(m.Resolve(0, ~uint64_t{0}, 2), nullptr);  // offset overflow
   EXPECT_EQ(m.Resolve(0, 8, ~uint64_t{0}), nullptr);  // length overflow
 }
@@ -89,9 +87,8 @@ TEST(SegmentMapTest, MappingCannotBeWritten) {
   FakeArena arena(1, 4096);
   auto map = MapAll(arena);
   ASSERT_TRUE(map.ok()) << map.status();
-  volatile char* p =
-      reinterpret_cast<volatile char*>(const_cast<std::byte*>(
-          (*map)->Resolve(0, 0, 1)));
+  volatile char* p = reinterpret_cast<volatile char*>(
+      const_cast<std::byte*>((*map)->Resolve(0, 0, 1)));
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {

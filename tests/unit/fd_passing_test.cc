@@ -68,10 +68,9 @@ TEST(FdPassingTest, TooManyFdsIsInvalidArgument) {
 }
 
 TEST(FdPassingTest, ConnectToNobodyIsUnavailable) {
-  EXPECT_EQ(ConnectUnix("/tmp/dlcache-no-such.sock", SOCK_STREAM)
-                .status()
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      ConnectUnix("/tmp/dlcache-no-such.sock", SOCK_STREAM).status().code(),
+      absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -19,8 +19,8 @@ TEST(FileSizeLimitTest, DefaultIsNoLimit) {
 TEST(FileSizeLimitTest, CountsWholeSlabsPerSegment) {
   // 3 segments: 10 MiB, 10 MiB, 3 MiB; 4 MiB chunks -> 2 + 2 + 0 slabs.
   const uint64_t mib = 1 << 20;
-  FileSizeLimit l = FileSizeLimit::ForArena({10 * mib, 10 * mib, 3 * mib},
-                                            4 * mib);
+  FileSizeLimit l =
+      FileSizeLimit::ForArena({10 * mib, 10 * mib, 3 * mib}, 4 * mib);
   EXPECT_EQ(l.max_chunks(), 4u);
   EXPECT_EQ(l.max_file_bytes(), 16 * mib);
   EXPECT_TRUE(l.Check("a", 0).ok());
@@ -51,8 +51,7 @@ TEST(FileSizeLimitTest, SixtyFourBitSafe) {
   EXPECT_EQ(l.ChunkCount(UINT64_MAX), (UINT64_MAX >> 20) + 1);
   EXPECT_EQ(l.Check("max", UINT64_MAX).code(), absl::StatusCode::kOutOfRange);
   FileSizeLimit one = FileSizeLimit::ForArena({1 << 20}, 1);
-  EXPECT_EQ(one.Check("max", UINT64_MAX).code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(one.Check("max", UINT64_MAX).code(), absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace

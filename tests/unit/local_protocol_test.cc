@@ -138,15 +138,15 @@ TEST(LocalProtocolTest, GetBatchRoundTripWithAndWithoutRanges) {
   const std::vector<std::string> keys = SomeKeys();
   const std::vector<uint64_t> release = {5, 6, 7};
   for (bool ranges : {false, true}) {
-    std::string p = EncodeGetBatch("imagenet", release, keys.size(),
-                                   [&](size_t i) {
-                                     Key k{keys[i]};
-                                     if (ranges && i == 2) {
-                                       k.first_chunk = 4;
-                                       k.max_chunks = 2;
-                                     }
-                                     return k;
-                                   });
+    std::string p =
+        EncodeGetBatch("imagenet", release, keys.size(), [&](size_t i) {
+          Key k{keys[i]};
+          if (ranges && i == 2) {
+            k.first_chunk = 4;
+            k.max_chunks = 2;
+          }
+          return k;
+        });
     GetBatchRequest r;
     ASSERT_TRUE(DecodeGetBatch(p, kNoLimit, kNoLimit, &r).ok());
     EXPECT_EQ(r.dataset, "imagenet");
@@ -167,8 +167,7 @@ TEST(LocalProtocolTest, GetBatchRoundTripWithAndWithoutRanges) {
 
 TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {
   const std::vector<std::string> keys = SomeKeys();
-  std::string p = EncodeGetBatch("ds", std::vector<uint64_t>{1, 2},
-                                 keys.size(),
+  std::string p = EncodeGetBatch("ds", std::vector<uint64_t>{1, 2}, keys.size(),
                                  [&](size_t i) { return Key{keys[i]}; });
   GetBatchRequest r;
   absl::Status s = DecodeGetBatch(p, 3, kNoLimit, &r);
@@ -184,8 +183,8 @@ TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {
   w.U32(0);
   w.U32(0x7fffffff);
   w.U32(0);
-  EXPECT_TRUE(absl::IsInvalidArgument(DecodeGetBatch(lying, kNoLimit,
-                                                     kNoLimit, &r)));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DecodeGetBatch(lying, kNoLimit, kNoLimit, &r)));
   std::string lying_release;
   Writer w2(&lying_release);
   w2.Bytes("ds");
@@ -340,8 +339,8 @@ TEST(LocalProtocolTest, ReleaseStatPrefetchErrorRoundTrips) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeReleased("ab", &released)));
 
   const std::vector<std::string> keys = SomeKeys();
-  std::string sp = EncodeStat("ds", keys.size(),
-                              [&](size_t i) { return Key{keys[i]}; });
+  std::string sp =
+      EncodeStat("ds", keys.size(), [&](size_t i) { return Key{keys[i]}; });
   StatRequest sr;
   ASSERT_TRUE(DecodeStat(sp, kNoLimit, &sr).ok());
   EXPECT_EQ(sr.dataset, "ds");
@@ -414,7 +413,8 @@ TEST(FrameAssemblerTest, ByteByByteAndOverLimit) {
     FrameHeader h;
     std::string payload;
     absl::Status error;
-    while (a.Next(&h, &payload, &error)) got.emplace_back(h.request_id, payload.size());
+    while (a.Next(&h, &payload, &error))
+      got.emplace_back(h.request_id, payload.size());
     ASSERT_TRUE(error.ok());
   }
   ASSERT_EQ(got.size(), 3u);

@@ -74,9 +74,8 @@ TEST(ParsePeerEntryTest, Ipv6NeedsBrackets) {
 }
 
 TEST(ParsePeerEntryTest, RejectsMalformed) {
-  for (const char* bad :
-       {"", "host", "host:", ":7070", "host:0", "host:65536", "host:x",
-        "=host:1", "[::1]7070", "[::1", "a=host"}) {
+  for (const char* bad : {"", "host", "host:", ":7070", "host:0", "host:65536",
+                          "host:x", "=host:1", "[::1]7070", "[::1", "a=host"}) {
     EXPECT_EQ(ParsePeerEntry(bad).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
@@ -233,9 +232,10 @@ TEST(MembershipTest, BackgroundRefreshPicksUpChanges) {
   resolver.Set(std::vector<std::string>{"10.0.0.1", "10.0.0.2", "10.0.0.3"});
   {
     absl::MutexLock lock(&mu);
-    EXPECT_TRUE(mu.AwaitWithTimeout(
-        absl::Condition(+[](size_t* n) { return *n == 3; }, &seen),
-        absl::Seconds(30)));
+    EXPECT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(
+                                +[](size_t* n) { return *n == 3; }, &seen),
+                            absl::Seconds(30)));
   }
   EXPECT_GE(resolver.calls(), 2);
   m->reset();  // joins the refresh thread

@@ -13,7 +13,8 @@ namespace {
 std::vector<ClusterNode> MakeNodes(int n, int first = 0) {
   std::vector<ClusterNode> nodes;
   for (int i = first; i < first + n; ++i) {
-    nodes.push_back({absl::StrCat("node-", i), absl::StrCat("10.0.0.", i, ":7070")});
+    nodes.push_back(
+        {absl::StrCat("node-", i), absl::StrCat("10.0.0.", i, ":7070")});
   }
   return nodes;
 }
@@ -73,10 +74,14 @@ TEST(PlacementTest, RepeatedIdKeepsFirstEntry) {
 }
 
 TEST(PlacementTest, KeyHashSeparatesFields) {
-  EXPECT_NE(Placement::KeyHash({"ab", "c", 0}), Placement::KeyHash({"a", "bc", 0}));
-  EXPECT_NE(Placement::KeyHash({"d", "p", 0}), Placement::KeyHash({"d", "p", 1}));
-  EXPECT_NE(Placement::KeyHash({"d1", "p", 0}), Placement::KeyHash({"d2", "p", 0}));
-  EXPECT_EQ(Placement::KeyHash({"d", "p", 7}), Placement::KeyHash({"d", "p", 7}));
+  EXPECT_NE(Placement::KeyHash({"ab", "c", 0}),
+            Placement::KeyHash({"a", "bc", 0}));
+  EXPECT_NE(Placement::KeyHash({"d", "p", 0}),
+            Placement::KeyHash({"d", "p", 1}));
+  EXPECT_NE(Placement::KeyHash({"d1", "p", 0}),
+            Placement::KeyHash({"d2", "p", 0}));
+  EXPECT_EQ(Placement::KeyHash({"d", "p", 7}),
+            Placement::KeyHash({"d", "p", 7}));
 }
 
 TEST(PlacementTest, OwnerIsStableAcrossVersions) {
@@ -86,15 +91,18 @@ TEST(PlacementTest, OwnerIsStableAcrossVersions) {
   // KeyHash or the rendezvous score fails this test.
   Placement p(MakeNodes(4));
   const std::vector<Key> keys = MakeKeys(4, 2);
-  const std::vector<std::string> want = {"node-3", "node-2", "node-0", "node-0",
-                                         "node-3", "node-0", "node-0", "node-1"};
+  const std::vector<std::string> want = {"node-3", "node-2", "node-0",
+                                         "node-0", "node-3", "node-0",
+                                         "node-0", "node-1"};
   ASSERT_EQ(keys.size(), want.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_EQ(p.Owner(Id(keys[i]))->id, want[i]) << keys[i].path << "#"
-                                                 << keys[i].chunk;
+    EXPECT_EQ(p.Owner(Id(keys[i]))->id, want[i])
+        << keys[i].path << "#" << keys[i].chunk;
   }
-  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 0}), 9242042501747369860ull);
-  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 1}), 3082589715422414959ull);
+  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 0}),
+            9242042501747369860ull);
+  EXPECT_EQ(Placement::KeyHash({"imagenet", "train/a.jpg", 1}),
+            3082589715422414959ull);
 }
 
 class PlacementBalanceTest : public testing::TestWithParam<int> {};

@@ -38,9 +38,9 @@ class PosixSourceSpecialTest : public ::testing::Test {
     const std::string sp = dir_.path() + "/sock";
     ASSERT_LT(sp.size(), sizeof(addr.sun_path));
     std::copy(sp.begin(), sp.end(), addr.sun_path);
-    ASSERT_EQ(::bind(sock_.get(), reinterpret_cast<sockaddr*>(&addr),
-                     sizeof(addr)),
-              0);
+    ASSERT_EQ(
+        ::bind(sock_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+        0);
     // A character device like /dev/null, where this process may make one.
     has_device_ = ::mknod((dir_.path() + "/null").c_str(), S_IFCHR | 0666,
                           makedev(1, 3)) == 0;
@@ -102,17 +102,18 @@ TEST_F(PosixSourceSpecialTest, ListingSkipsAndCounts) {
   // fifo, socket, symlink (+ device)
   EXPECT_EQ(source_->skipped_entries(), has_device_ ? 4u : 3u);
   // A prefix naming a special file fails clearly.
-  EXPECT_EQ(source_->List("fifo", [](absl::string_view, const FileInfo&) {
-                return true;
-              }).code(),
+  EXPECT_EQ(source_
+                ->List("fifo",
+                       [](absl::string_view, const FileInfo&) { return true; })
+                .code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(PosixSourceSpecialTest, ReadPastTheLargestOffsetIsOutOfRange) {
   char buf[8];
-  EXPECT_EQ(source_->ReadAt("ok.bin", UINT64_MAX - 2, absl::MakeSpan(buf))
-                .code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      source_->ReadAt("ok.bin", UINT64_MAX - 2, absl::MakeSpan(buf)).code(),
+      absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace

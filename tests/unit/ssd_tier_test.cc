@@ -219,7 +219,8 @@ TEST_F(SsdTierTest, RevalidateDropsChangedFilesAndServesNewBytes) {
   EXPECT_EQ(ReadFile("a/2"), keep);
   // A read with the old metadata is never answered from SSD.
   const uint64_t hits = tier_->Stats().hits;
-  absl::StatusOr<std::string> old = ReadChunk("a/1", 0, FileInfo{kChunk + 5, 100});
+  absl::StatusOr<std::string> old =
+      ReadChunk("a/1", 0, FileInfo{kChunk + 5, 100});
   EXPECT_EQ(tier_->Stats().hits, hits);
 }
 
@@ -307,8 +308,8 @@ TEST_F(SsdTierTest, MutablePolicyChecksTheSourceOnEveryRead) {
   EXPECT_EQ(ReadFile("f"), fresh);
   EXPECT_EQ(backend_.reads(), reads + 1);
   backend_.RemoveFile(kDs, "f");
-  EXPECT_TRUE(absl::IsNotFound(
-      ReadChunk("f", 0, FileInfo{kChunk, 200}).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(ReadChunk("f", 0, FileInfo{kChunk, 200}).status()));
   EXPECT_EQ(tier_->Stats().files, 0u);
 }
 
@@ -321,12 +322,11 @@ TEST_F(SsdTierTest, SyncCopiesEverythingAndSkipsWhatIsCurrent) {
   Put("val/0", kChunk, 100);
   Open();
   std::vector<SsdSyncProgress> seen;
-  absl::Status s = tier_->Sync(
-      kDs, "train", backend_.source(kDs), 4,
-      [&](const SsdSyncProgress& p) {
-        seen.push_back(p);
-        return true;
-      });
+  absl::Status s = tier_->Sync(kDs, "train", backend_.source(kDs), 4,
+                               [&](const SsdSyncProgress& p) {
+                                 seen.push_back(p);
+                                 return true;
+                               });
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_FALSE(seen.empty());
   const SsdSyncProgress& last = seen.back();
@@ -348,11 +348,12 @@ TEST_F(SsdTierTest, SyncCopiesEverythingAndSkipsWhatIsCurrent) {
   EXPECT_EQ(ReadFile("train/big"), bytes[20]);
   EXPECT_EQ(backend_.reads(), chunks);
   seen.clear();
-  ASSERT_TRUE(tier_->Sync(kDs, "train", backend_.source(kDs), 4,
-                          [&](const SsdSyncProgress& p) {
-                            seen.push_back(p);
-                            return true;
-                          })
+  ASSERT_TRUE(tier_
+                  ->Sync(kDs, "train", backend_.source(kDs), 4,
+                         [&](const SsdSyncProgress& p) {
+                           seen.push_back(p);
+                           return true;
+                         })
                   .ok());
   EXPECT_EQ(seen.back().chunks_written, 0u);
   EXPECT_EQ(seen.back().chunks_skipped, chunks);
@@ -385,11 +386,12 @@ TEST_F(SsdTierTest, SyncReportsErrorsAndCancels) {
 
   backend_.fail_next_reads(1);
   SsdSyncProgress last;
-  ASSERT_TRUE(tier_->Sync(kDs, "", backend_.source(kDs), 1,
-                          [&](const SsdSyncProgress& p) {
-                            last = p;
-                            return true;
-                          })
+  ASSERT_TRUE(tier_
+                  ->Sync(kDs, "", backend_.source(kDs), 1,
+                         [&](const SsdSyncProgress& p) {
+                           last = p;
+                           return true;
+                         })
                   .ok());
   EXPECT_EQ(last.files_failed, 1u);
   ASSERT_EQ(last.failures.size(), 1u);
@@ -485,7 +487,8 @@ TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
   };
   Open(o);
   std::vector<std::string> bytes;
-  for (int i = 0; i < 5; ++i) bytes.push_back(Put(absl::StrCat("f", i), 100, i));
+  for (int i = 0; i < 5; ++i)
+    bytes.push_back(Put(absl::StrCat("f", i), 100, i));
   auto demote = [&](int i) {
     return tier_->Demote(ChunkId{kDs, absl::StrCat("f", i), 0},
                          backend_.Info(kDs, absl::StrCat("f", i)), bytes[i],
@@ -609,8 +612,8 @@ TEST_F(SsdTierTest, OpenRejectsBadOptionsAndUnusableDirs) {
   o = Options();
   o.min_free_bytes = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(open(o)));
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      SsdTier::Open(Options(), nullptr).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(SsdTier::Open(Options(), nullptr).status()));
 
   testing::WriteFileOrDie(dir_.path() + "/file", "x");
   o = Options();

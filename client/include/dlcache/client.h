@@ -4,11 +4,13 @@
 // dlcache client: ask the node's dlcached for dataset files and read their
 // bytes in place from read-only shared memory.
 //
-//   auto client = dlcache::Client::Connect({.socket_path = "/run/dlcache/dlcached.sock"});
-//   auto batch = (*client)->GetBatch("imagenet", {"train/n01/a.jpg", ...});
-//   for (const dlcache::Item& item : *batch) {
+//   auto client = dlcache::Client::Connect({.socket_path =
+//   "/run/dlcache/dlcached.sock"}); auto batch =
+//   (*client)->GetBatch("imagenet", {"train/n01/a.jpg", ...}); for (const
+//   dlcache::Item& item : *batch) {
 //     if (!item.ok()) { ... item.status() ... }
-//     for (const dlcache::ChunkView& c : item.chunks()) Consume(c.data, c.size);
+//     for (const dlcache::ChunkView& c : item.chunks()) Consume(c.data,
+//     c.size);
 //   }  // leases are released when the Batch (or the Item) is destroyed
 //
 // Thread safety: Client is thread-safe; Batch and Item are values (one
@@ -61,12 +63,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -282,9 +284,9 @@ class Client {
   // Sessions opened so far: 1 after Connect, +1 per reconnect.
   uint64_t sessions_opened() const;
   // OK while a session with dlcached is open; UNAVAILABLE (or the
-  // connection's error) while it is lost, e.g. because dlcached restarted, until a
-  // reconnect succeeds (with ClientOptions::reconnect off: for good, and
-  // the Client must be recreated). Items stay readable either way.
+  // connection's error) while it is lost, e.g. because dlcached restarted,
+  // until a reconnect succeeds (with ClientOptions::reconnect off: for good,
+  // and the Client must be recreated). Items stay readable either way.
   absl::Status session_status() const;
 
  private:

@@ -59,7 +59,7 @@ typedef struct {
 typedef struct {
   const void* data; /* read-only */
   uint64_t size;
-  uint32_t index;    /* chunk index within the file */
+  uint32_t index; /* chunk index within the file */
   uint32_t segment;
   uint64_t offset;
   uint64_t checksum; /* XXH3-64 */
@@ -100,8 +100,7 @@ int dlc_connect_with_options(const dlc_options* options, dlc_client** out);
 void dlc_close(dlc_client* client);
 
 int dlc_get_batch(dlc_client* client, const char* dataset,
-                  const char* const* paths, size_t num_paths,
-                  dlc_batch** out);
+                  const char* const* paths, size_t num_paths, dlc_batch** out);
 int dlc_prefetch(dlc_client* client, const char* dataset,
                  const char* const* paths, size_t num_paths);
 
@@ -201,7 +200,7 @@ int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
 int dlc_mapping_generation(const dlc_client* client, uint64_t* generation);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_C_H_ */

@@ -85,20 +85,20 @@ enum {
 
 typedef struct {
   int device;
-  int registered_segments; /* read in place by the copy engines */
-  int staged_segments;     /* registration failed: copied through staging */
+  int registered_segments;     /* read in place by the copy engines */
+  int staged_segments;         /* registration failed: copied through staging */
   uint64_t mapping_generation; /* the client's, as registered */
-  uint64_t uploads;        /* successful upload calls */
-  uint64_t bytes;          /* bytes uploaded */
-  uint64_t staged_bytes;   /* of which through staging */
+  uint64_t uploads;            /* successful upload calls */
+  uint64_t bytes;              /* bytes uploaded */
+  uint64_t staged_bytes;       /* of which through staging */
 } dlc_cuda_uploader_stats;
 
 typedef struct {
   size_t num_items;
-  uint64_t bytes;        /* bytes copied (items' sizes summed) */
-  uint64_t extent;       /* end of the last item in the destination */
+  uint64_t bytes;  /* bytes copied (items' sizes summed) */
+  uint64_t extent; /* end of the last item in the destination */
   uint64_t staged_bytes;
-  const char* method;    /* static string: the copy method used */
+  const char* method; /* static string: the copy method used */
 } dlc_cuda_upload_info;
 
 /* Message of the last failing dlc_cuda_* call on this thread ("" if none);
@@ -143,9 +143,8 @@ int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
  * uploader's. `out` NULL = free the handle at once (stream ordering only).
  */
 int dlc_cuda_upload_batch(dlc_cuda_uploader* uploader, dlc_batch* batch,
-                          void* dst, uint64_t dst_size,
-                          const uint64_t* offsets, void* stream,
-                          unsigned flags, dlc_cuda_upload** out);
+                          void* dst, uint64_t dst_size, const uint64_t* offsets,
+                          void* stream, unsigned flags, dlc_cuda_upload** out);
 
 /* GetBatch of `keys`, then upload:
  *   item_size > 0: equal-size items, item i at dst + i * item_size; every
@@ -242,28 +241,28 @@ typedef struct {
 } dlc_cuda_feed_options;
 
 typedef struct {
-  uint64_t tag;           /* as submitted */
-  int code;               /* DLC_OK or why this batch has nothing copied */
-  const char* message;    /* "" when OK; valid while the handle lives */
+  uint64_t tag;        /* as submitted */
+  int code;            /* DLC_OK or why this batch has nothing copied */
+  const char* message; /* "" when OK; valid while the handle lives */
   size_t num_items;
-  void* data;             /* the destination given to submit */
-  uint64_t capacity;      /* its size */
-  uint64_t bytes;         /* end of the last item: the bytes needed */
+  void* data;              /* the destination given to submit */
+  uint64_t capacity;       /* its size */
+  uint64_t bytes;          /* end of the last item: the bytes needed */
   const uint64_t* offsets; /* num_items + 1 entries once the layout is known
                               (DLC_OK, DLC_OUT_OF_RANGE), else NULL; valid
                               while the handle lives */
-  uint64_t staged_bytes;  /* copied through pinned staging */
+  uint64_t staged_bytes;   /* copied through pinned staging */
 } dlc_cuda_feed_batch_info;
 
 typedef struct {
   uint64_t submitted;
   uint64_t started;
-  uint64_t returned;     /* by dlc_cuda_feed_next */
-  uint64_t failed;       /* batches with a code other than DLC_OK */
+  uint64_t returned; /* by dlc_cuda_feed_next */
+  uint64_t failed;   /* batches with a code other than DLC_OK */
   uint64_t cancelled;
-  uint64_t bytes;        /* queued for copying */
-  int in_flight;         /* started, not yet returned */
-  int max_in_flight;     /* never more than depth */
+  uint64_t bytes;    /* queued for copying */
+  int in_flight;     /* started, not yet returned */
+  int max_in_flight; /* never more than depth */
 } dlc_cuda_feed_stats;
 
 void dlc_cuda_feed_options_init(dlc_cuda_feed_options* options);
@@ -313,7 +312,7 @@ int dlc_cuda_feed_batch_ready(dlc_cuda_feed_batch* batch, int* ready);
 void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* DLCACHE_CLIENT_INCLUDE_DLCACHE_DLCACHE_CUDA_C_H_ */

@@ -1,7 +1,7 @@
 // An example C++ training loop fed by dlcache through the LibTorch adapter.
 //
-//   dlcache_torch_train --socket /run/dlcache/dlcached.sock --dataset train \
-//       --keys keys.txt --device cuda:0 --batch 256 --epochs 2 \
+//   dlcache_torch_train --socket /run/dlcache/dlcached.sock --dataset train
+//       --keys keys.txt --device cuda:0 --batch 256 --epochs 2
 //       --sample_shape 3,224,224
 //
 // Reads the keys (one dataset-relative path per line), runs `epochs` passes
@@ -52,18 +52,27 @@ bool Parse(int argc, char** argv, Args* a) {
       return argv[++i];
     };
     if (f == "--help" || f == "-h") return false;
-    if (f == "--socket") a->socket = value();
-    else if (f == "--dataset") a->dataset = value();
-    else if (f == "--keys") a->keys_file = value();
-    else if (f == "--device") a->device = value();
-    else if (f == "--batch") a->batch = std::stoll(value());
-    else if (f == "--epochs") a->epochs = std::stoll(value());
-    else if (f == "--prefetch") a->prefetch = std::stoll(value());
-    else if (f == "--no_train") a->train = false;
+    if (f == "--socket")
+      a->socket = value();
+    else if (f == "--dataset")
+      a->dataset = value();
+    else if (f == "--keys")
+      a->keys_file = value();
+    else if (f == "--device")
+      a->device = value();
+    else if (f == "--batch")
+      a->batch = std::stoll(value());
+    else if (f == "--epochs")
+      a->epochs = std::stoll(value());
+    else if (f == "--prefetch")
+      a->prefetch = std::stoll(value());
+    else if (f == "--no_train")
+      a->train = false;
     else if (f == "--sample_shape") {
       a->shape.clear();
       std::stringstream in(value());
-      for (std::string d; std::getline(in, d, ',');) a->shape.push_back(std::stoll(d));
+      for (std::string d; std::getline(in, d, ',');)
+        a->shape.push_back(std::stoll(d));
     } else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return false;
@@ -115,7 +124,8 @@ int main(int argc, char** argv) {
         torch::data::DataLoaderOptions(static_cast<size_t>(a.batch)));
 
     torch::nn::Sequential net(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(a.shape[0], 16, 3).stride(2)),
+        torch::nn::Conv2d(
+            torch::nn::Conv2dOptions(a.shape[0], 16, 3).stride(2)),
         torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1),
         torch::nn::Flatten(), torch::nn::Linear(16, 10));
     net->to(device);
@@ -146,8 +156,8 @@ int main(int argc, char** argv) {
         std::vector<int64_t> shape = {n};
         shape.insert(shape.end(), a.shape.begin(), a.shape.end());
         at::Tensor input = x.view(shape).to(torch::kFloat).div_(255);
-        at::Tensor labels =
-            torch::randint(10, {n}, torch::TensorOptions().device(device).dtype(torch::kLong));
+        at::Tensor labels = torch::randint(
+            10, {n}, torch::TensorOptions().device(device).dtype(torch::kLong));
         opt.zero_grad();
         torch::nn::functional::cross_entropy(net->forward(input), labels)
             .backward();
@@ -158,29 +168,33 @@ int main(int argc, char** argv) {
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
-    std::printf("dlcache -> %s: %lld samples in %.2f s = %.0f samples/s, "
-                "%.2f GB/s%s\n",
-                device.str().c_str(), static_cast<long long>(samples), s,
-                samples / s, bytes / s / 1e9, a.train ? " (with training)" : "");
+    std::printf(
+        "dlcache -> %s: %lld samples in %.2f s = %.0f samples/s, "
+        "%.2f GB/s%s\n",
+        device.str().c_str(), static_cast<long long>(samples), s, samples / s,
+        bytes / s / 1e9, a.train ? " (with training)" : "");
     if (device.is_cuda() && samples > 0) {
       // The ceiling: the same bytes per batch, pinned host -> device.
       at::Tensor host = torch::empty({a.batch * sample},
                                      torch::TensorOptions().dtype(torch::kByte))
                             .pin_memory();
-      at::Tensor dev = torch::empty_like(host, torch::TensorOptions().device(device));
+      at::Tensor dev =
+          torch::empty_like(host, torch::TensorOptions().device(device));
       const int64_t rounds = std::max<int64_t>(samples / a.batch, 20);
       dev.copy_(host, true);
       Sync(device);
       const auto c0 = std::chrono::steady_clock::now();
       for (int64_t r = 0; r < rounds; ++r) dev.copy_(host, true);
       Sync(device);
-      const double cs = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - c0).count();
+      const double cs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0)
+              .count();
       const double ceiling = rounds * a.batch / cs;
-      std::printf("pinned host -> %s ceiling: %.0f samples/s, %.2f GB/s; "
-                  "dlcache = %.2fx of it\n",
-                  device.str().c_str(), ceiling, ceiling * sample / 1e9,
-                  (samples / s) / ceiling);
+      std::printf(
+          "pinned host -> %s ceiling: %.0f samples/s, %.2f GB/s; "
+          "dlcache = %.2fx of it\n",
+          device.str().c_str(), ceiling, ceiling * sample / 1e9,
+          (samples / s) / ceiling);
     }
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "%s\n", e.what_without_backtrace());

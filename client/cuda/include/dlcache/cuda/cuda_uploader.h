@@ -146,8 +146,7 @@ class CudaUploader {
       Client* client, const UploaderOptions& options);
   // Same, for fixed host regions (tests, benchmarks).
   static absl::StatusOr<std::unique_ptr<CudaUploader>> Create(
-      absl::Span<const MappedSegment> segments,
-      const UploaderOptions& options);
+      absl::Span<const MappedSegment> segments, const UploaderOptions& options);
   ~CudaUploader();
 
   // Starts copying the batch's OK items; returns once the copies are

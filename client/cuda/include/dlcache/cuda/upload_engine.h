@@ -209,8 +209,8 @@ class UploadEngine {
   // stream and returns at once (after staging, which copies on this
   // thread). INVALID_ARGUMENT if an op is out of bounds or has a null
   // source; INTERNAL on CUDA errors.
-  absl::StatusOr<UploadTicket> Enqueue(absl::Span<const CopyOp> ops,
-                                       void* dst, uint64_t dst_size,
+  absl::StatusOr<UploadTicket> Enqueue(absl::Span<const CopyOp> ops, void* dst,
+                                       uint64_t dst_size,
                                        const EnqueueOptions& options = {});
 
   // cudaMalloc on the engine's device. RESOURCE_EXHAUSTED when out of

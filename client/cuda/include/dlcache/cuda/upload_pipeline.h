@@ -57,7 +57,7 @@ class UploadPipeline {
   int prefetch_;
   Producer producer_;
   bool exhausted_ = false;
-  absl::Status deferred_;        // a Fill error behind a returned batch
+  absl::Status deferred_;         // a Fill error behind a returned batch
   std::optional<Batch> pending_;  // produced, waiting for a free buffer
   std::deque<GpuBatch> queue_;
 };

@@ -15,7 +15,8 @@
 //   o.device = torch::Device(torch::kCUDA, 0);
 //   o.rank = rank; o.world_size = world;   // optional sharding
 //   auto loader = torch::data::make_data_loader(
-//       dt::CacheDataset(dt::Connect(), o), torch::data::DataLoaderOptions(256));
+//       dt::CacheDataset(dt::Connect(), o),
+//       torch::data::DataLoaderOptions(256));
 //   for (int epoch = 0; epoch < 90; ++epoch)
 //     for (dt::CacheBatch& b : *loader) Train(b.items);
 //
