@@ -167,17 +167,22 @@ void FeedPipeline::Run() {
         return stop_ ||
                (!pending_.empty() && stats_.in_flight < options_.depth);
       };
-      // Idle with copies running: look at them every poll_interval so
-      // their leases go back soon after they complete.
-      while (!can_start()) {
-        if (!watched_.empty()) {
-          std::vector<std::shared_ptr<FeedCopy>> keep;
-          for (auto& c : watched_) {
-            if (!c->Ready()) keep.push_back(std::move(c));
-          }
-          watched_.swap(keep);
-          if (poll_ != nullptr) poll_();
+      // Copies that completed give their leases back: on every turn (a
+      // feed that is never idle must release too, or a busy epoch holds the
+      // leases of every batch it copied), and every poll_interval while
+      // idle with copies running.
+      auto sweep = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (watched_.empty()) return;
+        std::vector<std::shared_ptr<FeedCopy>> keep;
+        for (auto& c : watched_) {
+          if (!c->Ready()) keep.push_back(std::move(c));
         }
+        watched_.swap(keep);
+        if (poll_ != nullptr) poll_();
+      };
+      sweep();
+      while (!can_start()) {
+        sweep();
         if (watched_.empty()) {
           mu_.Await(absl::Condition(&can_start));
         } else {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace dlcache::cuda {
@@ -22,8 +23,14 @@ namespace {
 // A copy that lands (memcpy) only when the test says so.
 class FakeCopy : public FeedCopy {
  public:
-  FakeCopy(FeedItems items, std::byte* dst, std::vector<uint64_t> offsets)
-      : items_(std::move(items)), dst_(dst), offsets_(std::move(offsets)) {}
+  // auto_complete: the "GPU" finishes at once, and Ready() (the feed's
+  // poll) lands the copy and drops its leases, as GpuBatch::Ready does.
+  FakeCopy(FeedItems items, std::byte* dst, std::vector<uint64_t> offsets,
+           bool auto_complete = false)
+      : items_(std::move(items)),
+        dst_(dst),
+        offsets_(std::move(offsets)),
+        auto_complete_(auto_complete) {}
   void Land() {
     absl::MutexLock lock(&mu_);
     if (landed_) return;
@@ -42,6 +49,7 @@ class FakeCopy : public FeedCopy {
     return absl::OkStatus();
   }
   bool Ready() override {
+    if (auto_complete_) Land();
     absl::MutexLock lock(&mu_);
     return landed_;
   }
@@ -52,6 +60,7 @@ class FakeCopy : public FeedCopy {
   FeedItems items_ ABSL_GUARDED_BY(mu_);
   std::byte* dst_;
   std::vector<uint64_t> offsets_;
+  const bool auto_complete_;
   bool landed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -69,7 +78,9 @@ class FeedPipelineTest : public ::testing::Test {
     return
         [this](
             absl::Span<const std::string> keys) -> absl::StatusOr<FeedItems> {
-          fetches_.fetch_add(1);
+          if (fetches_.fetch_add(1) + 1 == gate_at_) {
+            gate_.WaitForNotification();
+          }
           FeedItems items;
           auto store = std::make_shared<std::vector<std::string>>();
           store->reserve(keys.size());
@@ -99,7 +110,8 @@ class FeedPipelineTest : public ::testing::Test {
                -> absl::StatusOr<std::shared_ptr<FeedCopy>> {
       auto c = std::make_shared<FakeCopy>(
           std::move(items), static_cast<std::byte*>(data),
-          std::vector<uint64_t>(offsets.begin(), offsets.end()));
+          std::vector<uint64_t>(offsets.begin(), offsets.end()),
+          auto_complete_);
       absl::MutexLock lock(&mu_);
       copies_.push_back(c);
       return std::shared_ptr<FeedCopy>(c);
@@ -114,6 +126,9 @@ class FeedPipelineTest : public ::testing::Test {
 
   std::atomic<int> fetches_{0};
   std::atomic<int> live_{0};  // keepalives not yet released
+  bool auto_complete_ = false;
+  int gate_at_ = -1;  // the fetch with this number waits for gate_
+  absl::Notification gate_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<FakeCopy>> copies_ ABSL_GUARDED_BY(mu_);
 };
@@ -150,6 +165,42 @@ TEST_F(FeedPipelineTest, BatchesComeBackInOrderWithTheirBytes) {
   EXPECT_EQ(s.in_flight, 0);
   auto none = feed->Next(absl::Milliseconds(10));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  feed.reset();
+  EXPECT_EQ(live_.load(), 0);
+}
+
+// A feed that never idles (batches always pending, depth never reached)
+// must still give back the leases of copies that completed: before the fix
+// only an idle feed looked at them, and an epoch that kept the feed busy
+// held the leases of every batch it copied (RESOURCE_EXHAUSTED on the H200).
+TEST_F(FeedPipelineTest, BusyFeedReleasesCompletedCopies) {
+  auto_complete_ = true;
+  gate_at_ = 40;  // the feed is busy fetching batch 40 when we look
+  FeedOptions o;
+  o.depth = 64;
+  auto feed = Make(o);
+  ASSERT_NE(feed, nullptr);
+  std::vector<std::vector<std::byte>> dst(40, std::vector<std::byte>(64));
+  for (int b = 0; b < 40; ++b) {
+    ASSERT_TRUE(
+        feed->Submit({absl::StrCat("k", b)}, dst[b].data(), 64, b).ok());
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (fetches_.load() < 40 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const int fetched = fetches_.load();
+  const int live = live_.load();
+  gate_.Notify();  // before any ASSERT: the feed's destructor joins the fetch
+  ASSERT_EQ(fetched, 40);
+  // Batches 1..39 were copied, nobody waited on them, and batch 40 is being
+  // fetched: at most the last copy made is still unswept.
+  EXPECT_LE(live, 1);
+  for (int b = 0; b < 40; ++b) {
+    auto got = feed->Next(absl::Seconds(20));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(got->status.ok()) << got->status;
+  }
   feed.reset();
   EXPECT_EQ(live_.load(), 0);
 }
