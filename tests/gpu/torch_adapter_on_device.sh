@@ -24,7 +24,11 @@ LD_LIBRARY_PATH="$here/pylib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   > "$out/torch_adapter_test.log" 2>&1
 r=$?
 grep -E "^(ok|FAIL|skip) |passed," "$out/torch_adapter_test.log"
-[ $r -eq 0 ] || { echo "FAIL torch_adapter_test (exit $r)"; rc=1; }
+if [ $r -ne 0 ]; then
+  echo "FAIL torch_adapter_test (exit $r); the log's end:"
+  tail -40 "$out/torch_adapter_test.log"
+  rc=1
+fi
 
 # The example on 4096 raw samples (617 MB), served by a real dlcached.
 data=$(mktemp -d /tmp/dlc-torchdata-XXXXXX)

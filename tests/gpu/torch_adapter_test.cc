@@ -12,6 +12,7 @@
 // failed, 1 otherwise. GPU checks skip without a usable GPU unless
 // --require_gpu (or DLCACHE_REQUIRE_GPU=1), which makes that a failure.
 
+#include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -468,12 +469,29 @@ void ServerGoneIsThrown(Fixture& f) {
 
 }  // namespace
 
+// A crash names the check it happened in and where (the GPU machine has
+// no debugger).
+const char* current_check = "";
+
+void OnCrash(int sig) {
+  std::fprintf(stderr, "\nsignal %d in check %s; backtrace:\n", sig,
+               current_check);
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, 2);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 int main(int argc, char** argv) {
   bool require_gpu = Env("DLCACHE_REQUIRE_GPU") == "1";
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--require_gpu") require_gpu = true;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGSEGV, OnCrash);
+  ::signal(SIGABRT, OnCrash);
+  ::signal(SIGBUS, OnCrash);
   std::string no_gpu;
   const bool gpu = GpuUsable(&no_gpu);
   int skipped = 0, passed = 0;
@@ -489,6 +507,9 @@ int main(int argc, char** argv) {
       }
       return;
     }
+    current_check = name;
+    std::printf("run  %s\n", name);
+    std::fflush(stdout);
     const auto t0 = std::chrono::steady_clock::now();
     try {
       Fixture f;
