@@ -30,6 +30,7 @@ if [ $r -ne 0 ]; then
   rc=1
 fi
 
+[ -n "${SKIP_TORCH_EXAMPLE:-}" ] && { rm -rf "$bdir"; exit $rc; }
 # The example on 4096 raw samples (617 MB), served by a real dlcached.
 data=$(mktemp -d /tmp/dlc-torchdata-XXXXXX)
 shm=$(mktemp -d /dev/shm/dlc-torchex-XXXXXX)

@@ -12,13 +12,16 @@
 // failed, 1 otherwise. GPU checks skip without a usable GPU unless
 // --require_gpu (or DLCACHE_REQUIRE_GPU=1), which makes that a failure.
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,7 +29,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -41,7 +43,6 @@
 #include "dlcache/torch/tensors.h"
 
 namespace dt = dlcache::torch_adapter;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -96,6 +97,26 @@ bool Eventually(const std::function<bool()>& cond, double deadline_s = 20) {
   return cond();
 }
 
+// No std::filesystem here: pip's libtorch.so exports its own copies of
+// those symbols, the driver's calls bind to them, and remove_all there
+// jumps through a null pointer (seen with torch 2.11 on the GPU machine).
+void MakeDirs(const std::string& dir) {
+  for (size_t at = 1; at != std::string::npos; at = dir.find('/', at + 1)) {
+    ::mkdir(dir.substr(0, at).c_str(), 0700);
+  }
+  ::mkdir(dir.c_str(), 0700);
+}
+
+void RemoveTree(const std::string& dir) {
+  ::nftw(
+      dir.c_str(),
+      [](const char* path, const struct stat*, int, struct FTW*) {
+        ::remove(path);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
 // A dlcached process on a temp socket, with a dataset "ds" in a temp dir;
 // stopped (and its dirs removed) by the destructor, and killed by the
 // kernel if this process dies first.
@@ -108,20 +129,19 @@ class Server {
     root_ = root;
     shm_ = shm;
     src_ = root_ + "/src";
-    fs::create_directories(src_);
+    MakeDirs(src_);
     socket_ = root_ + "/dlcached.sock";
     Start();
   }
   ~Server() {
     Stop();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-    fs::remove_all(shm_, ec);
+    RemoveTree(root_);
+    RemoveTree(shm_);
   }
 
   void Write(const std::string& key, const std::string& bytes) {
-    const fs::path p = fs::path(src_) / key;
-    fs::create_directories(p.parent_path());
+    const std::string p = src_ + "/" + key;
+    MakeDirs(p.substr(0, p.rfind('/')));
     std::ofstream(p, std::ios::binary) << bytes;
   }
 
@@ -239,14 +259,20 @@ bool GpuUsable(std::string* why) {
   return true;
 }
 
+void Step(const char* what) { std::fprintf(stderr, "  step: %s\n", what); }
+
 void CpuViewsAndStatuses(Fixture& f) {
+  Step("connect");
   dt::ClientHandle c = f.Connect();
+  Step("get_batch");
   std::vector<const char*> keys = {f.keys[3].c_str(), "nope.jpg", "big.bin",
                                    "empty.bin"};
   dlc_batch* b = nullptr;
   CHECK_THAT(dlc_get_batch(c.get(), "ds", keys.data(), keys.size(), &b) ==
              DLC_OK);
+  Step("CpuBatchTensors");
   dt::BatchTensors t = dt::CpuBatchTensors(b);
+  Step("checks");
   CHECK_THAT(t.items.size() == 4);
   CHECK_THAT(Bytes(t.items[0]) == f.files[f.keys[3]]);
   CHECK_THAT(t.codes[1] == DLC_NOT_FOUND && !t.items[1].defined());
@@ -473,9 +499,39 @@ void ServerGoneIsThrown(Fixture& f) {
 // no debugger).
 const char* current_check = "";
 
-void OnCrash(int sig) {
-  std::fprintf(stderr, "\nsignal %d in check %s; backtrace:\n", sig,
-               current_check);
+void PrintAddress(const char* what, const void* addr) {
+  Dl_info info{};
+  if (addr != nullptr && ::dladdr(addr, &info) != 0) {
+    std::fprintf(
+        stderr, "  %s %p %s(%s+%#lx)\n", what, addr,
+        info.dli_fname != nullptr ? info.dli_fname : "?",
+        info.dli_sname != nullptr ? info.dli_sname : "?",
+        static_cast<unsigned long>(
+            static_cast<const char*>(addr) -
+            static_cast<const char*>(
+                info.dli_saddr != nullptr ? info.dli_saddr : info.dli_fbase)));
+  } else {
+    std::fprintf(stderr, "  %s %p\n", what, addr);
+  }
+}
+
+void OnCrash(int sig, siginfo_t* si, void* ctx) {
+  std::fprintf(stderr, "\nsignal %d (fault address %p) in check %s\n", sig,
+               si != nullptr ? si->si_addr : nullptr, current_check);
+#if defined(__x86_64__)
+  const auto* uc = static_cast<const ucontext_t*>(ctx);
+  const greg_t* r = uc->uc_mcontext.gregs;
+  PrintAddress("pc", reinterpret_cast<const void*>(r[REG_RIP]));
+  // A call through a null pointer leaves its return address on the stack.
+  PrintAddress("[sp]", *reinterpret_cast<void* const*>(r[REG_RSP]));
+  auto* fp = reinterpret_cast<void* const*>(r[REG_RBP]);
+  for (int i = 0; i < 16 && fp != nullptr; ++i) {
+    PrintAddress("frame", fp[1]);
+    auto* next = static_cast<void* const*>(fp[0]);
+    if (next <= fp) break;
+    fp = next;
+  }
+#endif
   void* frames[64];
   const int n = ::backtrace(frames, 64);
   ::backtrace_symbols_fd(frames, n, 2);
@@ -489,9 +545,10 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--require_gpu") require_gpu = true;
   }
   ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGSEGV, OnCrash);
-  ::signal(SIGABRT, OnCrash);
-  ::signal(SIGBUS, OnCrash);
+  struct sigaction sa {};
+  sa.sa_sigaction = OnCrash;
+  sa.sa_flags = SA_SIGINFO;
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS}) ::sigaction(sig, &sa, nullptr);
   std::string no_gpu;
   const bool gpu = GpuUsable(&no_gpu);
   int skipped = 0, passed = 0;
@@ -512,6 +569,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const auto t0 = std::chrono::steady_clock::now();
     try {
+      Step("fixture (dlcached, files)");
       Fixture f;
       fn(f);
       ++passed;

@@ -15,7 +15,7 @@ tdir=$($py -c 'import torch,os;print(os.path.dirname(torch.__file__))')
 abi=$($py -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
 cuda_libs=""
 [ -e "$tdir/lib/libtorch_cuda.so" ] && cuda_libs="-ltorch_cuda -lc10_cuda"
-flags=(-std=c++17 -O2 -g -rdynamic -D_GLIBCXX_USE_CXX11_ABI="$abi"
+flags=(-std=c++17 -O2 -g -rdynamic -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI="$abi"
        -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include"
        -I"$root/client/torch/include" -I"$root/client/include")
 srcs=(cache_dataset connection gpu_feed tensors)
