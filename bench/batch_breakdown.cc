@@ -39,6 +39,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/dataset_gen.h"
 #include "bench/machine_info.h"
+#include "bench/small_files_setup.h"
 #include "bench/temp_dir.h"
 #include "common/frame_socket.h"
 #include "common/local_protocol.h"
@@ -86,34 +87,17 @@ int Run() {
                  s.ToString().c_str());
     return 1;
   };
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> tmp =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "batch-breakdown-");
-  if (!tmp.ok()) return fail("temp dir", tmp.status());
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "batch-breakdown-");
-  if (!shm.ok()) return fail("shm dir", shm.status());
-  DatasetSpec spec;
-  spec.small_files = absl::GetFlag(FLAGS_files);
-  spec.small_bytes = absl::GetFlag(FLAGS_file_bytes);
-  spec.small_jitter = spec.small_bytes / 11;
-  spec.large_files = 0;
-  const std::string root = (*tmp)->path() + "/data";
-  absl::StatusOr<Dataset> ds = GenerateDataset(root, spec);
-  if (!ds.ok()) return fail("generate dataset", ds.status());
-
-  ServerConfig config;
-  config.socket_path = (*tmp)->path() + "/dlcached.sock";
-  config.shm_dir = (*shm)->path();
-  config.arena_bytes = ((ds->total_bytes * 5 / 4) | ((64ull << 20) - 1)) + 1;
-  config.segment_bytes = 64ull << 20;
-  config.chunk_size = 4ull << 20;
-  config.datasets = {{"ds", ds->root}};
-  config.metrics_address = "";
+  absl::StatusOr<SmallFilesSetup> setup =
+      SetUpSmallFiles(absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_shm_dir),
+                      "batch-breakdown-", absl::GetFlag(FLAGS_files),
+                      absl::GetFlag(FLAGS_file_bytes));
+  if (!setup.ok()) return fail("set up", setup.status());
+  const Dataset* ds = &setup->dataset;
   absl::StatusOr<std::unique_ptr<CacheServer>> server =
-      CacheServer::Start(std::move(config));
+      CacheServer::Start(setup->ServerConfigFor());
   if (!server.ok()) return fail("start dlcached", server.status());
   ClientOptions co;
-  co.socket_path = (*tmp)->path() + "/dlcached.sock";
+  co.socket_path = setup->socket_path;
   co.client_name = "batch_breakdown";
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(co);
   if (!client.ok()) return fail("connect", client.status());

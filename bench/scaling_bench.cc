@@ -38,6 +38,7 @@
 #include "bench/dlcache_reader.h"
 #include "bench/machine_info.h"
 #include "bench/page_cache_reader.h"
+#include "bench/small_files_setup.h"
 #include "bench/temp_dir.h"
 #include "common/logging.h"
 #include "dlcache/client.h"
@@ -245,21 +246,12 @@ int Parent() {
     }
     counts.push_back(n);
   }
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> tmp =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "scaling-bench-");
-  if (!tmp.ok()) return fail("temp dir", tmp.status());
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "scaling-bench-");
-  if (!shm.ok()) return fail("shm dir", shm.status());
-  DatasetSpec spec;
-  spec.small_files = absl::GetFlag(FLAGS_files);
-  spec.small_bytes = absl::GetFlag(FLAGS_file_bytes);
-  spec.small_jitter = spec.small_bytes / 11;
-  spec.large_files = 0;
-  const std::string root = (*tmp)->path() + "/data";
-  absl::StatusOr<Dataset> ds = GenerateDataset(root, spec);
-  if (!ds.ok()) return fail("generate dataset", ds.status());
-  const std::string list = (*tmp)->path() + "/files.txt";
+  absl::StatusOr<SmallFilesSetup> setup = SetUpSmallFiles(
+      absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_shm_dir), "scaling-bench-",
+      absl::GetFlag(FLAGS_files), absl::GetFlag(FLAGS_file_bytes));
+  if (!setup.ok()) return fail("set up", setup.status());
+  const Dataset* ds = &setup->dataset;
+  const std::string list = setup->work->path() + "/files.txt";
   {
     std::ofstream out(list);
     for (const DatasetFile& f : ds->files)
@@ -273,7 +265,7 @@ int Parent() {
     }
     loops.push_back(v);
   }
-  const std::string socket = (*tmp)->path() + "/dlcached.sock";
+  const std::string& socket = setup->socket_path;
   std::vector<Point> reads;  // measured once: they do not use the server
   std::string md = absl::StrFormat(
       "%s\n\n%u files of ~%llu B, warm; %u-key batches of random keys; each "
@@ -283,15 +275,7 @@ int Parent() {
       static_cast<unsigned long long>(absl::GetFlag(FLAGS_file_bytes)),
       absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_seconds));
   for (uint32_t l : loops) {
-    ServerConfig config;
-    config.socket_path = socket;
-    config.shm_dir = (*shm)->path();
-    config.arena_bytes = ((ds->total_bytes * 5 / 4) | ((64ull << 20) - 1)) + 1;
-    config.segment_bytes = 64ull << 20;
-    config.chunk_size = 4ull << 20;
-    config.datasets = {{"ds", ds->root}};
-    config.metrics_address = "";
-    config.keep_arena = false;
+    ServerConfig config = setup->ServerConfigFor();
     config.data_event_loops = l;
     absl::StatusOr<std::unique_ptr<CacheServer>> server =
         CacheServer::Start(std::move(config));
