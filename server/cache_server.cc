@@ -213,7 +213,8 @@ absl::Status CacheServer::Init() {
       ReadArenaManifest(ArenaManifestPath(config_.shm_dir), config_.chunk_size,
                         Arena::SegmentSizes(arena_options));
   if (!manifest.ok() && !absl::IsNotFound(manifest.status())) {
-    DLC_LOG(WARNING) << "not re-adopting the arena: " << manifest.status();
+    DLC_LOG(WARNING) << "not re-adopting the arena: "
+                     << LogEscape(manifest.status().ToString());
   }
   arena_options.reuse_existing = manifest.ok();
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(arena_options);
@@ -416,7 +417,8 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
                   << config_.ssd_dir;
     absl::Status s = open();
     if (!s.ok()) {
-      DLC_LOG(ERROR) << s << "; serving without the SSD tier";
+      DLC_LOG(ERROR) << LogEscape(s.ToString())
+                     << "; serving without the SSD tier";
       deferred_->Set(next);
     } else {
       deferred_->Set(ssd_.get());
@@ -457,7 +459,7 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   self_id_ = self->id;
   if (!membership_->SelfListed()) {
     DLC_LOG(WARNING)
-        << "cluster: this node's id " << self->id
+        << "cluster: this node's id " << LogEscape(self->id)
         << " is not among the nodes --peers"
         << (config_.peer_dns.empty() ? "" : "/--peer_dns") << " list ("
         << membership_->placement()->size() - 1
@@ -481,8 +483,9 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   r.timeout = config_.peer_timeout;
   router_ = std::make_unique<PeerRouter>(r, membership_.get(), connector_.get(),
                                          local);
-  DLC_LOG(INFO) << "cluster: node " << self->id << ", " << config_.peers.size()
-                << " static peers" << (config_.peer_dns.empty() ? "" : ", dns ")
+  DLC_LOG(INFO) << "cluster: node " << LogEscape(self->id) << ", "
+                << config_.peers.size() << " static peers"
+                << (config_.peer_dns.empty() ? "" : ", dns ")
                 << config_.peer_dns;
   return router_.get();
 }
@@ -590,7 +593,7 @@ void CacheServer::Shutdown() {
       DLC_LOG(INFO) << "arena kept in " << config_.shm_dir
                     << " for the next dlcached (--keep_arena=false to drop)";
     } else {
-      DLC_LOG(WARNING) << "arena not kept: " << saved;
+      DLC_LOG(WARNING) << "arena not kept: " << LogEscape(saved.ToString());
     }
   }
   DLC_LOG(INFO) << "dlcached stopped";

@@ -84,7 +84,7 @@ absl::StatusOr<FileInfo> SsdTier::StatFile(absl::string_view dataset,
   // Best effort: without a record the next stat simply asks again.
   absl::StatusOr<uint64_t> recorded = RecordFile(dataset, path, *fresh);
   if (!recorded.ok() && !absl::IsResourceExhausted(recorded.status())) {
-    DLC_LOG(WARNING) << "ssd tier: " << recorded.status().message();
+    DLC_LOG(WARNING) << "ssd tier: " << LogEscape(recorded.status().message());
   }
   return fresh;
 }
@@ -138,9 +138,10 @@ absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
       }
       if (n > 0 && ShouldLog(n)) {
         DLC_LOG(WARNING) << "ssd tier: chunk " << id.chunk << " of "
-                         << id.dataset << "/" << id.path << " in data file "
-                         << m.data_file << " @" << m.offset << ": "
-                         << s.message() << "; dropped, reading it again ("
+                         << id.dataset << "/" << LogEscape(id.path)
+                         << " in data file " << m.data_file << " @" << m.offset
+                         << ": " << LogEscape(s.message())
+                         << "; dropped, reading it again ("
                          << (corrupt ? "corruptions" : "read errors")
                          << " so far: " << n << ")";
       }
@@ -192,7 +193,7 @@ void SsdTier::WriteOne(SsdWriteItem& item) {
     const uint64_t n = counters_.corruptions.fetch_add(1) + 1;
     if (ShouldLog(n)) {
       DLC_LOG(ERROR) << "ssd tier: refusing to write chunk " << item.chunk
-                     << " of " << item.dataset << "/" << item.path
+                     << " of " << item.dataset << "/" << LogEscape(item.path)
                      << ": its bytes fail their checksum";
     }
     return;
@@ -386,7 +387,7 @@ void SsdTier::DropChunkLocked(absl::string_view dataset, absl::string_view path,
   delta.removed.emplace_back(meta.data_file, meta.length);
   if (absl::Status s = CommitLocked(batch, delta); !s.ok()) {
     DLC_LOG(WARNING) << "ssd tier: cannot drop a bad chunk entry: "
-                     << s.message();
+                     << LogEscape(s.message());
   }
 }
 
@@ -492,7 +493,7 @@ SsdTier::Stored SsdTier::StoreLocked(
     }
     const uint64_t n = counters_.write_errors.fetch_add(1) + 1;
     if (ShouldLog(n)) {
-      DLC_LOG(WARNING) << "ssd tier: " << loc.status().message();
+      DLC_LOG(WARNING) << "ssd tier: " << LogEscape(loc.status().message());
     }
     return Stored::kFailed;
   }
@@ -518,7 +519,7 @@ SsdTier::Stored SsdTier::StoreLocked(
     }
     const uint64_t n = counters_.write_errors.fetch_add(1) + 1;
     if (ShouldLog(n)) {
-      DLC_LOG(WARNING) << "ssd tier: " << s.message();
+      DLC_LOG(WARNING) << "ssd tier: " << LogEscape(s.message());
     }
     return Stored::kFailed;
   }

@@ -164,13 +164,13 @@ SsdTier::~SsdTier() {
   if (queue_ != nullptr) queue_->Stop();
   store_->SyncSealed();
   if (absl::Status s = store_->Sync(); !s.ok()) {
-    DLC_LOG(WARNING) << "ssd tier: " << s.message();
+    DLC_LOG(WARNING) << "ssd tier: " << LogEscape(s.message());
   }
   // Flushing on a full disk would fail inside RocksDB; the WAL is replayed
   // at the next Open anyway.
   if (IndexFreeBytes() >= options_.min_free_bytes / 4) {
     if (absl::Status s = index_->FlushAll(); !s.ok()) {
-      DLC_LOG(WARNING) << "ssd tier: " << s.message();
+      DLC_LOG(WARNING) << "ssd tier: " << LogEscape(s.message());
     }
   }
 }
@@ -181,7 +181,7 @@ absl::Status SsdTier::Recover(bool verify) {
     // The old index is gone, so nothing can find these bytes any more.
     for (const SsdStore::DataFile& f : store_->Files()) {
       if (absl::Status s = store_->Drop(f.id); !s.ok()) {
-        DLC_LOG(WARNING) << "ssd tier: " << s.message();
+        DLC_LOG(WARNING) << "ssd tier: " << LogEscape(s.message());
       }
     }
   }
@@ -254,7 +254,7 @@ absl::Status SsdTier::Recover(bool verify) {
     }
     if (absl::Status s = index_->Commit(batch); !s.ok()) {
       DLC_LOG(WARNING) << "ssd tier: cannot drop invalid entries: "
-                       << s.message();
+                       << LogEscape(s.message());
       break;
     }
   }
