@@ -4,5 +4,14 @@
 #   clang-format -i $(git ls-files '*.cc' '*.h')
 set -euo pipefail
 cd "$(dirname "$0")/.."
-git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run -Werror
-echo "format: $(git ls-files '*.cc' '*.h' | wc -l) files match .clang-format"
+list() {
+  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+    git ls-files -z '*.cc' '*.h'
+  else  # a plain copy of the tree: every source file outside build dirs
+    find . -path './build*' -prune -o -path './.device' -prune -o \
+      \( -name '*.cc' -o -name '*.h' \) -type f -print0
+  fi
+}
+n=$(list | tr -cd '\0' | wc -c)
+list | xargs -0 clang-format --dry-run -Werror
+echo "format: $n files match .clang-format"
