@@ -855,11 +855,18 @@ TEST(ClientConnectTest, WaitsForAServerThatIsStillStarting) {
   o.connect_timeout = absl::Seconds(10);
   absl::StatusOr<std::unique_ptr<Client>> client =
       absl::UnknownError("not run");
-  std::thread connector([&] { client = Client::Connect(o); });
-  // Started once the client is trying (nothing to await in the client).
-  absl::SleepFor(absl::Milliseconds(100));
+  std::atomic<int> tid{0};
+  std::thread connector([&] {
+    tid = testing::CurrentThreadId();
+    client = Client::Connect(o);
+  });
+  // Started once the client is inside Connect and asleep there (between
+  // attempts at a socket that is not there yet), not after a fixed delay.
+  const bool started = WaitFor([&] { return tid.load() != 0; });
+  const bool waiting = started && testing::AwaitThreadAsleep(tid.load());
   server.Restart();
   connector.join();
+  EXPECT_TRUE(waiting) << "Connect never waited for the server";
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_TRUE((*client)->session_status().ok());
 }
