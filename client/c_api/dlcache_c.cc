@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/c_api/error_channel.h"
 #include "dlcache/client.h"
 
 struct dlc_client {
@@ -30,44 +31,17 @@ struct dlc_batch {
 
 namespace {
 
-thread_local std::string last_error;
-
-int Fail(int code, absl::string_view message) {
-  last_error.assign(message.data(), message.size());
-  return code;
-}
-
-int Fail(const absl::Status& st) {
-  return Fail(static_cast<int>(st.code()), st.message());
-}
-
-// Runs `body` (returning an int status), turning exceptions into
-// DLC_INTERNAL / DLC_RESOURCE_EXHAUSTED.
-template <typename Body>
-int Guard(Body body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(DLC_RESOURCE_EXHAUSTED, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(DLC_INTERNAL, absl::StrCat("internal error: ", e.what()));
-  } catch (...) {
-    return Fail(DLC_INTERNAL, "internal error: unknown exception");
-  }
-}
-
-int NullArg(const char* name) {
-  return Fail(DLC_INVALID_ARGUMENT, absl::StrCat(name, " is NULL"));
-}
+using Errors = dlcache::c_api::ErrorChannel<struct ClientCallsTag>;
 
 // Copies C strings into a vector of std::string.
 int ToPaths(const char* const* paths, size_t num_paths,
             std::vector<std::string>* out) {
-  if (paths == nullptr && num_paths > 0) return NullArg("paths");
+  if (paths == nullptr && num_paths > 0) return Errors::NullArg("paths");
   out->reserve(num_paths);
   for (size_t i = 0; i < num_paths; ++i) {
     if (paths[i] == nullptr) {
-      return Fail(DLC_INVALID_ARGUMENT, absl::StrCat("paths[", i, "] is NULL"));
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          absl::StrCat("paths[", i, "] is NULL"));
     }
     out->emplace_back(paths[i]);
   }
@@ -160,10 +134,11 @@ std::unique_ptr<dlc_batch> MakeBatch(dlcache::Batch batch) {
 }
 
 int CheckItem(const dlc_batch* batch, size_t item) {
-  if (batch == nullptr) return NullArg("batch");
+  if (batch == nullptr) return Errors::NullArg("batch");
   if (item >= batch->batch.size()) {
-    return Fail(DLC_OUT_OF_RANGE, absl::StrCat("item ", item, " of a batch of ",
-                                               batch->batch.size()));
+    return Errors::Fail(
+        DLC_OUT_OF_RANGE,
+        absl::StrCat("item ", item, " of a batch of ", batch->batch.size()));
   }
   return DLC_OK;
 }
@@ -172,7 +147,7 @@ int CheckItem(const dlc_batch* batch, size_t item) {
 
 extern "C" {
 
-const char* dlc_last_error(void) { return last_error.c_str(); }
+const char* dlc_last_error(void) { return Errors::Message().c_str(); }
 
 const char* dlc_status_name(int code) {
   switch (code) {
@@ -236,15 +211,15 @@ void dlc_options_init(dlc_options* options) {
 }
 
 int dlc_connect_with_options(const dlc_options* opts, dlc_client** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (opts == nullptr) return NullArg("options");
+    if (opts == nullptr) return Errors::NullArg("options");
     // NaN fails these comparisons too.
     if (!(opts->connect_timeout_s > 0) || !(opts->rpc_timeout_s > 0) ||
         !(opts->release_delay_s >= 0)) {
-      return Fail(DLC_INVALID_ARGUMENT,
-                  "timeouts must be positive and release_delay_s >= 0");
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          "timeouts must be positive and release_delay_s >= 0");
     }
     dlcache::ClientOptions options;
     if (opts->socket_path != nullptr) options.socket_path = opts->socket_path;
@@ -255,7 +230,7 @@ int dlc_connect_with_options(const dlc_options* opts, dlc_client** out) {
     options.verify_checksums = opts->verify_checksums != 0;
     absl::StatusOr<std::unique_ptr<dlcache::Client>> client =
         dlcache::Client::Connect(options);
-    if (!client.ok()) return Fail(client.status());
+    if (!client.ok()) return Errors::Fail(client.status());
     auto handle = std::make_unique<dlc_client>();
     handle->client = *std::move(client);
     *out = handle.release();
@@ -264,7 +239,7 @@ int dlc_connect_with_options(const dlc_options* opts, dlc_client** out) {
 }
 
 void dlc_close(dlc_client* client) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete client;
     return static_cast<int>(DLC_OK);
   });
@@ -272,16 +247,16 @@ void dlc_close(dlc_client* client) {
 
 int dlc_get_batch(dlc_client* client, const char* dataset,
                   const char* const* paths, size_t num_paths, dlc_batch** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (client == nullptr) return NullArg("client");
-    if (dataset == nullptr) return NullArg("dataset");
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
     std::vector<std::string> keys;
     if (int rc = ToPaths(paths, num_paths, &keys); rc != DLC_OK) return rc;
     absl::StatusOr<dlcache::Batch> batch =
         client->client->GetBatch(dataset, keys);
-    if (!batch.ok()) return Fail(batch.status());
+    if (!batch.ok()) return Errors::Fail(batch.status());
     *out = MakeBatch(*std::move(batch)).release();
     return static_cast<int>(DLC_OK);
   });
@@ -290,13 +265,13 @@ int dlc_get_batch(dlc_client* client, const char* dataset,
 int dlc_get_batch_packed(dlc_client* client, const char* dataset,
                          const char* keys, size_t keys_size, size_t num_keys,
                          dlc_batch** out, const dlc_batch_arrays** arrays) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
     if (arrays != nullptr) *arrays = nullptr;
-    if (client == nullptr) return NullArg("client");
-    if (dataset == nullptr) return NullArg("dataset");
-    if (keys == nullptr && keys_size > 0) return NullArg("keys");
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (keys == nullptr && keys_size > 0) return Errors::NullArg("keys");
     std::vector<std::string> paths;
     paths.reserve(num_keys);
     const char* p = keys;
@@ -304,8 +279,8 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
     while (p < end) {
       const void* nul = std::memchr(p, '\0', static_cast<size_t>(end - p));
       if (nul == nullptr) {
-        return Fail(DLC_INVALID_ARGUMENT,
-                    "packed keys: the last key is not NUL-terminated");
+        return Errors::Fail(DLC_INVALID_ARGUMENT,
+                            "packed keys: the last key is not NUL-terminated");
       }
       const char* stop = static_cast<const char*>(nul);
       if (paths.size() == num_keys) break;  // reported below
@@ -313,14 +288,14 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
       p = stop + 1;
     }
     if (paths.size() != num_keys || p != end) {
-      return Fail(DLC_INVALID_ARGUMENT,
-                  absl::StrCat("packed keys: expected ", num_keys,
-                               " NUL-terminated keys in ", keys_size,
-                               " bytes (a key may not contain NUL)"));
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          absl::StrCat("packed keys: expected ", num_keys,
+                                       " NUL-terminated keys in ", keys_size,
+                                       " bytes (a key may not contain NUL)"));
     }
     absl::StatusOr<dlcache::Batch> batch =
         client->client->GetBatch(dataset, paths);
-    if (!batch.ok()) return Fail(batch.status());
+    if (!batch.ok()) return Errors::Fail(batch.status());
     std::unique_ptr<dlc_batch> handle = MakeBatch(*std::move(batch));
     if (arrays != nullptr) {
       BuildArrays(handle.get());
@@ -332,10 +307,10 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
 }
 
 int dlc_batch_arrays_get(dlc_batch* batch, const dlc_batch_arrays** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (batch == nullptr) return NullArg("batch");
+    if (batch == nullptr) return Errors::NullArg("batch");
     BuildArrays(batch);
     *out = &batch->arrays;
     return static_cast<int>(DLC_OK);
@@ -346,13 +321,13 @@ int dlc_batch_fill_arrays(const dlc_batch* batch, size_t first, size_t count,
                           int32_t* code, uint64_t* size, const void** data,
                           uint64_t* file_size, uint8_t* hit,
                           uint32_t* num_chunks) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
     const size_t n = batch->batch.size();
     if (first > n || count > n - first) {
-      return Fail(DLC_OUT_OF_RANGE,
-                  absl::StrCat("items [", first, ", ", first, "+", count,
-                               ") of a batch of ", n));
+      return Errors::Fail(DLC_OUT_OF_RANGE,
+                          absl::StrCat("items [", first, ", ", first, "+",
+                                       count, ") of a batch of ", n));
     }
     for (size_t i = 0; i < count; ++i) {
       FillOne(batch->batch[first + i], i, code, size, data, file_size, hit,
@@ -364,8 +339,8 @@ int dlc_batch_fill_arrays(const dlc_batch* batch, size_t first, size_t count,
 
 int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
                    uint64_t stride, uint64_t* offsets) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
     const size_t n = batch->batch.size();
     // Sizes first: check everything before writing a byte.
     uint64_t total = 0;
@@ -373,25 +348,27 @@ int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
       const dlcache::Item& it = batch->batch[i];
       const uint64_t sz = it.ok() ? it.size() : 0;
       if (stride > 0 && sz > stride) {
-        return Fail(DLC_INVALID_ARGUMENT,
-                    absl::StrCat("item ", i, " has ", sz,
-                                 " bytes, more than the stride of ", stride));
+        return Errors::Fail(
+            DLC_INVALID_ARGUMENT,
+            absl::StrCat("item ", i, " has ", sz,
+                         " bytes, more than the stride of ", stride));
       }
       total += sz;
     }
     uint64_t need = total;
     if (stride > 0) {
       if (n > 0 && stride > UINT64_MAX / n) {
-        return Fail(DLC_INVALID_ARGUMENT, "num_items * stride overflows");
+        return Errors::Fail(DLC_INVALID_ARGUMENT,
+                            "num_items * stride overflows");
       }
       need = stride * n;
     }
     if (dst_size < need) {
-      return Fail(
+      return Errors::Fail(
           DLC_INVALID_ARGUMENT,
           absl::StrCat("dst has ", dst_size, " bytes, ", need, " needed"));
     }
-    if (dst == nullptr && need > 0) return NullArg("dst");
+    if (dst == nullptr && need > 0) return Errors::NullArg("dst");
     auto* out = static_cast<unsigned char*>(dst);
     uint64_t pos = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -421,13 +398,13 @@ int dlc_batch_copy(const dlc_batch* batch, void* dst, uint64_t dst_size,
 
 int dlc_prefetch(dlc_client* client, const char* dataset,
                  const char* const* paths, size_t num_paths) {
-  return Guard([&] {
-    if (client == nullptr) return NullArg("client");
-    if (dataset == nullptr) return NullArg("dataset");
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
     std::vector<std::string> keys;
     if (int rc = ToPaths(paths, num_paths, &keys); rc != DLC_OK) return rc;
     absl::Status st = client->client->Prefetch(dataset, keys);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
@@ -437,8 +414,8 @@ size_t dlc_batch_size(const dlc_batch* batch) {
 }
 
 int dlc_batch_item(const dlc_batch* batch, size_t item, dlc_item_info* out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     if (int rc = CheckItem(batch, item); rc != DLC_OK) return rc;
     const dlcache::Item& it = batch->batch[item];
     out->code = static_cast<int>(it.status().code());
@@ -458,14 +435,14 @@ const char* dlc_batch_item_error(const dlc_batch* batch, size_t item) {
 
 int dlc_batch_chunk(const dlc_batch* batch, size_t item, uint32_t chunk,
                     dlc_chunk* out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     if (int rc = CheckItem(batch, item); rc != DLC_OK) return rc;
     absl::Span<const dlcache::ChunkView> chunks = batch->batch[item].chunks();
     if (chunk >= chunks.size()) {
-      return Fail(DLC_OUT_OF_RANGE,
-                  absl::StrCat("chunk ", chunk, " of an item with ",
-                               chunks.size(), " chunks"));
+      return Errors::Fail(DLC_OUT_OF_RANGE,
+                          absl::StrCat("chunk ", chunk, " of an item with ",
+                                       chunks.size(), " chunks"));
     }
     const dlcache::ChunkView& c = chunks[chunk];
     out->data = c.data;
@@ -480,19 +457,19 @@ int dlc_batch_chunk(const dlc_batch* batch, size_t item, uint32_t chunk,
 
 int dlc_batch_copy_item(const dlc_batch* batch, size_t item, void* dst,
                         uint64_t dst_size) {
-  return Guard([&] {
+  return Errors::Guard([&] {
     if (int rc = CheckItem(batch, item); rc != DLC_OK) return rc;
     const dlcache::Item& it = batch->batch[item];
-    if (dst == nullptr && it.size() > 0) return NullArg("dst");
+    if (dst == nullptr && it.size() > 0) return Errors::NullArg("dst");
     absl::Status st = it.CopyTo(absl::Span<std::byte>(
         static_cast<std::byte*>(dst), static_cast<size_t>(dst_size)));
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 void dlc_batch_free(dlc_batch* batch) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete batch;
     return static_cast<int>(DLC_OK);
   });
@@ -500,10 +477,10 @@ void dlc_batch_free(dlc_batch* batch) {
 
 int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
                  size_t* count) {
-  return Guard([&] {
-    if (client == nullptr) return NullArg("client");
-    if (count == nullptr) return NullArg("count");
-    if (out == nullptr && max > 0) return NullArg("out");
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (count == nullptr) return Errors::NullArg("count");
+    if (out == nullptr && max > 0) return Errors::NullArg("out");
     std::vector<dlcache::MappedSegment> segs = client->client->segments();
     *count = segs.size();
     for (size_t i = 0; i < segs.size() && i < max; ++i) {
@@ -516,9 +493,9 @@ int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
 }
 
 int dlc_mapping_generation(const dlc_client* client, uint64_t* generation) {
-  return Guard([&] {
-    if (client == nullptr) return NullArg("client");
-    if (generation == nullptr) return NullArg("generation");
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (generation == nullptr) return Errors::NullArg("generation");
     *generation = client->client->mapping_generation();
     return static_cast<int>(DLC_OK);
   });

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/c_api/error_channel.h"
 #include "dlcache/client.h"
 #include "dlcache/cuda/cuda_uploader.h"
 #include "dlcache/cuda/feed_pipeline.h"
@@ -56,40 +57,15 @@ struct dlc_cuda_feed_batch {
 
 namespace {
 
-// dlc_last_error()'s storage is private to dlcache_c.cc, so the messages of
-// this file's calls have their own: dlc_cuda_last_error().
-thread_local std::string cuda_last_error;
-
-int Fail(int code, absl::string_view message) {
-  cuda_last_error.assign(message.data(), message.size());
-  return code;
-}
-
-int Fail(const absl::Status& st) {
-  return Fail(static_cast<int>(st.code()), st.message());
-}
+// Messages of this file's calls: dlc_cuda_last_error(), apart from
+// dlc_last_error() (the client calls' channel).
+using Errors = dlcache::c_api::ErrorChannel<struct CudaCallsTag>;
 
 // A failed call into dlcache_c.cc: its message, with some context.
 int FailFromClient(int code, absl::string_view what) {
   const char* msg = dlc_last_error();
-  return Fail(code, absl::StrCat(what, ": ", msg != nullptr ? msg : ""));
-}
-
-int NullArg(const char* name) {
-  return Fail(DLC_INVALID_ARGUMENT, absl::StrCat(name, " is NULL"));
-}
-
-template <typename Body>
-int Guard(Body body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(DLC_RESOURCE_EXHAUSTED, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(DLC_INTERNAL, absl::StrCat("internal error: ", e.what()));
-  } catch (...) {
-    return Fail(DLC_INTERNAL, "internal error: unknown exception");
-  }
+  return Errors::Fail(code,
+                      absl::StrCat(what, ": ", msg != nullptr ? msg : ""));
 }
 
 int ReadSegments(dlc_client* client, std::vector<dlcache::MappedSegment>* out) {
@@ -149,7 +125,7 @@ int CollectChunks(const dlc_batch* batch, const char* const* keys,
       std::string name = keys != nullptr && keys[i] != nullptr
                              ? std::string(keys[i])
                              : absl::StrCat("item ", i);
-      return Fail(info.code, absl::StrCat(name, ": ", err ? err : ""));
+      return Errors::Fail(info.code, absl::StrCat(name, ": ", err ? err : ""));
     }
     (*sizes)[i] = info.size;
     (*items)[i].reserve(info.num_chunks);
@@ -201,7 +177,7 @@ int UploadOwned(dlc_cuda_uploader* up, dlc_batch* batch,
       up->uploader->UploadChunksTo(items, target, owner);
   if (!gpu.ok()) {
     owner->batch = nullptr;
-    return Fail(gpu.status());
+    return Errors::Fail(gpu.status());
   }
   uint64_t total = 0;
   for (uint64_t s : sizes) total += s;
@@ -256,7 +232,7 @@ int FetchChunks(dlc_cuda_uploader* up, const char* dataset,
 
 extern "C" {
 
-const char* dlc_cuda_last_error(void) { return cuda_last_error.c_str(); }
+const char* dlc_cuda_last_error(void) { return Errors::Message().c_str(); }
 
 void dlc_cuda_options_init(dlc_cuda_options* options) {
   if (options == nullptr) return;
@@ -266,9 +242,9 @@ void dlc_cuda_options_init(dlc_cuda_options* options) {
 }
 
 int dlc_cuda_available(int device) {
-  return Guard([&] {
+  return Errors::Guard([&] {
     absl::Status st = cu::CudaAvailable(device);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
@@ -276,17 +252,17 @@ int dlc_cuda_available(int device) {
 int dlc_cuda_uploader_create(dlc_client* client,
                              const dlc_cuda_options* options,
                              dlc_cuda_uploader** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (client == nullptr) return NullArg("client");
-    if (options == nullptr) return NullArg("options");
+    if (client == nullptr) return Errors::NullArg("client");
+    if (options == nullptr) return Errors::NullArg("options");
     cu::UploaderOptions uo;
     uo.engine.device = options->device;
     if (options->method != nullptr) {
       absl::StatusOr<cu::UploadMethod> m =
           cu::ParseUploadMethod(options->method);
-      if (!m.ok()) return Fail(m.status());
+      if (!m.ok()) return Errors::Fail(m.status());
       uo.engine.method = *m;
     }
     // Uploads go to caller memory: the uploader's own buffers stay unused
@@ -304,10 +280,11 @@ int dlc_cuda_uploader_create(dlc_client* client,
     absl::StatusOr<std::unique_ptr<cu::CudaUploader>> up =
         cu::CudaUploader::Create(segs, uo);
     if (!up.ok()) {
-      return Fail(up.status().code() == absl::StatusCode::kUnavailable
-                      ? absl::UnavailableError(absl::StrCat(
-                            "CUDA upload unavailable: ", up.status().message()))
-                      : up.status());
+      return Errors::Fail(
+          up.status().code() == absl::StatusCode::kUnavailable
+              ? absl::UnavailableError(absl::StrCat("CUDA upload unavailable: ",
+                                                    up.status().message()))
+              : up.status());
     }
     handle->uploader = *std::move(up);
     handle->generation.store(gen);
@@ -317,7 +294,7 @@ int dlc_cuda_uploader_create(dlc_client* client,
 }
 
 void dlc_cuda_uploader_destroy(dlc_cuda_uploader* uploader) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete uploader;
     return static_cast<int>(DLC_OK);
   });
@@ -325,9 +302,9 @@ void dlc_cuda_uploader_destroy(dlc_cuda_uploader* uploader) {
 
 int dlc_cuda_uploader_get_stats(dlc_cuda_uploader* up,
                                 dlc_cuda_uploader_stats* out) {
-  return Guard([&] {
-    if (up == nullptr) return NullArg("uploader");
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (up == nullptr) return Errors::NullArg("uploader");
+    if (out == nullptr) return Errors::NullArg("out");
     out->device = up->uploader->engine().device();
     out->registered_segments = up->uploader->registered_segments();
     out->staged_segments = up->uploader->staged_segments();
@@ -340,15 +317,15 @@ int dlc_cuda_uploader_get_stats(dlc_cuda_uploader* up,
 }
 
 int dlc_cuda_uploader_refresh(dlc_cuda_uploader* up) {
-  return Guard([&] {
-    if (up == nullptr) return NullArg("uploader");
+  return Errors::Guard([&] {
+    if (up == nullptr) return Errors::NullArg("uploader");
     return Refresh(up);
   });
 }
 
 int dlc_cuda_uploader_release_finished(dlc_cuda_uploader* up) {
-  return Guard([&] {
-    if (up == nullptr) return NullArg("uploader");
+  return Errors::Guard([&] {
+    if (up == nullptr) return Errors::NullArg("uploader");
     up->uploader->ReleaseFinished();
     return static_cast<int>(DLC_OK);
   });
@@ -356,11 +333,12 @@ int dlc_cuda_uploader_release_finished(dlc_cuda_uploader* up) {
 
 int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
                           uint64_t* offsets, uint64_t* total) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
-    if (total == nullptr) return NullArg("total");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
+    if (total == nullptr) return Errors::NullArg("total");
     if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-      return Fail(DLC_INVALID_ARGUMENT, "alignment must be a power of two");
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          "alignment must be a power of two");
     }
     const size_t n = dlc_batch_size(batch);
     uint64_t at = 0;
@@ -371,7 +349,8 @@ int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
       }
       if (info.code != DLC_OK) {
         const char* err = dlc_batch_item_error(batch, i);
-        return Fail(info.code, absl::StrCat("item ", i, ": ", err ? err : ""));
+        return Errors::Fail(info.code,
+                            absl::StrCat("item ", i, ": ", err ? err : ""));
       }
       at = (at + alignment - 1) & ~(alignment - 1);
       if (offsets != nullptr) offsets[i] = at;
@@ -386,12 +365,12 @@ int dlc_cuda_batch_layout(const dlc_batch* batch, uint64_t alignment,
 int dlc_cuda_upload_batch(dlc_cuda_uploader* up, dlc_batch* batch, void* dst,
                           uint64_t dst_size, const uint64_t* offsets,
                           void* stream, unsigned flags, dlc_cuda_upload** out) {
-  return Guard([&] {
+  return Errors::Guard([&] {
     if (out != nullptr) *out = nullptr;
-    if (up == nullptr) return NullArg("uploader");
-    if (batch == nullptr) return NullArg("batch");
+    if (up == nullptr) return Errors::NullArg("uploader");
+    if (batch == nullptr) return Errors::NullArg("batch");
     const size_t n = dlc_batch_size(batch);
-    if (offsets == nullptr && n > 0) return NullArg("offsets");
+    if (offsets == nullptr && n > 0) return Errors::NullArg("offsets");
     // The batch exists already: its mappings are current or older (see
     // dlc_cuda_upload_keys).
     if (int rc = Refresh(up); rc != DLC_OK) return rc;
@@ -418,21 +397,22 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
                          uint64_t dst_size, uint64_t item_size,
                          uint64_t* offsets, void* stream, unsigned flags,
                          dlc_cuda_upload** out) {
-  return Guard([&] {
+  return Errors::Guard([&] {
     if (out != nullptr) *out = nullptr;
-    if (up == nullptr) return NullArg("uploader");
-    if (dataset == nullptr) return NullArg("dataset");
-    if (keys == nullptr && num_keys > 0) return NullArg("keys");
+    if (up == nullptr) return Errors::NullArg("uploader");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (keys == nullptr && num_keys > 0) return Errors::NullArg("keys");
     if (item_size == 0 && offsets == nullptr) {
-      return Fail(DLC_INVALID_ARGUMENT,
-                  "variable-size upload (item_size 0) needs offsets");
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          "variable-size upload (item_size 0) needs offsets");
     }
     if (item_size > 0 && num_keys > 0 && (dst_size / num_keys < item_size)) {
-      return Fail(DLC_INVALID_ARGUMENT,
-                  absl::StrCat("destination of ", dst_size,
-                               " bytes is too "
-                               "small for ",
-                               num_keys, " items of ", item_size, " bytes"));
+      return Errors::Fail(
+          DLC_INVALID_ARGUMENT,
+          absl::StrCat("destination of ", dst_size,
+                       " bytes is too "
+                       "small for ",
+                       num_keys, " items of ", item_size, " bytes"));
     }
     dlc_batch* batch = nullptr;
     std::vector<std::vector<cu::HostChunk>> items;
@@ -450,9 +430,9 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
     for (size_t i = 0; i < num_keys; ++i) {
       if (item_size > 0) {
         if (sizes[i] != item_size) {
-          return Fail(DLC_INVALID_ARGUMENT,
-                      absl::StrCat(keys[i], ": ", sizes[i], " bytes, expected ",
-                                   item_size));
+          return Errors::Fail(DLC_INVALID_ARGUMENT,
+                              absl::StrCat(keys[i], ": ", sizes[i],
+                                           " bytes, expected ", item_size));
         }
         layout[i] = i * item_size;
         at = layout[i] + item_size;
@@ -466,10 +446,10 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
       std::copy(layout.begin(), layout.end(), offsets);
     }
     if (at > dst_size) {
-      return Fail(DLC_OUT_OF_RANGE, absl::StrCat("the batch needs ", at,
-                                                 " bytes, the "
-                                                 "destination has ",
-                                                 dst_size));
+      return Errors::Fail(DLC_OUT_OF_RANGE, absl::StrCat("the batch needs ", at,
+                                                         " bytes, the "
+                                                         "destination has ",
+                                                         dst_size));
     }
     int rc = UploadOwned(up, batch, keys, dst, dst_size, layout.data(), items,
                          sizes, stream, flags, out);
@@ -479,38 +459,38 @@ int dlc_cuda_upload_keys(dlc_cuda_uploader* up, const char* dataset,
 }
 
 int dlc_cuda_upload_ready(dlc_cuda_upload* upload, int* ready) {
-  return Guard([&] {
-    if (upload == nullptr) return NullArg("upload");
-    if (ready == nullptr) return NullArg("ready");
+  return Errors::Guard([&] {
+    if (upload == nullptr) return Errors::NullArg("upload");
+    if (ready == nullptr) return Errors::NullArg("ready");
     *ready = upload->gpu.Ready() ? 1 : 0;
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_upload_wait(dlc_cuda_upload* upload) {
-  return Guard([&] {
-    if (upload == nullptr) return NullArg("upload");
+  return Errors::Guard([&] {
+    if (upload == nullptr) return Errors::NullArg("upload");
     absl::Status st = upload->gpu.Wait();
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_upload_stream_wait(dlc_cuda_upload* upload, void* stream) {
-  return Guard([&] {
-    if (upload == nullptr) return NullArg("upload");
+  return Errors::Guard([&] {
+    if (upload == nullptr) return Errors::NullArg("upload");
     absl::Status st =
         upload->gpu.MakeStreamWait(static_cast<CUstream_st*>(stream));
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
                              dlc_cuda_upload_info* out) {
-  return Guard([&] {
-    if (upload == nullptr) return NullArg("upload");
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (upload == nullptr) return Errors::NullArg("upload");
+    if (out == nullptr) return Errors::NullArg("out");
     const cu::UploadStats& stats = upload->gpu.stats();
     out->num_items = upload->gpu.items().size();
     out->bytes = upload->bytes;
@@ -522,7 +502,7 @@ int dlc_cuda_upload_get_info(const dlc_cuda_upload* upload,
 }
 
 void dlc_cuda_upload_free(dlc_cuda_upload* upload) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete upload;
     return static_cast<int>(DLC_OK);
   });
@@ -539,12 +519,12 @@ void dlc_cuda_feed_options_init(dlc_cuda_feed_options* options) {
 int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
                          const dlc_cuda_feed_options* options,
                          dlc_cuda_feed** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (up == nullptr) return NullArg("uploader");
-    if (dataset == nullptr) return NullArg("dataset");
-    if (options == nullptr) return NullArg("options");
+    if (up == nullptr) return Errors::NullArg("uploader");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (options == nullptr) return Errors::NullArg("options");
     cu::FeedOptions fo;
     fo.depth = options->depth;
     fo.item_size = options->item_size;
@@ -557,7 +537,7 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
         [up, ds = feed->dataset](absl::Span<const std::string> keys)
         -> absl::StatusOr<cu::FeedItems> {
       cu::FeedItems items;
-      int rc = Guard([&] {
+      int rc = Errors::Guard([&] {
         std::vector<const char*> k;
         k.reserve(keys.size());
         for (const std::string& key : keys) k.push_back(key.c_str());
@@ -571,7 +551,8 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
         return static_cast<int>(DLC_OK);
       });
       if (rc != DLC_OK) {
-        return absl::Status(static_cast<absl::StatusCode>(rc), cuda_last_error);
+        return absl::Status(static_cast<absl::StatusCode>(rc),
+                            Errors::Message());
       }
       return items;
     };
@@ -599,7 +580,7 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
     absl::StatusOr<std::unique_ptr<cu::FeedPipeline>> p =
         cu::FeedPipeline::Create(fo, std::move(fetch), std::move(copy),
                                  [up] { up->uploader->ReleaseFinished(); });
-    if (!p.ok()) return Fail(p.status());
+    if (!p.ok()) return Errors::Fail(p.status());
     feed->pipeline = *std::move(p);
     *out = feed.release();
     return static_cast<int>(DLC_OK);
@@ -607,7 +588,7 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
 }
 
 void dlc_cuda_feed_destroy(dlc_cuda_feed* feed) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete feed;
     return static_cast<int>(DLC_OK);
   });
@@ -616,35 +597,35 @@ void dlc_cuda_feed_destroy(dlc_cuda_feed* feed) {
 int dlc_cuda_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
                          size_t num_keys, void* dst, uint64_t dst_size,
                          uint64_t tag) {
-  return Guard([&] {
-    if (feed == nullptr) return NullArg("feed");
-    if (keys == nullptr && num_keys > 0) return NullArg("keys");
-    if (dst == nullptr && num_keys > 0) return NullArg("dst");
+  return Errors::Guard([&] {
+    if (feed == nullptr) return Errors::NullArg("feed");
+    if (keys == nullptr && num_keys > 0) return Errors::NullArg("keys");
+    if (dst == nullptr && num_keys > 0) return Errors::NullArg("dst");
     std::vector<std::string> k;
     k.reserve(num_keys);
     for (size_t i = 0; i < num_keys; ++i) {
       if (keys[i] == nullptr) {
-        return Fail(DLC_INVALID_ARGUMENT,
-                    absl::StrCat("keys[", i, "] is NULL"));
+        return Errors::Fail(DLC_INVALID_ARGUMENT,
+                            absl::StrCat("keys[", i, "] is NULL"));
       }
       k.emplace_back(keys[i]);
     }
     absl::Status st = feed->pipeline->Submit(std::move(k), dst, dst_size, tag);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
                        dlc_cuda_feed_batch** out) {
-  return Guard([&] {
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
-    if (feed == nullptr) return NullArg("feed");
+    if (feed == nullptr) return Errors::NullArg("feed");
     absl::Duration timeout =
         timeout_s < 0 ? absl::InfiniteDuration() : absl::Seconds(timeout_s);
     absl::StatusOr<cu::FeedBatch> b = feed->pipeline->Next(timeout);
-    if (!b.ok()) return Fail(b.status());
+    if (!b.ok()) return Errors::Fail(b.status());
     auto handle = std::make_unique<dlc_cuda_feed_batch>();
     handle->message = std::string(b->status.message());
     handle->batch = *std::move(b);
@@ -654,8 +635,8 @@ int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
 }
 
 int dlc_cuda_feed_cancel(dlc_cuda_feed* feed, size_t* cancelled) {
-  return Guard([&] {
-    if (feed == nullptr) return NullArg("feed");
+  return Errors::Guard([&] {
+    if (feed == nullptr) return Errors::NullArg("feed");
     int n = feed->pipeline->Cancel();
     if (cancelled != nullptr) *cancelled = static_cast<size_t>(n);
     return static_cast<int>(DLC_OK);
@@ -663,9 +644,9 @@ int dlc_cuda_feed_cancel(dlc_cuda_feed* feed, size_t* cancelled) {
 }
 
 int dlc_cuda_feed_get_stats(dlc_cuda_feed* feed, dlc_cuda_feed_stats* out) {
-  return Guard([&] {
-    if (feed == nullptr) return NullArg("feed");
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (feed == nullptr) return Errors::NullArg("feed");
+    if (out == nullptr) return Errors::NullArg("out");
     cu::FeedStats s = feed->pipeline->stats();
     out->submitted = s.submitted;
     out->started = s.started;
@@ -681,9 +662,9 @@ int dlc_cuda_feed_get_stats(dlc_cuda_feed* feed, dlc_cuda_feed_stats* out) {
 
 int dlc_cuda_feed_batch_get_info(const dlc_cuda_feed_batch* batch,
                                  dlc_cuda_feed_batch_info* out) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
-    if (out == nullptr) return NullArg("out");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
+    if (out == nullptr) return Errors::NullArg("out");
     const cu::FeedBatch& b = batch->batch;
     out->tag = b.tag;
     out->code = static_cast<int>(b.status.code());
@@ -699,35 +680,35 @@ int dlc_cuda_feed_batch_get_info(const dlc_cuda_feed_batch* batch,
 }
 
 int dlc_cuda_feed_batch_stream_wait(dlc_cuda_feed_batch* batch, void* stream) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
     absl::Status st =
         batch->batch.MakeStreamWait(static_cast<CUstream_st*>(stream));
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_feed_batch_wait(dlc_cuda_feed_batch* batch) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
     absl::Status st = batch->batch.Wait();
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });
 }
 
 int dlc_cuda_feed_batch_ready(dlc_cuda_feed_batch* batch, int* ready) {
-  return Guard([&] {
-    if (batch == nullptr) return NullArg("batch");
-    if (ready == nullptr) return NullArg("ready");
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
+    if (ready == nullptr) return Errors::NullArg("ready");
     *ready = batch->batch.Ready() ? 1 : 0;
     return static_cast<int>(DLC_OK);
   });
 }
 
 void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch) {
-  Guard([&] {
+  Errors::Guard([&] {
     delete batch;
     return static_cast<int>(DLC_OK);
   });
