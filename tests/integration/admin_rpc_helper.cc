@@ -5,7 +5,6 @@
 // non-admin process; SO_PEERCRED then reports these ids to dlcached.
 //
 //   admin_rpc_helper SOCKET UID GID GROUPS|- status|evict|warmup [PARALLELISM]
-#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -15,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "dlcache/v1/admin.grpc.pb.h"
+#include "tests/testing/test_util.h"
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -24,23 +23,10 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  uint32_t uid, gid;
-  if (!absl::SimpleAtoi(argv[2], &uid) || !absl::SimpleAtoi(argv[3], &gid)) {
-    return 2;
-  }
-  std::vector<gid_t> groups;
-  if (std::string(argv[4]) != "-") {
-    for (absl::string_view g : absl::StrSplit(argv[4], ',')) {
-      uint32_t n;
-      if (!absl::SimpleAtoi(g, &n)) return 2;
-      groups.push_back(n);
-    }
-  }
   // Before any thread exists (gRPC starts some).
-  if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
-      ::setuid(uid) != 0) {
-    std::perror("dropping privileges");
-    return 3;
+  if (int rc = dlcache::testing::DropToUser(argv[2], argv[3], argv[4]);
+      rc != 0) {
+    return rc;
   }
   auto channel = grpc::CreateChannel(std::string("unix:") + argv[1],
                                      grpc::InsecureChannelCredentials());

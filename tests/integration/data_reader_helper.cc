@@ -5,16 +5,14 @@
 // Used by admin_auth_test to show per-dataset readers.
 //
 //   data_reader_helper SOCKET UID GID GROUPS|- DATASET PATH
-#include <grp.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "dlcache/client.h"
+#include "tests/testing/test_util.h"
 
 int main(int argc, char** argv) {
   if (argc != 7) {
@@ -22,22 +20,9 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  uint32_t uid, gid;
-  if (!absl::SimpleAtoi(argv[2], &uid) || !absl::SimpleAtoi(argv[3], &gid)) {
-    return 2;
-  }
-  std::vector<gid_t> groups;
-  if (std::string(argv[4]) != "-") {
-    for (absl::string_view g : absl::StrSplit(argv[4], ',')) {
-      uint32_t n;
-      if (!absl::SimpleAtoi(g, &n)) return 2;
-      groups.push_back(n);
-    }
-  }
-  if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
-      ::setuid(uid) != 0) {
-    std::perror("dropping privileges");
-    return 3;
+  if (int rc = dlcache::testing::DropToUser(argv[2], argv[3], argv[4]);
+      rc != 0) {
+    return rc;
   }
   dlcache::ClientOptions options;
   options.socket_path = argv[1];

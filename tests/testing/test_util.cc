@@ -1,6 +1,7 @@
 #include "tests/testing/test_util.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,7 +14,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 
@@ -149,6 +152,28 @@ void ThreadGuard::JoinAll() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+}
+
+int DropToUser(const char* uid_text, const char* gid_text,
+               const char* groups_text) {
+  uint32_t uid, gid;
+  if (!absl::SimpleAtoi(uid_text, &uid) || !absl::SimpleAtoi(gid_text, &gid)) {
+    return 2;
+  }
+  std::vector<gid_t> groups;
+  if (std::string(groups_text) != "-") {
+    for (absl::string_view g : absl::StrSplit(groups_text, ',')) {
+      uint32_t n;
+      if (!absl::SimpleAtoi(g, &n)) return 2;
+      groups.push_back(n);
+    }
+  }
+  if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
+      ::setuid(uid) != 0) {
+    std::perror("dropping privileges");
+    return 3;
+  }
+  return 0;
 }
 
 }  // namespace dlcache::testing

@@ -83,6 +83,12 @@ CommandResult RunCommand(const std::string& command,
 absl::StatusOr<std::string> HttpGet(int port, absl::string_view path,
                                     absl::Duration timeout = absl::Seconds(10));
 
+// For helper processes that act as another user (the test runs as root):
+// parses UID, GID and GROUPS ("-" or "g1,g2,...") and drops to them, before
+// any thread exists. 0 when done; 2 for text that is not ids; 3 when the
+// kernel refuses (the reason on stderr). The helper's exit code.
+int DropToUser(const char* uid, const char* gid, const char* groups);
+
 // A TCP port on 127.0.0.1 that stays bound (SO_REUSEADDR + SO_REUSEPORT,
 // never listening) for the life of the object. A server started later on
 // that port with SO_REUSEPORT (gRPC does so by default on Linux) binds
