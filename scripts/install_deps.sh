@@ -14,6 +14,14 @@ $SUDO apt-get install -y -q --no-install-recommends \
   redis-server python3 python3-yaml \
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
   python3-pil openssl clang-format
+# Native NFS and CephFS sources (issue 12): the client libraries, and an
+# NFS server (NFS-Ganesha with its VFS back end) that the tests start on
+# loopback.
+$SUDO apt-get install -y -q --no-install-recommends \
+  libnfs-dev libcephfs-dev nfs-ganesha nfs-ganesha-vfs
+# Container image without a registry or a Docker engine (issue 15).
+$SUDO apt-get install -y -q --no-install-recommends \
+  mmdebstrap buildah tini uidmap
 # kubectl validates the Kubernetes manifests; Debian ships it as
 # kubernetes-client (some images carry a newer kubectl already).
 if ! command -v kubectl >/dev/null 2>&1; then
