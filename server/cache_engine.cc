@@ -145,7 +145,7 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
       ChunkId id{name, path, a.entry->chunk};
       fill = backend->ReadChunk(
           id, *info, absl::MakeSpan(tier_->Data(a.entry), a.entry->length),
-          &checksum);
+          &checksum, /*origin=*/nullptr);
     } else {
       fill = absl::AbortedError("an earlier chunk of the file failed");
     }

@@ -19,6 +19,13 @@ struct ChunkId {
   uint32_t chunk = 0;
 };
 
+// Where ReadChunk found a chunk's bytes. The memory tier keeps chunks this
+// node owns before copies borrowed from a peer (issue 11).
+enum class ChunkOrigin : uint8_t {
+  kLocal,  // this node: its SSD tier or the dataset's source
+  kPeer,   // another node's cache, through the PeerRouter
+};
+
 // What lies below the memory tier: a chain such as
 //   SsdTier -> PeerRouter -> SourceBackend (the dataset's Source).
 // Each layer answers from itself or asks the next. The memory tier calls the
@@ -39,8 +46,11 @@ class ChunkBackend {
   // min(chunk_size, info.size - chunk * chunk_size). Writes *checksum with
   // the XXH3-64 of the bytes. UNAVAILABLE (source/peer down), NOT_FOUND
   // (file vanished), DATA_LOSS (checksum mismatch with no good copy left).
+  // On OK, writes *origin (when origin is not null) with where the bytes
+  // came from; a layer that forwards to the next passes `origin` through.
   virtual absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                                 absl::Span<char> dst, uint64_t* checksum) = 0;
+                                 absl::Span<char> dst, uint64_t* checksum,
+                                 ChunkOrigin* origin) = 0;
 };
 
 }  // namespace dlcache

@@ -105,12 +105,13 @@ absl::StatusOr<FileInfo> PeerRouter::StatFile(absl::string_view dataset,
 }
 
 absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
-                                   absl::Span<char> dst, uint64_t* checksum) {
+                                   absl::Span<char> dst, uint64_t* checksum,
+                                   ChunkOrigin* origin) {
   std::shared_ptr<const Placement> placement = membership_->placement();
   const ClusterNode* owner = placement->Owner(id);
   if (owner == nullptr || owner->id == options_.self_id) {
     local_reads_.fetch_add(1, std::memory_order_relaxed);
-    return next_->ReadChunk(id, info, dst, checksum);
+    return next_->ReadChunk(id, info, dst, checksum, origin);
   }
   bool skip = false;
   std::shared_ptr<Peer> peer = PeerFor(placement, *owner, &skip);
@@ -121,13 +122,14 @@ absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
     if (s.ok()) {
       peer_reads_.fetch_add(1, std::memory_order_relaxed);
       peer_bytes_.fetch_add(dst.size(), std::memory_order_relaxed);
+      if (origin != nullptr) *origin = ChunkOrigin::kPeer;
       return s;
     }
   } else {
     skipped_down_.fetch_add(1, std::memory_order_relaxed);
   }
   fallbacks_.fetch_add(1, std::memory_order_relaxed);
-  return next_->ReadChunk(id, info, dst, checksum);
+  return next_->ReadChunk(id, info, dst, checksum, origin);
 }
 
 PeerRouter::Stats PeerRouter::stats() const {

@@ -49,7 +49,8 @@ class PeerRouter : public ChunkBackend {
   absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
                                     absl::string_view path) override;
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override;
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override;
 
   struct Stats {
     uint64_t local_reads = 0;  // owned here: read from next

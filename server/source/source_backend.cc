@@ -32,8 +32,8 @@ absl::StatusOr<FileInfo> SourceBackend::StatFile(absl::string_view dataset,
 }
 
 absl::Status SourceBackend::ReadChunk(const ChunkId& id, const FileInfo& info,
-                                      absl::Span<char> dst,
-                                      uint64_t* checksum) {
+                                      absl::Span<char> dst, uint64_t* checksum,
+                                      ChunkOrigin* origin) {
   auto it = by_name_.find(id.dataset);
   if (it == by_name_.end()) {
     return absl::NotFoundError(
@@ -49,6 +49,7 @@ absl::Status SourceBackend::ReadChunk(const ChunkId& id, const FileInfo& info,
   }
   c.bytes.fetch_add(dst.size(), std::memory_order_relaxed);
   *checksum = Checksum(dst.data(), dst.size());
+  if (origin != nullptr) *origin = ChunkOrigin::kLocal;
   return absl::OkStatus();
 }
 

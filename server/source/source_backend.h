@@ -25,7 +25,8 @@ class SourceBackend : public ChunkBackend {
   absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
                                     absl::string_view path) override;
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override;
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override;
 
   // NOT_FOUND for an unknown dataset.
   absl::StatusOr<Source*> Find(absl::string_view dataset) const;

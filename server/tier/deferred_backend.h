@@ -32,10 +32,11 @@ class DeferredBackend : public ChunkBackend {
     return t->StatFile(dataset, path);
   }
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override {
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override {
     ChunkBackend* t = Wait();
     if (t == nullptr) return Recovering();
-    return t->ReadChunk(id, info, dst, checksum);
+    return t->ReadChunk(id, info, dst, checksum, origin);
   }
 
  private:

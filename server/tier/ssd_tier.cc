@@ -90,7 +90,8 @@ absl::StatusOr<FileInfo> SsdTier::StatFile(absl::string_view dataset,
 }
 
 absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
-                                absl::Span<char> dst, uint64_t* checksum) {
+                                absl::Span<char> dst, uint64_t* checksum,
+                                ChunkOrigin* origin) {
   if (HasNul(id.dataset) || HasNul(id.path)) {
     return absl::InvalidArgumentError("ssd tier: NUL in dataset or path");
   }
@@ -123,6 +124,7 @@ absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
           counters_.hits.fetch_add(1, std::memory_order_relaxed);
           counters_.hit_bytes.fetch_add(dst.size(), std::memory_order_relaxed);
           *checksum = sum;
+          if (origin != nullptr) *origin = ChunkOrigin::kLocal;
           return absl::OkStatus();
         }
         s = absl::DataLossError("checksum mismatch");
@@ -149,7 +151,7 @@ absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
     }
   }
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
-  absl::Status s = next_->ReadChunk(id, info, dst, checksum);
+  absl::Status s = next_->ReadChunk(id, info, dst, checksum, origin);
   if (s.ok() && use_ssd) Enqueue(id, info, dst, *checksum);
   return s;
 }

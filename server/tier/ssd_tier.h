@@ -183,7 +183,8 @@ class SsdTier : public ChunkBackend {
   // From SSD when current and intact, else from `next` (then queued for
   // writing). Errors are those of `next`.
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override;
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override;
 
   // Queues a copy of a chunk evicted from memory for writing, without
   // waiting for the write (an index lookup, usually cached, first checks

@@ -110,7 +110,8 @@ absl::Status SsdTier::Sync(
         buf.resize(len);
         uint64_t sum = 0;
         absl::Status s = next_->ReadChunk(ChunkId{dataset, f->path, c}, f->info,
-                                          absl::MakeSpan(buf), &sum);
+                                          absl::MakeSpan(buf), &sum,
+                                          /*origin=*/nullptr);
         Stored r = Stored::kFailed;
         if (s.ok()) {
           {

@@ -91,7 +91,7 @@ class SsdTierFaultTest : public ::testing::Test {
                       '\0');
       uint64_t sum = 0;
       absl::Status s = tier_->ReadChunk(ChunkId{kDs, path, c}, *info,
-                                        absl::MakeSpan(buf), &sum);
+                                        absl::MakeSpan(buf), &sum, nullptr);
       EXPECT_TRUE(s.ok()) << s;
       if (!s.ok()) return "";
       EXPECT_EQ(sum, Checksum(buf.data(), buf.size()));
@@ -417,15 +417,16 @@ TEST_F(SsdTierFaultTest, FailingLayerBelowStoresNothing) {
   backend_.fail_next_reads(1);
   std::string buf(kChunk, '\0');
   uint64_t sum = 0;
-  absl::Status s =
-      tier_->ReadChunk(ChunkId{kDs, "f", 0}, info, absl::MakeSpan(buf), &sum);
+  absl::Status s = tier_->ReadChunk(ChunkId{kDs, "f", 0}, info,
+                                    absl::MakeSpan(buf), &sum, nullptr);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   tier_->Flush();
   EXPECT_EQ(tier_->Stats().chunks, 0u);
   EXPECT_EQ(tier_->Stats().queued, 0u);
   // Vanished at the source: NOT_FOUND passes through.
   backend_.RemoveFile(kDs, "f");
-  s = tier_->ReadChunk(ChunkId{kDs, "f", 0}, info, absl::MakeSpan(buf), &sum);
+  s = tier_->ReadChunk(ChunkId{kDs, "f", 0}, info, absl::MakeSpan(buf), &sum,
+                       nullptr);
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
 }
 

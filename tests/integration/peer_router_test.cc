@@ -135,11 +135,13 @@ class SourceChunks : public ChunkBackend {
     return source_->Stat(path);
   }
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override {
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override {
     absl::Status s =
         source_->ReadAt(id.path, uint64_t{id.chunk} * kChunkSize, dst);
     if (!s.ok()) return s;
     *checksum = Checksum(dst.data(), dst.size());
+    if (origin != nullptr) *origin = ChunkOrigin::kLocal;
     return absl::OkStatus();
   }
 
@@ -288,8 +290,9 @@ class TestNode {
     const uint64_t begin = uint64_t{chunk} * kChunkSize;
     if (begin >= info.size) return absl::OutOfRangeError("chunk");
     c.bytes.resize(std::min(kChunkSize, info.size - begin));
-    absl::Status s = backend->ReadChunk(ChunkId{kDataset, path, chunk}, info,
-                                        absl::MakeSpan(c.bytes), &c.checksum);
+    absl::Status s =
+        backend->ReadChunk(ChunkId{kDataset, path, chunk}, info,
+                           absl::MakeSpan(c.bytes), &c.checksum, nullptr);
     if (!s.ok()) return s;
     return c;
   }
@@ -662,9 +665,9 @@ class PeerPairTest : public ::testing::Test {
   void ExpectRead(PeerRouter* router, const ChunkKey& k) {
     std::string buf(data_.Chunk(k.path, k.chunk).size(), '\0');
     uint64_t sum = 0;
-    absl::Status s =
-        router->ReadChunk(ChunkId{kDataset, k.path, k.chunk},
-                          data_.Info(k.path), absl::MakeSpan(buf), &sum);
+    absl::Status s = router->ReadChunk(ChunkId{kDataset, k.path, k.chunk},
+                                       data_.Info(k.path), absl::MakeSpan(buf),
+                                       &sum, nullptr);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(buf, data_.Chunk(k.path, k.chunk));
     EXPECT_EQ(sum, Checksum(buf.data(), buf.size()));

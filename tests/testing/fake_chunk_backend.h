@@ -86,7 +86,8 @@ class FakeChunkBackend : public ChunkBackend {
     return FileInfo{it->second.bytes.size(), it->second.mtime_ns};
   }
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum) override {
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override {
     reads_.fetch_add(1);
     if (gate_ != nullptr) gate_->WaitForNotification();
     absl::MutexLock lock(&mu_);
@@ -108,6 +109,7 @@ class FakeChunkBackend : public ChunkBackend {
     }
     if (!s.ok()) return s;
     *checksum = Checksum(dst.data(), dst.size());
+    if (origin != nullptr) *origin = ChunkOrigin::kLocal;
     return absl::OkStatus();
   }
 

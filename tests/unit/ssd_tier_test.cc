@@ -56,7 +56,7 @@ class SsdTierTest : public ::testing::Test {
     std::string buf(Len(info, c), '\0');
     uint64_t sum = 0;
     absl::Status s = tier_->ReadChunk(ChunkId{kDs, path, c}, info,
-                                      absl::MakeSpan(buf), &sum);
+                                      absl::MakeSpan(buf), &sum, nullptr);
     if (!s.ok()) return s;
     EXPECT_EQ(sum, Checksum(buf.data(), buf.size()));
     return buf;
@@ -673,7 +673,7 @@ TEST_F(SsdTierTest, ConcurrentReadersNeverSeeStaleOrBadBytes) {
           std::string buf(Len(info, c), '\0');
           uint64_t sum = 0;
           absl::Status s = tier_->ReadChunk(ChunkId{kDs, path, c}, info,
-                                            absl::MakeSpan(buf), &sum);
+                                            absl::MakeSpan(buf), &sum, nullptr);
           if (!s.ok()) {
             ++bad;
             continue;
