@@ -56,7 +56,7 @@ for _ in $(seq 1 300); do [ -S "$data/s.sock" ] && break; sleep 0.1; done
 for mode in "--no_train" ""; do
   LD_LIBRARY_PATH="$here/pylib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     timeout 300 "$bdir/dlcache_torch_train" --socket "$data/s.sock" \
-    --keys "$data/keys.txt" --device cuda:0 --batch 256 --epochs 3 \
+    --keys "$data/keys.txt" --device cuda:0 --batch 256 --epochs 11 \
     --prefetch 3 $mode >> "$out/torch_example.log" 2>&1 || rc=1
 done
 cat "$out/torch_example.log"
