@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/rpc/client_core.h"
+#include "common/numa_topology.h"
 
 namespace dlcache {
 
@@ -164,5 +165,9 @@ uint64_t Client::session_id() const { return core_->session_id(); }
 uint64_t Client::sessions_opened() const { return core_->sessions_opened(); }
 
 absl::Status Client::session_status() const { return core_->session_status(); }
+
+absl::StatusOr<int> NumaNodeOfPciDevice(absl::string_view pci_bus_id) {
+  return PciDeviceNumaNode(pci_bus_id, "/sys");
+}
 
 }  // namespace dlcache

@@ -85,13 +85,15 @@ absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
 
 absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
                                     uint32_t first_chunk, uint32_t max_chunks,
-                                    ChunkBackend* backend, Pinned* out) {
+                                    ChunkBackend* backend, Pinned* out,
+                                    int numa_node) {
   absl::Status s =
-      PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out);
+      PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out, numa_node);
   // FAILED_PRECONDITION: the file's metadata changed under us (revalidate
   // or a warm-up listing saw a new version); one retry reads the new one.
   if (s.code() == absl::StatusCode::kFailedPrecondition) {
-    s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out);
+    s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out,
+                      numa_node);
   }
   if (!s.ok())
     counters_[ds]->fill_errors.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +103,8 @@ absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
 absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
                                         uint32_t first_chunk,
                                         uint32_t max_chunks,
-                                        ChunkBackend* backend, Pinned* out) {
+                                        ChunkBackend* backend, Pinned* out,
+                                        int numa_node) {
   const std::string& name = datasets_[ds];
   absl::StatusOr<FileInfo> info = FileInfoFor(ds, name, path, backend);
   if (!info.ok()) return info.status();
@@ -121,7 +124,7 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   absl::Status status;
   for (uint32_t c = first_chunk; c < end; ++c) {
     absl::StatusOr<MemoryTier::Acquisition> a =
-        tier_->Acquire(ds, path, *info, c);
+        tier_->Acquire(ds, path, *info, c, numa_node);
     if (!a.ok()) {
       status = a.status();
       break;
@@ -169,8 +172,8 @@ void CacheEngine::FillItem(uint64_t session, uint32_t ds,
                            absl::string_view path, uint32_t first_chunk,
                            uint32_t max_chunks, BatchItem* out) {
   Pinned pinned;
-  absl::Status s =
-      PinChunks(ds, path, first_chunk, max_chunks, backend_, &pinned);
+  absl::Status s = PinChunks(ds, path, first_chunk, max_chunks, backend_,
+                             &pinned, tier_->SessionNumaNode(session));
   if (!s.ok()) {
     out->status = std::move(s);
     return;
@@ -329,7 +332,7 @@ void CacheEngine::StatAsync(absl::string_view dataset,
 }
 
 absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
-    absl::string_view dataset, absl::Span<const BatchKey> keys) {
+    absl::string_view dataset, absl::Span<const BatchKey> keys, int numa_node) {
   absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) return ds.status();
   if (prefetch_pool_.queued() + keys.size() > options_.max_prefetch_queue) {
@@ -343,9 +346,10 @@ absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
     if (!path.ok()) continue;
     ++accepted;
     prefetch_pool_.Schedule([this, ds = *ds, path = *std::move(path),
-                             first = key.first_chunk, max = key.max_chunks] {
+                             first = key.first_chunk, max = key.max_chunks,
+                             numa_node] {
       Pinned pinned;
-      if (PinChunks(ds, path, first, max, backend_, &pinned).ok()) {
+      if (PinChunks(ds, path, first, max, backend_, &pinned, numa_node).ok()) {
         for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
       }
     });

@@ -94,7 +94,11 @@ class CacheEngine {
   const std::vector<std::string>& datasets() const { return datasets_; }
   MemoryTier& tier() { return *tier_; }
 
-  uint64_t OpenSession() { return tier_->OpenSession(); }
+  // numa_node: the session's GPU's node (MemoryTier::OpenSession); the
+  // fills of its GetBatch and Prefetch calls prefer arena segments there.
+  uint64_t OpenSession(int numa_node = kNoNumaNode) {
+    return tier_->OpenSession(numa_node);
+  }
   void CloseSession(uint64_t id) { tier_->CloseSession(id); }
   bool HasSession(uint64_t id) const { return tier_->HasSession(id); }
 
@@ -125,8 +129,10 @@ class CacheEngine {
   // Queues fills without leases; never blocks. Returns how many keys were
   // accepted (the others are malformed). NOT_FOUND / INVALID_ARGUMENT for
   // the dataset, RESOURCE_EXHAUSTED if too much is queued.
+  // Fills prefer NUMA node `numa_node` (kNoNumaNode = none).
   absl::StatusOr<uint32_t> PrefetchKeys(absl::string_view dataset,
-                                        absl::Span<const BatchKey> keys);
+                                        absl::Span<const BatchKey> keys,
+                                        int numa_node = kNoNumaNode);
 
   // The blocking proto form of GetBatchAsync (in-process callers and
   // tests). Per-item errors go into the response; fails as a whole as
@@ -210,13 +216,14 @@ class CacheEngine {
                                        absl::string_view path,
                                        ChunkBackend* backend);
   // Pins chunks [first, first+max) of a file, filling what is missing.
-  // On error nothing stays pinned.
+  // On error nothing stays pinned. New slots prefer NUMA node `numa_node`.
   absl::Status PinChunks(uint32_t ds, absl::string_view path,
                          uint32_t first_chunk, uint32_t max_chunks,
-                         ChunkBackend* backend, Pinned* out);
+                         ChunkBackend* backend, Pinned* out,
+                         int numa_node = kNoNumaNode);
   absl::Status PinChunksOnce(uint32_t ds, absl::string_view path,
                              uint32_t first_chunk, uint32_t max_chunks,
-                             ChunkBackend* backend, Pinned* out);
+                             ChunkBackend* backend, Pinned* out, int numa_node);
   // Slow path for one item: pin (filling), then lease for `session`.
   void FillItem(uint64_t session, uint32_t ds, absl::string_view path,
                 uint32_t first_chunk, uint32_t max_chunks, BatchItem* out);

@@ -205,6 +205,11 @@ absl::Status CacheServer::Init() {
   arena_options.segment_bytes = config_.segment_bytes;
   arena_options.align = config_.chunk_size;
   arena_options.access.shared_group = config_.shared_group;
+  std::string numa_why;
+  arena_options.numa_nodes =
+      ArenaNumaNodes(config_.numa, config_.numa_sysfs_root, &numa_why);
+  arena_options.numa_binder = config_.numa_binder;
+  DLC_LOG(INFO) << numa_why;
   if (arena_options.total_bytes == 0) {
     arena_options.total_bytes = Arena::DefaultTotalBytes(config_.shm_dir);
   }

@@ -77,6 +77,12 @@ ABSL_FLAG(ByteSize, chunk_size, ByteSize{4ull << 20},
 ABSL_FLAG(bool, keep_arena, true,
           "At a clean shutdown keep the arena in --shm_dir for the next "
           "dlcached to re-adopt (warm restart)");
+ABSL_FLAG(std::string, numa, "auto",
+          "NUMA placement of the arena: auto (spread segments over the "
+          "memory nodes when there are several; fills prefer the client "
+          "GPU's node) or off");
+ABSL_FLAG(std::string, numa_sysfs_root, "/sys",
+          "Where --numa=auto reads the NUMA topology (the host's sysfs)");
 ABSL_FLAG(std::string, source, "",
           "Source directory of the dataset named 'default' (an NFS/CephFS "
           "mount or a local directory)");
@@ -164,6 +170,11 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.segment_bytes = absl::GetFlag(FLAGS_segment_bytes).bytes;
   c.chunk_size = absl::GetFlag(FLAGS_chunk_size).bytes;
   c.keep_arena = absl::GetFlag(FLAGS_keep_arena);
+  absl::StatusOr<dlcache::NumaMode> numa =
+      dlcache::ParseNumaMode(absl::GetFlag(FLAGS_numa));
+  if (!numa.ok()) return numa.status();
+  c.numa = *numa;
+  c.numa_sysfs_root = absl::GetFlag(FLAGS_numa_sysfs_root);
   c.fill_threads = absl::GetFlag(FLAGS_fill_threads);
   c.warmup_parallelism = absl::GetFlag(FLAGS_warmup_parallelism);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);

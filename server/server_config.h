@@ -13,6 +13,7 @@
 #include "server/auth/access_policy.h"
 #include "server/auth/tls_credentials.h"
 #include "server/backend/source.h"
+#include "server/memory/numa_placement.h"
 
 namespace dlcache {
 
@@ -54,6 +55,13 @@ struct ServerConfig {
   // At a clean shutdown, leave the segments in shm_dir with a manifest so
   // the next server on this node re-adopts them warm.
   bool keep_arena = true;
+  // NUMA placement of the arena's segments (--numa, docs/numa.md): kAuto
+  // spreads them over the memory nodes when the host has more than one
+  // and fills prefer the asking client's GPU's node; kOff binds nothing.
+  NumaMode numa = NumaMode::kAuto;
+  // Where the topology is read (--numa_sysfs_root; a container may mount
+  // the host's sysfs elsewhere).
+  std::string numa_sysfs_root = "/sys";
 
   std::vector<DatasetConfig> datasets;
 
@@ -101,6 +109,8 @@ struct ServerConfig {
   std::function<absl::StatusOr<std::shared_ptr<Source>>(const DatasetConfig&)>
       source_factory;
   const Clock* clock = nullptr;
+  // Binds the arena's segments to NUMA nodes; null = mbind(2). Not owned.
+  MemoryBinder* numa_binder = nullptr;
 };
 
 }  // namespace dlcache

@@ -208,6 +208,19 @@ void dlc_options_init(dlc_options* options) {
   options->rpc_timeout_s = absl::ToDoubleSeconds(defaults.rpc_timeout);
   options->release_delay_s = absl::ToDoubleSeconds(defaults.release_delay);
   options->verify_checksums = defaults.verify_checksums ? 1 : 0;
+  options->numa_node = defaults.numa_node;
+}
+
+int dlc_pci_numa_node(const char* pci_bus_id, int* node) {
+  return Errors::Guard([&] {
+    if (node == nullptr) return Errors::NullArg("node");
+    *node = -1;
+    if (pci_bus_id == nullptr) return Errors::NullArg("pci_bus_id");
+    absl::StatusOr<int> n = dlcache::NumaNodeOfPciDevice(pci_bus_id);
+    if (!n.ok()) return Errors::Fail(n.status());
+    *node = *n;
+    return static_cast<int>(DLC_OK);
+  });
 }
 
 int dlc_connect_with_options(const dlc_options* opts, dlc_client** out) {
@@ -228,6 +241,7 @@ int dlc_connect_with_options(const dlc_options* opts, dlc_client** out) {
     options.rpc_timeout = absl::Seconds(opts->rpc_timeout_s);
     options.release_delay = absl::Seconds(opts->release_delay_s);
     options.verify_checksums = opts->verify_checksums != 0;
+    options.numa_node = opts->numa_node >= 0 ? opts->numa_node : -1;
     absl::StatusOr<std::unique_ptr<dlcache::Client>> client =
         dlcache::Client::Connect(options);
     if (!client.ok()) return Errors::Fail(client.status());

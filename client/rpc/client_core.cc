@@ -182,7 +182,8 @@ absl::StatusOr<std::shared_ptr<ClientCore::Conn>> ClientCore::OpenConn(
                                 ": ", st.message()));
   };
   absl::StatusOr<SessionInfo> info =
-      SayHello(conn->sock.get(), conn->rx, options_.client_name, deadline);
+      SayHello(conn->sock.get(), conn->rx, options_.client_name,
+               options_.numa_node, deadline);
   if (!info.ok()) return fail(info.status());
   conn->info = *std::move(info);
   uint64_t next_id = 2;  // 1 was the hello

@@ -88,9 +88,10 @@ absl::Status StatusFromWire(int32_t code, absl::string_view message) {
 
 absl::StatusOr<SessionInfo> SayHello(int sock, local::FrameReceiver& rx,
                                      absl::string_view client_name,
-                                     absl::Time deadline) {
+                                     int numa_node, absl::Time deadline) {
   local::Hello hello;
   hello.client_name = client_name;
+  hello.numa_node = numa_node >= 0 ? numa_node : -1;
   SetSendTimeout(sock, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
   if (absl::Status st = local::SendFrame(sock, local::MsgType::kHello, 1,
                                          local::EncodeHello(hello));

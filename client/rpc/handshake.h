@@ -49,14 +49,15 @@ struct SessionInfo {
   std::vector<SegmentSpec> segments;
 };
 
-// Sends kHello (request id 1) and waits for kHelloReply until `deadline`.
+// Sends kHello (request id 1), with the client's GPU's NUMA node (-1 =
+// none), and waits for kHelloReply until `deadline`.
 // A refusal keeps the server's code (e.g. PERMISSION_DENIED); a kError
 // answer its status; UNAVAILABLE if the server hangs up, DEADLINE_EXCEEDED
 // when it does not answer in time, DATA_LOSS for a malformed or unexpected
 // answer.
 absl::StatusOr<SessionInfo> SayHello(int sock, local::FrameReceiver& rx,
                                      absl::string_view client_name,
-                                     absl::Time deadline);
+                                     int numa_node, absl::Time deadline);
 
 // Asks for the fds of `segments` (ids consecutive from 0, as SayHello
 // returns them) with kGetSegments in runs of at most kMaxSegmentsPerFrame,

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 
 namespace dlcache {
@@ -125,6 +126,10 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   arena->epoch_ =
       std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   arena->adopted_ = reuse;
+  MemoryBinder& binder = options.numa_binder != nullptr ? *options.numa_binder
+                                                        : SystemMemoryBinder();
+  uint32_t unbound = 0;
+  std::string first_bind_error;
   for (uint32_t i = 0; i < count; ++i) {
     Segment s;
     s.size = std::min(seg, total - uint64_t{i} * seg);
@@ -159,6 +164,27 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
       return absl::FailedPreconditionError(m.message());
     }
     Segment& back = arena->segments_.back();
+    // Mapped before the reservation (a mapping may extend past the end of
+    // a still-empty file): the NUMA binding is set on the mapping and must
+    // be in place before fallocate allocates the pages.
+    void* p = ::mmap(nullptr, back.size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fd.get(), 0);
+    if (p == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("arena: mmap ", path, ": ", strerror(errno)));
+    }
+    back.base = static_cast<char*>(p);
+    if (!options.numa_nodes.empty()) {
+      const int node = options.numa_nodes[i % options.numa_nodes.size()];
+      // On tmpfs the policy goes with the file (shared policy), so it also
+      // governs pages the kernel allocates later, whoever touches them.
+      absl::Status bound = binder.BindPreferred(back.base, back.size, node);
+      if (bound.ok()) {
+        back.numa_node = node;
+      } else if (unbound++ == 0) {
+        first_bind_error = bound.ToString();
+      }
+    }
     // A re-adopted segment whose pages are all there needs no reservation
     // (it would cost ~0.2 s per GiB of tmpfs for nothing).
     bool allocated = reuse && uint64_t(rw_st.st_blocks) * 512 >= back.size;
@@ -168,17 +194,27 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
           "arena: cannot reserve ", Gib(back.size), " for ", path, ": ",
           strerror(rc), "; lower --arena_bytes or enlarge ", options.dir));
     }
-    void* p = ::mmap(nullptr, back.size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fd.get(), 0);
-    if (p == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("arena: mmap ", path, ": ", strerror(errno)));
-    }
-    back.base = static_cast<char*>(p);
+  }
+  if (unbound > 0) {
+    DLC_LOG(WARNING) << "arena: " << unbound << " of " << count
+                     << " segments are not NUMA-bound (their pages go where "
+                        "the kernel puts them); first error: "
+                     << first_bind_error;
   }
   DLC_LOG(INFO) << "arena: " << count << " segments, " << Gib(total) << " in "
-                << options.dir << (reuse ? " (re-adopted)" : "");
+                << options.dir << (reuse ? " (re-adopted)" : "")
+                << (options.numa_nodes.empty()
+                        ? ""
+                        : absl::StrCat(", spread over NUMA nodes ",
+                                       absl::StrJoin(options.numa_nodes, ",")));
   return arena;
+}
+
+std::vector<int> Arena::segment_nodes() const {
+  std::vector<int> nodes;
+  nodes.reserve(segments_.size());
+  for (const Segment& s : segments_) nodes.push_back(s.numa_node);
+  return nodes;
 }
 
 Arena::~Arena() {

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/numa_topology.h"
 #include "common/private_dir.h"
 #include "common/unique_fd.h"
+#include "server/memory/numa_placement.h"
 
 namespace dlcache {
 
@@ -22,6 +24,15 @@ struct ArenaOptions {
   bool reuse_existing = false;
   // Modes: dir 0700 and segments 0600, or 0750/0640 with a shared group.
   PrivateDirOptions access;
+  // NUMA placement (numa_placement.h, docs/numa.md): segment i is bound to
+  // numa_nodes[i % size] with MPOL_PREFERRED before its pages are reserved,
+  // so the nodes get equal shares. Empty = bind nothing (one-node hosts,
+  // --numa=off). A segment whose binding fails is left unbound (a warning
+  // is logged) and Create still succeeds.
+  std::vector<int> numa_nodes;
+  // Does the binding; null = SystemMemoryBinder(). Not owned; used only
+  // during Create.
+  MemoryBinder* numa_binder = nullptr;
 };
 
 // The shared-memory arena: `segment_count()` files seg-NNNNN under a tmpfs
@@ -36,8 +47,9 @@ struct ArenaOptions {
 // read-only; OpenReadOnly() dup()s the read-only fd and never resolves a
 // path again, so a file swapped in the directory later is never served.
 //
-// Create() reserves every page up front (posix_fallocate), so an arena that
-// does not fit fails at start with RESOURCE_EXHAUSTED and a message naming
+// Create() reserves every page up front (posix_fallocate, after the NUMA
+// binding of ArenaOptions::numa_nodes so the pages land there), so an arena
+// that does not fit fails at start with RESOURCE_EXHAUSTED and a message naming
 // the free space, instead of a SIGBUS later. The destructor unmaps and
 // removes the files. Thread-safe after construction (all methods const).
 class Arena {
@@ -68,6 +80,13 @@ class Arena {
   std::vector<uint64_t> segment_sizes() const;
   uint64_t total_bytes() const { return total_bytes_; }
   char* base(uint32_t id) const { return segments_[id].base; }
+  // The NUMA node segment `id` is bound to (preferred), or kNoNumaNode when
+  // unbound. A re-adopted segment keeps the pages it had: they lie where
+  // the earlier server's binding put them (the same node for the same
+  // topology and flags, since the assignment is by segment index).
+  int segment_node(uint32_t id) const { return segments_[id].numa_node; }
+  // segment_node() of every segment, in order.
+  std::vector<int> segment_nodes() const;
   // Random per Create(): lets clients detect a recreated arena.
   uint64_t epoch() const { return epoch_; }
   const std::string& dir() const { return dir_; }
@@ -89,6 +108,7 @@ class Arena {
     char* base = nullptr;
     uint64_t size = 0;
     UniqueFd read_only;  // handed out by dup()
+    int numa_node = kNoNumaNode;
   };
   Arena() = default;
 

@@ -28,8 +28,35 @@ SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
       slabs_.push_back(std::move(s));
     }
   }
+  group_node_.assign(1, kNoNumaNode);
+  free_slabs_.resize(1);
+  for (ClassState& cs : class_state_) cs.with_free.resize(1);
   // Hand out low slabs first: it keeps a lightly used arena compact.
-  for (uint32_t i = slabs_.size(); i > 0; --i) free_slabs_.push_back(i - 1);
+  for (uint32_t i = slabs_.size(); i > 0; --i) free_slabs_[0].push_back(i - 1);
+}
+
+void SlabAllocator::SetSegmentNodes(absl::Span<const int> nodes) {
+  if (nodes.size() != first_slab_of_segment_.size()) return;
+  group_node_.clear();
+  for (Slab& s : slabs_) {
+    const int node = nodes[s.segment];
+    auto it = std::find(group_node_.begin(), group_node_.end(), node);
+    s.group = it - group_node_.begin();
+    if (it == group_node_.end()) group_node_.push_back(node);
+  }
+  if (group_node_.empty()) group_node_.push_back(kNoNumaNode);
+  free_slabs_.assign(group_node_.size(), {});
+  for (uint32_t i = slabs_.size(); i > 0; --i) {
+    free_slabs_[slabs_[i - 1].group].push_back(i - 1);
+  }
+  for (ClassState& cs : class_state_)
+    cs.with_free.assign(group_node_.size(), {});
+}
+
+uint32_t SlabAllocator::free_slab_count() const {
+  size_t n = 0;
+  for (const std::vector<uint32_t>& free : free_slabs_) n += free.size();
+  return n;
 }
 
 SlabAllocator::~SlabAllocator() = default;
@@ -41,7 +68,7 @@ uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {
 
 absl::StatusOr<SlotRef> SlabAllocator::Allocate(
     uint64_t bytes, ChunkEntry* owner,
-    absl::FunctionRef<void(ChunkEntry*)> on_evict) {
+    absl::FunctionRef<void(ChunkEntry*)> on_evict, int numa_node) {
   int c = classes_.ClassFor(bytes);
   if (c < 0) {
     return absl::InvalidArgumentError(
@@ -49,15 +76,36 @@ absl::StatusOr<SlotRef> SlabAllocator::Allocate(
                      classes_.slab_size()));
   }
   SlotRef ref;
-  if (TakeFreeSlot(c, owner, &ref)) return ref;
-  if (!free_slabs_.empty()) {
-    AssignSlab(free_slabs_.back(), c);
-    free_slabs_.pop_back();
-    TakeFreeSlot(c, owner, &ref);
+  uint32_t id;
+  int want = -1;  // the preferred node's group
+  if (numa_node != kNoNumaNode) {
+    auto it = std::find(group_node_.begin(), group_node_.end(), numa_node);
+    if (it != group_node_.end()) want = it - group_node_.begin();
+  }
+  // On the preferred node, a fresh slab beats a free slot elsewhere: the
+  // point is where the bytes land, not packing classes tightly.
+  bool got = false;
+  if (want >= 0) {
+    got = TakeFreeSlot(c, want, owner, &ref);
+    if (!got && TakeFreeSlab(want, &id)) {
+      AssignSlab(id, c);
+      got = TakeFreeSlot(c, want, owner, &ref);
+    }
+  }
+  if (!got) got = TakeAnyFreeSlot(c, owner, &ref);
+  if (!got && TakeFreeSlab(-1, &id)) {
+    AssignSlab(id, c);
+    got = TakeAnyFreeSlot(c, owner, &ref);
+  }
+  if (!got) got = EvictInClass(c, owner, on_evict, &ref);
+  if (!got) got = StealSlab(c, on_evict) && TakeAnyFreeSlot(c, owner, &ref);
+  if (got) {
+    if (want >= 0) {
+      ++(static_cast<int>(slabs_[ref.slab].group) == want ? numa_local_
+                                                          : numa_remote_);
+    }
     return ref;
   }
-  if (EvictInClass(c, owner, on_evict, &ref)) return ref;
-  if (StealSlab(c, on_evict) && TakeFreeSlot(c, owner, &ref)) return ref;
   return absl::ResourceExhaustedError(absl::StrCat(
       "arena full: every cached chunk that could hold ", bytes,
       " bytes is leased; release leases or enlarge --arena_bytes"));
@@ -79,7 +127,8 @@ bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
   uint32_t slot = within / classes_.size(c);
   if (slot >= classes_.slots_per_slab(c)) return false;
   if (s.size_class < 0) {
-    free_slabs_.erase(std::find(free_slabs_.begin(), free_slabs_.end(), id));
+    std::vector<uint32_t>& free = free_slabs_[s.group];
+    free.erase(std::find(free.begin(), free.end(), id));
     AssignSlab(id, c);
   } else if (s.size_class != c) {
     return false;
@@ -93,18 +142,40 @@ bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
   return true;
 }
 
-bool SlabAllocator::TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out) {
-  ClassState& cs = class_state_[c];
-  while (!cs.with_free.empty()) {
-    uint32_t id = cs.with_free.back();
+bool SlabAllocator::TakeAnyFreeSlot(int c, ChunkEntry* owner, SlotRef* out) {
+  for (uint32_t g = 0; g < group_node_.size(); ++g) {
+    if (TakeFreeSlot(c, g, owner, out)) return true;
+  }
+  return false;
+}
+
+bool SlabAllocator::TakeFreeSlab(int g, uint32_t* id) {
+  if (g < 0) {
+    // No preference: the group with the most free slabs, so that nodes
+    // fill evenly.
+    for (uint32_t i = 0; i < free_slabs_.size(); ++i) {
+      if (g < 0 || free_slabs_[i].size() > free_slabs_[g].size()) g = i;
+    }
+  }
+  if (free_slabs_[g].empty()) return false;
+  *id = free_slabs_[g].back();
+  free_slabs_[g].pop_back();
+  return true;
+}
+
+bool SlabAllocator::TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner,
+                                 SlotRef* out) {
+  std::vector<uint32_t>& with_free = class_state_[c].with_free[g];
+  while (!with_free.empty()) {
+    uint32_t id = with_free.back();
     Slab& s = slabs_[id];
     if (s.size_class != c || s.free_slots.empty()) {
-      cs.with_free.pop_back();  // stale entry
+      with_free.pop_back();  // stale entry
       continue;
     }
     uint32_t slot = s.free_slots.back();
     s.free_slots.pop_back();
-    if (s.free_slots.empty()) cs.with_free.pop_back();
+    if (s.free_slots.empty()) with_free.pop_back();
     s.slots[slot] = owner;
     used_bytes_ += classes_.size(c);
     *out = SlotRef{id, slot};
@@ -121,7 +192,7 @@ void SlabAllocator::AssignSlab(uint32_t id, int c) {
   s.free_slots.clear();
   for (uint32_t i = n; i > 0; --i) s.free_slots.push_back(i - 1);
   class_state_[c].slabs.push_back(id);
-  class_state_[c].with_free.push_back(id);
+  class_state_[c].with_free[s.group].push_back(id);
 }
 
 void SlabAllocator::Free(SlotRef ref) {
@@ -130,7 +201,7 @@ void SlabAllocator::Free(SlotRef ref) {
   s.free_slots.push_back(ref.slot);
   used_bytes_ -= classes_.size(s.size_class);
   if (s.free_slots.size() == 1) {
-    class_state_[s.size_class].with_free.push_back(ref.slab);
+    class_state_[s.size_class].with_free[s.group].push_back(ref.slab);
   }
 }
 

@@ -8,6 +8,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/numa_topology.h"
 #include "server/memory/chunk_entry.h"
 #include "server/memory/eviction_policy.h"
 #include "server/memory/size_classes.h"
@@ -20,6 +21,11 @@ namespace dlcache {
 // a victim slot of that class or, failing that, a whole slab of another
 // class to take over (CLOCK by default: clock_eviction_policy.h). Pinned
 // entries are never evicted.
+//
+// NUMA (docs/numa.md): with SetSegmentNodes, Allocate prefers a free slot,
+// then a free slab, on the node it is asked for, and falls back to any node
+// when that node has neither. Eviction does not look at nodes: when the
+// arena is full, the victim is the eviction policy's pick, wherever it is.
 //
 // Not thread-safe: the owner (MemoryTier) serialises every call. The
 // SlabLayout view is what the policy reads.
@@ -38,9 +44,12 @@ class SlabAllocator : public SlabLayout {
   // victim before its slot is reused (the callee drops it from its index and
   // deletes it). RESOURCE_EXHAUSTED when every candidate is pinned;
   // INVALID_ARGUMENT for a size out of range.
+  // `numa_node` (kNoNumaNode = no preference) is where the slot should be,
+  // see the class comment.
   absl::StatusOr<SlotRef> Allocate(
       uint64_t bytes, ChunkEntry* owner,
-      absl::FunctionRef<void(ChunkEntry*)> on_evict);
+      absl::FunctionRef<void(ChunkEntry*)> on_evict,
+      int numa_node = kNoNumaNode);
   void Free(SlotRef ref);
 
   // Re-adoption of an arena that outlived its server: places `owner` at a
@@ -51,6 +60,17 @@ class SlabAllocator : public SlabLayout {
   bool Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
              ChunkEntry* owner, SlotRef* out);
 
+  // nodes[i]: the NUMA node segment i is bound to (Arena::segment_nodes;
+  // kNoNumaNode = unbound). Call before any Allocate or Claim; ignored when
+  // its size is not the segment count.
+  void SetSegmentNodes(absl::Span<const int> nodes);
+  // The node of the segment holding `ref` (kNoNumaNode when unbound).
+  int NodeOf(SlotRef ref) const { return group_node_[slabs_[ref.slab].group]; }
+  // Allocations that asked for a node the arena has segments on, and got
+  // a slot there (local) or elsewhere (remote: that node was full).
+  uint64_t numa_local_allocations() const { return numa_local_; }
+  uint64_t numa_remote_allocations() const { return numa_remote_; }
+
   uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
   uint64_t OffsetOf(SlotRef ref) const;
 
@@ -59,7 +79,7 @@ class SlabAllocator : public SlabLayout {
   }
   // Bytes of the slots in use (class sizes, not item lengths).
   uint64_t used_bytes() const { return used_bytes_; }
-  uint32_t free_slab_count() const { return free_slabs_.size(); }
+  uint32_t free_slab_count() const;
   const SizeClasses& classes() const { return classes_; }
 
   // --- SlabLayout ---
@@ -79,15 +99,22 @@ class SlabAllocator : public SlabLayout {
     uint32_t segment = 0;
     uint64_t offset = 0;
     int size_class = -1;  // -1 = free
+    uint32_t group = 0;   // index into group_node_
     std::vector<ChunkEntry*> slots;
     std::vector<uint32_t> free_slots;
   };
   struct ClassState {
-    std::vector<uint32_t> slabs;      // slabs of this class
-    std::vector<uint32_t> with_free;  // slabs that have a free slot
+    std::vector<uint32_t> slabs;  // slabs of this class
+    // Slabs that have a free slot, per node group (may hold stale ids).
+    std::vector<std::vector<uint32_t>> with_free;
   };
 
-  bool TakeFreeSlot(int c, ChunkEntry* owner, SlotRef* out);
+  // From node group `g`'s slabs of class c.
+  bool TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner, SlotRef* out);
+  // From any group's, in group order.
+  bool TakeAnyFreeSlot(int c, ChunkEntry* owner, SlotRef* out);
+  // Pops a free slab of group g; of the group with the most when g < 0.
+  bool TakeFreeSlab(int g, uint32_t* id);
   void AssignSlab(uint32_t slab, int c);
   bool EvictInClass(int c, ChunkEntry* owner,
                     absl::FunctionRef<void(ChunkEntry*)> on_evict,
@@ -96,7 +123,12 @@ class SlabAllocator : public SlabLayout {
   SizeClasses classes_;
   std::vector<Slab> slabs_;
   std::vector<ClassState> class_state_;
-  std::vector<uint32_t> free_slabs_;
+  // Node groups: slabs of segments on one NUMA node. group_node_[g] is the
+  // node of group g; one group (kNoNumaNode) without SetSegmentNodes.
+  std::vector<int> group_node_;
+  std::vector<std::vector<uint32_t>> free_slabs_;  // per group
+  uint64_t numa_local_ = 0;
+  uint64_t numa_remote_ = 0;
   std::vector<uint32_t> first_slab_of_segment_;
   uint64_t used_bytes_ = 0;
   std::unique_ptr<EvictionPolicy> policy_;

@@ -153,6 +153,15 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
     absl::StrAppend(out, "dlcache_data_refusals_total{limit=\"", limit, "\"} ",
                     n, "\n");
   }
+  absl::StrAppend(
+      out,
+      "# HELP dlcache_numa_fills_total Fills that asked for a NUMA node the "
+      "arena has segments on (docs/numa.md), by whether they got a slot "
+      "there (local) or on another node (remote: that node was full)\n"
+      "# TYPE dlcache_numa_fills_total counter\n",
+      "dlcache_numa_fills_total{placement=\"local\"} ", t.numa_local_fills,
+      "\n", "dlcache_numa_fills_total{placement=\"remote\"} ",
+      t.numa_remote_fills, "\n");
   Counter(out, "dlcache_data_protocol_errors_total",
           "Connections closed for malformed frames", s.protocol_errors);
   Counter(out, "dlcache_data_slow_reader_disconnects_total",

@@ -92,7 +92,8 @@ struct Conn {
   int raw_fd = -1;
   PeerCredentials creds;
   std::string name = "(before hello)";
-  uint64_t session = 0;  // 0 until hello
+  uint64_t session = 0;         // 0 until hello
+  int numa_node = kNoNumaNode;  // the client's GPU's, from its hello
   bool closed = false;
   bool processing = false;  // inside ProcessFrames (no re-entry)
   uint32_t events = 0;      // what epoll watches now
@@ -560,7 +561,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       return;
     }
     c->name = SanitizeName(hello.client_name);
-    c->session = shared_->engine->OpenSession();
+    // An old or CUDA-less client sends -1: no preference. A node the arena
+    // has no segments on is no preference either (SlabAllocator::Allocate).
+    c->numa_node = hello.numa_node >= 0 ? hello.numa_node : kNoNumaNode;
+    c->session = shared_->engine->OpenSession(c->numa_node);
     const DataServer::Options& o = shared_->options;
     local::HelloReply r;
     r.session_id = c->session;
@@ -798,7 +802,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     }
     std::vector<BatchKey> keys = Keys(req.keys);
     absl::StatusOr<uint32_t> accepted =
-        shared_->engine->PrefetchKeys(req.dataset, keys);
+        shared_->engine->PrefetchKeys(req.dataset, keys, c->numa_node);
     if (!accepted.ok()) {
       ReplyError(c, h.request_id, accepted.status());
       return;

@@ -35,7 +35,9 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
       chunk_size_(chunk_size),
       allocator_(SegmentSizes(*arena), SlabSize(chunk_size)),
       files_(dataset_count),
-      stats_(dataset_count) {}
+      stats_(dataset_count) {
+  allocator_.SetSegmentNodes(arena->segment_nodes());
+}
 
 MemoryTier::~MemoryTier() {
   absl::MutexLock lock(&mu_);
@@ -52,11 +54,17 @@ uint64_t MemoryTier::ChunkLength(const FileInfo& info, uint32_t chunk) const {
   return std::min(chunk_size_, info.size - start);
 }
 
-uint64_t MemoryTier::OpenSession() {
+uint64_t MemoryTier::OpenSession(int numa_node) {
   absl::MutexLock lock(&mu_);
   uint64_t id = next_session_++;
-  sessions_[id];
+  sessions_[id].numa_node = numa_node;
   return id;
+}
+
+int MemoryTier::SessionNumaNode(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? kNoNumaNode : it->second.numa_node;
 }
 
 void MemoryTier::CloseSession(uint64_t session) {
@@ -237,7 +245,7 @@ LeasedChunk MemoryTier::Locate(const ChunkEntry* entry) const {
 
 absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
     uint32_t dataset, absl::string_view path, const FileInfo& info,
-    uint32_t chunk) {
+    uint32_t chunk, int numa_node) {
   absl::MutexLock lock(&mu_);
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr || rec->info.size != info.size ||
@@ -266,7 +274,8 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
   absl::StatusOr<SlotRef> ref = allocator_.Allocate(
       entry->length, entry.get(),
       [this](ChunkEntry* victim)
-          ABSL_NO_THREAD_SAFETY_ANALYSIS { EvictVictim(victim); });
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { EvictVictim(victim); },
+      numa_node);
   if (!ref.ok()) return ref.status();
   entry->slot = *ref;
   entry->has_slot = true;
@@ -463,6 +472,8 @@ TierStats MemoryTier::Stats() const {
   s.leases = lease_count_;
   s.sessions = sessions_.size();
   s.session_limit_refusals = limit_refusals_;
+  s.numa_local_fills = allocator_.numa_local_allocations();
+  s.numa_remote_fills = allocator_.numa_remote_allocations();
   s.cached_chunks = cached_chunks_;
   s.datasets = stats_;
   for (const TierDatasetStats& d : stats_) s.leased_bytes += d.leased_bytes;

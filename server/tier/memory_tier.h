@@ -55,6 +55,10 @@ struct TierStats {
   uint64_t leases = 0;
   uint32_t sessions = 0;
   uint64_t session_limit_refusals = 0;  // items refused by SessionLimits
+  // Fills that asked for a NUMA node the arena has segments on, and got a
+  // slot there or elsewhere (that node was full): docs/numa.md.
+  uint64_t numa_local_fills = 0;
+  uint64_t numa_remote_fills = 0;
   uint64_t cached_chunks = 0;
   std::vector<TierDatasetStats> datasets;
 };
@@ -97,7 +101,11 @@ class MemoryTier {
   };
   SessionUsage Usage(uint64_t session) const;
 
-  uint64_t OpenSession();
+  // `numa_node`: the node the session's GPU is closest to (kNoNumaNode =
+  // none); fills asked for by the session prefer arena segments there.
+  uint64_t OpenSession(int numa_node = kNoNumaNode);
+  // The node OpenSession got; kNoNumaNode for an unknown session.
+  int SessionNumaNode(uint64_t session) const;
   // Releases every lease of the session. Unknown ids are ignored.
   void CloseSession(uint64_t session);
   bool HasSession(uint64_t session) const;
@@ -143,9 +151,11 @@ class MemoryTier {
   // it), creating an entry in kFilling state when absent (the caller then
   // fills Data(entry) and calls CompleteFill). RESOURCE_EXHAUSTED when the
   // arena is full of pinned entries; FAILED_PRECONDITION if the file's
-  // metadata changed since `info` was read.
+  // metadata changed since `info` was read. A new entry's slot is taken on
+  // NUMA node `numa_node` when it has room (SlabAllocator::Allocate).
   absl::StatusOr<Acquisition> Acquire(uint32_t dataset, absl::string_view path,
-                                      const FileInfo& info, uint32_t chunk);
+                                      const FileInfo& info, uint32_t chunk,
+                                      int numa_node = kNoNumaNode);
   char* Data(const ChunkEntry* entry) const;
   void CompleteFill(ChunkEntry* entry, const absl::Status& status,
                     uint64_t checksum);
@@ -205,6 +215,7 @@ class MemoryTier {
   struct Session {
     absl::flat_hash_map<uint64_t, ChunkEntry*> leases;
     uint64_t leased_bytes = 0;
+    int numa_node = kNoNumaNode;
   };
 
   FileRecord* FindFile(uint32_t dataset, absl::string_view path) const

@@ -80,7 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 3: {
       lp::Hello hello;
-      if (lp::DecodeHello(payload, &hello).ok()) Touch(hello.client_name);
+      if (lp::DecodeHello(payload, &hello).ok()) {
+        Touch(hello.client_name);
+        sink = sink + static_cast<uint32_t>(hello.numa_node);
+      }
       break;
     }
     case 4: {
@@ -167,6 +170,10 @@ extern "C" int LLVMFuzzerWriteSeeds(const char* dir_c) {
   lp::Hello hello;
   hello.client_name = "trainer\n0";
   write("hello", 3, lp::EncodeHello(hello));
+  // A client that names its GPU's NUMA node (docs/numa.md).
+  hello.client_name = "rank1";
+  hello.numa_node = 1;
+  write("hello_numa_node", 3, lp::EncodeHello(hello));
   lp::HelloReply hr;
   hr.session_id = 3;
   hr.segment_sizes = {1 << 20, 1 << 20};

@@ -20,7 +20,10 @@
 #      driver and example loop (tests/gpu/torch_adapter_on_device.sh)
 #   5. batch_breakdown and scaling_bench (tests/gpu/bench_on_device.sh)
 # Opt-in (verified in earlier runs, slow): RUN_E2E=1 (e2e_upload_check
-# against a real dlcached), RUN_UPLOAD_BENCH=1 (gpu_upload_bench, ~5 min).
+# against a real dlcached), RUN_UPLOAD_BENCH=1 (gpu_upload_bench, ~5 min),
+# RUN_NUMA=1 (tests/gpu/numa_gpu_check.py: each GPU's PCI numa_node vs.
+# dlcache's topology code, two ranks on one GPU through a --numa=auto
+# dlcached; ~10 s)  -> numa_gpu_check.log
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -99,6 +102,16 @@ if [ -z "$SKIP_BENCH" ]; then
   r=${PIPESTATUS[0]}
   if [ $r -eq 0 ]; then note "ok   trainer_feed.py (table: trainer_feed.md)"
   else note "FAIL trainer_feed.py (exit $r)"; rc=1; fi
+fi
+
+# Opt-in: NUMA topology of the GPUs and two ranks through dlcached.
+if [ -n "$RUN_NUMA" ]; then
+  echo "=== numa_gpu_check.py"
+  pyrun timeout 120 python3 tests/gpu/numa_gpu_check.py 2>&1 | tee "$out/numa_gpu_check.log"
+  r=${PIPESTATUS[0]}
+  if [ $r -eq 0 ]; then note "ok   numa_gpu_check.py"
+  elif [ $r -eq 77 ] && [ $have_gpu -eq 0 ]; then note "SKIP numa_gpu_check.py (no GPU)"
+  else note "FAIL numa_gpu_check.py (exit $r)"; rc=1; fi
 fi
 
 # Opt-in: end to end through a real dlcached.

@@ -64,6 +64,7 @@ const char* const kFamilies[] = {
     "dlcache_data_connections",
     "dlcache_data_connections_accepted_total",
     "dlcache_data_refusals_total",
+    "dlcache_numa_fills_total",
     "dlcache_data_protocol_errors_total",
     "dlcache_data_slow_reader_disconnects_total",
     "dlcache_data_inflight_requests",

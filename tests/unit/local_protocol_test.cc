@@ -107,6 +107,29 @@ TEST(LocalProtocolTest, HelloRoundTripAndErrors) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeHelloReply(huge, &rb)));
 }
 
+// The NUMA node a client sends (docs/numa.md) sits at a fixed place in
+// the version-1 hello that every client has always sent: clients that
+// predate NUMA placement sent -1 there, which is "no preference".
+TEST(LocalProtocolTest, HelloNumaNodeIsPartOfVersionOneWire) {
+  const std::string old_client(
+      "DLCL\x01\x00\x00\x00"  // magic, version 1, reserved
+      "\x03\x00\x00\x00old"   // client_name
+      "\xff\xff\xff\xff"      // numa_node -1
+      "\x00\x00\x00\x00",     // flags
+      23);
+  Hello back;
+  ASSERT_TRUE(DecodeHello(old_client, &back).ok());
+  EXPECT_EQ(back.client_name, "old");
+  EXPECT_EQ(back.numa_node, -1);
+  Hello h;
+  h.client_name = "old";
+  EXPECT_EQ(EncodeHello(h), old_client);  // the default is -1
+  h.numa_node = 1;
+  std::string one = EncodeHello(h);
+  ASSERT_EQ(one.size(), old_client.size());
+  EXPECT_EQ(one.substr(15, 4), std::string("\x01\x00\x00\x00", 4));
+}
+
 TEST(LocalProtocolTest, SegmentsRoundTripAndLimit) {
   GetSegments g{3, 5};
   GetSegments gb;

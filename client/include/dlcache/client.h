@@ -87,6 +87,12 @@ struct ClientOptions {
   std::string socket_path = "/run/dlcache/dlcached.sock";
   // Shown in the server's logs.
   std::string client_name = "client";
+  // The NUMA node this process's GPU is closest to (NumaNodeOfPciDevice of
+  // its PCI bus id), sent when the session opens: dlcached then places the
+  // chunks this client's misses fill on that node's memory, when it can.
+  // -1 = no preference (the default; also what a node the server does not
+  // know amounts to). See docs/numa.md.
+  int numa_node = -1;
   // Deadline of each call (GetBatch, Stat, Prefetch, FlushReleases): it
   // fails with DEADLINE_EXCEEDED when dlcached has not answered by then
   // (the session stays; leases of a late answer are released), or with
@@ -293,6 +299,14 @@ class Client {
   explicit Client(std::shared_ptr<internal::ClientCore> core);
   std::shared_ptr<internal::ClientCore> core_;
 };
+
+// The NUMA node of a PCI device, e.g. the bus id cudaDeviceGetPCIBusId
+// gives for a GPU ("0000:3B:00.0"; NVML's 8-digit domain form works too),
+// read from /sys/bus/pci/devices/<addr>/numa_node: for
+// ClientOptions::numa_node. -1 when the kernel does not know (one-node
+// hosts, many VMs). INVALID_ARGUMENT for a malformed address, NOT_FOUND
+// when there is no such device, DATA_LOSS for an unreadable file.
+absl::StatusOr<int> NumaNodeOfPciDevice(absl::string_view pci_bus_id);
 
 }  // namespace dlcache
 

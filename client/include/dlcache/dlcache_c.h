@@ -92,9 +92,19 @@ typedef struct {
   double rpc_timeout_s;     /* default 60 */
   double release_delay_s;   /* default 0.005 */
   int verify_checksums;     /* 1 = check XXH3 of every chunk; default 0 */
+  /* NUMA node of this process's GPU (dlc_pci_numa_node), sent when the
+   * session opens so that dlcached puts the chunks this client fills on
+   * that node's memory (docs/numa.md); -1 = no preference (default). */
+  int numa_node;
 } dlc_options;
 
 void dlc_options_init(dlc_options* options);
+/* The NUMA node of PCI device `pci_bus_id` (a GPU's bus id as
+ * cudaDeviceGetPCIBusId or NVML give it, e.g. "0000:3B:00.0") from
+ * /sys/bus/pci/devices/<addr>/numa_node, in *node: -1 when the kernel does
+ * not know. DLC_INVALID_ARGUMENT for a malformed id, DLC_NOT_FOUND when
+ * there is no such device. */
+int dlc_pci_numa_node(const char* pci_bus_id, int* node);
 /* Like dlc_connect; non-positive timeouts give DLC_INVALID_ARGUMENT. */
 int dlc_connect_with_options(const dlc_options* options, dlc_client** out);
 void dlc_close(dlc_client* client);

@@ -602,6 +602,11 @@ class Client:
             for item in batch:             # or per item, zero-copy
                 decode(item.view())
 
+    numa_node: the NUMA node of this process's GPU
+    (dlcache.numa.cuda_device_numa_node), sent when the session opens so
+    that dlcached places the chunks this client fills on that node's
+    memory; None (default) or -1 = no preference.
+
     Thread-safe: calls release the GIL and may run from several threads.
     Not fork-safe: in a forked child every call raises
     DlcacheError(FAILED_PRECONDITION); make a Client per process.
@@ -611,7 +616,7 @@ class Client:
 
     def __init__(self, socket_path=None, client_name="python",
                  connect_timeout=10.0, rpc_timeout=60.0,
-                 verify_checksums=False):
+                 verify_checksums=False, numa_node=None):
         self._ptr = None
         self._pid = os.getpid()
         self._gen = _fork_generation
@@ -628,6 +633,9 @@ class Client:
         opts.connect_timeout_s = float(connect_timeout)
         opts.rpc_timeout_s = float(rpc_timeout)
         opts.verify_checksums = 1 if verify_checksums else 0
+        # The NUMA node of this process's GPU (dlcache.numa), so dlcached
+        # places this client's fills near it; None / -1 = no preference.
+        opts.numa_node = -1 if numa_node is None else int(numa_node)
         _check(self._lib.dlc_connect_with_options(ctypes.byref(opts),
                                                   ctypes.byref(ptr)))
         self._ptr = ptr.value

@@ -84,6 +84,7 @@ class Options(ctypes.Structure):
         ("rpc_timeout_s", ctypes.c_double),
         ("release_delay_s", ctypes.c_double),
         ("verify_checksums", c_int),
+        ("numa_node", c_int),  # -1 = no preference
         ("_spare", ctypes.c_char * 256),
     ]
 
@@ -163,6 +164,7 @@ def _declare(lib):
     optional = {
         "dlc_options_init": (None, [P(Options)]),
         "dlc_connect_with_options": (c_int, [P(Options), P(c_void_p)]),
+        "dlc_pci_numa_node": (c_int, [c_char_p, P(c_int)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

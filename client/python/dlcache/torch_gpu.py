@@ -107,7 +107,8 @@ class _Options(ctypes.Structure):
                 ("connect_timeout_s", ctypes.c_double),
                 ("rpc_timeout_s", ctypes.c_double),
                 ("release_delay_s", ctypes.c_double),
-                ("verify_checksums", c_int), ("_spare", ctypes.c_char * 256)]
+                ("verify_checksums", c_int), ("numa_node", c_int),
+                ("_spare", ctypes.c_char * 256)]
 
 
 class _Chunk(ctypes.Structure):
@@ -273,7 +274,8 @@ class VarBatch(collections.namedtuple("VarBatch", ["data", "offsets"])):
 class _Conn:
     """A dlc_client of this loader's own (one per process: not after fork)."""
 
-    def __init__(self, fns, socket, client_name, connect_timeout):
+    def __init__(self, fns, socket, client_name, connect_timeout,
+                 numa_node=-1):
         self.fns = fns
         self.ptr = c_void_p()
         self.pid = os.getpid()
@@ -285,6 +287,7 @@ class _Conn:
             opts.socket_path = sock
             opts.client_name = name
             opts.connect_timeout_s = float(connect_timeout)
+            opts.numa_node = int(numa_node)
             rc = fns["dlc_connect_with_options"](ctypes.byref(opts),
                                                  ctypes.byref(self.ptr))
         else:
@@ -334,6 +337,11 @@ class GpuLoader:
         fetching and decoding every decode_workers-th batch on a CUDA
         stream of its own, so that the CPU part of one batch's decode
         overlaps another's; batches still come out in order.
+      numa_node: the NUMA node sent to dlcached when the session opens, so
+        that the chunks this loader's misses fill land on that node's
+        memory (docs/numa.md). None (default) = the CUDA device's own node
+        (dlcache.numa.cuda_device_numa_node; -1 when unknown or on the
+        CPU); -1 = no preference.
 
     Thread safety: iterate from one thread. Close with close() or `with`.
     """
@@ -343,7 +351,8 @@ class GpuLoader:
                  shuffle=True, seed=0, drop_last=False, prefetch=2,
                  rank=None, world_size=None, decode=None, method=None,
                  client_name="gpu_loader", connect_timeout=20.0,
-                 producer="auto", transform=None, decode_workers=1):
+                 producer="auto", transform=None, decode_workers=1,
+                 numa_node=None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
@@ -387,7 +396,14 @@ class GpuLoader:
             self.item_size = 0
 
         self._lib, self._fns = _load()
-        self._conn = _Conn(self._fns, socket, client_name, connect_timeout)
+        if numa_node is None:
+            numa_node = -1
+            if device != "cpu" and torch.cuda.is_available():
+                from .numa import cuda_device_numa_node
+                numa_node = cuda_device_numa_node(device)
+        self.numa_node = int(numa_node)
+        self._conn = _Conn(self._fns, socket, client_name, connect_timeout,
+                           self.numa_node)
         self._dataset_b = dataset.encode()
         self._uploader = c_void_p()
         self._feed = c_void_p()
