@@ -35,8 +35,8 @@
 #include "server/rpc/ssd_admin_ops.h"
 #include "server/rpc/status_report.h"
 #include "server/source/file_size_limit.h"
-#include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
+#include "server/source/source_factory.h"
 #include "server/tier/arena_manifest.h"
 #include "server/tier/deferred_backend.h"
 #include "server/tier/memory_tier.h"
@@ -170,17 +170,9 @@ absl::Status CacheServer::Init() {
   std::vector<std::string> names;
   for (const DatasetConfig& d : config_.datasets) {
     absl::StatusOr<std::shared_ptr<Source>> source;
-    if (config_.source_factory) {
-      source = config_.source_factory(d);
-    } else {
-      absl::StatusOr<std::unique_ptr<PosixSource>> posix =
-          PosixSource::Open(d.source_root);
-      if (posix.ok()) {
-        source = std::shared_ptr<Source>(*std::move(posix));
-      } else {
-        source = posix.status();
-      }
-    }
+    // A directory, nfs://... or cephfs://... (server/source/source_url.h).
+    source = config_.source_factory ? config_.source_factory(d)
+                                    : OpenSource(d.source_root);
     if (!source.ok()) {
       return absl::Status(
           source.status().code(),

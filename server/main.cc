@@ -84,10 +84,12 @@ ABSL_FLAG(std::string, numa, "auto",
 ABSL_FLAG(std::string, numa_sysfs_root, "/sys",
           "Where --numa=auto reads the NUMA topology (the host's sysfs)");
 ABSL_FLAG(std::string, source, "",
-          "Source directory of the dataset named 'default' (an NFS/CephFS "
-          "mount or a local directory)");
+          "Source of the dataset named 'default': a directory (an NFS/CephFS "
+          "mount or local), nfs://HOST[:PORT]/EXPORT/PATH[?OPT=V&...] (native "
+          "NFS, libnfs) or cephfs://[client.ID@]FS/PATH[?conf=...&keyring=...]"
+          " (native CephFS, libcephfs); see docs/sources.md");
 ABSL_FLAG(std::vector<std::string>, dataset, {},
-          "Datasets as NAME=DIR, comma-separated");
+          "Datasets as NAME=ROOT, comma-separated; ROOT as for --source");
 ABSL_FLAG(uint32_t, fill_threads, 16, "Parallel source reads for misses");
 ABSL_FLAG(uint32_t, warmup_parallelism, 16,
           "Default parallel fills of a warm-up");

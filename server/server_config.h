@@ -19,7 +19,9 @@ namespace dlcache {
 
 struct DatasetConfig {
   std::string name;
-  std::string source_root;  // POSIX directory (NFS/CephFS mount or local)
+  // A directory (an NFS/CephFS mount or local), nfs://... or cephfs://...
+  // (server/source/source_url.h, docs/sources.md).
+  std::string source_root;
 };
 
 // Everything dlcached is configured with (flags / --flagfile in main.cc).
@@ -105,7 +107,8 @@ struct ServerConfig {
   absl::Duration peer_timeout = absl::Seconds(2);
 
   // Test hooks. source_factory makes each dataset's Source (default:
-  // PosixSource); clock defaults to the real clock.
+  // OpenSource(source_root), server/source/source_factory.h); clock
+  // defaults to the real clock.
   std::function<absl::StatusOr<std::shared_ptr<Source>>(const DatasetConfig&)>
       source_factory;
   const Clock* clock = nullptr;
