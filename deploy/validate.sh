@@ -134,6 +134,18 @@ for needle in /usr/bin/tini /usr/local/bin/dlcached /usr/local/bin/dlcachectl \
   grep -qF -- "$needle" "$dockerfile" ||
     fail "Dockerfile does not mention $needle (used by the manifests)"
 done
+# build_image.sh passes its Debian base as these build arguments and tags
+# the image as check_manifests.py expects the manifests to reference it
+# (IMAGE_NAME:<project version>).
+for needle in 'ARG BASE_IMAGE=' 'FROM ${BASE_IMAGE} AS build' \
+              'ARG RUNTIME_IMAGE=' 'FROM ${RUNTIME_IMAGE} AS runtime'; do
+  grep -qF -- "$needle" "$dockerfile" ||
+    fail "Dockerfile lacks '$needle' (deploy/docker/build_image.sh sets it)"
+done
+image_name="$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]);
+import check_manifests; print(check_manifests.IMAGE_NAME)' "$tools")"
+grep -qF -- "image=\"$image_name:\$version\"" "$here/docker/build_image.sh" ||
+  fail "build_image.sh does not tag $image_name:<version>, which the manifests use"
 for exe in /usr/local/bin/dlcached /usr/bin/tini; do
   grep -qF -- "$exe" "$k8s/daemonset.yaml" ||
     fail "daemonset.yaml no longer runs $exe; update this check"

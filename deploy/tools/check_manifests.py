@@ -43,6 +43,7 @@ DLCACHED_FLAGS = {
     "metrics_address", "admin_address", "log_level",
     "ssd_dir", "ssd_bytes", "ssd_verify_on_start", "node_id",
     "peer_address", "peers", "peer_dns", "peer_token_file", "peer_timeout",
+    "peer_data_port",
     "flagfile",
     # Issue 9: identity and access, mTLS and tokens, warm-up bounds.
     "dataset_readers", "default_readers", "admin_uids", "admin_gids",
@@ -73,6 +74,11 @@ PENDING_DLCACHECTL_FLAGS = {"cluster"}
 # Memory the process needs besides the arena (gRPC, index, fill buffers,
 # RocksDB). The limit must be at least arena + this.
 MIN_OVERHEAD_BYTES = 1 << 30
+
+# The image deploy/docker/build_image.sh produces: IMAGE_NAME:<version of
+# project() in CMakeLists.txt>. Every container of the DaemonSet and of the
+# warm-up Jobs runs it; with --source-root the tag must be that version.
+IMAGE_NAME = "dlcache/dlcached"
 
 CONFIGMAP = "dlcached-config"
 FLAGFILE_KEY = "dlcached.flags"
@@ -134,9 +140,41 @@ def under(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def project_version(root):
+    """project(dlcache VERSION x.y.z) of root/CMakeLists.txt, or None."""
+    try:
+        with open(os.path.join(root, "CMakeLists.txt")) as f:
+            m = re.search(r"project\(\s*dlcache\s+VERSION\s+([0-9][0-9.]*)",
+                          f.read())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def image_references(docs):
+    """[(where, image, imagePullPolicy)] of every container and init
+    container of the
+    DaemonSets and Jobs: the ones that run dlcache's image (trainer Pods run
+    their own)."""
+    refs = []
+    for d in docs:
+        if d.get("kind") not in ("DaemonSet", "Job"):
+            continue
+        spec = (d.get("spec") or {}).get("template", {}).get("spec") or {}
+        for field in ("initContainers", "containers"):
+            for c in spec.get(field) or []:
+                refs.append(("%s/%s %s" % (d["kind"], d["metadata"].get(
+                    "name"), c.get("name")), c.get("image"),
+                    c.get("imagePullPolicy")))
+    return refs
+
+
 class Checker:
-    def __init__(self, docs):
+    def __init__(self, docs, image_tag=None):
+        """image_tag: the tag build_image.sh gives the image (the project
+        version); None: only require one pinned tag across the manifests."""
         self.docs = docs
+        self.image_tag = image_tag
         self.errors = []
         self.flags = {}
         # Flag names the manifests pass to each binary.
@@ -437,7 +475,36 @@ class Checker:
         self.socket_group = (pod.get("securityContext") or {}).get(
             "runAsGroup")
         self.check_clients()
+        self.check_images()
         return self.errors
+
+    def check_images(self):
+        refs = image_references(self.docs)
+        if not refs:
+            self.error("images", "no DaemonSet or Job container")
+        tags = set()
+        for where, image, policy in refs:
+            if policy == "Always":
+                self.error(where, "imagePullPolicy Always: a node loaded "
+                           "without a registry cannot start it")
+            name, sep, tag = (image or "").rpartition(":")
+            if not sep or "/" in tag or name != IMAGE_NAME:
+                self.error(where, "image %r is not %s:<tag> (the image "
+                           "deploy/docker/build_image.sh builds)"
+                           % (image, IMAGE_NAME))
+                continue
+            if tag == "latest":
+                self.error(where, "image %r: pin the tag (a node loaded "
+                           "without a registry never pulls :latest right)"
+                           % image)
+            if self.image_tag is not None and tag != self.image_tag:
+                self.error(where, "image %r, but build_image.sh tags %s:%s "
+                           "(project version in CMakeLists.txt)"
+                           % (image, IMAGE_NAME, self.image_tag))
+            tags.add(tag)
+        if len(tags) > 1:
+            self.error("images", "containers run different tags of %s: %s"
+                       % (IMAGE_NAME, sorted(tags)))
 
     def check_token_secret(self):
         for s in self.find("Secret", "dlcached-peer-token"):
@@ -639,7 +706,7 @@ def load(paths):
     return docs
 
 
-def check_kustomized(docs, path):
+def check_kustomized(docs, path, image_tag=None):
     """The kustomize output must hold the base objects (everything but the
     examples), namespaced ones moved to one namespace."""
     errors = []
@@ -673,7 +740,8 @@ def check_kustomized(docs, path):
     # The checks that matter must hold for what is actually applied.
     examples = [d for d in docs if key(d) not in got and
                 d["kind"] in ("Pod", "Job", "Secret")]
-    errors += ["kustomize: " + e for e in Checker(out + examples).run()]
+    errors += ["kustomize: " + e
+               for e in Checker(out + examples, image_tag).run()]
     return errors
 
 
@@ -811,6 +879,18 @@ def self_test(docs):
             for j in d if j["kind"] == "Job"],
         "dataset dir not mounted": lambda d: set_flag(
             d, "dataset", "imagenet=/elsewhere/imagenet"),
+        "image :latest": lambda d: [
+            c.update(image=IMAGE_NAME + ":latest")
+            for c in pod(d)["containers"] + pod(d)["initContainers"]],
+        "image pulled always": lambda d: pod(d)["containers"][0].update(
+            imagePullPolicy="Always"),
+        "init container on another tag": lambda d: pod(d)[
+            "initContainers"][0].update(image=IMAGE_NAME + ":0.0.1"),
+        "job runs another image": lambda d: [
+            j["spec"]["template"]["spec"]["containers"][0].update(
+                image="dlcache/dlcachectl:" + pod(d)["containers"][0][
+                    "image"].rpartition(":")[2])
+            for j in d if j["kind"] == "Job"],
     }
     if Checker(copy.deepcopy(docs)).run():
         print("self-test: the unmodified manifests do not pass")
@@ -841,10 +921,17 @@ def main():
     docs = load(args.manifests)
     if args.self_test:
         return self_test(docs)
-    checker = Checker(docs)
+    image_tag = None
+    if args.source_root:
+        image_tag = project_version(args.source_root)
+        if image_tag is None:
+            print("no project(dlcache VERSION ...) in %s/CMakeLists.txt"
+                  % args.source_root)
+            return 1
+    checker = Checker(docs, image_tag)
     errors = checker.run()
     if args.kustomized:
-        errors += check_kustomized(docs, args.kustomized)
+        errors += check_kustomized(docs, args.kustomized, image_tag)
     warnings = []
     if args.source_root:
         defined = source_flags(args.source_root)
