@@ -3,12 +3,20 @@
 // as three independent caches, in one run on one generated dataset that is
 // larger than one node's arena and smaller than the three together. Clients
 // on every node read the whole dataset for --epochs epochs (each client its
-// own shuffled order); reports bytes read from the source and aggregate
-// items/s as a Markdown table with ratios, and writes it to --out.
+// own shuffled order); reports bytes read from the source, the hit rate of
+// each node and aggregate items/s as a Markdown table with ratios, and
+// writes it to --out.
+//
+// Two sources: the generated directory as it is (in the page cache after
+// generation: a source faster than any network), and the same directory
+// behind --source_latency_ms per file (each read at offset 0 sleeps that
+// long, like the open of a file on NFS). With the page-cached source the
+// cluster runs twice: chunk data over the raw TCP chunk stream (the
+// default) and over gRPC only (--peer_data_port=-1), to show the hop.
 //
 //   cluster_bench [--files=1500] [--file_bytes=110000] [--arena_mib=96]
 //                 [--clients=2] [--epochs=2] [--batch=32] [--dir=/tmp]
-//                 [--out=docs/cluster_benchmark.md]
+//                 [--source_latency_ms=2] [--out=docs/cluster_benchmark.md]
 //
 // Every delivered item's bytes are folded into a checksum compared with the
 // generated data, so no configuration can win by skipping work.
@@ -43,6 +51,7 @@
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "server/cache_server.h"
+#include "server/source/posix_source.h"
 
 ABSL_FLAG(uint32_t, files, 1500, "files in the dataset");
 ABSL_FLAG(uint64_t, file_bytes, 110000, "mean file size (+-10%)");
@@ -53,12 +62,42 @@ ABSL_FLAG(uint32_t, epochs, 2, "passes over the dataset per client");
 ABSL_FLAG(uint32_t, batch, 32, "files per GetBatch");
 ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
 ABSL_FLAG(std::string, out, "", "write the Markdown report here too");
+ABSL_FLAG(uint32_t, source_latency_ms, 2,
+          "latency per file of the slow source rows (0 = no such rows)");
 
 namespace dlcache::bench {
 namespace {
 
 constexpr int kNodes = 3;
 constexpr char kDataset[] = "bench";
+
+// The dataset directory with a fixed latency per file: the read at offset 0
+// (the open, on NFS) sleeps, on the calling fill thread, before reading.
+class SlowSource : public Source {
+ public:
+  SlowSource(std::unique_ptr<Source> inner, absl::Duration latency)
+      : inner_(std::move(inner)), latency_(latency) {}
+  absl::StatusOr<FileInfo> Stat(absl::string_view path) override {
+    return inner_->Stat(path);
+  }
+  absl::Status ReadAt(absl::string_view path, uint64_t offset,
+                      absl::Span<char> dst) override {
+    if (offset == 0) absl::SleepFor(latency_);
+    return inner_->ReadAt(path, offset, dst);
+  }
+  absl::Status List(
+      absl::string_view prefix,
+      absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) override {
+    return inner_->List(prefix, fn);
+  }
+  std::string Describe() const override {
+    return absl::StrCat("slow(", inner_->Describe(), ")");
+  }
+
+ private:
+  const std::unique_ptr<Source> inner_;
+  const absl::Duration latency_;
+};
 
 int PickPort() {
   // The kernel picks a free port when bound to 0; the static peer list
@@ -78,8 +117,16 @@ int PickPort() {
   return port;
 }
 
-struct Result {
+struct Config {
   std::string name;
+  bool peers = false;
+  bool data_stream = true;  // raw TCP chunk stream between the peers
+  absl::Duration latency;   // per file, at the source
+};
+
+struct Result {
+  Config config;
+  std::vector<double> hit_rates;  // per node: chunk hits / (hits + misses)
   uint64_t source_bytes = 0;
   uint64_t source_reads = 0;
   uint64_t items = 0;
@@ -90,8 +137,10 @@ struct Result {
   double items_per_s() const { return seconds > 0 ? items / seconds : 0; }
 };
 
-absl::StatusOr<Result> RunConfig(const std::string& name, bool peers,
-                                 const Dataset& data, const std::string& work) {
+absl::StatusOr<Result> RunConfig(const Config& config, const Dataset& data,
+                                 const std::string& work) {
+  const std::string& name = config.name;
+  const bool peers = config.peers;
   std::vector<std::string> addresses;
   for (int i = 0; i < kNodes; ++i) {
     addresses.push_back(absl::StrCat("127.0.0.1:", PickPort()));
@@ -116,7 +165,20 @@ absl::StatusOr<Result> RunConfig(const std::string& name, bool peers,
       c.peer_address = addresses[i];
       c.peers = addresses;
       c.peer_token = "bench";
+      c.peer_data_port = config.data_stream ? 0 : -1;
     }
+    c.source_factory =
+        [latency = config.latency](
+            const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
+      absl::StatusOr<std::unique_ptr<PosixSource>> posix =
+          PosixSource::Open(d.source_root);
+      if (!posix.ok()) return posix.status();
+      if (latency <= absl::ZeroDuration()) {
+        return std::shared_ptr<Source>(*std::move(posix));
+      }
+      return std::shared_ptr<Source>(
+          std::make_shared<SlowSource>(*std::move(posix), latency));
+    };
     absl::StatusOr<std::unique_ptr<CacheServer>> s =
         CacheServer::Start(std::move(c));
     if (!s.ok()) return s.status();
@@ -175,17 +237,21 @@ absl::StatusOr<Result> RunConfig(const std::string& name, bool peers,
   }
   for (std::thread& t : threads) t.join();
   Result r;
-  r.name = name;
+  r.config = config;
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   r.items = items.load();
   r.bad = bad.load();
   for (auto& s : servers) {
     v1::StatsResponse stats;
     s->engine().Stats(v1::StatsRequest(), &stats).IgnoreError();
+    uint64_t hits = 0, misses = 0;
     for (const v1::DatasetStats& d : stats.datasets()) {
       r.source_bytes += d.source_bytes();
       r.source_reads += d.source_reads();
+      hits += d.hits();
+      misses += d.misses();
     }
+    r.hit_rates.push_back(hits + misses ? 1.0 * hits / (hits + misses) : 0);
     v1::StatusResponse st = s->StatusNow();
     r.peer_bytes += st.cluster().peer_bytes();
     r.fallbacks += st.cluster().fallbacks();
@@ -224,43 +290,77 @@ int Main(int argc, char** argv) {
                      << " bytes is not between one arena (" << arena
                      << ") and three";
   }
+  const absl::Duration slow =
+      absl::Milliseconds(absl::GetFlag(FLAGS_source_latency_ms));
+  std::vector<Config> configs = {
+      {"cluster", true, true, absl::ZeroDuration()},
+      {"cluster-grpc", true, false, absl::ZeroDuration()},
+      {"independent", false, true, absl::ZeroDuration()},
+  };
+  if (slow > absl::ZeroDuration()) {
+    configs.push_back({"cluster-slow", true, true, slow});
+    configs.push_back({"independent-slow", false, true, slow});
+  }
   std::vector<Result> results;
-  for (bool peers : {true, false}) {
-    absl::StatusOr<Result> r = RunConfig(peers ? "cluster" : "independent",
-                                         peers, *data, (*dir)->path());
+  for (const Config& config : configs) {
+    absl::StatusOr<Result> r = RunConfig(config, *data, (*dir)->path());
     if (!r.ok()) {
       DLC_LOG(ERROR) << r.status();
       return 1;
     }
     results.push_back(*r);
   }
-  const Result& c = results[0];
-  const Result& ind = results[1];
+  auto describe = [](const Config& c) {
+    std::string source =
+        c.latency > absl::ZeroDuration()
+            ? absl::StrCat(absl::ToInt64Milliseconds(c.latency), " ms/file")
+            : "page cache";
+    if (!c.peers) return absl::StrCat("3 independent caches | ", source);
+    return absl::StrCat("cluster (3 nodes, peers, ",
+                        c.data_stream ? "TCP chunk stream" : "gRPC only",
+                        ") | ", source);
+  };
   std::string md = absl::StrCat(
-      "| configuration | source reads | source MB | source MB / dataset | "
-      "peer MB | fallbacks | items | seconds | items/s | bad |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| configuration | source | source reads | source MB | "
+      "source MB / dataset | peer MB | fallbacks | hit rate per node | "
+      "items | seconds | items/s | bad |\n"
+      "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
+  uint64_t bad = 0;
   for (const Result& r : results) {
+    std::vector<std::string> rates;
+    for (double h : r.hit_rates) {
+      rates.push_back(absl::StrFormat("%.0f%%", 100 * h));
+    }
     absl::StrAppend(
-        &md, "| ",
-        r.name == "cluster" ? "cluster (3 nodes, peers)"
-                            : "3 independent caches",
-        " | ", r.source_reads, " | ", Mb(r.source_bytes), " | ",
+        &md, "| ", describe(r.config), " | ", r.source_reads, " | ",
+        Mb(r.source_bytes), " | ",
         absl::StrFormat("%.2f", 1.0 * r.source_bytes / data->total_bytes),
-        " | ", Mb(r.peer_bytes), " | ", r.fallbacks, " | ", r.items, " | ",
+        " | ", Mb(r.peer_bytes), " | ", r.fallbacks, " | ",
+        absl::StrJoin(rates, " / "), " | ", r.items, " | ",
         absl::StrFormat("%.2f", r.seconds), " | ",
         absl::StrFormat("%.0f", r.items_per_s()), " | ", r.bad, " |\n");
+    bad += r.bad;
   }
-  absl::StrAppend(
-      &md, "\nRatios (independent / cluster): source bytes ",
-      absl::StrFormat("%.2fx", c.source_bytes
-                                   ? 1.0 * ind.source_bytes / c.source_bytes
-                                   : 0.0),
-      ", items/s cluster / independent ",
-      absl::StrFormat("%.2fx", ind.items_per_s() > 0
-                                   ? c.items_per_s() / ind.items_per_s()
-                                   : 0.0),
-      ".\n");
+  auto ratio = [](double a, double b) {
+    return absl::StrFormat("%.2fx", b > 0 ? a / b : 0.0);
+  };
+  const Result& c = results[0];
+  const Result& grpc_only = results[1];
+  const Result& ind = results[2];
+  absl::StrAppend(&md, "\nPage-cached source: items/s cluster / independent ",
+                  ratio(c.items_per_s(), ind.items_per_s()), " (gRPC-only hop ",
+                  ratio(grpc_only.items_per_s(), ind.items_per_s()),
+                  "); source bytes independent / cluster ",
+                  ratio(ind.source_bytes, c.source_bytes), ".\n");
+  if (results.size() == 5) {
+    const Result& cs = results[3];
+    const Result& is = results[4];
+    absl::StrAppend(&md, "Source with ", absl::GetFlag(FLAGS_source_latency_ms),
+                    " ms per file: items/s cluster / independent ",
+                    ratio(cs.items_per_s(), is.items_per_s()),
+                    "; source bytes independent / cluster ",
+                    ratio(is.source_bytes, cs.source_bytes), ".\n");
+  }
   std::string header = absl::StrCat(
       "Dataset: ", data->files.size(), " files, ", Mb(data->total_bytes),
       " MB; arena ", absl::GetFlag(FLAGS_arena_mib), " MiB per node (",
@@ -275,12 +375,13 @@ int Main(int argc, char** argv) {
     out << "# Cluster benchmark\n\n"
         << "Three in-process dlcached nodes on 127.0.0.1 over one source "
            "directory: as a\ncluster (peers) and as three independent "
-           "caches, in one run.\n\nCommand:\n\n    "
+           "caches, in one run, over the\npage-cached directory and over the "
+           "same directory with a latency per file.\n\nCommand:\n\n    "
         << absl::StrJoin(cmd, " ") << "\n\n"
         << DescribeMachine() << ", load " << LoadAverage() << "\n\n"
         << header << md;
   }
-  return (c.bad || ind.bad) ? 1 : 0;
+  return bad > 0 ? 1 : 0;
 }
 
 }  // namespace

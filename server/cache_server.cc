@@ -22,6 +22,7 @@
 #include "server/cluster/cluster_warmup.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer_client.h"
+#include "server/cluster/peer_data_server.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
 #include "server/cluster/placement.h"
@@ -502,6 +503,30 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
              const std::function<bool(const v1::WarmupProgress&)>& emit) {
         return ClusterWarmup(request, emit);
       });
+  // The raw chunk stream carries chunk data unless mTLS is on (its
+  // guarantees are the gRPC channel's) or it is turned off.
+  if (config_.peer_data_port >= 0 && !config_.tls.enabled()) {
+    PeerDataServer::Options d;
+    d.token = config_.peer_token;
+    const size_t colon = config_.peer_address.rfind(':');
+    absl::StatusOr<std::unique_ptr<PeerDataServer>> data =
+        PeerDataServer::Start(
+            d,
+            colon == std::string::npos ? ""
+                                       : config_.peer_address.substr(0, colon),
+            config_.peer_data_port,
+            [engine, local](const ChunkId& id,
+                            PeerServiceImpl::ChunkSink sink) {
+              return engine->ReadLocal(id, local, sink);
+            },
+            [engine, local](absl::string_view dataset, absl::string_view path) {
+              return engine->StatVia(dataset, path, local);
+            });
+    if (!data.ok()) return data.status();
+    peer_data_server_ = *std::move(data);
+    o.data_port = peer_data_server_->port();
+    DLC_LOG(INFO) << "peers: chunk stream on port " << o.data_port;
+  }
   peer_service_ = std::make_unique<PeerServiceImpl>(
       o,
       [engine, local](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
@@ -576,6 +601,7 @@ void CacheServer::Shutdown() {
   if (grpc_server_) grpc_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (peer_server_) peer_server_->Shutdown(deadline);
+  if (peer_data_server_) peer_data_server_->Shutdown();
   // Closes every data connection and so every session and its leases.
   if (data_server_) data_server_->Stop();
   if (recovery_.joinable()) recovery_.join();
@@ -630,6 +656,15 @@ v1::StatusResponse CacheServer::StatusNow() const {
     c.nodes = placement->size();
     if (router_) c.router = router_->stats();
     if (peer_service_) c.service = peer_service_->stats();
+    if (peer_data_server_ && c.service) {
+      // Served is served, whichever way the bytes went.
+      const PeerDataServer::Stats d = peer_data_server_->stats();
+      c.service->fetches += d.fetches;
+      c.service->fetch_errors += d.fetch_errors;
+      c.service->bytes_sent += d.bytes_sent;
+      c.service->stats += d.stats;
+      c.service->unauthenticated += d.unauthenticated;
+    }
   }
   for (const DatasetConfig& d : config_.datasets) {
     r.datasets.push_back({d.name, d.source_root});

@@ -31,6 +31,7 @@ class Membership;
 class PeerConnector;
 class PeerRouter;
 class PeerServiceImpl;
+class PeerDataServer;
 class SourceBackend;
 class SsdTier;
 class DeferredBackend;
@@ -108,6 +109,7 @@ class CacheServer {
   std::unique_ptr<CacheEngine> engine_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
+  std::unique_ptr<PeerDataServer> peer_data_server_;
   int peer_port_ = 0;
   std::unique_ptr<AdminServiceImpl> admin_service_;      // on --admin_socket
   std::unique_ptr<AdminServiceImpl> admin_tcp_service_;  // --admin_address

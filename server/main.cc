@@ -121,6 +121,10 @@ ABSL_FLAG(std::string, peer_token_file, "",
           "File holding the shared secret peers must present");
 ABSL_FLAG(absl::Duration, peer_timeout, absl::Seconds(2),
           "Deadline of a peer fetch before falling back to the source");
+ABSL_FLAG(int32_t, peer_data_port, 0,
+          "TCP port of the raw chunk stream to peers, on the host of "
+          "--peer_address (0 = any free port, announced to peers over the "
+          "peer port; -1 = off: chunk data over gRPC). Off with TLS");
 ABSL_FLAG(uint32_t, max_warmup_parallelism, 64,
           "Largest Warmup parallelism a client, the TCP admin port or a peer "
           "may ask for (INVALID_ARGUMENT above)");
@@ -205,6 +209,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.peers = absl::GetFlag(FLAGS_peers);
   c.peer_dns = absl::GetFlag(FLAGS_peer_dns);
   c.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
+  c.peer_data_port = absl::GetFlag(FLAGS_peer_data_port);
   if (std::string f = absl::GetFlag(FLAGS_peer_token_file); !f.empty()) {
     std::ifstream in(f);
     if (!in) {

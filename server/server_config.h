@@ -105,6 +105,11 @@ struct ServerConfig {
   std::string peer_dns;            // headless Service name, resolved
   std::string peer_token;          // shared secret for peer calls
   absl::Duration peer_timeout = absl::Seconds(2);
+  // Port of the raw TCP chunk stream to peers (server/cluster/
+  // peer_data_wire.h), on the host of peer_address: 0 = any free port
+  // (peers learn it through PeerService.DataPlane), -1 = off. Never used
+  // with mTLS: chunk data then stays on gRPC.
+  int peer_data_port = 0;
 
   // Test hooks. source_factory makes each dataset's Source (default:
   // OpenSource(source_root), server/source/source_factory.h); clock

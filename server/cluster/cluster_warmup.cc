@@ -67,7 +67,7 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
   auto merge = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     v1::WarmupProgress out;
     bool all_done = true, all_listed = true, first = true;
-    uint64_t failed = 0;
+    uint64_t failed = 0, skipped_sum = 0, answered = 0;
     for (const Share& sh : shares) {
       const v1::WarmupProgress& p = sh.last;
       out.set_files_total(std::max(out.files_total(), p.files_total()));
@@ -89,9 +89,14 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
       failed = std::max(failed, p.files_failed());
       out.set_files_done(first ? p.files_done()
                                : std::min(out.files_done(), p.files_done()));
-      out.set_files_skipped(
-          first ? p.files_skipped()
-                : std::min(out.files_skipped(), p.files_skipped()));
+      // A node counts a file as already cached when its share of it is,
+      // also when that share is empty (it owns none of the file's chunks),
+      // so the minimum over nodes would call files cached on a cold
+      // cluster. A file is cached once every node's share is: at least
+      // sum(skipped) - (nodes - 1) * files of them, exact when the cluster
+      // was all cold or all warm, never more than the truth.
+      skipped_sum += p.files_skipped();
+      ++answered;
       first = false;
       for (const std::string& f : p.failures()) {
         if (static_cast<size_t>(out.failures_size()) >=
@@ -101,6 +106,9 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
         out.add_failures(absl::StrCat("node ", sh.node->id, ": ", f));
       }
     }
+    const uint64_t slack =
+        answered > 0 ? (answered - 1) * out.files_total() : 0;
+    out.set_files_skipped(skipped_sum > slack ? skipped_sum - slack : 0);
     out.set_files_failed(failed);
     out.set_listing_done(all_listed);
     out.set_done(all_done);

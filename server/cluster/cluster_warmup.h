@@ -30,7 +30,9 @@ struct ClusterWarmupTargets {
 // warm_local, the others through their peer's WarmupShare), in parallel,
 // and their progress streams are merged into one for `emit`, about every
 // 200 ms and once at the end: a file is done once every node's share of it
-// is, bytes add up, failures are capped at JobProgress::kMaxFailures. A
+// is, already cached once every node's share of it was (counted from the
+// nodes' totals: exact for a cold or a warm cluster, else a lower bound),
+// bytes add up, failures are capped at JobProgress::kMaxFailures. A
 // node that fails is reported in the progress (failures, files_failed),
 // not as the call's status, except this node's own error (other than
 // CANCELLED), which is returned. emit returning false cancels every share.

@@ -4,14 +4,18 @@
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "common/grpc_status.h"
 #include "dlcache/v1/peer.grpc.pb.h"
 #include "server/cluster/chunk_wire.h"
+#include "server/cluster/peer_data_client.h"
 
 namespace dlcache {
 namespace {
@@ -22,6 +26,18 @@ constexpr char kFetchChunkMethod[] = "/dlcache.v1.PeerService/FetchChunk";
 
 // Largest message accepted; the owner sends pieces of ~1 MiB.
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
+
+// How long a peer that offers no raw chunk stream (or could not be asked)
+// is used over gRPC only before it is asked again.
+constexpr absl::Duration kNoStreamRetry = absl::Seconds(30);
+constexpr absl::Duration kAskFailedRetry = absl::Seconds(1);
+constexpr absl::Duration kAskTimeout = absl::Seconds(2);
+
+// The host part of "host:port" / "[v6]:port".
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
 
 int ToMillis(absl::Duration d) {
   return static_cast<int>(absl::ToInt64Milliseconds(d));
@@ -38,12 +54,60 @@ void PrepareContext(grpc::ClientContext* ctx, const std::string& token,
 }  // namespace
 
 struct PeerClient::Impl {
-  Impl(std::shared_ptr<grpc::Channel> ch, std::string tok)
+  Impl(std::shared_ptr<grpc::Channel> ch, std::string tok, bool stream)
       : channel(std::move(ch)),
         stub(v1::PeerService::NewStub(channel)),
         fetch_method(kFetchChunkMethod,
                      grpc::internal::RpcMethod::SERVER_STREAMING, channel),
-        token(std::move(tok)) {}
+        token(std::move(tok)),
+        stream_allowed(stream) {}
+
+  // The raw chunk stream to this peer, asking the peer for its port when
+  // not known; null = use gRPC for this call. An error is the peer's answer
+  // to the ask (down, refused token): the call's answer too.
+  absl::StatusOr<std::shared_ptr<PeerDataClient>> DataStream(
+      const std::string& address, absl::Duration timeout) {
+    if (!stream_allowed) return nullptr;
+    {
+      absl::MutexLock lock(&mu);
+      if (data != nullptr) return data;
+      if (absl::Now() < next_ask) return nullptr;
+      // One asker at a time; the others use gRPC meanwhile.
+      next_ask = absl::Now() + kAskTimeout;
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token, std::min(timeout, kAskTimeout));
+    v1::DataPlaneResponse response;
+    grpc::Status status =
+        stub->DataPlane(&ctx, v1::DataPlaneRequest(), &response);
+    absl::MutexLock lock(&mu);
+    if (status.ok() && response.port() > 0 && response.port() < 65536) {
+      PeerDataClient::Options o;
+      o.token = token;
+      data = std::make_shared<PeerDataClient>(
+          HostOf(address), static_cast<int>(response.port()), o);
+      return data;
+    }
+    // No stream offered (mTLS, turned off, an older peer): gRPC for a
+    // while.
+    if (status.ok() || status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      next_ask = absl::Now() + kNoStreamRetry;
+      return nullptr;
+    }
+    // The peer down or refusing: ask again soon, it may come back.
+    next_ask = absl::Now() + kAskFailedRetry;
+    return PeerError(address, status);
+  }
+
+  // After a failure to reach the stream: the peer may have restarted on
+  // another port; the next call asks again.
+  void ForgetDataStream(const std::shared_ptr<PeerDataClient>& failed) {
+    absl::MutexLock lock(&mu);
+    if (data == failed) {
+      data = nullptr;
+      next_ask = absl::InfinitePast();
+    }
+  }
 
   absl::Status PeerError(const std::string& address,
                          const grpc::Status& status) const {
@@ -56,6 +120,12 @@ struct PeerClient::Impl {
   std::unique_ptr<v1::PeerService::Stub> stub;
   grpc::internal::RpcMethod fetch_method;
   const std::string token;
+  const bool stream_allowed;
+
+  absl::Mutex mu;
+  std::shared_ptr<PeerDataClient> data ABSL_GUARDED_BY(mu);
+  absl::Time next_ask ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  std::atomic<bool> used_stream{false};
 };
 
 PeerClient::PeerClient(std::string address, const PeerClientOptions& options)
@@ -80,7 +150,11 @@ PeerClient::PeerClient(std::string address, const PeerClientOptions& options)
       grpc::CreateCustomChannel(
           address_,
           options.tls ? options.tls : grpc::InsecureChannelCredentials(), args),
-      options.token);
+      options.token, options.data_stream && options.tls == nullptr);
+}
+
+bool PeerClient::using_data_stream() const {
+  return impl_->used_stream.load(std::memory_order_relaxed);
 }
 
 PeerClient::~PeerClient() = default;
@@ -88,6 +162,22 @@ PeerClient::~PeerClient() = default;
 absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
                                     absl::Span<char> dst, uint64_t* checksum,
                                     absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<PeerDataClient>> data_stream =
+      impl_->DataStream(address_, timeout);
+  if (!data_stream.ok()) return data_stream.status();
+  if (std::shared_ptr<PeerDataClient> stream = *data_stream) {
+    absl::Status s = stream->Fetch(id, expected, dst, checksum,
+                                   timeout - (absl::Now() - start));
+    impl_->used_stream.store(true, std::memory_order_relaxed);
+    // Only a stream that could not be reached falls through to gRPC;
+    // every other answer is the peer's.
+    if (!absl::IsUnavailable(s)) return s;
+    impl_->ForgetDataStream(stream);
+  } else {
+    impl_->used_stream.store(false, std::memory_order_relaxed);
+  }
+  timeout -= absl::Now() - start;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
   v1::FetchChunkRequest request;
@@ -156,6 +246,17 @@ absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
 absl::StatusOr<FileInfo> PeerClient::StatFile(absl::string_view dataset,
                                               absl::string_view path,
                                               absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<PeerDataClient>> data_stream =
+      impl_->DataStream(address_, timeout);
+  if (!data_stream.ok()) return data_stream.status();
+  if (std::shared_ptr<PeerDataClient> stream = *data_stream) {
+    absl::StatusOr<FileInfo> info =
+        stream->Stat(dataset, path, timeout - (absl::Now() - start));
+    if (!absl::IsUnavailable(info.status())) return info;
+    impl_->ForgetDataStream(stream);
+  }
+  timeout -= absl::Now() - start;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
   v1::StatFileRequest request;

@@ -29,16 +29,25 @@ struct PeerClientOptions {
   // peer is used again soon; gRPC's defaults grow to two minutes.
   absl::Duration min_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
+  // Move chunk data and stats over the peer's raw TCP chunk stream
+  // (peer_data_wire.h) when it offers one; never with mTLS, whose
+  // guarantees only the gRPC channel has.
+  bool data_stream = true;
 };
 
 // A Peer over gRPC: one channel (TCP, mTLS or plaintext, plus the token)
 // per peer address, created at construction and connected lazily. Calls
 // fail fast (UNAVAILABLE) while the channel cannot connect.
 //
-// FetchChunk reads the stream as raw byte buffers and copies each piece of
-// chunk data from the received slices straight into dst (chunk_wire.h); it
-// then verifies length, file version and XXH3-64. Thread-safe; calls block
-// for at most their timeout.
+// FetchChunk and StatFile go over the peer's raw TCP chunk stream when it
+// offers one (PeerService.DataPlane, asked on first use and again after the
+// stream failed to connect; see PeerDataClient): the chunk's bytes land in
+// dst with one copy out of the kernel. Otherwise, and for a call whose
+// stream connection failed, over gRPC: FetchChunk reads the stream as raw
+// byte buffers and copies each piece of chunk data from the received
+// slices straight into dst (chunk_wire.h). Either way it verifies length,
+// file version and XXH3-64. Thread-safe; calls block for at most their
+// timeout.
 class PeerClient : public Peer {
  public:
   PeerClient(std::string address, const PeerClientOptions& options);
@@ -55,6 +64,8 @@ class PeerClient : public Peer {
                            absl::Duration timeout) override;
 
   const std::string& address() const { return address_; }
+  // Whether the last call that could use the raw chunk stream did (tests).
+  bool using_data_stream() const;
 
  private:
   struct Impl;  // keeps the generated gRPC headers out of this one

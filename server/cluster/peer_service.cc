@@ -105,6 +105,14 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status DataPlane(grpc::ServerContext* ctx,
+                         const v1::DataPlaneRequest* request,
+                         v1::DataPlaneResponse* response) override {
+    if (!Authorized(ctx)) return Unauthenticated();
+    response->set_port(options_.data_port);
+    return grpc::Status::OK;
+  }
+
   grpc::Status WarmupShare(
       grpc::ServerContext* ctx, const v1::WarmupRequest* request,
       grpc::ServerWriter<v1::WarmupProgress>* writer) override {

@@ -23,8 +23,8 @@ class Service;
 
 namespace dlcache {
 
-// Serves dlcache.v1.PeerService (FetchChunk, StatFile, WarmupShare) to the
-// other nodes,
+// Serves dlcache.v1.PeerService (FetchChunk, StatFile, WarmupShare,
+// DataPlane) to the other nodes,
 // by calling the functions given at construction. Register service() with a
 // grpc::ServerBuilder listening on TCP.
 //
@@ -77,6 +77,9 @@ class PeerServiceImpl {
     std::string token;  // empty = no authentication
     size_t piece_bytes = 1 << 20;
     bool zero_copy = false;
+    // Answered by DataPlane: the port of this node's raw chunk stream
+    // (PeerDataServer); 0 = none, peers then fetch over FetchChunk.
+    int data_port = 0;
   };
 
   // Without warmup_share, WarmupShare answers UNIMPLEMENTED.

@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,12 +80,13 @@ struct Dataset {
     return n;
   }
   // Chunks of the dataset each node owns under `placement`, by node id.
-  std::map<std::string, uint64_t> Owned(const Placement& placement) const {
+  std::map<std::string, uint64_t> Owned(
+      const Placement& placement, absl::string_view dataset = kDataset) const {
     std::map<std::string, uint64_t> out;
     for (const auto& [path, bytes] : files) {
       const uint32_t n = (bytes.size() + kChunk - 1) / kChunk;
       for (uint32_t c = 0; c < n; ++c) {
-        ++out[placement.Owner(ChunkId{kDataset, path, c})->id];
+        ++out[placement.Owner(ChunkId{dataset, path, c})->id];
       }
     }
     return out;
@@ -584,6 +586,113 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
       absl::Seconds(60));
   EXPECT_TRUE(used_again) << "node 0 never fetched from the restarted node 2 "
                           << "in " << rounds << " rounds";
+}
+
+// Runs dlcachectl (plain output) and returns its stdout and exit code.
+std::string RunCtlText(const std::string& socket, const std::string& args,
+                       int* rc) {
+  std::string cmd =
+      absl::StrCat(DLCACHECTL_BINARY, " --socket=", socket, " ", args, " 2>&1");
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = ::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const int status = ::pclose(f);
+  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// `dlcachectl warmup --cluster` against one of three real dlcached
+// processes: every node fills exactly the chunks it owns (read once from
+// the source, on the owner), and the one progress stream the CLI shows is
+// the whole cluster's.
+TEST(ClusterProcessTest, DlcachectlClusterWarmupFillsEveryNodesShare) {
+  TempDir source, work;
+  TempDir shm("/dev/shm");
+  Dataset data;
+  data.Make(source.path(), 60, 31);
+  std::vector<std::string> addresses;
+  testing::ReservedPort ports[3];  // held until the nodes are gone
+  std::vector<ClusterNode> members;
+  for (int i = 0; i < 3; ++i) {
+    addresses.push_back(ports[i].address());
+    members.push_back({addresses[i], addresses[i]});
+  }
+  const std::string token_file = work.path() + "/token";
+  testing::WriteFileOrDie(token_file, std::string(kToken) + "\n");
+  std::vector<std::unique_ptr<DlcachedProcess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    const std::string socket = absl::StrCat(work.path(), "/n", i, ".sock");
+    nodes.push_back(std::make_unique<DlcachedProcess>(
+        DLCACHED_BINARY, socket,
+        std::vector<std::string>{
+            "--socket=" + socket,
+            absl::StrCat("--shm_dir=", shm.path(), "/n", i),
+            "--source=" + source.path(), "--arena_bytes=64MiB",
+            "--segment_bytes=8MiB", absl::StrCat("--chunk_size=", kChunk),
+            "--keep_arena=false", "--metrics_address=", "--fill_threads=4",
+            "--peer_address=" + addresses[i],
+            "--peers=" + absl::StrJoin(addresses, ","),
+            "--peer_token_file=" + token_file, "--peer_timeout=10s"}));
+    ASSERT_TRUE(nodes.back()->Start().ok()) << "node " << i;
+  }
+  // Node ids are their addresses (no --node_id): the same placement.
+  const std::map<std::string, uint64_t> owned =
+      data.Owned(Placement(members), "default");
+  ASSERT_EQ(owned.size(), 3u) << "every node owns part of the dataset";
+
+  int rc = -1;
+  const std::string out =
+      RunCtlText(nodes[1]->socket_path(),
+                 "warmup default --cluster --interval 0 -j 4", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("warming up default on the whole cluster via"),
+            std::string::npos)
+      << out;
+  // The final progress line and summary count every file of the dataset,
+  // though no node filled all of them.
+  EXPECT_NE(out.find("60/60 files"), std::string::npos) << out;
+  EXPECT_NE(out.find("done: 60 files (0 already cached)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(", 0 failed"), std::string::npos) << out;
+
+  uint64_t cached_bytes = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::string stats = RunCtl(nodes[i]->socket_path(), "stats");
+    SCOPED_TRACE(absl::StrCat("node ", i, ": ", stats));
+    const uint64_t share = owned.at(addresses[i]);
+    // Each node holds its share, read from the source once, and nothing
+    // else: no chunk went through a peer during the warm-up.
+    EXPECT_EQ(JsonNumber(stats, "cached_chunks"), share);
+    EXPECT_EQ(JsonNumber(stats, "source_reads"), share);
+    cached_bytes += JsonNumber(stats, "cached_bytes");
+    const std::string status = RunCtl(nodes[i]->socket_path(), "status");
+    EXPECT_EQ(JsonNumber(status, "peer_reads"), 0u) << status;
+  }
+  EXPECT_EQ(cached_bytes, data.bytes());
+
+  // Again: the whole cluster reports every file as already cached, from
+  // any node.
+  const std::string again = RunCtlText(
+      nodes[0]->socket_path(), "warmup default --cluster --interval 0", &rc);
+  ASSERT_EQ(rc, 0) << again;
+  EXPECT_NE(again.find("done: 60 files (60 already cached)"), std::string::npos)
+      << again;
+
+  // Reading the dataset afterwards, from any node, reads nothing more from
+  // the source: every chunk is cached on its owner.
+  EXPECT_EQ(ReadAll(nodes[2]->socket_path(), data, 5, 1, {}, "default"), 0);
+  uint64_t reads = 0;
+  for (int i = 0; i < 3; ++i) {
+    reads +=
+        JsonNumber(RunCtl(nodes[i]->socket_path(), "stats"), "source_reads");
+  }
+  EXPECT_EQ(reads, data.chunks());
 }
 
 }  // namespace

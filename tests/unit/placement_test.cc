@@ -105,6 +105,54 @@ TEST(PlacementTest, OwnerIsStableAcrossVersions) {
             3082589715422414959ull);
 }
 
+// A node joining a cluster of 3, and one of the 4 leaving again, with the
+// owners before and after pinned: only keys of the node that came or went
+// change owner, and no more than its 1/N share of them.
+TEST(PlacementTest, JoinAndLeaveMoveOnlyTheChangedNodesShare) {
+  const std::vector<Key> keys = MakeKeys(6, 2);  // 12 chunks
+  Placement three(MakeNodes(3));
+  Placement four(MakeNodes(4));
+  std::vector<std::string> owners3, owners4;
+  for (const Key& k : keys) {
+    owners3.push_back(three.Owner(Id(k))->id);
+    owners4.push_back(four.Owner(Id(k))->id);
+  }
+  EXPECT_EQ(owners3,
+            (std::vector<std::string>{"node-2", "node-2", "node-0", "node-0",
+                                      "node-1", "node-0", "node-0", "node-1",
+                                      "node-1", "node-1", "node-2", "node-2"}));
+  // Four of these twelve move, all to node-3 (a small sample: the 1/N
+  // bound is checked on 100k chunks below).
+  EXPECT_EQ(owners4,
+            (std::vector<std::string>{"node-3", "node-2", "node-0", "node-0",
+                                      "node-3", "node-0", "node-0", "node-1",
+                                      "node-1", "node-3", "node-3", "node-2"}));
+  // Leaving is the same change backwards: node-3's keys go back to their
+  // owners among 3.
+  std::vector<ClusterNode> left = MakeNodes(4);
+  left.erase(left.begin() + 3);
+  Placement after_leave(left);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(after_leave.Owner(Id(keys[i]))->id, owners3[i]) << i;
+  }
+
+  // The fraction over 100k chunks, pinned: a join moves 1/4 of them (all
+  // to the new node), a leave of one of 4 moves its 1/4 (all from it).
+  const std::vector<Key> many = MakeKeys(20000, 5);
+  int moved = 0;
+  for (const Key& k : many) {
+    const std::string& a = three.Owner(Id(k))->id;
+    const std::string& b = four.Owner(Id(k))->id;
+    if (a != b) {
+      ++moved;
+      EXPECT_EQ(b, "node-3");
+    }
+  }
+  EXPECT_EQ(moved, 24854);  // 24.9%
+  EXPECT_LE(moved, static_cast<int>(many.size()) / 4 * 101 / 100)
+      << "more than 1/N (+1%) of the chunks changed owner";
+}
+
 class PlacementBalanceTest : public testing::TestWithParam<int> {};
 
 TEST_P(PlacementBalanceTest, SharesAreBalanced) {
