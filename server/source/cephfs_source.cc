@@ -145,8 +145,14 @@ absl::Status CephFsSource::ReadAt(absl::string_view path, uint64_t offset,
   absl::Status status;
   int64_t rc = WithOneRetry([&]() -> int64_t {
     status = absl::OkStatus();
-    int fd = client_->OpenRead(p);
+    CephFsClient::Stat st;
+    int fd = client_->OpenRead(p, &st);
     if (fd < 0) return fd;
+    if (!S_ISREG(st.mode)) {
+      client_->Close(fd);
+      status = NotRegularFileStatus(st.mode, path);
+      return 0;
+    }
     uint64_t done = 0;
     int64_t result = 0;
     while (done < dst.size()) {

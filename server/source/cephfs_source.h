@@ -50,7 +50,10 @@ class CephFsClient {
   virtual int Mount(const CephFsOptions& options, std::string* error) = 0;
   // Does not follow a symlink in the last component.
   virtual int StatPath(const std::string& path, Stat* st) = 0;
-  virtual int OpenRead(const std::string& path) = 0;  // fd, O_NOFOLLOW
+  // Opens for reading (O_NOFOLLOW) and stats the open file: fd >= 0 with
+  // *st filled. The caller closes the fd, and reads only a regular file
+  // (a read of a directory fd blocks in libcephfs 16).
+  virtual int OpenRead(const std::string& path, Stat* st) = 0;
   virtual int64_t ReadAt(int fd, char* buf, uint64_t len, uint64_t off) = 0;
   virtual void Close(int fd) = 0;
   // Every entry but "." and "..", with its stat (not following symlinks).

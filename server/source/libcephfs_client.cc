@@ -91,8 +91,16 @@ class LibCephFsClient : public CephFsClient {
     return 0;
   }
 
-  int OpenRead(const std::string& path) override {
-    return ceph_open(cmount_, path.c_str(), O_RDONLY | O_NOFOLLOW, 0);
+  int OpenRead(const std::string& path, Stat* st) override {
+    int fd = ceph_open(cmount_, path.c_str(), O_RDONLY | O_NOFOLLOW, 0);
+    if (fd < 0) return fd;
+    struct ceph_statx stx;
+    if (int rc = ceph_fstatx(cmount_, fd, &stx, kWant, 0); rc < 0) {
+      ceph_close(cmount_, fd);
+      return rc;
+    }
+    *st = StatOf(stx);
+    return fd;
   }
 
   int64_t ReadAt(int fd, char* buf, uint64_t len, uint64_t off) override {

@@ -153,5 +153,41 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
   EXPECT_EQ((*t)->server().StatusNow().cached_chunks(), 0u);
 }
 
+TEST_F(CephFsClusterTest, HungOsdIsUnavailableWithinTheTimeoutThenRecovers) {
+  const std::string cold = testing::PathContent("cold", 200000);
+  ASSERT_TRUE(cluster_->WriteFile("/ds/cold", cold).ok());
+  ASSERT_TRUE(cluster_->WriteFile("/ds/warm", "warm").ok());
+  auto opened = OpenSource(cluster_->Url("/ds", "timeout_ms=3000"));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<Source> src = *opened;
+  ASSERT_TRUE(src->Stat("warm").ok());
+  cluster_->PauseOsd();
+  // The read runs on its own thread so that a hang fails the test at the
+  // deadline instead of blocking it.
+  absl::Notification done;
+  absl::Status status;
+  absl::Duration took;
+  std::thread reader([&] {
+    std::string got(200000, '\0');
+    const absl::Time start = absl::Now();
+    status = src->ReadAt("cold", 0, absl::MakeSpan(got));
+    took = absl::Now() - start;
+    done.Notify();
+  });
+  const bool answered = done.WaitForNotificationWithTimeout(absl::Seconds(60));
+  cluster_->ResumeOsd();
+  reader.join();  // returns once the OSD answers again, if it hung
+  ASSERT_TRUE(answered) << "ReadAt blocked > 60 s on a stopped OSD";
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LT(took, absl::Seconds(20));
+  // Back: the same source reads the file.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        std::string got(200000, '\0');
+        return src->ReadAt("cold", 0, absl::MakeSpan(got)).ok() && got == cold;
+      },
+      absl::Seconds(90)));
+}
+
 }  // namespace
 }  // namespace dlcache

@@ -59,18 +59,26 @@ class FakeCephFs : public CephFsClient {
     st->mtime_ns = it->second.mtime_ns;
     return 0;
   }
-  int OpenRead(const std::string& path) override {
+  int OpenRead(const std::string& path, Stat* st) override {
     if (int rc = Fail("open"); rc < 0) return rc;
     auto it = nodes.find(path);
     if (it == nodes.end()) return -ENOENT;
-    if (S_ISLNK(it->second.mode)) return -ELOOP;
-    if (S_ISDIR(it->second.mode)) return -EISDIR;
+    if (S_ISLNK(it->second.mode)) return -ELOOP;  // O_NOFOLLOW
+    // Directories open, as in libcephfs; the source must not read them.
+    st->mode = it->second.mode;
+    st->size = it->second.data.size();
+    st->mtime_ns = it->second.mtime_ns;
     open_.push_back(path);
     ++open_fds;
     return static_cast<int>(open_.size()) - 1;
   }
   int64_t ReadAt(int fd, char* buf, uint64_t len, uint64_t off) override {
     if (int rc = Fail("read"); rc < 0) return rc;
+    if (!S_ISREG(nodes[open_[fd]].mode)) {
+      ADD_FAILURE() << "read of a " << nodes[open_[fd]].mode << " "
+                    << open_[fd];
+      return -EINVAL;
+    }
     const std::string& d = nodes[open_[fd]].data;
     if (off >= d.size()) return 0;
     size_t n = std::min<uint64_t>({len, d.size() - off, max_read});
