@@ -143,16 +143,17 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
     if (a.kind == MemoryTier::Acquired::kMustWait) continue;
     absl::Status fill;
     uint64_t checksum = 0;
+    ChunkOrigin origin = ChunkOrigin::kLocal;
     if (status.ok()) {
       // Bytes go from the backend straight into the arena slot.
       ChunkId id{name, path, a.entry->chunk};
       fill = backend->ReadChunk(
           id, *info, absl::MakeSpan(tier_->Data(a.entry), a.entry->length),
-          &checksum, /*origin=*/nullptr);
+          &checksum, &origin);
     } else {
       fill = absl::AbortedError("an earlier chunk of the file failed");
     }
-    tier_->CompleteFill(a.entry, fill, checksum);
+    tier_->CompleteFill(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }
   for (MemoryTier::Acquisition& a : acquired) {

@@ -41,6 +41,7 @@
 #include "server/tier/arena_manifest.h"
 #include "server/tier/deferred_backend.h"
 #include "server/tier/memory_tier.h"
+#include "server/tier/ssd_demotion_sink.h"
 #include "server/tier/ssd_tier.h"
 
 namespace dlcache {
@@ -228,6 +229,16 @@ absl::Status CacheServer::Init() {
     limits.max_leases = config_.max_leases_per_session;
     tier_->SetSessionLimits(limits);
   }
+  {
+    // Before re-adoption: a MinIO dataset's adopted chunks are kept too.
+    absl::StatusOr<std::vector<DatasetEviction>> policies =
+        ParseEvictionPolicies(config_.eviction_policy, names);
+    if (!policies.ok()) return policies.status();
+    for (uint32_t i = 0; i < policies->size(); ++i) {
+      tier_->SetDatasetEviction(i, (*policies)[i]);
+    }
+    tier_->SetBorrowedShare(config_.borrowed_share);
+  }
   if (manifest.ok() && arena_->adopted()) {
     AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names);
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
@@ -243,6 +254,11 @@ absl::Status CacheServer::Init() {
     // Peers above the SSD: this node's SSD keeps its own share only, and
     // answers peers from it.
     local = *ssd;
+    if (config_.ssd_demote) {
+      demotion_sink_ = std::make_unique<SsdDemotionSink>(
+          names, [this] { return ssd_ptr_.load(std::memory_order_acquire); });
+      tier_->SetEvictionSink(demotion_sink_.get());
+    }
   } else {
     recovered_.Notify();
   }

@@ -33,6 +33,7 @@ class PeerRouter;
 class PeerServiceImpl;
 class PeerDataServer;
 class SourceBackend;
+class SsdDemotionSink;
 class SsdTier;
 class DeferredBackend;
 
@@ -99,6 +100,8 @@ class CacheServer {
   std::unique_ptr<SourceBackend> sources_;
   std::unique_ptr<SsdTier> ssd_;
   std::atomic<SsdTier*> ssd_ptr_{nullptr};
+  // Hands the arena's evictions to ssd_ (--ssd_demote); set on tier_.
+  std::unique_ptr<SsdDemotionSink> demotion_sink_;
   std::unique_ptr<DeferredBackend> deferred_;
   std::thread recovery_;
   absl::Notification recovered_;

@@ -105,6 +105,17 @@ ABSL_FLAG(ByteSize, ssd_bytes, ByteSize{0},
           "SSD tier capacity; 0 = 90% of the free space of --ssd_dir");
 ABSL_FLAG(bool, ssd_verify_on_start, false,
           "Checksum every SSD chunk at start (else each chunk on first read)");
+ABSL_FLAG(bool, ssd_demote, true,
+          "Write chunks the arena evicts behind to the SSD tier");
+ABSL_FLAG(double, borrowed_share, 0.25,
+          "Share of the arena for chunks fetched from peers (0..1; 0 = do "
+          "not keep peer copies); chunks this node owns are kept first");
+ABSL_FLAG(std::vector<std::string>, eviction_policy, {"clock"},
+          "How datasets' chunks are kept when the arena is full, "
+          "comma-separated: POLICY for every dataset and/or DATASET=POLICY; "
+          "POLICY is clock (recently used stay) or minio (what is cached "
+          "stays, later misses pass through: for shuffled epochs larger "
+          "than the arena)");
 ABSL_FLAG(
     std::string, peer_address, "",
     "Serve peers on this TCP host:port (multi-node); empty = single node");
@@ -204,6 +215,13 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.ssd_dir = absl::GetFlag(FLAGS_ssd_dir);
   c.ssd_bytes = absl::GetFlag(FLAGS_ssd_bytes).bytes;
   c.ssd_verify_on_start = absl::GetFlag(FLAGS_ssd_verify_on_start);
+  c.ssd_demote = absl::GetFlag(FLAGS_ssd_demote);
+  c.borrowed_share = absl::GetFlag(FLAGS_borrowed_share);
+  if (!(c.borrowed_share >= 0 && c.borrowed_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--borrowed_share=", c.borrowed_share, " must be between 0 and 1"));
+  }
+  c.eviction_policy = absl::GetFlag(FLAGS_eviction_policy);
   c.peer_address = absl::GetFlag(FLAGS_peer_address);
   c.node_id = absl::GetFlag(FLAGS_node_id);
   c.peers = absl::GetFlag(FLAGS_peers);

@@ -97,6 +97,16 @@ struct ServerConfig {
   std::string ssd_dir;
   uint64_t ssd_bytes = 0;  // 0 = 90% of the file system's free space
   bool ssd_verify_on_start = false;
+  // Chunks the arena evicts are written behind to the SSD tier.
+  bool ssd_demote = true;
+
+  // Admission and eviction (issue 11). Share of the arena that chunks
+  // fetched from peers may hold; 0 = peer copies are not kept.
+  double borrowed_share = 0.25;
+  // How each dataset's chunks are kept when the arena is full: entries
+  // POLICY (all datasets) or DATASET=POLICY, POLICY clock or minio
+  // (ParseEvictionPolicies in server/tier/memory_tier.h).
+  std::vector<std::string> eviction_policy = {"clock"};
 
   // Cluster (issue 5): empty peer list = single node.
   std::string node_id;             // default: hostname

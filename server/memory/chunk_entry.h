@@ -34,6 +34,19 @@ struct ChunkEntry {
   // Leases, fillers and waiters: a pinned entry is never evicted or freed.
   uint32_t pins = 0;
   bool referenced = false;  // CLOCK bit
+  // Admission (issue 11), set by the memory tier:
+  // filled from a peer and kept in the bounded borrowed share; evicted
+  // before chunks this node owns.
+  bool borrowed = false;
+  // Kept by a MinIO-style dataset: eviction policies take it only when
+  // nothing else is evictable.
+  bool sticky = false;
+  // Not kept: served to the filler and its waiters, then freed (a MinIO
+  // dataset that is full, a peer copy the borrowed share has no room for).
+  bool transient = false;
+  // The memory tier's list of borrowed entries, oldest first.
+  ChunkEntry* borrowed_prev = nullptr;
+  ChunkEntry* borrowed_next = nullptr;
 };
 
 }  // namespace dlcache

@@ -12,8 +12,9 @@ bool ClockEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
   Hand& hand = hands_[c];
   const uint64_t slots =
       uint64_t{slabs.size()} * layout.slab_slots(slabs[0]).size();
-  // Two sweeps: the first may only clear referenced bits.
-  for (uint64_t step = 0; step < 2 * slots; ++step) {
+  // Two sweeps: the first may only clear referenced bits. Sticky entries
+  // are passed over; a third sweep takes them when nothing else is left.
+  for (uint64_t step = 0; step < 3 * slots; ++step) {
     if (hand.slab >= slabs.size()) hand.slab = 0;
     const uint32_t id = slabs[hand.slab];
     absl::Span<ChunkEntry* const> s = layout.slab_slots(id);
@@ -24,6 +25,11 @@ bool ClockEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
     }
     ChunkEntry* e = s[slot];
     if (e == nullptr || !IsEvictable(e)) continue;
+    if (e->sticky) {
+      if (step < 2 * slots) continue;
+      *victim = SlotRef{id, slot};
+      return true;
+    }
     if (e->referenced) {
       e->referenced = false;
       continue;
@@ -39,19 +45,20 @@ bool ClockEvictionPolicy::PickSlab(const SlabLayout& layout, int c,
   const uint32_t count = layout.slab_count();
   if (count == 0) return false;
   // Two sweeps over all slabs: prefer a slab none of whose entries was used
-  // since the last sweep.
-  for (size_t step = 0; step < 2 * size_t{count}; ++step) {
+  // since the last sweep. Slabs holding sticky entries only on a third.
+  for (size_t step = 0; step < 3 * size_t{count}; ++step) {
     const uint32_t id = steal_hand_++ % count;
     const int size_class = layout.slab_class(id);
     if (size_class == c || size_class < 0) continue;
     absl::Span<ChunkEntry* const> slots = layout.slab_slots(id);
-    bool pinned = false, referenced = false;
+    bool pinned = false, referenced = false, sticky = false;
     for (ChunkEntry* e : slots) {
       if (e == nullptr) continue;
       if (!IsEvictable(e)) pinned = true;
       if (e->referenced) referenced = true;
+      if (e->sticky) sticky = true;
     }
-    if (pinned) continue;
+    if (pinned || (sticky && step < 2 * size_t{count})) continue;
     if (referenced && step < count) {
       for (ChunkEntry* e : slots) {
         if (e != nullptr) e->referenced = false;

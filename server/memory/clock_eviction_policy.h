@@ -14,6 +14,8 @@ namespace dlcache {
 // clears it). A class that finds nothing takes a slab from another class
 // whose entries are all evictable, preferring (on a first sweep over all
 // slabs) one none of whose entries was referenced since the last sweep.
+// Sticky entries (a MinIO-style dataset's) are taken only when a class has
+// nothing else evictable, after two full sweeps.
 //
 // Not thread-safe (see EvictionPolicy).
 class ClockEvictionPolicy : public EvictionPolicy {

@@ -111,6 +111,60 @@ absl::StatusOr<SlotRef> SlabAllocator::Allocate(
       " bytes is leased; release leases or enlarge --arena_bytes"));
 }
 
+bool SlabAllocator::HasRoom(uint64_t bytes) {
+  const int c = classes_.ClassFor(bytes);
+  if (c < 0) return false;
+  if (free_slab_count() > 0) return true;
+  for (std::vector<uint32_t>& with_free : class_state_[c].with_free) {
+    while (!with_free.empty()) {
+      const Slab& s = slabs_[with_free.back()];
+      if (s.size_class == c && !s.free_slots.empty()) return true;
+      with_free.pop_back();  // stale entry, as in TakeFreeSlot
+    }
+  }
+  return false;
+}
+
+bool SlabAllocator::PickVictims(uint64_t bytes,
+                                std::vector<ChunkEntry*>* victims,
+                                int64_t* slab) {
+  *slab = -1;
+  const int c = classes_.ClassFor(bytes);
+  if (c < 0) return false;
+  SlotRef victim;
+  if (policy_->PickSlot(*this, c, &victim)) {
+    victims->push_back(slabs_[victim.slab].slots[victim.slot]);
+    return true;
+  }
+  uint32_t id;
+  if (!policy_->PickSlab(*this, c, &id)) return false;
+  for (ChunkEntry* e : slabs_[id].slots) {
+    if (e != nullptr) victims->push_back(e);
+  }
+  *slab = id;
+  return true;
+}
+
+void SlabAllocator::ReleaseIfEmpty(uint32_t id) {
+  Slab& s = slabs_[id];
+  if (s.size_class < 0 || s.free_slots.size() != s.slots.size()) return;
+  // Its entry in the class's with_free list goes stale: TakeFreeSlot skips
+  // slabs of another class or none.
+  const int c = s.size_class;
+  ClassState& cs = class_state_[c];
+  cs.slabs.erase(std::find(cs.slabs.begin(), cs.slabs.end(), id));
+  policy_->OnSlabLeftClass(c, id, cs.slabs.size());
+  s.size_class = -1;
+  s.slots.clear();
+  s.free_slots.clear();
+  free_slabs_[s.group].push_back(id);
+}
+
+uint64_t SlabAllocator::SlotBytes(uint64_t bytes) const {
+  const int c = classes_.ClassFor(bytes);
+  return c < 0 ? 0 : classes_.size(c);
+}
+
 bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
                           ChunkEntry* owner, SlotRef* out) {
   int c = classes_.ClassFor(bytes);

@@ -71,6 +71,22 @@ class SlabAllocator : public SlabLayout {
   uint64_t numa_local_allocations() const { return numa_local_; }
   uint64_t numa_remote_allocations() const { return numa_remote_; }
 
+  // --- making room in two steps (demotion to SSD, issue 11) ---
+  // True if an item of `bytes` gets a slot without evicting anything.
+  bool HasRoom(uint64_t bytes);
+  // What Allocate would evict for an item of `bytes` now, without evicting
+  // it: one entry of the item's class, or every entry of a slab of another
+  // class (then *slab is that slab, else -1). The caller pins and copies
+  // the victims, frees them (Free) and calls ReleaseIfEmpty(*slab); false
+  // if the policy finds nothing.
+  bool PickVictims(uint64_t bytes, std::vector<ChunkEntry*>* victims,
+                   int64_t* slab);
+  // Returns `slab` to the free slabs when none of its slots is in use.
+  void ReleaseIfEmpty(uint32_t slab);
+  // Bytes of the slot an item of `bytes` occupies (its class size); 0 out
+  // of range.
+  uint64_t SlotBytes(uint64_t bytes) const;
+
   uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
   uint64_t OffsetOf(SlotRef ref) const;
 

@@ -162,6 +162,22 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
       "dlcache_numa_fills_total{placement=\"local\"} ", t.numa_local_fills,
       "\n", "dlcache_numa_fills_total{placement=\"remote\"} ",
       t.numa_remote_fills, "\n");
+  // Admission and demotion (issue 11).
+  uint64_t passthrough = 0, demotions = 0;
+  for (const TierDatasetStats& d : t.datasets) {
+    passthrough += d.passthrough;
+    demotions += d.demotions;
+  }
+  IntGauge(out, "dlcache_borrowed_bytes",
+           "Arena bytes held by chunks kept from peers (--borrowed_share)",
+           t.borrowed_bytes);
+  Counter(out, "dlcache_passthrough_total",
+          "Misses served without being kept (a MinIO dataset that is full, "
+          "a peer copy the borrowed share has no room for)",
+          passthrough);
+  Counter(out, "dlcache_demotions_total",
+          "Evicted chunks queued for writing behind to the SSD tier",
+          demotions);
   Counter(out, "dlcache_data_protocol_errors_total",
           "Connections closed for malformed frames", s.protocol_errors);
   Counter(out, "dlcache_data_slow_reader_disconnects_total",

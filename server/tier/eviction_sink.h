@@ -22,11 +22,16 @@ struct EvictedChunk {
 };
 
 // Where the memory tier hands chunks it evicts, e.g. a lower tier that
-// keeps a copy (the SSD tier's Demote). Set with MemoryTier::SetEvictionSink.
+// keeps a copy (the SSD tier's Demote, through SsdDemotionSink). Set with
+// MemoryTier::SetEvictionSink. Chunks borrowed from peers are not handed
+// over.
 //
-// OnEvict is called under the memory tier's lock, before the chunk's slot is
-// reused: it must not block (no disk or network I/O; queue a copy instead)
-// and must not call into the memory tier. Implementations are thread-safe.
+// OnEvict is called outside the memory tier's lock, by the thread whose
+// miss needs the slot, while the chunk is pinned and out of the index: its
+// bytes stay valid and unchanged during the call, and the slot is reused
+// after it. It may block briefly (an index lookup, a copy into a write
+// queue: the miss waits for it) but should not do the write itself, and
+// must not call into the memory tier. Implementations are thread-safe.
 class EvictionSink {
  public:
   virtual ~EvictionSink() = default;

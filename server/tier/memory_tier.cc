@@ -27,7 +27,39 @@ bool UnderPrefix(absl::string_view path, absl::string_view prefix) {
   return absl::StartsWith(path, prefix) && path[prefix.size()] == '/';
 }
 
+absl::StatusOr<DatasetEviction> ParsePolicy(absl::string_view name) {
+  if (name == "clock") return DatasetEviction::kClock;
+  if (name == "minio") return DatasetEviction::kMinio;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--eviction_policy: unknown policy '", name, "' (clock or minio)"));
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<DatasetEviction>> ParseEvictionPolicies(
+    absl::Span<const std::string> entries,
+    absl::Span<const std::string> datasets) {
+  std::vector<DatasetEviction> out(datasets.size(), DatasetEviction::kClock);
+  for (const std::string& entry : entries) {
+    const size_t eq = entry.find('=');
+    absl::StatusOr<DatasetEviction> p = ParsePolicy(
+        eq == std::string::npos ? absl::string_view(entry)
+                                : absl::string_view(entry).substr(eq + 1));
+    if (!p.ok()) return p.status();
+    if (eq == std::string::npos) {
+      out.assign(datasets.size(), *p);
+      continue;
+    }
+    const absl::string_view name = absl::string_view(entry).substr(0, eq);
+    auto it = std::find(datasets.begin(), datasets.end(), name);
+    if (it == datasets.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--eviction_policy: no dataset named '", name, "'"));
+    }
+    out[it - datasets.begin()] = *p;
+  }
+  return out;
+}
 
 MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
                        uint32_t dataset_count)
@@ -37,6 +69,14 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
       files_(dataset_count),
       stats_(dataset_count) {
   allocator_.SetSegmentNodes(arena->segment_nodes());
+  absl::MutexLock lock(&mu_);
+  eviction_.assign(dataset_count, DatasetEviction::kClock);
+  // MinIO datasets pass their misses through this reserve once they are
+  // full: leased chunks must fit there, or kept ones get evicted.
+  const uint64_t capacity = allocator_.capacity_bytes();
+  const uint64_t reserve =
+      std::max(capacity / 32, 2 * allocator_.classes().slab_size());
+  sticky_limit_ = capacity > reserve ? capacity - reserve : 0;
 }
 
 MemoryTier::~MemoryTier() {
@@ -246,7 +286,41 @@ LeasedChunk MemoryTier::Locate(const ChunkEntry* entry) const {
 absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
     uint32_t dataset, absl::string_view path, const FileInfo& info,
     uint32_t chunk, int numa_node) {
-  absl::MutexLock lock(&mu_);
+  // With a sink, room is made by detaching and pinning victims under the
+  // lock and handing them over outside it (a sink's copy may block on an
+  // index lookup), then freeing them. Other threads may take the freed
+  // slots, so this is tried a few times before evicting without a copy.
+  constexpr int kDemotionRounds = 4;
+  for (int round = 0;; ++round) {
+    Demotions demotions;
+    EvictionSink* sink;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::StatusOr<Acquisition> a =
+          AcquireLocked(dataset, path, info, chunk, numa_node,
+                        round < kDemotionRounds ? &demotions : nullptr);
+      if (demotions.victims.empty()) return a;
+      sink = eviction_sink_;
+    }
+    for (const Demotion& d : demotions.victims) {
+      if (!d.demote || sink == nullptr) continue;
+      EvictedChunk out;
+      out.dataset = d.dataset;
+      out.path = d.path;
+      out.chunk = d.chunk;
+      out.info = d.info;
+      out.bytes = d.bytes;
+      out.checksum = d.checksum;
+      sink->OnEvict(out);
+    }
+    absl::MutexLock lock(&mu_);
+    FinishDemotionsLocked(demotions);
+  }
+}
+
+absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
+    uint32_t dataset, absl::string_view path, const FileInfo& info,
+    uint32_t chunk, int numa_node, Demotions* demotions) {
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr || rec->info.size != info.size ||
       rec->info.mtime_ns != info.mtime_ns) {
@@ -265,11 +339,46 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
                                  ? Acquired::kReady
                                  : Acquired::kMustWait};
   }
+  const uint64_t length = ChunkLength(info, chunk);
+  // Peer copies go before chunks this node owns.
+  if (!allocator_.HasRoom(length) && !DropBorrowedForLocked(length) &&
+      demotions != nullptr && eviction_sink_ != nullptr) {
+    std::vector<ChunkEntry*> victims;
+    if (allocator_.PickVictims(length, &victims, &demotions->slab)) {
+      for (ChunkEntry* v : victims) {
+        FileRecord* vrec = v->file;
+        Demotion& d = demotions->victims.emplace_back();
+        d.entry = v;
+        d.demote = !v->borrowed;
+        d.dataset = vrec->dataset;
+        d.path = vrec->path;
+        d.chunk = v->chunk;
+        d.info = vrec->info;
+        d.bytes = absl::MakeConstSpan(Data(v), v->length);
+        d.checksum = v->checksum;
+        UnaccountLocked(v);
+        --cached_chunks_;
+        TierDatasetStats& st = stats_[vrec->dataset];
+        st.cached_chunks--;
+        st.cached_bytes -= v->length;
+        st.evictions++;
+        if (d.demote) st.demotions++;
+        // Out of the index, pinned: its bytes stay put while copied.
+        vrec->chunks[v->chunk] = nullptr;
+        v->file = nullptr;
+        ++v->pins;
+      }
+      if (!demotions->victims.empty()) return Acquisition{};
+      // A slab of another class with nothing left in it.
+      if (demotions->slab >= 0) allocator_.ReleaseIfEmpty(demotions->slab);
+      demotions->slab = -1;
+    }
+  }
   auto entry = std::make_unique<ChunkEntry>();
   entry->file = rec;
   entry->dataset = dataset;
   entry->chunk = chunk;
-  entry->length = ChunkLength(info, chunk);
+  entry->length = length;
   entry->pins = 1;
   absl::StatusOr<SlotRef> ref = allocator_.Allocate(
       entry->length, entry.get(),
@@ -281,10 +390,95 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
   entry->has_slot = true;
   entry->segment = allocator_.SegmentOf(*ref);
   entry->offset = allocator_.OffsetOf(*ref);
+  if (eviction_[dataset] == DatasetEviction::kMinio) {
+    // Reserved now, so concurrent fills cannot overshoot the share.
+    const uint64_t bytes = allocator_.SlotBytes(length);
+    if (sticky_bytes_ + bytes <= sticky_limit_) {
+      entry->sticky = true;
+      sticky_bytes_ += bytes;
+    } else {
+      entry->transient = true;
+    }
+  }
   // Eviction may have dropped records, but never `rec`'s own chunk slot:
   // the vector is not resized here, so `slot` is still valid.
   slot = entry.release();
   return Acquisition{slot, Acquired::kMustFill};
+}
+
+bool MemoryTier::DropBorrowedForLocked(uint64_t bytes) {
+  const uint64_t want = allocator_.SlotBytes(bytes);
+  // Bounded: tails of other size classes or pinned copies may sit first.
+  int looked = 0;
+  for (ChunkEntry* e = borrowed_head_; e != nullptr && looked < 64;
+       e = e->borrowed_next, ++looked) {
+    if (!IsEvictable(e) || allocator_.SlotBytes(e->length) != want) continue;
+    stats_[e->dataset].evictions++;
+    DropEntry(e);
+    return true;
+  }
+  return false;
+}
+
+void MemoryTier::FinishDemotionsLocked(Demotions& d) {
+  for (Demotion& v : d.victims) UnpinLocked(v.entry);
+  if (d.slab >= 0) allocator_.ReleaseIfEmpty(d.slab);
+}
+
+void MemoryTier::AdmitBorrowedLocked(ChunkEntry* entry) {
+  const uint64_t bytes = allocator_.SlotBytes(entry->length);
+  if (entry->sticky) {
+    sticky_bytes_ -= bytes;
+    entry->sticky = false;
+  }
+  for (ChunkEntry* e = borrowed_head_;
+       e != nullptr && borrowed_bytes_ + bytes > borrowed_limit_;) {
+    ChunkEntry* next = e->borrowed_next;
+    if (IsEvictable(e)) {
+      stats_[e->dataset].evictions++;
+      DropEntry(e);
+    }
+    e = next;
+  }
+  if (borrowed_bytes_ + bytes > borrowed_limit_) {
+    entry->transient = true;
+    return;
+  }
+  entry->borrowed = true;
+  borrowed_bytes_ += bytes;
+  entry->borrowed_prev = borrowed_tail_;
+  entry->borrowed_next = nullptr;
+  (borrowed_tail_ != nullptr ? borrowed_tail_->borrowed_next : borrowed_head_) =
+      entry;
+  borrowed_tail_ = entry;
+}
+
+void MemoryTier::UnaccountLocked(ChunkEntry* entry) {
+  if (entry->sticky) {
+    sticky_bytes_ -= allocator_.SlotBytes(entry->length);
+    entry->sticky = false;
+  }
+  if (entry->borrowed) {
+    borrowed_bytes_ -= allocator_.SlotBytes(entry->length);
+    (entry->borrowed_prev != nullptr ? entry->borrowed_prev->borrowed_next
+                                     : borrowed_head_) = entry->borrowed_next;
+    (entry->borrowed_next != nullptr ? entry->borrowed_next->borrowed_prev
+                                     : borrowed_tail_) = entry->borrowed_prev;
+    entry->borrowed_prev = entry->borrowed_next = nullptr;
+    entry->borrowed = false;
+  }
+}
+
+void MemoryTier::SetBorrowedShare(double share) {
+  absl::MutexLock lock(&mu_);
+  share = std::clamp(share, 0.0, 1.0);
+  borrowed_limit_ = static_cast<uint64_t>(
+      share * static_cast<double>(allocator_.capacity_bytes()));
+}
+
+void MemoryTier::SetDatasetEviction(uint32_t dataset, DatasetEviction policy) {
+  absl::MutexLock lock(&mu_);
+  if (dataset < eviction_.size()) eviction_[dataset] = policy;
 }
 
 char* MemoryTier::Data(const ChunkEntry* entry) const {
@@ -292,11 +486,23 @@ char* MemoryTier::Data(const ChunkEntry* entry) const {
 }
 
 void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
-                              uint64_t checksum) {
+                              uint64_t checksum, ChunkOrigin origin) {
   absl::MutexLock lock(&mu_);
   if (status.ok()) {
     entry->state = ChunkEntry::State::kReady;
     entry->checksum = checksum;
+    if (entry->file != nullptr && origin == ChunkOrigin::kPeer) {
+      AdmitBorrowedLocked(entry);
+    }
+    if (entry->file != nullptr && entry->transient) {
+      // Served to the filler and its waiters, not kept: it leaves the index
+      // now and its slot goes with the last unpin.
+      UnaccountLocked(entry);
+      stats_[entry->dataset].passthrough++;
+      entry->file->chunks[entry->chunk] = nullptr;
+      entry->file = nullptr;
+      return;
+    }
     if (entry->file != nullptr) {
       ++cached_chunks_;
       stats_[entry->file->dataset].cached_chunks++;
@@ -308,6 +514,7 @@ void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
   // goes when the filler and any waiters unpin.
   entry->state = ChunkEntry::State::kFailed;
   entry->fill_status = status;
+  UnaccountLocked(entry);
   if (entry->file != nullptr) {
     entry->file->chunks[entry->chunk] = nullptr;
     entry->file = nullptr;
@@ -380,6 +587,7 @@ void MemoryTier::FreeEntry(ChunkEntry* entry) {
 
 void MemoryTier::DropEntry(ChunkEntry* entry) {
   FileRecord* rec = entry->file;
+  UnaccountLocked(entry);
   if (entry->state == ChunkEntry::State::kReady) {
     --cached_chunks_;
     stats_[rec->dataset].cached_chunks--;
@@ -397,17 +605,10 @@ void MemoryTier::SetEvictionSink(EvictionSink* sink) {
 
 void MemoryTier::EvictVictim(ChunkEntry* entry) {
   // The allocator reuses the victim's slot, so it must not be freed here.
+  // The sink is only called outside the lock (Acquire's demotion rounds).
   FileRecord* rec = entry->file;
-  if (eviction_sink_ != nullptr) {
-    EvictedChunk out;
-    out.dataset = rec->dataset;
-    out.path = rec->path;
-    out.chunk = entry->chunk;
-    out.info = rec->info;
-    out.bytes = absl::MakeConstSpan(Data(entry), entry->length);
-    out.checksum = entry->checksum;
-    eviction_sink_->OnEvict(out);
-  }
+  if (eviction_sink_ != nullptr && !entry->borrowed) ++undemoted_;
+  UnaccountLocked(entry);
   --cached_chunks_;
   TierDatasetStats& st = stats_[rec->dataset];
   st.cached_chunks--;
@@ -472,6 +673,11 @@ TierStats MemoryTier::Stats() const {
   s.leases = lease_count_;
   s.sessions = sessions_.size();
   s.session_limit_refusals = limit_refusals_;
+  s.borrowed_bytes = borrowed_bytes_;
+  s.borrowed_limit = std::min(borrowed_limit_, allocator_.capacity_bytes());
+  s.sticky_bytes = sticky_bytes_;
+  s.sticky_limit = sticky_limit_;
+  s.undemoted_evictions = undemoted_;
   s.numa_local_fills = allocator_.numa_local_allocations();
   s.numa_remote_fills = allocator_.numa_remote_allocations();
   s.cached_chunks = cached_chunks_;
@@ -529,6 +735,11 @@ bool MemoryTier::Adopt(const ReadyChunk& c) {
   entry->offset = c.where.offset;
   entry->length = c.where.length;
   entry->checksum = c.where.checksum;
+  if (eviction_[c.dataset] == DatasetEviction::kMinio &&
+      sticky_bytes_ + allocator_.SlotBytes(c.where.length) <= sticky_limit_) {
+    entry->sticky = true;
+    sticky_bytes_ += allocator_.SlotBytes(c.where.length);
+  }
   rec->chunks[c.chunk] = entry.release();
   ++cached_chunks_;
   stats_[c.dataset].cached_chunks++;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
+#include "server/backend/chunk_backend.h"
 #include "server/backend/source.h"
 #include "server/memory/arena.h"
 #include "server/memory/chunk_entry.h"
@@ -46,7 +47,32 @@ struct TierDatasetStats {
   uint64_t cached_chunks = 0;
   uint64_t leased_bytes = 0;
   uint64_t evictions = 0;
+  // Misses served without being kept: a MinIO-style dataset whose share is
+  // full, or a peer copy the borrowed share has no room for.
+  uint64_t passthrough = 0;
+  // Evicted chunks handed to the eviction sink (demoted to SSD).
+  uint64_t demotions = 0;
 };
+
+// How a dataset's chunks are kept when the arena is full (per dataset,
+// --eviction_policy).
+enum class DatasetEviction {
+  // CLOCK: a chunk used since the hand last passed stays; cold ones go.
+  kClock,
+  // MinIO-style (CoorDL): what is cached stays; once MinIO datasets fill
+  // their share of the arena, their misses are served without being kept.
+  // Suits training, which reads every item once per epoch in a new random
+  // order: CLOCK/LRU then evict what the next epoch needs.
+  kMinio,
+};
+
+// The policy of each of `datasets` from --eviction_policy entries: POLICY
+// (clock or minio) sets every dataset's, DATASET=POLICY one dataset's
+// (later entries win; the default is clock). INVALID_ARGUMENT for an
+// unknown policy or dataset.
+absl::StatusOr<std::vector<DatasetEviction>> ParseEvictionPolicies(
+    absl::Span<const std::string> entries,
+    absl::Span<const std::string> datasets);
 
 struct TierStats {
   uint64_t arena_bytes = 0;
@@ -55,6 +81,15 @@ struct TierStats {
   uint64_t leases = 0;
   uint32_t sessions = 0;
   uint64_t session_limit_refusals = 0;  // items refused by SessionLimits
+  // Slots held by chunks kept from peers, and their bound.
+  uint64_t borrowed_bytes = 0;
+  uint64_t borrowed_limit = 0;
+  // Slots kept by MinIO-style datasets, and their bound.
+  uint64_t sticky_bytes = 0;
+  uint64_t sticky_limit = 0;
+  // Evictions the sink did not see: room could not be made by demoting
+  // (other threads kept taking the freed slots).
+  uint64_t undemoted_evictions = 0;
   // Fills that asked for a NUMA node the arena has segments on, and got a
   // slot there or elsewhere (that node was full): docs/numa.md.
   uint64_t numa_local_fills = 0;
@@ -64,14 +99,21 @@ struct TierStats {
 };
 
 // The in-memory index over the shared-memory arena: (dataset, path, chunk)
-// -> slot, with sessions, leases, fill coalescing and CLOCK eviction.
+// -> slot, with sessions, leases, fill coalescing and eviction (CLOCK, or
+// MinIO-style per dataset).
 //
 // An entry is pinned while a lease, a filler or a waiter holds it; pinned
 // entries are never evicted or freed, so leased bytes stay valid and
 // unchanged. Entries dropped while pinned (Evict, stale file) leave the
 // index at once and free their memory on the last unpin.
 //
-// Thread-safe; one mutex. Only WaitFilled blocks (on another thread's fill).
+// Admission (issue 11): chunks filled from a peer live in a bounded
+// borrowed share and are evicted before chunks this node owns; a MinIO
+// dataset keeps what it cached and passes further misses through.
+//
+// Thread-safe; one mutex. WaitFilled blocks (on another thread's fill);
+// with an eviction sink, Acquire blocks while the sink copies the chunks
+// it evicts (outside the lock).
 class MemoryTier {
  public:
   MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
@@ -157,8 +199,13 @@ class MemoryTier {
                                       const FileInfo& info, uint32_t chunk,
                                       int numa_node = kNoNumaNode);
   char* Data(const ChunkEntry* entry) const;
+  // `origin`: where the bytes came from (ChunkBackend::ReadChunk). A chunk
+  // from a peer is kept in the borrowed share (SetBorrowedShare) or, when
+  // that has no room, served to the filler and its waiters and not kept;
+  // so is a MinIO-style dataset's chunk beyond its share.
   void CompleteFill(ChunkEntry* entry, const absl::Status& status,
-                    uint64_t checksum);
+                    uint64_t checksum,
+                    ChunkOrigin origin = ChunkOrigin::kLocal);
   // Blocks until the entry's fill is done; returns its status.
   absl::Status WaitFilled(ChunkEntry* entry);
   // Turns the caller's pin into a lease of `session` (the pin now belongs to
@@ -174,11 +221,23 @@ class MemoryTier {
   // Location of a ready, pinned entry (for in-process readers).
   LeasedChunk Locate(const ChunkEntry* entry) const;
 
-  // --- eviction ---
-  // Chunks evicted to make room are handed to `sink` (see EvictionSink)
-  // before their slot is reused; null (the default) = none. Does not own
-  // the sink, which must outlive the tier. Call before serving starts.
+  // --- eviction and admission ---
+  // Chunks this node owns, evicted to make room, are handed to `sink` (see
+  // EvictionSink) outside the tier's lock, pinned, before their slot is
+  // reused; null (the default) = none. Chunks borrowed from peers are not
+  // (a lower tier keeps this node's own share). Does not own the sink,
+  // which must outlive the tier. Call before serving starts.
   void SetEvictionSink(EvictionSink* sink);
+  // Fraction (0..1) of the arena that chunks filled from a peer may hold
+  // (--borrowed_share). Peer copies are evicted before owned chunks and
+  // the oldest go first to stay under the bound; one that still does not
+  // fit is served but not kept. 0 = peer copies are never kept. Default 1.
+  void SetBorrowedShare(double share);
+  // How `dataset`'s new chunks are kept (default kClock). MinIO datasets
+  // together keep at most the arena less a reserve of max(1/32 of it, two
+  // slabs), through which their further misses pass. Call before serving
+  // starts.
+  void SetDatasetEviction(uint32_t dataset, DatasetEviction policy);
 
   // --- administration ---
   struct EvictResult {
@@ -218,8 +277,42 @@ class MemoryTier {
     int numa_node = kNoNumaNode;
   };
 
+  // A victim detached from the index and pinned, to be copied to the
+  // eviction sink outside the lock, then freed.
+  struct Demotion {
+    ChunkEntry* entry = nullptr;
+    bool demote = false;  // false: borrowed, freed without a copy
+    uint32_t dataset = 0;
+    std::string path;
+    uint32_t chunk = 0;
+    FileInfo info;
+    absl::Span<const char> bytes;
+    uint64_t checksum = 0;
+  };
+  struct Demotions {
+    std::vector<Demotion> victims;
+    int64_t slab = -1;  // a slab to release once they are freed
+  };
+
   FileRecord* FindFile(uint32_t dataset, absl::string_view path) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acquire under the lock. With `demotions` set and no room for the new
+  // chunk, detaches and pins victims into it and returns without an entry.
+  absl::StatusOr<Acquisition> AcquireLocked(uint32_t dataset,
+                                            absl::string_view path,
+                                            const FileInfo& info,
+                                            uint32_t chunk, int numa_node,
+                                            Demotions* demotions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees one unpinned borrowed chunk whose slot fits `bytes`; false if none.
+  bool DropBorrowedForLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishDemotionsLocked(Demotions& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a chunk filled from a peer in the borrowed share, or marks it
+  // transient when the share has no room.
+  void AdmitBorrowedLocked(ChunkEntry* entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Undoes the sticky and borrowed accounting of an entry leaving the index.
+  void UnaccountLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Detaches an entry from its file; frees it now if unpinned.
   void DropEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictVictim(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -247,6 +340,14 @@ class MemoryTier {
   uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   SessionLimits limits_ ABSL_GUARDED_BY(mu_);
   EvictionSink* eviction_sink_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<DatasetEviction> eviction_ ABSL_GUARDED_BY(mu_);
+  uint64_t sticky_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sticky_limit_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t borrowed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t borrowed_limit_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  ChunkEntry* borrowed_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // oldest
+  ChunkEntry* borrowed_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t undemoted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t limit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -55,6 +55,24 @@ TEST_F(DlcachedProcessTest, BadSizeFlagIsRejected) {
   EXPECT_NE(r.output.find("bad size"), std::string::npos) << r.output;
 }
 
+TEST_F(DlcachedProcessTest, BadAdmissionFlagsAreRejected) {
+  const std::string base =
+      Flags() + "--source=" + data_.path() + " --arena_bytes=16MiB ";
+  CommandResult r = RunDlcached(base + "--eviction_policy=lru");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown policy 'lru'"), std::string::npos)
+      << r.output;
+  r = RunDlcached(base + "--eviction_policy=clock,imagenet=minio");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("no dataset named 'imagenet'"), std::string::npos)
+      << r.output;
+  r = RunDlcached(base + "--borrowed_share=1.5");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--borrowed_share=1.5 must be between 0 and 1"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(DlcachedProcessTest, ArenaLargerThanShmFailsAtStartNotWithSigbus) {
   CommandResult r = RunDlcached(Flags() + "--source=" + data_.path() +
                                 " --arena_bytes=1000TiB");
