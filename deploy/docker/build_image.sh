@@ -181,9 +181,8 @@ t_import="$(now)"
 
 # --- 2. the Dockerfile, as it is -------------------------------------------------
 # One bud, no --layers: with vfs every committed layer is a full copy of the
-# file system, so each stage is committed once. --rm=false keeps the
-# stages' working containers until the build stage's size is measured.
-bud=("${bh[@]}" bud --isolation chroot --pull=never --format docker --rm=false
+# file system, so each stage is committed once.
+bud=("${bh[@]}" bud --isolation chroot --pull=never --format docker
      -f "$here/Dockerfile" --ignorefile "$here/Dockerfile.dockerignore"
      --build-arg "BASE_IMAGE=$base_image"
      --build-arg "RUNTIME_IMAGE=$base_image")
@@ -196,7 +195,7 @@ bud+=("${build_args[@]}")
 # The docker.io/ name is what `docker load` and the kubelet call
 # dlcache/dlcached:<version>; a bare name would be stored as localhost/...
 echo "== buildah bud -> $image"
-"${bud[@]}" -t "docker.io/$image" "$context" 2>&1 |
+"${bud[@]}" -t "docker.io/$image" "$context" 2>&1 | tee "$store/bud.log" |
   while IFS= read -r line; do
     printf '%s\n' "$line"
     if [[ "$line" == *"STEP 1/"*" AS runtime"* ]]; then now >"$store/t_build"; fi
@@ -219,14 +218,8 @@ image_bytes() {
 }
 runtime_size="$(image_bytes "docker.io/$image")"
 base_size="$(image_bytes "$base_image")"
-# The build stage's working container is the one holding the build tree.
-build_size=0
-while read -r c; do
-  m="$("${bh[@]}" mount "$c")"
-  if [[ -d "$m/src/build" ]]; then build_size="$(du_bytes "$m")"; fi
-  "${bh[@]}" umount "$c" >/dev/null
-done < <("${bh[@]}" containers --quiet)
-"${bh[@]}" rm --all >/dev/null
+# The build stage reports its own size (the Dockerfile's last build step).
+build_mib="$(sed -n 's/^build stage: \([0-9]*\) MiB.*/\1/p' "$store/bud.log" | tail -n 1)"
 
 rm -f "$output"
 "${bh[@]}" push --quiet "docker.io/$image" "docker-archive:$output:docker.io/$image"
@@ -235,7 +228,7 @@ t_end="$(now)"
 cat <<EOF
 == build_image.sh: $image -> $output
   runtime image:     $(mib "$runtime_size") ($runtime_size bytes, uncompressed)
-  build stage:       $(mib "$build_size") (with its build tree)
+  build stage:       ${build_mib:-?} MiB (with its build tree)
   base (mmdebstrap): $(mib "$base_size")
   archive:           $(mib "$(stat -c %s "$output")")
   time: base (mmdebstrap) $(elapsed "$t_start" "$t_base") s, import $(elapsed "$t_base" "$t_import") s,
