@@ -99,13 +99,29 @@ struct PeerClient::Impl {
     return PeerError(address, status);
   }
 
-  // After a failure to reach the stream: the peer may have restarted on
-  // another port; the next call asks again.
+  // After a failure to reach the stream. The first time, the peer may
+  // have restarted on another port: the next call asks again. When that
+  // keeps failing (the port filtered, say) while gRPC answers, the stream
+  // is tried again after a growing pause, up to kNoStreamRetry, so calls
+  // do not each pay a failed connect.
   void ForgetDataStream(const std::shared_ptr<PeerDataClient>& failed) {
     absl::MutexLock lock(&mu);
-    if (data == failed) {
-      data = nullptr;
-      next_ask = absl::InfinitePast();
+    if (data != failed) return;
+    data = nullptr;
+    ++stream_failures;
+    stream_failures_seen.store(true, std::memory_order_relaxed);
+    next_ask = stream_failures < 2
+                   ? absl::InfinitePast()
+                   : absl::Now() +
+                         std::min(kNoStreamRetry,
+                                  kAskFailedRetry *
+                                      (1 << std::min(stream_failures - 2, 8)));
+  }
+  void StreamWorked() {
+    if (stream_failures_seen.load(std::memory_order_relaxed)) {
+      absl::MutexLock lock(&mu);
+      stream_failures = 0;
+      stream_failures_seen.store(false, std::memory_order_relaxed);
     }
   }
 
@@ -125,6 +141,8 @@ struct PeerClient::Impl {
   absl::Mutex mu;
   std::shared_ptr<PeerDataClient> data ABSL_GUARDED_BY(mu);
   absl::Time next_ask ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  int stream_failures ABSL_GUARDED_BY(mu) = 0;  // in a row
+  std::atomic<bool> stream_failures_seen{false};
   std::atomic<bool> used_stream{false};
 };
 
@@ -172,7 +190,10 @@ absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
     impl_->used_stream.store(true, std::memory_order_relaxed);
     // Only a stream that could not be reached falls through to gRPC;
     // every other answer is the peer's.
-    if (!absl::IsUnavailable(s)) return s;
+    if (!absl::IsUnavailable(s)) {
+      if (s.ok()) impl_->StreamWorked();
+      return s;
+    }
     impl_->ForgetDataStream(stream);
   } else {
     impl_->used_stream.store(false, std::memory_order_relaxed);

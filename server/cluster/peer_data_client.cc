@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -18,6 +19,11 @@
 #include "server/cluster/peer_data_wire.h"
 
 namespace dlcache {
+namespace {
+
+constexpr absl::Duration kConnectTimeout = absl::Seconds(1);
+
+}  // namespace
 
 struct PeerDataClient::Response {
   DataResponseHeader header;
@@ -73,18 +79,21 @@ absl::StatusOr<UniqueFd> PeerDataClient::Dial(absl::Time deadline) {
             absl::StrCat("connect: ", std::strerror(errno)));
         continue;
       }
+      // A connect that gets no answer at all (a filtered port) gives up
+      // early, as UNAVAILABLE: the caller still has time for gRPC.
+      const absl::Time connect_by =
+          std::min(deadline, absl::Now() + kConnectTimeout);
       pollfd p{s.get(), POLLOUT, 0};
-      int timeout_ms = -1;
-      if (deadline != absl::InfiniteFuture()) {
-        timeout_ms = static_cast<int>(std::max<int64_t>(
-            0, absl::ToInt64Milliseconds(deadline - absl::Now()) + 1));
-      }
+      const int timeout_ms = static_cast<int>(std::max<int64_t>(
+          0, absl::ToInt64Milliseconds(connect_by - absl::Now()) + 1));
       int r;
       do {
         r = ::poll(&p, 1, timeout_ms);
       } while (r < 0 && errno == EINTR);
       if (r == 0) {
-        last = absl::DeadlineExceededError("connect: deadline");
+        last = connect_by < deadline
+                   ? absl::UnavailableError("connect: no answer")
+                   : absl::DeadlineExceededError("connect: deadline");
         continue;
       }
       int err = 0;

@@ -29,7 +29,8 @@ namespace dlcache {
 // connection broke), DEADLINE_EXCEEDED, DATA_LOSS, FAILED_PRECONDITION
 // (another version), UNAUTHENTICATED, or the owner's own answer. A request
 // on a pooled connection that the peer had closed meanwhile (restart, idle)
-// is retried once on a new one; requests are idempotent.
+// is retried once on a new one; requests are idempotent. A connect that
+// gets no answer within 1 s is UNAVAILABLE.
 //
 // Thread-safe; calls block for at most their timeout.
 class PeerDataClient {

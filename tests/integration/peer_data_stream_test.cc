@@ -386,5 +386,25 @@ TEST(PeerDataStreamTest, PeerClientFallsBackToGrpcWhenTheStreamIsGone) {
   EXPECT_EQ(grpc_owner.service().stats().fetches, 1u);
 }
 
+TEST(PeerDataStreamTest, AStreamThatCannotBeReachedIsLeftForAWhile) {
+  Owner owner;
+  // Announced, but nothing listens there: connects are refused.
+  testing::ReservedPort closed;
+  GrpcOwner grpc_owner(&owner, closed.port());
+  PeerClientOptions o;
+  o.token = kToken;
+  PeerClient client(grpc_owner.address(), o);
+  for (int i = 0; i < 5; ++i) {
+    std::string got;
+    ASSERT_TRUE(ClientFetch(client, owner, "a/one.bin", &got).ok()) << i;
+    EXPECT_EQ(got, owner.file("a/one.bin"));
+  }
+  // Every fetch was answered over gRPC; after two failed connects in a row
+  // the stream is not even tried.
+  EXPECT_EQ(grpc_owner.service().stats().fetches, 5u);
+  EXPECT_FALSE(client.using_data_stream());
+  EXPECT_EQ(owner.server().stats().fetches, 0u);
+}
+
 }  // namespace
 }  // namespace dlcache
