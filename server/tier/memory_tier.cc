@@ -491,7 +491,10 @@ void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
   if (status.ok()) {
     entry->state = ChunkEntry::State::kReady;
     entry->checksum = checksum;
-    if (entry->file != nullptr && origin == ChunkOrigin::kPeer) {
+    // A chunk already marked transient (its MinIO dataset is full) stays
+    // so, and makes no room among the borrowed.
+    if (entry->file != nullptr && origin == ChunkOrigin::kPeer &&
+        !entry->transient) {
       AdmitBorrowedLocked(entry);
     }
     if (entry->file != nullptr && entry->transient) {
