@@ -25,11 +25,12 @@ namespace dlcache {
 // pin is held only for the write.
 //
 // One thread per connection (askers keep a small pool each: about their
-// fill threads); connections over max_connections are closed at once, a
-// connection that does not finish its hello within handshake_timeout is
-// closed, and a write that makes no progress for send_timeout drops the
-// connection (and the pin). Requests with a bad dataset name or path get
-// INVALID_ARGUMENT without calling read_local.
+// fill threads, so the default 1024 serves 64 askers of 16); connections
+// over max_connections are closed at once (the asker then uses gRPC for
+// that call), a connection that does not finish its hello within
+// handshake_timeout is closed, and a response not written within
+// send_timeout drops the connection (and the pin). Requests with a bad dataset
+// name or path get INVALID_ARGUMENT without calling read_local.
 //
 // Thread-safe. Shutdown() (also the destructor) stops accepting, closes
 // every connection and joins their threads; a thread inside read_local
@@ -38,7 +39,7 @@ class PeerDataServer {
  public:
   struct Options {
     std::string token;  // empty = no check
-    int max_connections = 256;
+    int max_connections = 1024;
     absl::Duration handshake_timeout = absl::Seconds(5);
     absl::Duration send_timeout = absl::Seconds(30);
   };
