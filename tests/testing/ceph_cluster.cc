@@ -11,6 +11,7 @@
 #include <cephfs/libcephfs.h>
 // clang-format on
 
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -55,13 +56,20 @@ absl::StatusOr<std::unique_ptr<CephCluster>> CephCluster::Start(
   if (std::string why = WhyNotInstalled(); !why.empty()) {
     return absl::FailedPreconditionError(why);
   }
-  std::unique_ptr<CephCluster> c(new CephCluster());
-  absl::Status s = c->Boot(timeout);
-  if (!s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat(s.message(), "\nlogs:\n", c->LogTail()));
+  // A boot in which a daemon exits is retried from scratch (new dir, new
+  // port), at most 3 boots; each retry is reported on stderr.
+  absl::Status s;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    std::unique_ptr<CephCluster> c(new CephCluster());
+    s = c->Boot(timeout);
+    if (s.ok()) return c;
+    s = absl::Status(s.code(),
+                     absl::StrCat(s.message(), "\nlogs:\n", c->LogTail()));
+    if (!c->daemon_exited_) break;
+    std::fprintf(stderr, "CephCluster: boot %d failed, retrying: %s\n", attempt,
+                 std::string(s.message().substr(0, 200)).c_str());
   }
-  return c;
+  return s;
 }
 
 CephCluster::~CephCluster() {
@@ -139,9 +147,16 @@ absl::Status CephCluster::Boot(absl::Duration timeout) {
   if (!mon.ok()) return mon.status();
   mon_ = *mon;
   std::string out;
-  if (absl::Status s = Ceph("osd create", &out); !s.ok()) return s;
+  // The OSD is created with the uuid its store is made with: without one
+  // the OSD's own "osd create" at boot races the monitor and is refused
+  // now and then ("wrong fsid"), and the OSD exits.
+  const std::string osd_uuid = NewUuid();
+  if (absl::Status s = Ceph("osd create " + osd_uuid, &out); !s.ok()) {
+    return s;
+  }
   r = RunCommand(absl::StrCat("/usr/bin/ceph-osd -c ", conf_path_,
-                              " -i 0 --mkfs --osd-data ", d, "/osd 2>&1"));
+                              " -i 0 --mkfs --osd-uuid ", osd_uuid,
+                              " --osd-data ", d, "/osd 2>&1"));
   if (r.exit_code != 0) return absl::InternalError("osd mkfs: " + r.output);
   absl::StatusOr<pid_t> osd =
       SpawnDaemon({"/usr/bin/ceph-osd", "-f", "-c", conf_path_, "-i", "0",
@@ -169,10 +184,15 @@ absl::Status CephCluster::Boot(absl::Duration timeout) {
   // Ready = a libcephfs mount of the file system succeeds.
   int rc = -EAGAIN;
   while (absl::Now() < deadline) {
-    int st;
-    if (DaemonExited(&mon_, &st) || DaemonExited(&osd_, &st) ||
-        DaemonExited(&mds_, &st)) {
-      return absl::InternalError("a ceph daemon exited during start");
+    int st = 0;
+    for (auto [name, pid] : {std::pair<const char*, pid_t*>{"ceph-mon", &mon_},
+                             {"ceph-osd", &osd_},
+                             {"ceph-mds", &mds_}}) {
+      if (DaemonExited(pid, &st)) {
+        daemon_exited_ = true;
+        return absl::InternalError(
+            absl::StrCat(name, " exited during start (wait status ", st, ")"));
+      }
     }
     ceph_mount_info* m = nullptr;
     rc = ceph_create(&m, nullptr);
@@ -265,8 +285,9 @@ void CephCluster::ResumeOsd() {
 
 std::string CephCluster::LogTail(size_t bytes) const {
   const std::string d = dir_.path() + "/log/";
-  return FileTails(
-      {d + "mon.out", d + "osd.out", d + "mds.out", d + "mds.a.log"}, bytes);
+  return FileTails({d + "mon.out", d + "osd.out", d + "mds.out"}, bytes / 2) +
+         "\n--- osd.0.log:\n" + FileTails({d + "osd.0.log"}, bytes / 2) +
+         "\n--- mds.a.log:\n" + FileTails({d + "mds.a.log"}, bytes / 4);
 }
 
 }  // namespace dlcache::testing

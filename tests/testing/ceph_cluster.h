@@ -33,7 +33,8 @@ class CephCluster {
   static std::string WhyNotInstalled();
 
   // DEADLINE_EXCEEDED or INTERNAL with the daemons' log tails if the file
-  // system is not mountable within `timeout`.
+  // system is not mountable within `timeout`. A boot in which a daemon
+  // exits is retried (3 boots at most), visibly on stderr.
   static absl::StatusOr<std::unique_ptr<CephCluster>> Start(
       absl::Duration timeout = absl::Seconds(180));
   ~CephCluster();
@@ -70,6 +71,7 @@ class CephCluster {
   int port_ = 0;
   pid_t mon_ = -1, osd_ = -1, mds_ = -1;
   ceph_mount_info* writer_ = nullptr;
+  bool daemon_exited_ = false;  // Boot failed because a daemon exited
 };
 
 }  // namespace dlcache::testing
