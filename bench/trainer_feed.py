@@ -145,7 +145,7 @@ def find_binary(env, pattern):
 
 
 class Dlcached:
-    def __init__(self, binary, datasets, arena_bytes, workdir):
+    def __init__(self, binary, datasets, arena_bytes, workdir, extra=()):
         self.dir = tempfile.mkdtemp(prefix="tf_srv_", dir=workdir)
         self.shm = tempfile.mkdtemp(prefix="tf_arena_", dir="/dev/shm")
         self.socket = os.path.join(self.dir, "d.sock")
@@ -154,7 +154,7 @@ class Dlcached:
         self.proc = subprocess.Popen(
             [binary, "--socket=" + self.socket, "--shm_dir=" + self.shm,
              "--arena_bytes=%d" % arena_bytes, "--dataset=" + spec,
-             "--metrics_address=", "--keep_arena=false"],
+             "--metrics_address=", "--keep_arena=false"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
 
     def stop(self):

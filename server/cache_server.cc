@@ -429,6 +429,7 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   recovery_ = std::thread([this, open, next] {
     DLC_LOG(INFO) << "RECOVERING: verifying the SSD tier in "
                   << config_.ssd_dir;
+    if (config_.before_ssd_verify) config_.before_ssd_verify();
     absl::Status s = open();
     if (!s.ok()) {
       DLC_LOG(ERROR) << LogEscape(s.ToString())

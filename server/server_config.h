@@ -127,6 +127,9 @@ struct ServerConfig {
   std::function<absl::StatusOr<std::shared_ptr<Source>>(const DatasetConfig&)>
       source_factory;
   const Clock* clock = nullptr;
+  // Runs on the recovery thread before --ssd_verify_on_start verifies the
+  // SSD tier (tests hold the server in RECOVERING with it).
+  std::function<void()> before_ssd_verify;
   // Binds the arena's segments to NUMA nodes; null = mbind(2). Not owned.
   MemoryBinder* numa_binder = nullptr;
 };

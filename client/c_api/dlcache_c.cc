@@ -3,6 +3,7 @@
 
 #include "dlcache/dlcache_c.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -198,6 +199,14 @@ int dlc_connect(const char* socket_path, const char* client_name,
   options.client_name = client_name;
   return dlc_connect_with_options(&options, out);
 }
+
+// numa_node took the 4 bytes of tail padding after verify_checksums, so
+// the struct kept the size programs built against the older header
+// allocate: dlc_options_init from this library never writes past them.
+// A later field that grows the struct needs a size-taking init instead.
+static_assert(sizeof(dlc_options) == 48 &&
+                  offsetof(dlc_options, numa_node) == 44,
+              "dlc_options must keep its size and layout (C ABI)");
 
 void dlc_options_init(dlc_options* options) {
   if (options == nullptr) return;

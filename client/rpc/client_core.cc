@@ -82,9 +82,17 @@ void CountFork() {
 // absl::Mutex then hangs, in a new Client too. Completing the measurement
 // here (waiting for the thread doing it, or doing it) closes that window;
 // after the first time it is one atomic load.
+// The same holds for the pool that seeds every absl::BitGen: it is made once
+// per process under a spin lock, the first time any thread seeds one (a
+// Client's supervisor thread does, at start). A fork() while a parent
+// thread was doing that left the child's new Client with a supervisor stuck
+// on that lock forever (seen under load: the child never connected).
+// Seeding one here completes it before the fork.
 void PrepareFork() {
   (void)absl::base_internal::NumCPUs();
   (void)absl::base_internal::NominalCPUFrequency();
+  absl::BitGen seeded;
+  (void)seeded;
 }
 
 uint64_t ForkGeneration() {

@@ -24,6 +24,10 @@
 # RUN_NUMA=1 (tests/gpu/numa_gpu_check.py: each GPU's PCI numa_node vs.
 # dlcache's topology code, two ranks on one GPU through a --numa=auto
 # dlcached; ~10 s)  -> numa_gpu_check.log
+# RUN_MULTI_RANK=1 (bench/multi_rank_feed.py: 1..N ranks, one process per
+# rank, each feeding its GPU through GpuLoader; NUMA placement on/off; the
+# stock DataLoader per rank; MULTI_RANK_FLAGS are passed to it)
+#   -> multi_rank_feed.log, multi_rank_feed.md
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -112,6 +116,16 @@ if [ -n "$RUN_NUMA" ]; then
   if [ $r -eq 0 ]; then note "ok   numa_gpu_check.py"
   elif [ $r -eq 77 ] && [ $have_gpu -eq 0 ]; then note "SKIP numa_gpu_check.py (no GPU)"
   else note "FAIL numa_gpu_check.py (exit $r)"; rc=1; fi
+fi
+
+if [ -n "$RUN_MULTI_RANK" ]; then
+  echo "=== bench/multi_rank_feed.py"
+  pyrun timeout 540 python3 bench/multi_rank_feed.py --out "$out/multi_rank_feed.md" \
+    $MULTI_RANK_FLAGS > "$out/multi_rank_feed.log" 2>&1
+  r=$?
+  tail -40 "$out/multi_rank_feed.log"
+  if [ $r -eq 0 ]; then note "ok   multi_rank_feed.py"
+  else note "FAIL multi_rank_feed.py (exit $r)"; rc=1; fi
 fi
 
 # Opt-in: end to end through a real dlcached.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "dlcache/client.h"
@@ -20,6 +21,7 @@
 #include "tests/testing/counting_source.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -211,6 +213,94 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   ASSERT_NE(c, nullptr);
   ExpectAllFilesIdentical(*c);
   EXPECT_EQ(counting->reads(), 0u) << "warm data must come from the SSD tier";
+  EXPECT_GT((*s)->StatusNow().ssd().hits(), 0u);
+}
+
+// --ssd_verify_on_start, in process: while the SSD tier is verified the
+// server says RECOVERING and has no SSD tier to offer; a read that misses
+// memory waits for the tier instead of going to the source, and once
+// verified it is served from the SSD (the source is never read).
+TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
+  std::shared_ptr<testing::CountingSource> counting;
+  absl::Notification verify_gate;
+  auto start =
+      [&](bool verify) -> absl::StatusOr<std::unique_ptr<CacheServer>> {
+    ServerConfig c;
+    c.socket_path = Socket();
+    c.shm_dir = shm_.path() + "/arena3";
+    c.arena_bytes = 128 << 20;
+    c.segment_bytes = 16 << 20;
+    c.chunk_size = 1 << 20;
+    c.metrics_address = "";
+    c.keep_arena = false;
+    c.ssd_dir = tmp_.path() + "/ssd3";
+    c.ssd_verify_on_start = verify;
+    c.datasets = {{"default", data_.path()}};
+    c.source_factory =
+        [&](const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
+      auto posix = PosixSource::Open(d.source_root);
+      if (!posix.ok()) return posix.status();
+      counting = std::make_shared<testing::CountingSource>(
+          std::shared_ptr<Source>(*std::move(posix)));
+      return counting;
+    };
+    if (verify) {
+      c.before_ssd_verify = [&] { verify_gate.WaitForNotification(); };
+    }
+    return CacheServer::Start(std::move(c));
+  };
+  {
+    auto s = start(false);
+    ASSERT_TRUE(s.ok()) << s.status();
+    v1::WarmupRequest req;
+    req.set_dataset("default");
+    ASSERT_TRUE((*s)->engine()
+                    .Warmup(req, [](const v1::WarmupProgress&) { return true; })
+                    .ok());
+    ASSERT_NE((*s)->ssd(), nullptr);
+    (*s)->ssd()->Flush();
+    (*s)->Shutdown();
+  }
+
+  auto s = start(true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Whatever fails below, the recovery thread must be let go before the
+  // server (destroyed after this guard) joins it.
+  testing::ThreadGuard threads;
+  threads.OnStop([&] {
+    if (!verify_gate.HasBeenNotified()) verify_gate.Notify();
+  });
+  EXPECT_EQ((*s)->StatusNow().state(), "RECOVERING");
+  EXPECT_FALSE((*s)->StatusNow().has_ssd());
+  EXPECT_EQ((*s)->ssd(), nullptr);
+
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::atomic<int> reader_tid{0};
+  std::atomic<bool> read_done{false};
+  absl::StatusOr<Batch> read = absl::UnknownError("not run");
+  threads.Spawn([&] {
+    reader_tid = testing::CurrentThreadId();
+    read = c->GetBatch("default", {paths_[1]});
+    read_done = true;
+  });
+  ASSERT_TRUE(testing::Eventually([&] { return reader_tid != 0; }));
+  // The miss is parked in the server: the reader sleeps on its reply.
+  ASSERT_TRUE(testing::AwaitThreadAsleep(reader_tid));
+  EXPECT_FALSE(read_done);
+  EXPECT_EQ((*s)->StatusNow().state(), "RECOVERING");
+
+  verify_gate.Notify();
+  (*s)->WaitRecovered();
+  threads.JoinAll();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE((*read)[0].ok()) << (*read)[0].status();
+  EXPECT_EQ((*read)[0].size(), sizes_[1]);
+  EXPECT_EQ((*s)->StatusNow().state(), "SERVING");
+  EXPECT_TRUE((*s)->StatusNow().has_ssd());
+  ExpectAllFilesIdentical(*c);
+  EXPECT_EQ(counting->reads(), 0u)
+      << "reads during and after recovery must come from the SSD tier";
   EXPECT_GT((*s)->StatusNow().ssd().hits(), 0u);
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <thread>
@@ -46,6 +47,23 @@ std::string ItemBytes(const Item& item) {
     return "<CopyTo failed>";
   }
   return out;
+}
+
+// The stacks of every thread of `pid` from gdb, when it is installed (a
+// hang after fork() is a lock some parent thread held at the fork: the
+// stack names it). Never blocks for long: gdb runs under a timeout.
+std::string ThreadStacks(pid_t pid) {
+  const std::string cmd = absl::StrCat(
+      "command -v gdb >/dev/null 2>&1 && timeout 60 gdb -p ", pid,
+      " -batch -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' "
+      "| head -80");
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return "(popen failed)";
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+  ::pclose(f);
+  return out.empty() ? "(no gdb)" : out;
 }
 
 // Runs `body` in a forked child; returns what it reported ("" = all good),
@@ -89,11 +107,12 @@ std::string RunInChild(const std::function<std::string()>& body,
   }
   int status = 0;
   if (!eof) {
+    const std::string stacks = ThreadStacks(child);
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
-    return absl::StrCat("the child did not finish within ",
-                        absl::FormatDuration(timeout),
-                        " (hung?); it said: ", report);
+    return absl::StrCat(
+        "the child did not finish within ", absl::FormatDuration(timeout),
+        " (hung?); it said: ", report, "\nits threads:\n", stacks);
   }
   ::waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

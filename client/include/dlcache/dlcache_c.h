@@ -83,8 +83,9 @@ int dlc_connect(const char* socket_path, const char* client_name,
                 dlc_client** out);
 
 /* Connection options; fill with dlc_options_init() first, then change what
- * you need (new fields may be added at the end in later versions, so never
- * initialise the struct yourself). */
+ * you need (never initialise the struct yourself). Its size (48 bytes on
+ * LP64) is part of the ABI: numa_node went into what was tail padding, and
+ * a later field that grows the struct will come with its own init call. */
 typedef struct {
   const char* socket_path;  /* NULL = the default socket */
   const char* client_name;  /* NULL = "client" */
