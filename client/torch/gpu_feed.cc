@@ -40,6 +40,9 @@ GpuFeed::~GpuFeed() {
   }
   cv_.notify_all();
   thread_.join();
+  // Freeing a handle never blocks; the uploader still releases the leases
+  // once the copies are done.
+  for (dlc_cuda_upload* u : pending_) dlc_cuda_upload_free(u);
   // Batches never taken still hold device memory and, until their copies
   // finish, leases: freeing the tensors is enough (the uploader releases
   // the leases once the copies are done).
@@ -52,6 +55,7 @@ void GpuFeed::Run() {
       cv_.wait(lock, [&] { return stop_ || ready_.size() < depth_; });
       if (stop_) break;
     }
+    Throttle();
     Result r;
     try {
       r = Produce(std::move(keys));
@@ -71,6 +75,19 @@ void GpuFeed::Run() {
     done_ = true;
   }
   cv_.notify_all();
+}
+
+void GpuFeed::Throttle() {
+  while (!pending_.empty()) {
+    int ready = 0;
+    if (dlc_cuda_upload_ready(pending_.front(), &ready) == DLC_OK && !ready &&
+        pending_.size() < depth_ + 2) {
+      return;
+    }
+    if (!ready) dlc_cuda_upload_wait(pending_.front());  // releases leases
+    dlc_cuda_upload_free(pending_.front());
+    pending_.pop_front();
+  }
 }
 
 std::optional<GpuFeed::Result> GpuFeed::Next() {
@@ -134,10 +151,11 @@ GpuFeed::Result GpuFeed::UploadWhole(dlc_batch* batch, Result r) {
                            DeviceBytes(device_));
   // Stream-ordered with the legacy default stream (see cache_dataset.h);
   // on success the upload owns the batch.
+  dlc_cuda_upload* upload = nullptr;
   if (int rc =
           dlc_cuda_upload_batch(uploader_, batch, r.batch.data.data_ptr(),
                                 static_cast<uint64_t>(r.batch.data.numel()),
-                                offsets.data(), nullptr, 0, nullptr);
+                                offsets.data(), nullptr, 0, &upload);
       rc != DLC_OK) {
     r.code = rc;
     r.error = std::string("upload: ") + dlc_cuda_last_error();
@@ -145,6 +163,7 @@ GpuFeed::Result GpuFeed::UploadWhole(dlc_batch* batch, Result r) {
     dlc_batch_free(batch);
     return r;
   }
+  pending_.push_back(upload);
   r.batch.data = r.batch.data.narrow(0, 0, static_cast<int64_t>(total));
   for (size_t i = 0; i < n; ++i) {
     r.batch.items[i] =
@@ -175,6 +194,7 @@ GpuFeed::Result GpuFeed::UploadSome(const dlc_batch_arrays& a, Result r) {
   int rc = DLC_OUT_OF_RANGE;
   // A file that grew since the first request needs a bigger buffer: the
   // failed call says how big.
+  dlc_cuda_upload* upload = nullptr;
   for (int attempt = 0; attempt < 2 && rc == DLC_OUT_OF_RANGE; ++attempt) {
     const uint64_t need = attempt == 0 ? guess : offsets[ok.size()];
     r.batch.data =
@@ -183,8 +203,9 @@ GpuFeed::Result GpuFeed::UploadSome(const dlc_batch_arrays& a, Result r) {
     rc = dlc_cuda_upload_keys(uploader_, dataset_.c_str(), ptrs.data(),
                               ptrs.size(), r.batch.data.data_ptr(),
                               static_cast<uint64_t>(r.batch.data.numel()), 0,
-                              offsets.data(), nullptr, 0, nullptr);
+                              offsets.data(), nullptr, 0, &upload);
   }
+  if (rc == DLC_OK) pending_.push_back(upload);
   if (rc != DLC_OK) {
     r.code = rc;
     r.error = std::string("upload: ") + dlc_cuda_last_error();

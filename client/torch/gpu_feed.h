@@ -4,6 +4,11 @@
 // Internal to the LibTorch adapter: a producer thread that fetches batches
 // of keys from dlcached and uploads them into fresh device tensors through
 // the C ABI's CUDA uploader, up to `depth` batches ahead of the consumer.
+// Copies are ordered with the legacy default stream, so a trainer whose CPU
+// runs ahead of its GPU would otherwise take batch after batch whose copies
+// (and leases) are still queued behind its kernels: the producer lets at
+// most depth + 2 uploads be unfinished and waits for the oldest one before
+// starting another, which bounds the leases held and throttles run-ahead.
 //
 // Thread safety: Next() from one thread at a time; the destructor stops the
 // producer (waiting for at most one request in flight) and joins it.
@@ -48,6 +53,8 @@ class GpuFeed {
   Result Produce(std::vector<std::string> keys);
   Result UploadWhole(dlc_batch* batch, Result r);
   Result UploadSome(const dlc_batch_arrays& a, Result r);
+  // Drops finished uploads; waits for the oldest while there are too many.
+  void Throttle();
 
   dlc_client* const client_;
   dlc_cuda_uploader* const uploader_;
@@ -55,6 +62,7 @@ class GpuFeed {
   const int device_;
   const size_t depth_;
   std::vector<std::vector<std::string>> batches_;  // producer-owned
+  std::deque<dlc_cuda_upload*> pending_;           // producer-owned
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
