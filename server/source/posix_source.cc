@@ -19,6 +19,7 @@
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
+#include "server/source/source_errno.h"
 
 namespace dlcache {
 namespace {
@@ -52,20 +53,10 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
   }
 }
 
-const char* KindOf(mode_t mode) {
-  if (S_ISREG(mode)) return "regular file";
-  if (S_ISDIR(mode)) return "directory";
-  if (S_ISFIFO(mode)) return "fifo";
-  if (S_ISCHR(mode)) return "character device";
-  if (S_ISBLK(mode)) return "block device";
-  if (S_ISSOCK(mode)) return "socket";
-  if (S_ISLNK(mode)) return "symlink";
-  return "unknown file type";
-}
-
 absl::Status NotRegular(mode_t mode, absl::string_view path) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "not a regular file: ", KindOf(mode), " (", LogEscape(path), ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("not a regular file: ", FileKindOfMode(mode), " (",
+                   LogEscape(path), ")"));
 }
 
 FileInfo InfoOf(const struct stat& st) {
@@ -236,7 +227,7 @@ absl::Status PosixSource::List(
         if (!fn(child, InfoOf(cst))) stop = true;
       } else {
         if (first_skipped.empty()) first_skipped = child;
-        ++skipped[KindOf(cst.st_mode)];
+        ++skipped[FileKindOfMode(cst.st_mode)];
       }
     }
     ::closedir(dir);
