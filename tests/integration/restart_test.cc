@@ -54,6 +54,34 @@ class RestartTest : public ::testing::Test {
   }
   std::string Socket() { return tmp_.path() + "/s.sock"; }
 
+  // An in-process server whose arena does not survive it (only the SSD
+  // tier `ssd` may carry data over), reading the source through a
+  // CountingSource it stores in *counting.
+  ServerConfig InProcessConfig(
+      const std::string& arena, const std::string& ssd,
+      std::shared_ptr<testing::CountingSource>* counting) {
+    ServerConfig c;
+    c.socket_path = Socket();
+    c.shm_dir = shm_.path() + "/" + arena;
+    c.arena_bytes = 128 << 20;
+    c.segment_bytes = 16 << 20;
+    c.chunk_size = 1 << 20;
+    c.metrics_address = "";
+    c.keep_arena = false;
+    c.ssd_dir = tmp_.path() + "/" + ssd;
+    c.datasets = {{"default", data_.path()}};
+    c.source_factory =
+        [counting](
+            const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
+      auto posix = PosixSource::Open(d.source_root);
+      if (!posix.ok()) return posix.status();
+      *counting = std::make_shared<testing::CountingSource>(
+          std::shared_ptr<Source>(*std::move(posix)));
+      return *counting;
+    };
+    return c;
+  }
+
   std::unique_ptr<Client> Connect() {
     ClientOptions o;
     o.socket_path = Socket();
@@ -173,25 +201,7 @@ TEST_F(RestartTest, KillDuringWarmupThenRestartServesIdenticalBytes) {
 TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   std::shared_ptr<testing::CountingSource> counting;
   auto start = [&]() -> absl::StatusOr<std::unique_ptr<CacheServer>> {
-    ServerConfig c;
-    c.socket_path = Socket();
-    c.shm_dir = shm_.path() + "/arena2";
-    c.arena_bytes = 128 << 20;
-    c.segment_bytes = 16 << 20;
-    c.chunk_size = 1 << 20;
-    c.metrics_address = "";
-    c.keep_arena = false;  // only the SSD may carry the data over
-    c.ssd_dir = tmp_.path() + "/ssd2";
-    c.datasets = {{"default", data_.path()}};
-    c.source_factory =
-        [&](const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
-      auto posix = PosixSource::Open(d.source_root);
-      if (!posix.ok()) return posix.status();
-      counting = std::make_shared<testing::CountingSource>(
-          std::shared_ptr<Source>(*std::move(posix)));
-      return counting;
-    };
-    return CacheServer::Start(std::move(c));
+    return CacheServer::Start(InProcessConfig("arena2", "ssd2", &counting));
   };
   {
     auto s = start();
@@ -225,25 +235,8 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   absl::Notification verify_gate;
   auto start =
       [&](bool verify) -> absl::StatusOr<std::unique_ptr<CacheServer>> {
-    ServerConfig c;
-    c.socket_path = Socket();
-    c.shm_dir = shm_.path() + "/arena3";
-    c.arena_bytes = 128 << 20;
-    c.segment_bytes = 16 << 20;
-    c.chunk_size = 1 << 20;
-    c.metrics_address = "";
-    c.keep_arena = false;
-    c.ssd_dir = tmp_.path() + "/ssd3";
+    ServerConfig c = InProcessConfig("arena3", "ssd3", &counting);
     c.ssd_verify_on_start = verify;
-    c.datasets = {{"default", data_.path()}};
-    c.source_factory =
-        [&](const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
-      auto posix = PosixSource::Open(d.source_root);
-      if (!posix.ok()) return posix.status();
-      counting = std::make_shared<testing::CountingSource>(
-          std::shared_ptr<Source>(*std::move(posix)));
-      return counting;
-    };
     if (verify) {
       c.before_ssd_verify = [&] { verify_gate.WaitForNotification(); };
     }
