@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -186,22 +187,27 @@ int main(int argc, char** argv) {
         "%.2f GB/s%s\n",
         device.str().c_str(), static_cast<long long>(samples), s, samples / s,
         bytes / s / 1e9, a.train ? " (with training)" : "");
+    // Samples/s of `one_batch` (one batch's worth of work) run once to warm
+    // up, then as many batches as the loop delivered (at least 20).
+    auto rate = [&](const std::function<void()>& one_batch) {
+      const int64_t rounds = std::max<int64_t>(samples / a.batch, 20);
+      one_batch();
+      Sync(device);
+      const auto c0 = std::chrono::steady_clock::now();
+      for (int64_t r = 0; r < rounds; ++r) one_batch();
+      Sync(device);
+      const double cs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0)
+              .count();
+      return rounds * a.batch / cs;
+    };
     if (device.is_cuda() && samples > 0 && a.train) {
       // The ceiling with training: the same steps on a batch that is
       // already in device memory, so no input pipeline at all.
       at::Tensor resident = torch::randint(
           256, {a.batch * sample},
           torch::TensorOptions().device(device).dtype(torch::kByte));
-      const int64_t rounds = std::max<int64_t>(samples / a.batch, 20);
-      step(resident, a.batch);
-      Sync(device);
-      const auto c0 = std::chrono::steady_clock::now();
-      for (int64_t r = 0; r < rounds; ++r) step(resident, a.batch);
-      Sync(device);
-      const double cs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0)
-              .count();
-      const double ceiling = rounds * a.batch / cs;
+      const double ceiling = rate([&] { step(resident, a.batch); });
       std::printf(
           "compute-bound (device-resident batch) on %s: %.0f samples/s; "
           "dlcache = %.2fx of it\n",
@@ -213,16 +219,7 @@ int main(int argc, char** argv) {
                             .pin_memory();
       at::Tensor dev =
           torch::empty_like(host, torch::TensorOptions().device(device));
-      const int64_t rounds = std::max<int64_t>(samples / a.batch, 20);
-      dev.copy_(host, true);
-      Sync(device);
-      const auto c0 = std::chrono::steady_clock::now();
-      for (int64_t r = 0; r < rounds; ++r) dev.copy_(host, true);
-      Sync(device);
-      const double cs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0)
-              .count();
-      const double ceiling = rounds * a.batch / cs;
+      const double ceiling = rate([&] { dev.copy_(host, true); });
       std::printf(
           "pinned host -> %s ceiling: %.0f samples/s, %.2f GB/s; "
           "dlcache = %.2fx of it\n",
