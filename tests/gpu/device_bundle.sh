@@ -15,7 +15,8 @@ bins=(bench/gpu_upload_bench tests/gpu/upload_engine_test
       tests/gpu/upload_layout_test tests/gpu/cuda_c_api_test
       tests/gpu/cuda_restart_test tests/gpu/e2e_upload_check server/dlcached
       tests/gpu/cuda_feed_test tests/gpu/feed_pipeline_test
-      client/dlcachectl bench/batch_breakdown bench/scaling_bench)
+      client/dlcachectl bench/batch_breakdown bench/scaling_bench
+      bench/cluster_bench)
 for b in "${bins[@]}"; do
   [ -x "$build/$b" ] || { echo "skip $b (not built)"; continue; }
   cp "$build/$b" "$out/bin/"

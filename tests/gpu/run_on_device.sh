@@ -28,6 +28,9 @@
 # rank, each feeding its GPU through GpuLoader; NUMA placement on/off; the
 # stock DataLoader per rank; MULTI_RANK_FLAGS are passed to it)
 #   -> multi_rank_feed.log, multi_rank_feed.md
+# RUN_CLUSTER=1 (bench/cluster_bench: 3 nodes on loopback, cluster vs
+# independent caches, on this machine's quiet cores; CLUSTER_FLAGS are
+# passed to it)  -> cluster_bench.log, cluster_benchmark.md
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -126,6 +129,18 @@ if [ -n "$RUN_MULTI_RANK" ]; then
   tail -40 "$out/multi_rank_feed.log"
   if [ $r -eq 0 ]; then note "ok   multi_rank_feed.py"
   else note "FAIL multi_rank_feed.py (exit $r)"; rc=1; fi
+fi
+
+# Opt-in: the cluster benchmark (issue 11's peer hop) on quiet cores.
+if [ -n "$RUN_CLUSTER" ] && [ -x "$here/bin/cluster_bench" ]; then
+  echo "=== cluster_bench"
+  cdir=$(mktemp -d /tmp/dlc_cluster.XXXXXX)
+  binenv timeout 540 "$here/bin/cluster_bench" --dir="$cdir" \
+    --out="$out/cluster_benchmark.md" ${CLUSTER_FLAGS:-} > "$out/cluster_bench.log" 2>&1
+  r=$?
+  rm -rf "$cdir"
+  tail -30 "$out/cluster_bench.log"
+  if [ $r -eq 0 ]; then note "ok   cluster_bench"; else note "FAIL cluster_bench ($r)"; rc=1; fi
 fi
 
 # Opt-in: end to end through a real dlcached.
