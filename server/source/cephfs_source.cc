@@ -15,6 +15,7 @@
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/source/source_errno.h"
+#include "server/source/tree_walk.h"
 
 namespace dlcache {
 namespace {
@@ -199,54 +200,29 @@ absl::Status CephFsSource::List(
     }
     if (!S_ISDIR(st.mode)) return NotRegularFileStatus(st.mode, prefix);
   }
-  uint64_t skipped = 0;
-  std::string first_skipped;
-  std::vector<std::string> stack{std::string(prefix)};
-  absl::Status status;
-  while (!stack.empty()) {
-    std::string dir = std::move(stack.back());
-    stack.pop_back();
-    std::vector<CephFsClient::DirEntry> entries;
-    const std::string p = CephPath(dir);
-    int64_t rc = WithOneRetry([&] {
-      entries.clear();
-      return client_->ReadDir(p, &entries);
-    });
-    if (rc < 0) {
-      absl::Status s =
-          SourceErrnoFailure(static_cast<int>(rc), kScheme, "readdir", dir)
+  return WalkTree(
+      describe_, prefix,
+      [&](const std::string& dir, std::vector<TreeEntry>* entries) {
+        std::vector<CephFsClient::DirEntry> got;
+        const std::string p = CephPath(dir);
+        int64_t rc = WithOneRetry([&] {
+          got.clear();
+          return client_->ReadDir(p, &got);
+        });
+        if (rc < 0) {
+          return SourceErrnoFailure(static_cast<int>(rc), kScheme, "readdir",
+                                    dir)
               .status;
-      // As NfsSource: a vanished subdirectory is skipped, an unavailable
-      // cluster ends the walk.
-      if (s.code() == absl::StatusCode::kNotFound && dir != prefix) continue;
-      status = s;
-      if (s.code() == absl::StatusCode::kUnavailable) break;
-      continue;
-    }
-    bool stop = false;
-    for (CephFsClient::DirEntry& e : entries) {
-      std::string child = dir.empty() ? e.name : absl::StrCat(dir, "/", e.name);
-      if (S_ISDIR(e.stat.mode)) {
-        stack.push_back(std::move(child));
-      } else if (S_ISREG(e.stat.mode)) {
-        if (!fn(child, InfoOf(e.stat))) {
-          stop = true;
-          break;
         }
-      } else {
-        if (first_skipped.empty()) first_skipped = child;
-        ++skipped;
-      }
-    }
-    if (stop) break;
-  }
-  if (skipped > 0) {
-    DLC_LOG(WARNING) << Describe() << ": listing '" << LogEscape(prefix)
-                     << "' skipped " << skipped
-                     << " entries that are not regular files, e.g. "
-                     << LogEscape(first_skipped);
-  }
-  return status;
+        entries->clear();
+        entries->reserve(got.size());
+        for (CephFsClient::DirEntry& e : got) {
+          entries->push_back(
+              TreeEntry{std::move(e.name), e.stat.mode, InfoOf(e.stat)});
+        }
+        return absl::OkStatus();
+      },
+      fn);
 }
 
 }  // namespace dlcache

@@ -34,16 +34,10 @@
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/source/source_errno.h"
+#include "server/source/tree_walk.h"
 
 namespace dlcache {
 namespace {
-
-// One entry of a directory, copied out of libnfs on the loop thread.
-struct DirEntry {
-  std::string name;
-  uint64_t mode = 0;  // with the S_IFMT bits
-  FileInfo info;
-};
 
 uint64_t ModeOfDirent(const nfsdirent& e) {
   if ((e.mode & S_IFMT) != 0) return e.mode;
@@ -87,7 +81,7 @@ struct Call {
   struct nfsfh* fh = nullptr;
   char* dst = nullptr;  // kRead: where the bytes go, dst_len at most
   size_t dst_len = 0;
-  std::vector<DirEntry> entries;  // kOpendir
+  std::vector<TreeEntry> entries;  // kOpendir (copied out on the loop)
 };
 
 // The first completion wins: a reply after the caller gave up (and
@@ -306,9 +300,9 @@ class NfsSource::Loop {
           while (nfsdirent* e = nfs_readdir(nfs, dir)) {
             absl::string_view name(e->name);
             if (name == "." || name == "..") continue;
-            DirEntry d;
+            TreeEntry d;
             d.name = std::string(name);
-            d.mode = ModeOfDirent(*e);
+            d.mode = static_cast<uint32_t>(ModeOfDirent(*e));
             d.info.size = e->size;
             d.info.mtime_ns =
                 int64_t{e->mtime.tv_sec} * 1000000000 + e->mtime_nsec;
@@ -854,61 +848,27 @@ absl::Status NfsSource::List(
     }
     if (!S_ISDIR(st.nfs_mode)) return NotRegularFileStatus(st.nfs_mode, prefix);
   }
-  uint64_t skipped = 0;
-  std::string first_skipped;
-  std::vector<std::string> stack{std::string(prefix)};
-  absl::Status status;
-  while (!stack.empty()) {
-    std::string dir = std::move(stack.back());
-    stack.pop_back();
-    const std::string p = NfsPath(dir);
-    std::vector<DirEntry> entries;
-    absl::Status s = WithOneRetry<absl::Status>([&](bool* retry) {
-      auto call = RunCall(PickLoop(), Kind::kOpendir, options_.timeout,
-                          [p](nfs_context* nfs, nfs_cb cb, void* arg) {
-                            return nfs_opendir_async(nfs, p.c_str(), cb, arg);
-                          });
-      if (call->err < 0) {
-        SourceFailure f = SourceErrnoFailure(call->err, "nfs", "readdir", dir,
-                                             call->error_text);
-        *retry = f.retry;
-        return f.status;
-      }
-      entries = std::move(call->entries);
-      return absl::OkStatus();
-    });
-    if (!s.ok()) {
-      // A directory that vanished mid-walk is skipped; the server going
-      // away ends the walk (a warm-up must not claim to be complete).
-      if (s.code() == absl::StatusCode::kNotFound && dir != prefix) continue;
-      status = s;
-      if (s.code() == absl::StatusCode::kUnavailable) break;
-      continue;
-    }
-    bool stop = false;
-    for (DirEntry& e : entries) {
-      std::string child = dir.empty() ? e.name : absl::StrCat(dir, "/", e.name);
-      if (S_ISDIR(e.mode)) {
-        stack.push_back(std::move(child));
-      } else if (S_ISREG(e.mode)) {
-        if (!fn(child, e.info)) {
-          stop = true;
-          break;
-        }
-      } else {
-        if (first_skipped.empty()) first_skipped = child;
-        ++skipped;
-      }
-    }
-    if (stop) break;
-  }
-  if (skipped > 0) {
-    DLC_LOG(WARNING) << Describe() << ": listing '" << LogEscape(prefix)
-                     << "' skipped " << skipped
-                     << " entries that are not regular files, e.g. "
-                     << LogEscape(first_skipped);
-  }
-  return status;
+  return WalkTree(
+      describe_, prefix,
+      [&](const std::string& dir, std::vector<TreeEntry>* entries) {
+        const std::string p = NfsPath(dir);
+        return WithOneRetry<absl::Status>([&](bool* retry) {
+          auto call =
+              RunCall(PickLoop(), Kind::kOpendir, options_.timeout,
+                      [p](nfs_context* nfs, nfs_cb cb, void* arg) {
+                        return nfs_opendir_async(nfs, p.c_str(), cb, arg);
+                      });
+          if (call->err < 0) {
+            SourceFailure f = SourceErrnoFailure(call->err, "nfs", "readdir",
+                                                 dir, call->error_text);
+            *retry = f.retry;
+            return f.status;
+          }
+          *entries = std::move(call->entries);
+          return absl::OkStatus();
+        });
+      },
+      fn);
 }
 
 }  // namespace dlcache
