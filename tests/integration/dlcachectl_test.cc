@@ -24,7 +24,7 @@
 #include "dlcache/v1/admin.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/source/source.h"
+#include "server/backend/source.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
 

@@ -33,13 +33,13 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "server/backend/chunk_backend.h"
+#include "server/backend/source.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer.h"
 #include "server/cluster/peer_client.h"
 #include "server/cluster/peer_service.h"
 #include "server/cluster/placement.h"
-#include "server/source/source.h"
-#include "server/tier/chunk_backend.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
