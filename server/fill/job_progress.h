@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,22 +11,25 @@
 namespace dlcache {
 
 // Progress of a listed job: one that lists a dataset prefix and works
-// through its files (SSD sync; warm-up and cluster warm-up report the same
-// fields as v1::WarmupProgress, which this mirrors). A plain value; the job
-// that owns it guards it.
+// through its files (warm-up, a node's share of a cluster warm-up, SSD
+// sync), and of the cluster warm-up's merged view. The one progress type of
+// every such job; the admin and peer RPCs translate it to
+// v1::WarmupProgress (server/rpc/job_progress_proto). A plain value; the
+// job that owns it guards it. The rules its fields follow are those of
+// RunListedJob (listed_job.h).
 struct JobProgress {
   // The most failure lines any listed job keeps (warm-up, cluster warm-up,
-  // SSD sync); further failures are only counted.
+  // sync); further failures are only counted.
   static constexpr size_t kMaxFailures = 20;
 
-  uint64_t files_total = 0;
-  uint64_t files_done = 0;
+  uint64_t files_total = 0;    // listed so far
+  uint64_t files_done = 0;     // finished, failed or not
   uint64_t files_skipped = 0;  // of files_done: nothing to do for them
-  uint64_t files_failed = 0;
+  uint64_t files_failed = 0;   // of files_done (+1 for a listing error)
   uint64_t bytes_total = 0;
   uint64_t bytes_done = 0;
-  uint64_t chunks_written = 0;
-  uint64_t chunks_skipped = 0;
+  uint64_t chunks_written = 0;  // SSD sync only
+  uint64_t chunks_skipped = 0;  // SSD sync only
   bool listing_done = false;
   bool done = false;
   double elapsed_s = 0;
@@ -39,6 +43,9 @@ struct JobProgress {
     return true;
   }
 };
+
+// Receives a running job's progress; returning false cancels the job.
+using JobProgressFn = std::function<bool(const JobProgress&)>;
 
 }  // namespace dlcache
 
