@@ -52,6 +52,7 @@
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "server/cache_server.h"
+#include "server/cluster/peer_router.h"
 #include "server/source/posix_source.h"
 
 ABSL_FLAG(uint32_t, files, 1500, "files in the dataset");
@@ -247,21 +248,22 @@ absl::StatusOr<Result> RunConfig(const Config& config, const Dataset& data,
   r.items = items.load();
   r.bad = bad.load();
   for (auto& s : servers) {
-    v1::StatsResponse stats;
-    s->engine().Stats(v1::StatsRequest(), &stats).IgnoreError();
     uint64_t hits = 0, misses = 0;
-    for (const v1::DatasetStats& d : stats.datasets()) {
-      r.source_bytes += d.source_bytes();
-      r.source_reads += d.source_reads();
-      hits += d.hits();
-      misses += d.misses();
+    for (const DatasetStats& d :
+         s->engine().Stats().value_or(std::vector<DatasetStats>())) {
+      r.source_bytes += d.source_bytes;
+      r.source_reads += d.source_reads;
+      hits += d.hits;
+      misses += d.misses;
     }
     r.hit_rates.push_back(hits + misses ? 1.0 * hits / (hits + misses) : 0);
-    v1::StatusResponse st = s->StatusNow();
-    r.peer_bytes += st.cluster().peer_bytes();
-    r.peer_fetches += st.cluster().peer_reads();
-    r.peer_stats += st.cluster().peer_stats();
-    r.fallbacks += st.cluster().fallbacks();
+    if (PeerRouter* router = s->peer_router()) {
+      const PeerRouter::Stats rs = router->stats();
+      r.peer_bytes += rs.peer_bytes;
+      r.peer_fetches += rs.peer_reads;
+      r.peer_stats += rs.peer_stats;
+      r.fallbacks += rs.fallbacks;
+    }
   }
   for (auto& s : servers) s->Shutdown();
   return r;

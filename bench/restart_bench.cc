@@ -417,11 +417,10 @@ class ServerHarness {
   // The engine's own count; UINT64_MAX when it cannot tell, so a check
   // for 0 fails rather than passes.
   uint64_t engine_source_reads() {
-    v1::StatsRequest req;
-    v1::StatsResponse resp;
-    if (!server_->engine().Stats(req, &resp).ok()) return UINT64_MAX;
+    absl::StatusOr<std::vector<DatasetStats>> resp = server_->engine().Stats();
+    if (!resp.ok()) return UINT64_MAX;
     uint64_t n = 0;
-    for (const v1::DatasetStats& d : resp.datasets()) n += d.source_reads();
+    for (const DatasetStats& d : *resp) n += d.source_reads;
     return n;
   }
   // Segment files of an arena left in shm_dir.
@@ -520,7 +519,7 @@ int Run(int argc, char** argv) {
       t = SteadyClock::now();
       absl::Status s = h.server().ssd()->Sync(
           kDatasetName, "", *src, absl::GetFlag(FLAGS_fill_threads),
-          [](const SsdSyncProgress&) { return true; });
+          [](const JobProgress&) { return true; });
       if (!s.ok()) return fail("ssd sync", s);
       h.server().ssd()->Flush();
       sync_s = SecondsSince(t);
@@ -592,7 +591,7 @@ int Run(int argc, char** argv) {
     return fail("restart (b)", s);
   }
   {
-    const uint64_t adopted = h.server().StatusNow().cached_chunks();
+    const uint64_t adopted = h.server().Status().memory->cached_chunks;
     DlcacheReader reader(*ds, h.client(), kDatasetName, /*touch=*/true);
     absl::StatusOr<EpochResult> r = RunEpoch(reader, epoch);
     if (!r.ok()) return fail("epoch (b)", r.status());
@@ -638,7 +637,7 @@ int Run(int argc, char** argv) {
     return fail("restart (c)", s);
   }
   {
-    const uint64_t adopted = h.server().StatusNow().cached_chunks();
+    const uint64_t adopted = h.server().Status().memory->cached_chunks;
     DlcacheReader reader(*ds, h.client(), kDatasetName, /*touch=*/true);
     absl::StatusOr<EpochResult> r = RunEpoch(reader, epoch);
     if (!r.ok()) return fail("epoch (c)", r.status());

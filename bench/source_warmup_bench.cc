@@ -66,28 +66,28 @@ Result EngineWarmup(const std::string& root, int files, int parallelism) {
       std::fprintf(stderr, "server: %s\n", t.status().ToString().c_str());
       std::exit(1);
     }
-    v1::WarmupRequest req;
-    req.set_dataset("ds");
-    req.set_parallelism(parallelism);
-    v1::WarmupProgress last;
+    WarmupSpec req;
+    req.dataset = "ds";
+    req.parallelism = parallelism;
+    JobProgress last;
     const absl::Time start = absl::Now();
     absl::Status s =
-        (*t)->server().engine().Warmup(req, [&](const v1::WarmupProgress& p) {
+        (*t)->server().engine().Warmup(req, [&](const JobProgress& p) {
           last = p;
           return true;
         });
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
     if (!s.ok()) std::fprintf(stderr, "warmup: %s\n", s.ToString().c_str());
     Result res;
-    res.files_per_s = last.files_done() / secs;
-    res.failed = last.files_failed();
+    res.files_per_s = last.files_done / secs;
+    res.failed = last.files_failed;
     if (auto* nfs = dynamic_cast<NfsSource*>(opened.get())) {
       res.max_inflight = nfs->max_inflight();
     }
     if (res.files_per_s > best.files_per_s) best = res;
-    if (last.files_done() != static_cast<uint64_t>(files)) {
+    if (last.files_done != static_cast<uint64_t>(files)) {
       std::fprintf(stderr, "warm-up did %llu of %d files\n",
-                   static_cast<unsigned long long>(last.files_done()), files);
+                   static_cast<unsigned long long>(last.files_done), files);
     }
   }
   return best;

@@ -1,7 +1,6 @@
 #include "server/cache_engine.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,29 +11,9 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
-#include "server/fill/job_progress.h"
+#include "server/fill/listed_job.h"
 
 namespace dlcache {
-namespace {
-
-void SetError(const absl::Status& s, v1::ItemResult* out) {
-  out->set_code(static_cast<int>(s.code()));
-  out->set_message(std::string(s.message()));
-  out->clear_chunks();
-}
-
-void AddHandle(const LeasedChunk& c, v1::ItemResult* out) {
-  v1::ChunkHandle* h = out->add_chunks();
-  h->set_segment(c.segment);
-  h->set_offset(c.offset);
-  h->set_length(c.length);
-  h->set_lease(c.lease);
-  h->set_checksum(c.checksum);
-  h->set_index(c.index);
-}
-
-}  // namespace
-
 CacheEngine::CacheEngine(std::vector<std::string> datasets, MemoryTier* tier,
                          ChunkBackend* backend, SourceBackend* sources,
                          const Options& options)
@@ -358,78 +337,53 @@ absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
   return accepted;
 }
 
-absl::Status CacheEngine::GetBatch(const v1::GetBatchRequest& request,
-                                   v1::GetBatchResponse* response) {
-  if (!request.release().empty()) {
-    tier_->Release(request.session_id(), request.release());
-  }
-  std::vector<BatchKey> keys;
-  keys.reserve(request.items_size());
-  for (const v1::ItemKey& k : request.items()) {
-    keys.push_back({k.path(), k.first_chunk(), k.max_chunks()});
-  }
+absl::StatusOr<BatchResult> CacheEngine::GetBatch(
+    uint64_t session, absl::string_view dataset,
+    absl::Span<const BatchKey> keys) {
   absl::Notification finished;
   absl::StatusOr<BatchResult> result;
-  GetBatchAsync(request.session_id(), request.dataset(), keys,
-                [&](absl::StatusOr<BatchResult> r) {
-                  result = std::move(r);
-                  finished.Notify();
-                });
+  GetBatchAsync(session, dataset, keys, [&](absl::StatusOr<BatchResult> r) {
+    result = std::move(r);
+    finished.Notify();
+  });
   finished.WaitForNotification();
-  if (!result.ok()) return result.status();
-  response->mutable_items()->Reserve(result->items.size());
-  for (const BatchItem& item : result->items) {
-    v1::ItemResult* out = response->add_items();
-    if (!item.status.ok()) {
-      SetError(item.status, out);
-      continue;
-    }
-    out->set_file_size(item.file_size);
-    out->set_chunk_count(item.chunk_count);
-    out->set_hit(item.hit);
-    out->mutable_chunks()->Reserve(item.chunks.size());
-    for (const LeasedChunk& c : item.chunks) AddHandle(c, out);
-  }
-  return absl::OkStatus();
+  return result;
 }
 
-absl::Status CacheEngine::Stat(const v1::StatRequest& request,
-                               v1::StatResponse* response) {
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+absl::StatusOr<std::vector<StatItem>> CacheEngine::Stat(
+    absl::string_view dataset, absl::Span<const BatchKey> keys) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) return ds.status();
-  for (const std::string& raw : request.paths()) {
-    v1::FileStat* out = response->add_files();
-    absl::StatusOr<std::string> path = NormalizeKeyPath(raw);
+  std::vector<StatItem> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    absl::StatusOr<std::string> path = NormalizeKeyPath(keys[i].path);
     absl::StatusOr<FileInfo> info =
         path.ok() ? FileInfoFor(*ds, datasets_[*ds], *path, backend_)
                   : absl::StatusOr<FileInfo>(path.status());
     if (!info.ok()) {
-      out->set_code(static_cast<int>(info.status().code()));
-      out->set_message(std::string(info.status().message()));
+      out[i].status = info.status();
       continue;
     }
-    out->set_size(info->size);
-    out->set_mtime_ns(info->mtime_ns);
-    out->set_chunk_count(tier_->ChunkCount(info->size));
-    out->set_cached_chunks(tier_->CachedChunks(*ds, *path));
+    out[i].info = *info;
+    out[i].chunk_count = tier_->ChunkCount(info->size);
+    out[i].cached_chunks = tier_->CachedChunks(*ds, *path);
   }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheEngine::Warmup(
-    const v1::WarmupRequest& request,
-    const std::function<bool(const v1::WarmupProgress&)>& emit,
-    absl::Duration period, bool owned_only) {
+absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
+                                 const JobProgressFn& emit,
+                                 absl::Duration period, bool owned_only) {
   // Checked before any thread exists, and before a cluster warm-up fans
   // out (each node checks its share again against its own limit).
-  if (request.parallelism() > options_.max_warmup_parallelism) {
+  if (spec.parallelism > options_.max_warmup_parallelism) {
     return absl::InvalidArgumentError(
-        absl::StrCat("warm-up parallelism ", request.parallelism(),
+        absl::StrCat("warm-up parallelism ", spec.parallelism,
                      " is over this server's --max_warmup_parallelism=",
                      options_.max_warmup_parallelism));
   }
-  if (request.cluster() && !owned_only && cluster_warmup_) {
-    return cluster_warmup_(request, emit);
+  if (spec.cluster && !owned_only && cluster_warmup_) {
+    return cluster_warmup_(spec, emit);
   }
   if (warmups_running_.fetch_add(1) >= options_.max_concurrent_warmups) {
     warmups_running_.fetch_sub(1);
@@ -442,235 +396,168 @@ absl::Status CacheEngine::Warmup(
     std::atomic<uint32_t>* running;
     ~SlotRelease() { running->fetch_sub(1); }
   } slot_release{&warmups_running_};
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+  absl::StatusOr<uint32_t> ds = DatasetId(spec.dataset);
   if (!ds.ok()) return ds.status();
-  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  absl::StatusOr<std::string> prefix = NormalizePrefix(spec.prefix);
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
   if (!source.ok()) return source.status();
-  const uint32_t parallelism =
-      std::min(request.parallelism() > 0 ? request.parallelism()
-                                         : options_.warmup_parallelism,
-               std::max<uint32_t>(1, options_.max_warmup_parallelism));
-  const absl::Time start = absl::Now();
+  const bool by_owner = owned_only && owned_;
 
-  absl::Mutex mu;
-  v1::WarmupProgress progress;  // guarded by mu
-  uint64_t in_flight = 0;       // guarded by mu
-  bool listing_done = false;    // guarded by mu
-  bool cancelled = false;       // guarded by mu
-  absl::Status list_status;
-
-  auto finish_one = [&](absl::string_view path, uint64_t bytes,
-                        const absl::Status& s, bool skipped) {
-    absl::MutexLock lock(&mu);
-    --in_flight;
-    if (s.ok()) {
-      progress.set_files_done(progress.files_done() + 1);
-      progress.set_bytes_done(progress.bytes_done() + bytes);
-      if (skipped) progress.set_files_skipped(progress.files_skipped() + 1);
-    } else {
-      progress.set_files_failed(progress.files_failed() + 1);
-      if (static_cast<size_t>(progress.failures_size()) <
-          JobProgress::kMaxFailures) {
-        progress.add_failures(absl::StrCat(path, ": ", s.ToString()));
+  ListedJobOptions job;
+  job.parallelism = std::min(
+      spec.parallelism > 0 ? spec.parallelism : options_.warmup_parallelism,
+      std::max<uint32_t>(1, options_.max_warmup_parallelism));
+  job.period = period;
+  ListedJobCallbacks cb;
+  cb.list =
+      [&](absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
+        return (*source)->List(*prefix, fn);
+      };
+  cb.plan = [&](absl::string_view path, const FileInfo& info) {
+    ListedFilePlan plan;
+    // A file the arena can never hold fails here, before the tier records
+    // it or anything is allocated.
+    plan.status = options_.file_size_limit.Check(path, info.size);
+    plan.bytes = info.size;
+    if (plan.status.ok() && by_owner) {
+      plan.bytes = 0;
+      const uint32_t count = tier_->ChunkCount(info.size);
+      for (uint32_t c = 0; c < count; ++c) {
+        if (owned_(ChunkId{datasets_[*ds], path, c})) {
+          plan.bytes += std::min<uint64_t>(tier_->chunk_size(),
+                                           info.size - c * tier_->chunk_size());
+        }
       }
     }
+    return plan;
   };
-
-  {
-    ThreadPool workers(parallelism);
-    std::thread lister([&] {
-      list_status = (*source)->List(*prefix, [&](absl::string_view path,
-                                                 const FileInfo& info) {
-        {
-          absl::MutexLock lock(&mu);
-          // Bounded look-ahead keeps memory flat on millions of files.
-          auto room = [&] {
-            return cancelled || in_flight < 4 * uint64_t{parallelism};
-          };
-          mu.Await(absl::Condition(&room));
-          if (cancelled) return false;
-          ++in_flight;
-        }
-        // A file the arena can never hold fails here, before the tier
-        // records it or anything is allocated.
-        if (absl::Status fits = options_.file_size_limit.Check(path, info.size);
-            !fits.ok()) {
-          {
-            absl::MutexLock lock(&mu);
-            progress.set_files_total(progress.files_total() + 1);
-          }
-          finish_one(path, info.size, fits, false);
-          return true;
-        }
-        std::vector<uint32_t> owned;  // owned_only: the chunks to fill
-        uint64_t bytes = info.size;
-        if (owned_only && owned_) {
-          bytes = 0;
-          const uint32_t count = tier_->ChunkCount(info.size);
-          for (uint32_t c = 0; c < count; ++c) {
-            if (!owned_(ChunkId{datasets_[*ds], path, c})) continue;
-            owned.push_back(c);
-            bytes += std::min<uint64_t>(tier_->chunk_size(),
-                                        info.size - c * tier_->chunk_size());
-          }
-        }
-        {
-          absl::MutexLock lock(&mu);
-          progress.set_files_total(progress.files_total() + 1);
-          progress.set_bytes_total(progress.bytes_total() + bytes);
-        }
-        workers.Schedule([&, path = std::string(path), info, bytes,
-                          owned = std::move(owned)] {
-          // The listing is fresher than what the tier knows: a changed
-          // file has its stale chunks dropped here.
-          tier_->PutFile(*ds, path, info);
-          if (owned_only && owned_) {
-            // Chunk by chunk: the owned ones are scattered over the
-            // file. A cached chunk is a hit, nothing is read for it.
-            absl::Status s;
-            bool all_cached = true;
-            for (uint32_t c : owned) {
-              Pinned pinned;
-              s = PinChunks(*ds, path, c, 1, backend_, &pinned);
-              for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
-              if (!s.ok()) break;
-              all_cached = all_cached && pinned.hit;
-            }
-            finish_one(path, bytes, s, s.ok() && all_cached);
-            return;
-          }
-          uint32_t count = tier_->ChunkCount(info.size);
-          if (tier_->CachedChunks(*ds, path) == count) {
-            finish_one(path, info.size, absl::OkStatus(), true);
-            return;
-          }
-          Pinned pinned;
-          absl::Status s = PinChunks(*ds, path, 0, 0, backend_, &pinned);
-          for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
-          finish_one(path, info.size, s, false);
-        });
-        return true;
-      });
-      absl::MutexLock lock(&mu);
-      listing_done = true;
-    });
-
-    while (true) {
-      v1::WarmupProgress snapshot;
-      bool finished;
-      {
-        absl::MutexLock lock(&mu);
-        auto done = [&] { return listing_done && in_flight == 0; };
-        mu.AwaitWithTimeout(absl::Condition(&done), period);
-        finished = done();
-        progress.set_listing_done(listing_done);
-        progress.set_elapsed_s(absl::ToDoubleSeconds(absl::Now() - start));
-        progress.set_done(finished);
-        snapshot = progress;
+  cb.run_part = [&](const ListedFile& f, uint32_t,
+                    const std::atomic<bool>& cancelled) {
+    ListedPartResult r;
+    // The listing is fresher than what the tier knows: a changed file has
+    // its stale chunks dropped here.
+    tier_->PutFile(*ds, f.path, f.info);
+    const uint32_t count = tier_->ChunkCount(f.info.size);
+    if (by_owner) {
+      // Chunk by chunk: the owned ones are scattered over the file. A
+      // cached chunk is a hit, nothing is read for it.
+      r.skipped = true;
+      for (uint32_t c = 0; c < count && !cancelled.load(); ++c) {
+        if (!owned_(ChunkId{datasets_[*ds], f.path, c})) continue;
+        Pinned pinned;
+        r.status = PinChunks(*ds, f.path, c, 1, backend_, &pinned);
+        for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+        if (!r.status.ok()) break;
+        r.skipped = r.skipped && pinned.hit;
+        r.bytes +=
+            std::min<uint64_t>(tier_->chunk_size(),
+                               f.info.size - uint64_t{c} * tier_->chunk_size());
       }
-      if (finished) break;
-      if (!emit(snapshot)) {
-        absl::MutexLock lock(&mu);
-        cancelled = true;
+      if (!r.status.ok()) {
+        r.skipped = false;
+        r.bytes = 0;
       }
+      return r;
     }
-    lister.join();
+    if (tier_->CachedChunks(*ds, f.path) == count) {
+      r.skipped = true;
+      r.bytes = f.info.size;
+      return r;
+    }
+    Pinned pinned;
+    r.status = PinChunks(*ds, f.path, 0, 0, backend_, &pinned);
+    for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+    if (r.status.ok()) r.bytes = f.info.size;
+    return r;
+  };
+  JobProgress last;
+  absl::Status s = RunListedJob(job, cb, emit, &last);
+  if (absl::IsCancelled(s) || s.ok()) {
+    DLC_LOG(INFO) << "warmup " << (owned_only ? "(owned chunks) " : "")
+                  << datasets_[*ds] << "/" << LogEscape(*prefix) << ": "
+                  << last.files_done << " files (" << last.files_skipped
+                  << " already cached), " << last.files_failed << " failed, "
+                  << last.bytes_done << " bytes in " << last.elapsed_s << " s"
+                  << (s.ok() ? "" : " (cancelled)");
   }
-  if (!list_status.ok() && progress.files_total() == 0) return list_status;
-  if (!list_status.ok() && static_cast<size_t>(progress.failures_size()) <
-                               JobProgress::kMaxFailures) {
-    progress.add_failures(absl::StrCat("listing: ", list_status.ToString()));
-    progress.set_files_failed(progress.files_failed() + 1);
-  }
-  DLC_LOG(INFO) << "warmup " << (owned_only ? "(owned chunks) " : "")
-                << datasets_[*ds] << "/" << LogEscape(*prefix) << ": "
-                << progress.files_done() << " files ("
-                << progress.files_skipped() << " already cached), "
-                << progress.files_failed() << " failed, "
-                << progress.bytes_done() << " bytes in " << progress.elapsed_s()
-                << " s";
-  emit(progress);
-  return absl::OkStatus();
+  return s;
 }
 
-absl::StatusOr<v1::EvictResponse> CacheEngine::Evict(
-    const v1::EvictRequest& request) {
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+absl::StatusOr<EvictResult> CacheEngine::Evict(absl::string_view dataset,
+                                               absl::string_view prefix_in) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) return ds.status();
-  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  absl::StatusOr<std::string> prefix = NormalizePrefix(prefix_in);
   if (!prefix.ok()) return prefix.status();
   MemoryTier::EvictResult r = tier_->Evict(*ds, *prefix);
-  v1::EvictResponse response;
-  response.set_evicted_chunks(r.chunks);
-  response.set_evicted_bytes(r.bytes);
-  response.set_deferred_chunks(r.deferred);
   DLC_LOG(INFO) << "evict " << datasets_[*ds] << "/" << LogEscape(*prefix)
                 << ": " << r.chunks << " chunks, " << r.bytes << " bytes, "
                 << r.deferred << " leased (freed on release)";
-  return response;
+  return EvictResult{r.chunks, r.bytes, r.deferred};
 }
 
-absl::Status CacheEngine::RevalidateMemory(const v1::RevalidateRequest& request,
-                                           v1::RevalidateResponse* out) {
-  absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+absl::StatusOr<RevalidateResult> CacheEngine::RevalidateMemory(
+    absl::string_view dataset, absl::string_view prefix_in) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) return ds.status();
-  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  absl::StatusOr<std::string> prefix = NormalizePrefix(prefix_in);
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
   if (!source.ok()) return source.status();
+  RevalidateResult out;
   for (const auto& [path, cached] : tier_->ListFiles(*ds, *prefix)) {
     absl::StatusOr<FileInfo> now = (*source)->Stat(path);
-    out->set_files_checked(out->files_checked() + 1);
+    ++out.files_checked;
     if (absl::IsNotFound(now.status())) {
       MemoryTier::EvictResult r = tier_->Evict(*ds, path);
-      out->set_files_missing(out->files_missing() + 1);
-      out->set_chunks_dropped(out->chunks_dropped() + r.chunks + r.deferred);
+      ++out.files_missing;
+      out.chunks_dropped += r.chunks + r.deferred;
       continue;
     }
     if (!now.ok()) return now.status();
     if (now->size != cached.size || now->mtime_ns != cached.mtime_ns) {
       uint32_t before = tier_->CachedChunks(*ds, path);
       tier_->PutFile(*ds, path, *now);
-      out->set_files_changed(out->files_changed() + 1);
-      out->set_chunks_dropped(out->chunks_dropped() + before);
+      ++out.files_changed;
+      out.chunks_dropped += before;
     }
   }
   DLC_LOG(INFO) << "revalidate " << datasets_[*ds] << "/" << LogEscape(*prefix)
-                << ": " << out->files_checked() << " checked, "
-                << out->files_changed() << " changed, " << out->files_missing()
+                << ": " << out.files_checked << " checked, "
+                << out.files_changed << " changed, " << out.files_missing
                 << " gone";
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheEngine::Stats(const v1::StatsRequest& request,
-                                v1::StatsResponse* response) const {
+absl::StatusOr<std::vector<DatasetStats>> CacheEngine::Stats(
+    absl::string_view dataset) const {
   absl::optional<uint32_t> only;
-  if (!request.dataset().empty()) {
-    absl::StatusOr<uint32_t> ds = DatasetId(request.dataset());
+  if (!dataset.empty()) {
+    absl::StatusOr<uint32_t> ds = DatasetId(dataset);
     if (!ds.ok()) return ds.status();
     only = *ds;
   }
   TierStats tier = tier_->Stats();
+  std::vector<DatasetStats> out;
   for (uint32_t i = 0; i < datasets_.size(); ++i) {
     if (only && *only != i) continue;
-    v1::DatasetStats* d = response->add_datasets();
+    DatasetStats& d = out.emplace_back();
     const Counters& c = *counters_[i];
-    d->set_dataset(datasets_[i]);
-    d->set_hits(c.hits.load());
-    d->set_misses(c.misses.load());
-    d->set_bytes_served(c.bytes_served.load());
-    d->set_fill_errors(c.fill_errors.load());
-    d->set_evictions(tier.datasets[i].evictions);
-    d->set_leased_bytes(tier.datasets[i].leased_bytes);
-    d->set_cached_bytes(tier.datasets[i].cached_bytes);
-    d->set_cached_chunks(tier.datasets[i].cached_chunks);
+    d.dataset = datasets_[i];
+    d.hits = c.hits.load();
+    d.misses = c.misses.load();
+    d.bytes_served = c.bytes_served.load();
+    d.fill_errors = c.fill_errors.load();
+    d.evictions = tier.datasets[i].evictions;
+    d.leased_bytes = tier.datasets[i].leased_bytes;
+    d.cached_bytes = tier.datasets[i].cached_bytes;
+    d.cached_chunks = tier.datasets[i].cached_chunks;
     const SourceBackend::Counters& sc = sources_->counters(i);
-    d->set_source_reads(sc.reads.load());
-    d->set_source_bytes(sc.bytes.load());
+    d.source_reads = sc.reads.load();
+    d.source_bytes = sc.bytes.load();
   }
-  return absl::OkStatus();
+  return out;
 }
 
 absl::StatusOr<FileInfo> CacheEngine::StatVia(absl::string_view dataset,

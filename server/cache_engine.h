@@ -12,10 +12,11 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "dlcache/v1/admin.pb.h"
-#include "dlcache/v1/cache.pb.h"
+#include "absl/time/time.h"
 #include "server/backend/chunk_backend.h"
+#include "server/fill/job_progress.h"
 #include "server/fill/thread_pool.h"
+#include "server/fill/warmup_spec.h"
 #include "server/source/file_size_limit.h"
 #include "server/source/source_backend.h"
 #include "server/tier/memory_tier.h"
@@ -55,9 +56,40 @@ struct StatItem {
   uint32_t cached_chunks = 0;
 };
 
+// What Evict dropped from memory.
+struct EvictResult {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  uint64_t deferred = 0;  // leased chunks, freed on their release
+};
+
+// What RevalidateMemory found.
+struct RevalidateResult {
+  uint64_t files_checked = 0;
+  uint64_t files_changed = 0;
+  uint64_t files_missing = 0;
+  uint64_t chunks_dropped = 0;
+};
+
+// One dataset's counters as Stats reports them.
+struct DatasetStats {
+  std::string dataset;
+  uint64_t hits = 0;  // chunks
+  uint64_t misses = 0;
+  uint64_t bytes_served = 0;
+  uint64_t fill_errors = 0;
+  uint64_t evictions = 0;
+  uint64_t leased_bytes = 0;
+  uint64_t cached_bytes = 0;
+  uint64_t cached_chunks = 0;
+  uint64_t source_reads = 0;
+  uint64_t source_bytes = 0;
+};
+
 // The cache's behaviour, independent of transport: the data server
 // (server/rpc/data_server), the admin service and the peer service
-// translate to and from these calls. Serves hits from the memory tier under
+// translate to and from these calls (protos stay in server/rpc/ and the
+// peer service). Serves hits from the memory tier under
 // one lock per batch; fills misses through the backend chain on a fixed
 // pool of fill threads, one read per chunk however many clients miss it at
 // once.
@@ -134,39 +166,42 @@ class CacheEngine {
                                         absl::Span<const BatchKey> keys,
                                         int numa_node = kNoNumaNode);
 
-  // The blocking proto form of GetBatchAsync (in-process callers and
-  // tests). Per-item errors go into the response; fails as a whole as
-  // GetBatchAsync. Must not be called on a fill-pool thread.
-  absl::Status GetBatch(const v1::GetBatchRequest& request,
-                        v1::GetBatchResponse* response);
+  // The blocking form of GetBatchAsync (in-process callers and tests).
+  // Must not be called on a fill-pool thread.
+  absl::StatusOr<BatchResult> GetBatch(uint64_t session,
+                                       absl::string_view dataset,
+                                       absl::Span<const BatchKey> keys);
   size_t Release(uint64_t session, absl::Span<const uint64_t> leases) {
     return tier_->Release(session, leases);
   }
-  // The blocking proto form of StatAsync (in-process callers and tests).
-  absl::Status Stat(const v1::StatRequest& request, v1::StatResponse* response);
+  // The blocking form of StatAsync (in-process callers and tests); only
+  // the keys' paths count.
+  absl::StatusOr<std::vector<StatItem>> Stat(absl::string_view dataset,
+                                             absl::Span<const BatchKey> keys);
 
-  // Lists the source under the prefix and fills every file, calling emit
-  // with progress about every `period` and once at the end (done = true).
-  // emit returning false cancels the warm-up. NOT_FOUND for an unknown
-  // dataset or a missing prefix; INVALID_ARGUMENT for a bad prefix.
+  // Lists the source under the prefix and fills every file, as a listed
+  // job (server/fill/listed_job.h: its rules for counting, failures,
+  // cancel and listing errors), reporting progress about every `period`
+  // and once at the end (done = true). emit returning false cancels the
+  // warm-up (CANCELLED). NOT_FOUND for an unknown dataset or a missing
+  // prefix; INVALID_ARGUMENT for a bad prefix or too much parallelism;
+  // RESOURCE_EXHAUSTED with too many warm-ups running.
   //
   // owned_only (a node's share of a cluster warm-up): fills only the chunks
   // the ownership filter (SetWarmupHooks) accepts; bytes in the progress
   // count those chunks only, and a file is "skipped" when all of them were
   // cached. Without a filter every chunk counts as owned.
-  // request.cluster() with a cluster hook set (and !owned_only) hands the
-  // whole call to that hook instead; without one it is the plain warm-up.
-  absl::Status Warmup(
-      const v1::WarmupRequest& request,
-      const std::function<bool(const v1::WarmupProgress&)>& emit,
-      absl::Duration period = absl::Milliseconds(200), bool owned_only = false);
+  // spec.cluster with a cluster hook set (and !owned_only) hands the whole
+  // call to that hook instead; without one it is the plain warm-up.
+  absl::Status Warmup(const WarmupSpec& spec, const JobProgressFn& emit,
+                      absl::Duration period = absl::Milliseconds(200),
+                      bool owned_only = false);
 
   // Whether this node owns a chunk (evaluated per chunk, at warm-up time).
   using ChunkFilter = std::function<bool(const ChunkId&)>;
   // Runs a cluster warm-up (fan-out to every node, progress aggregated).
-  using ClusterWarmupFn = std::function<absl::Status(
-      const v1::WarmupRequest&,
-      const std::function<bool(const v1::WarmupProgress&)>&)>;
+  using ClusterWarmupFn =
+      std::function<absl::Status(const WarmupSpec&, const JobProgressFn&)>;
   // Set by CacheServer on a multi-node server before it serves anything;
   // not synchronised with Warmup calls. Either may be null.
   void SetWarmupHooks(ChunkFilter owned, ClusterWarmupFn cluster) {
@@ -174,15 +209,19 @@ class CacheEngine {
     cluster_warmup_ = std::move(cluster);
   }
 
-  absl::StatusOr<v1::EvictResponse> Evict(const v1::EvictRequest& request);
+  // Drops the dataset's chunks under the prefix from memory (leased ones
+  // when released). NOT_FOUND / INVALID_ARGUMENT for the dataset or prefix.
+  absl::StatusOr<EvictResult> Evict(absl::string_view dataset,
+                                    absl::string_view prefix);
   // Memory side of Revalidate: stats every file the tier knows under the
   // prefix at the dataset's source; drops the chunks of changed files and
-  // forgets vanished ones; adds to *out. UNAVAILABLE (nothing more is
-  // checked) if the source is down.
-  absl::Status RevalidateMemory(const v1::RevalidateRequest& request,
-                                v1::RevalidateResponse* out);
-  absl::Status Stats(const v1::StatsRequest& request,
-                     v1::StatsResponse* response) const;
+  // forgets vanished ones. UNAVAILABLE (nothing more is checked) if the
+  // source is down.
+  absl::StatusOr<RevalidateResult> RevalidateMemory(absl::string_view dataset,
+                                                    absl::string_view prefix);
+  // Counters of one dataset, or of all ("" = all, in dataset order).
+  absl::StatusOr<std::vector<DatasetStats>> Stats(
+      absl::string_view dataset = "") const;
 
   // Size and mtime of a file as this node knows it, else from `backend`.
   // INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE.

@@ -33,6 +33,7 @@
 #include "server/rpc/admin_listener.h"
 #include "server/rpc/admin_service.h"
 #include "server/rpc/data_server.h"
+#include "server/rpc/engine_proto.h"
 #include "server/rpc/ssd_admin_ops.h"
 #include "server/rpc/status_report.h"
 #include "server/source/file_size_limit.h"
@@ -311,7 +312,8 @@ absl::Status CacheServer::Init() {
   }
   AdminServiceImpl::SsdOps tcp_ssd_ops = ssd_ops;
   admin_service_ = std::make_unique<AdminServiceImpl>(
-      engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
+      engine_.get(),
+      [this](v1::StatusResponse* r) { *r = StatusReportToProto(Status()); },
       std::move(ssd_ops),
       UnixSocketAdminAuthorizer(admin_listener_.get(), &policy_));
   {
@@ -339,7 +341,8 @@ absl::Status CacheServer::Init() {
       creds = *std::move(tls);
     }
     admin_tcp_service_ = std::make_unique<AdminServiceImpl>(
-        engine_.get(), [this](v1::StatusResponse* r) { *r = StatusNow(); },
+        engine_.get(),
+        [this](v1::StatusResponse* r) { *r = StatusReportToProto(Status()); },
         std::move(tcp_ssd_ops), TcpAdminAuthorizer(config_.admin_token));
     grpc::ServerBuilder builder;
     builder.AddListeningPort(config_.admin_address, creds, &admin_port_);
@@ -354,9 +357,10 @@ absl::Status CacheServer::Init() {
   if (!config_.metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<HttpEndpoint>> metrics =
         HttpEndpoint::Start(config_.metrics_address, [this] {
-          v1::StatsResponse stats;
-          engine_->Stats(v1::StatsRequest(), &stats).IgnoreError();
-          std::string text = RenderPrometheus(StatusNow(), stats);
+          std::string text = RenderPrometheus(
+              StatusReportToProto(Status()),
+              StatsToProto(
+                  engine_->Stats().value_or(std::vector<DatasetStats>())));
           DataServer* d = data_server_ptr_.load(std::memory_order_acquire);
           AppendDataPathMetrics(d ? d->stats() : DataServer::Stats(),
                                 tier_->Stats(), &text);
@@ -516,9 +520,8 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
         const ClusterNode* owner = p->Owner(id);
         return owner == nullptr || owner->id == self;
       },
-      [this](const v1::WarmupRequest& request,
-             const std::function<bool(const v1::WarmupProgress&)>& emit) {
-        return ClusterWarmup(request, emit);
+      [this](const WarmupSpec& spec, const JobProgressFn& emit) {
+        return ClusterWarmup(spec, emit);
       });
   // The raw chunk stream carries chunk data unless mTLS is on (its
   // guarantees are the gRPC channel's) or it is turned off.
@@ -552,9 +555,8 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
       [engine, local](absl::string_view dataset, absl::string_view path) {
         return engine->StatVia(dataset, path, local);
       },
-      [engine](const v1::WarmupRequest& request,
-               const std::function<bool(const v1::WarmupProgress&)>& emit) {
-        return engine->Warmup(request, emit, absl::Milliseconds(200),
+      [engine](const WarmupSpec& spec, const JobProgressFn& emit) {
+        return engine->Warmup(spec, emit, absl::Milliseconds(200),
                               /*owned_only=*/true);
       });
   grpc::ServerBuilder builder;
@@ -581,24 +583,23 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
   return absl::OkStatus();
 }
 
-absl::Status CacheServer::ClusterWarmup(
-    const v1::WarmupRequest& request,
-    const std::function<bool(const v1::WarmupProgress&)>& emit) {
+absl::Status CacheServer::ClusterWarmup(const WarmupSpec& spec,
+                                        const JobProgressFn& emit) {
   // Bad names fail here, once, rather than on every node.
-  absl::StatusOr<uint32_t> ds = engine_->DatasetId(request.dataset());
+  absl::StatusOr<uint32_t> ds = engine_->DatasetId(spec.dataset);
   if (!ds.ok()) return ds.status();
-  absl::StatusOr<std::string> prefix = NormalizePrefix(request.prefix());
+  absl::StatusOr<std::string> prefix = NormalizePrefix(spec.prefix);
   if (!prefix.ok()) return prefix.status();
   ClusterWarmupTargets targets;
   targets.membership = membership_.get();
   targets.connector = connector_.get();
   targets.self_id = self_id_;
-  targets.warm_local = [this](const v1::WarmupRequest& share,
-                              const WarmupProgressFn& on_progress) {
+  targets.warm_local = [this](const WarmupSpec& share,
+                              const JobProgressFn& on_progress) {
     return engine_->Warmup(share, on_progress, absl::Milliseconds(200),
                            /*owned_only=*/true);
   };
-  return RunClusterWarmup(targets, request, *prefix, emit);
+  return RunClusterWarmup(targets, spec, *prefix, emit);
 }
 
 CacheServer::~CacheServer() { Shutdown(); }
@@ -646,7 +647,7 @@ int CacheServer::metrics_port() const {
   return metrics_ ? metrics_->port() : 0;
 }
 
-v1::StatusResponse CacheServer::StatusNow() const {
+StatusReport CacheServer::Status() const {
   StatusReport r;
   r.state = shutdown_.HasBeenNotified()     ? "DRAINING"
             : !recovered_.HasBeenNotified() ? "RECOVERING"
@@ -686,7 +687,7 @@ v1::StatusResponse CacheServer::StatusNow() const {
   for (const DatasetConfig& d : config_.datasets) {
     r.datasets.push_back({d.name, d.source_root});
   }
-  return StatusReportToProto(r);
+  return r;
 }
 
 }  // namespace dlcache

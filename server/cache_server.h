@@ -10,10 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "dlcache/v1/admin.pb.h"
 #include "server/auth/access_policy.h"
 #include "server/cache_engine.h"
 #include "server/server_config.h"
+#include "server/server_status.h"
 
 namespace grpc {
 class Server;
@@ -72,7 +72,9 @@ class CacheServer {
   SsdTier* ssd() { return ssd_ptr_.load(std::memory_order_acquire); }
   // Blocks until the SSD tier (if any) has finished recovering.
   void WaitRecovered() { recovered_.WaitForNotification(); }
-  v1::StatusResponse StatusNow() const;
+  // What the admin Status call answers (server/rpc/status_report
+  // translates it), as of now.
+  StatusReport Status() const;
 
  private:
   explicit CacheServer(ServerConfig config);
@@ -89,9 +91,7 @@ class CacheServer {
   // placement (this one included) fills the chunks it owns; their progress
   // streams are merged into one. A node that fails is reported in the
   // progress (failures, files_failed), not as the call's status.
-  absl::Status ClusterWarmup(
-      const v1::WarmupRequest& request,
-      const std::function<bool(const v1::WarmupProgress&)>& emit);
+  absl::Status ClusterWarmup(const WarmupSpec& spec, const JobProgressFn& emit);
 
   ServerConfig config_;
   absl::Time start_time_;

@@ -10,9 +10,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "dlcache/v1/admin.pb.h"
 #include "server/backend/chunk_backend.h"
 #include "server/backend/source.h"
+#include "server/fill/job_progress.h"
+#include "server/fill/warmup_spec.h"
 
 namespace dlcache {
 
@@ -45,7 +46,6 @@ class Peer {
 
   // Progress of a peer's share of a cluster warm-up; returning false
   // cancels the peer's warm-up.
-  using WarmupProgressFn = std::function<bool(const v1::WarmupProgress&)>;
   // Runs the peer's owner-only warm-up (PeerService.WarmupShare) and calls
   // on_progress with each progress message it streams, the last one with
   // done = true. Blocks until the peer finished, for at most `timeout`
@@ -54,8 +54,8 @@ class Peer {
   // DEADLINE_EXCEEDED, UNAUTHENTICATED, CANCELLED (on_progress returned
   // false), or the peer's answer (NOT_FOUND, ...). The default is
   // UNIMPLEMENTED, for peers that cannot warm up.
-  virtual absl::Status WarmupShare(const v1::WarmupRequest& request,
-                                   const WarmupProgressFn& on_progress,
+  virtual absl::Status WarmupShare(const WarmupSpec& spec,
+                                   const JobProgressFn& on_progress,
                                    absl::Duration timeout) {
     return absl::UnimplementedError("this peer cannot warm up");
   }

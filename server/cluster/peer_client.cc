@@ -16,6 +16,7 @@
 #include "dlcache/v1/peer.grpc.pb.h"
 #include "server/cluster/chunk_wire.h"
 #include "server/cluster/peer_data_client.h"
+#include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
 namespace {
@@ -292,17 +293,17 @@ absl::StatusOr<FileInfo> PeerClient::StatFile(absl::string_view dataset,
   return info;
 }
 
-absl::Status PeerClient::WarmupShare(const v1::WarmupRequest& request,
-                                     const WarmupProgressFn& on_progress,
+absl::Status PeerClient::WarmupShare(const WarmupSpec& spec,
+                                     const JobProgressFn& on_progress,
                                      absl::Duration timeout) {
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
   std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader(
-      impl_->stub->WarmupShare(&ctx, request));
+      impl_->stub->WarmupShare(&ctx, WarmupSpecToProto(spec)));
   v1::WarmupProgress progress;
   bool cancelled = false;
   while (reader->Read(&progress)) {
-    if (!on_progress(progress)) {
+    if (!on_progress(JobProgressFromProto(progress))) {
       cancelled = true;
       ctx.TryCancel();
       break;

@@ -59,8 +59,8 @@ class PeerClient : public Peer {
   absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
                                     absl::string_view path,
                                     absl::Duration timeout) override;
-  absl::Status WarmupShare(const v1::WarmupRequest& request,
-                           const WarmupProgressFn& on_progress,
+  absl::Status WarmupShare(const WarmupSpec& spec,
+                           const JobProgressFn& on_progress,
                            absl::Duration timeout) override;
 
   const std::string& address() const { return address_; }

@@ -20,6 +20,7 @@
 #include "server/auth/tls_credentials.h"
 #include "server/cluster/chunk_wire.h"
 #include "server/cluster/peer_client.h"
+#include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
 namespace {
@@ -122,9 +123,10 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
                           "this node does not take warm-up shares");
     }
     warmups_.fetch_add(1, std::memory_order_relaxed);
-    absl::Status s =
-        warmup_share_(*request, [&](const v1::WarmupProgress& progress) {
-          return !ctx->IsCancelled() && writer->Write(progress);
+    absl::Status s = warmup_share_(
+        WarmupSpecFromProto(*request), [&](const JobProgress& progress) {
+          return !ctx->IsCancelled() &&
+                 writer->Write(JobProgressToProto(progress));
         });
     return ToGrpcStatus(s);
   }

@@ -13,9 +13,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dlcache/v1/admin.pb.h"
 #include "server/backend/chunk_backend.h"
 #include "server/backend/source.h"
+#include "server/fill/job_progress.h"
+#include "server/fill/warmup_spec.h"
 
 namespace grpc {
 class Service;
@@ -69,9 +70,8 @@ class PeerServiceImpl {
   // Runs this node's owner-only warm-up (see WarmupShare in peer.proto),
   // calling emit with progress; emit returns false once the asker went
   // away, and the warm-up should then stop. NOT_FOUND, INVALID_ARGUMENT.
-  using WarmupShareFn = std::function<absl::Status(
-      const v1::WarmupRequest& request,
-      const std::function<bool(const v1::WarmupProgress&)>& emit)>;
+  using WarmupShareFn = std::function<absl::Status(const WarmupSpec& spec,
+                                                   const JobProgressFn& emit)>;
 
   struct Options {
     std::string token;  // empty = no authentication

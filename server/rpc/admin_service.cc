@@ -1,6 +1,8 @@
 #include "server/rpc/admin_service.h"
 
 #include "common/grpc_status.h"
+#include "server/rpc/engine_proto.h"
+#include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
 
@@ -17,10 +19,11 @@ grpc::Status AdminServiceImpl::Warmup(
   if (absl::Status a = Authorize(*context, "Warmup", Access::kAdmin); !a.ok()) {
     return ToGrpcStatus(a);
   }
-  return ToGrpcStatus(
-      engine_->Warmup(*request, [&](const v1::WarmupProgress& progress) {
+  return ToGrpcStatus(engine_->Warmup(
+      WarmupSpecFromProto(*request), [&](const JobProgress& progress) {
         // A failed write means the caller went away: stop warming.
-        return !context->IsCancelled() && writer->Write(progress);
+        return !context->IsCancelled() &&
+               writer->Write(JobProgressToProto(progress));
       }));
 }
 
@@ -42,7 +45,11 @@ grpc::Status AdminServiceImpl::Stats(grpc::ServerContext* context,
       !a.ok()) {
     return ToGrpcStatus(a);
   }
-  return ToGrpcStatus(engine_->Stats(*request, response));
+  absl::StatusOr<std::vector<DatasetStats>> stats =
+      engine_->Stats(request->dataset());
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  *response = StatsToProto(*stats);
+  return grpc::Status::OK;
 }
 
 grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
@@ -51,9 +58,10 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
   if (absl::Status a = Authorize(*context, "Evict", Access::kAdmin); !a.ok()) {
     return ToGrpcStatus(a);
   }
-  absl::StatusOr<v1::EvictResponse> r = engine_->Evict(*request);
+  absl::StatusOr<EvictResult> r =
+      engine_->Evict(request->dataset(), request->prefix());
   if (!r.ok()) return ToGrpcStatus(r.status());
-  *response = *std::move(r);
+  *response = EvictResultToProto(*r);
   if (ssd_.evict) return ToGrpcStatus(ssd_.evict(*request, response));
   return grpc::Status::OK;
 }
@@ -92,14 +100,14 @@ grpc::Status AdminServiceImpl::Revalidate(grpc::ServerContext* context,
       return ToGrpcStatus(s);
     }
   }
-  v1::RevalidateResponse memory;
-  absl::Status s = engine_->RevalidateMemory(*request, &memory);
-  if (!s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<RevalidateResult> memory =
+      engine_->RevalidateMemory(request->dataset(), request->prefix());
+  if (!memory.ok()) return ToGrpcStatus(memory.status());
   if (!ssd_.revalidate) {
-    *response = memory;
+    *response = RevalidateResultToProto(*memory);
   } else {
     response->set_chunks_dropped(response->chunks_dropped() +
-                                 memory.chunks_dropped());
+                                 memory->chunks_dropped);
   }
   return grpc::Status::OK;
 }

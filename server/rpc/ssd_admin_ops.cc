@@ -5,23 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
-
-v1::WarmupProgress SyncProgressToProto(const SsdSyncProgress& p) {
-  v1::WarmupProgress out;
-  out.set_files_total(p.files_total);
-  out.set_files_done(p.files_done);
-  out.set_files_skipped(p.files_skipped);
-  out.set_files_failed(p.files_failed);
-  out.set_bytes_total(p.bytes_total);
-  out.set_bytes_done(p.bytes_done);
-  out.set_listing_done(p.listing_done);
-  out.set_elapsed_s(p.elapsed_s);
-  out.set_done(p.done);
-  for (const std::string& f : p.failures) out.add_failures(f);
-  return out;
-}
 
 AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& t) {
   AdminServiceImpl::SsdOps ops;
@@ -37,7 +23,7 @@ AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& t) {
         req.dataset(), req.prefix(), *source,
         std::min(req.parallelism() > 0 ? req.parallelism() : t.parallelism,
                  t.max_parallelism),
-        [&](const SsdSyncProgress& p) { return emit(SyncProgressToProto(p)); });
+        [&](const JobProgress& p) { return emit(JobProgressToProto(p)); });
   };
   ops.revalidate = [t](const v1::RevalidateRequest& req,
                        v1::RevalidateResponse* out) {
@@ -58,10 +44,7 @@ AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& t) {
     // Same size and mtime, other bytes: the memory tier cannot tell from
     // metadata, so those files are dropped from memory here.
     for (const std::string& path : r.content_changed) {
-      v1::EvictRequest e;
-      e.set_dataset(req.dataset());
-      e.set_prefix(path);
-      t.engine->Evict(e).IgnoreError();
+      t.engine->Evict(req.dataset(), path).IgnoreError();
     }
     return s;
   };

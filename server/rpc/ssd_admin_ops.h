@@ -33,9 +33,6 @@ struct SsdAdminTargets {
 // The ops are thread-safe and block as the SSD tier's calls do.
 AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& targets);
 
-// v1::WarmupProgress of an SSD sync's progress.
-v1::WarmupProgress SyncProgressToProto(const SsdSyncProgress& p);
-
 }  // namespace dlcache
 
 #endif  // DLCACHE_SERVER_RPC_SSD_ADMIN_OPS_H_

@@ -1,51 +1,10 @@
 #ifndef DLCACHE_SERVER_RPC_STATUS_REPORT_H_
 #define DLCACHE_SERVER_RPC_STATUS_REPORT_H_
 
-#include <cstdint>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "absl/types/optional.h"
 #include "dlcache/v1/admin.pb.h"
-#include "server/cluster/peer_router.h"
-#include "server/cluster/peer_service.h"
-#include "server/tier/memory_tier.h"
-#include "server/tier/ssd_tier.h"
+#include "server/server_status.h"
 
 namespace dlcache {
-
-// What the admin Status call reports, in the server's own types: the server
-// fills it (CacheServer::StatusNow), StatusReportToProto translates it.
-struct StatusReport {
-  std::string state;  // "SERVING", "RECOVERING" or "DRAINING"
-  std::string version;
-  double uptime_s = 0;
-  std::string socket_path;
-  std::string shm_dir;
-  uint64_t chunk_size = 0;
-  absl::optional<TierStats> memory;   // absent before the memory tier exists
-  absl::optional<uint32_t> segments;  // absent before the arena exists
-  struct Ssd {
-    std::string dir;
-    SsdTierStats stats;
-  };
-  absl::optional<Ssd> ssd;  // absent without an SSD tier, or while recovering
-  struct Cluster {
-    std::string node_id;
-    std::vector<std::string> peers;  // the placement's node addresses
-    bool self_in_placement = false;
-    uint32_t nodes = 0;
-    absl::optional<PeerRouter::Stats> router;
-    absl::optional<PeerServiceImpl::Stats> service;
-  };
-  absl::optional<Cluster> cluster;  // absent on a single node
-  struct Dataset {
-    std::string name;
-    std::string source;
-  };
-  std::vector<Dataset> datasets;
-};
 
 // The v1::StatusResponse of a report. Pure; thread-compatible.
 v1::StatusResponse StatusReportToProto(const StatusReport& report);

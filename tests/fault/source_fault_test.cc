@@ -40,22 +40,26 @@ class SourceFaultTest : public ::testing::Test {
   }
   CacheEngine& engine() { return server_->server().engine(); }
 
-  v1::GetBatchResponse Get(const std::vector<std::string>& paths) {
-    v1::GetBatchRequest req;
-    req.set_session_id(session_);
-    req.set_dataset("ds");
-    for (const std::string& p : paths) req.add_items()->set_path(p);
-    v1::GetBatchResponse resp;
-    absl::Status s = engine().GetBatch(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    return resp;
+  // The batch's items; a batch that fails as a whole fails the test.
+  std::vector<BatchItem> Get(const std::vector<std::string>& paths) {
+    std::vector<BatchKey> keys;
+    for (const std::string& p : paths) keys.push_back({p});
+    absl::StatusOr<BatchResult> r = engine().GetBatch(session_, "ds", keys);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return std::vector<BatchItem>(paths.size());
+    return std::move(r->items);
   }
-  void ReleaseAll(const v1::GetBatchResponse& resp) {
+  void ReleaseAll(const std::vector<BatchItem>& items) {
     std::vector<uint64_t> leases;
-    for (const auto& item : resp.items()) {
-      for (const auto& c : item.chunks()) leases.push_back(c.lease());
+    for (const BatchItem& item : items) {
+      for (const LeasedChunk& c : item.chunks) leases.push_back(c.lease);
     }
     engine().Release(session_, leases);
+  }
+  DatasetStats StatsOfDs() {
+    absl::StatusOr<std::vector<DatasetStats>> r = engine().Stats("ds");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? (*r)[0] : DatasetStats();
   }
 
   std::unique_ptr<testing::TestServer> server_;
@@ -67,45 +71,39 @@ TEST_F(SourceFaultTest, EioIsUnavailableAndNothingIsCached) {
   Start();
   server_->WriteFile("ds", "a", std::string(5000, 'a'));
   source_->set_fault(absl::UnavailableError("read a: Input/output error"));
-  v1::GetBatchResponse r = Get({"a"});
-  EXPECT_EQ(r.items(0).code(),
+  std::vector<BatchItem> r = Get({"a"});
+  EXPECT_EQ(r[0].status.raw_code(),
             static_cast<int>(absl::StatusCode::kUnavailable));
-  EXPECT_NE(r.items(0).message().find("Input/output"), std::string::npos);
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+  EXPECT_NE(r[0].status.message().find("Input/output"), std::string::npos);
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks, 0u);
   source_->set_fault(absl::OkStatus());
   r = Get({"a"});
-  ASSERT_EQ(r.items(0).code(), 0) << r.items(0).message();
-  EXPECT_EQ(r.items(0).file_size(), 5000u);
-  v1::StatsResponse stats;
-  ASSERT_TRUE(engine().Stats(v1::StatsRequest(), &stats).ok());
-  EXPECT_EQ(stats.datasets(0).fill_errors(), 1u);
+  ASSERT_EQ(r[0].status.raw_code(), 0) << r[0].status.message();
+  EXPECT_EQ(r[0].file_size, 5000u);
+  EXPECT_EQ(StatsOfDs().fill_errors, 1u);
 }
 
 TEST_F(SourceFaultTest, FileVanishingBetweenStatAndReadIsNotFound) {
   Start();
   server_->WriteFile("ds", "gone", std::string(5000, 'g'));
-  v1::StatRequest sreq;
-  sreq.set_dataset("ds");
-  sreq.add_paths("gone");
-  v1::StatResponse sresp;
-  ASSERT_TRUE(engine().Stat(sreq, &sresp).ok());  // metadata now known
+  const BatchKey key{"gone"};
+  ASSERT_TRUE(engine().Stat("ds", {key}).ok());  // metadata now known
   std::remove((server_->source_dir("ds") + "/gone").c_str());
-  v1::GetBatchResponse r = Get({"gone"});
-  EXPECT_EQ(r.items(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+  std::vector<BatchItem> r = Get({"gone"});
+  EXPECT_EQ(r[0].status.raw_code(),
+            static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks, 0u);
 }
 
 TEST_F(SourceFaultTest, ShrunkFileIsOutOfRangeNotGarbage) {
   Start();
   server_->WriteFile("ds", "f", std::string(9000, 'f'));
-  v1::StatRequest sreq;
-  sreq.set_dataset("ds");
-  sreq.add_paths("f");
-  v1::StatResponse sresp;
-  ASSERT_TRUE(engine().Stat(sreq, &sresp).ok());
+  const BatchKey key{"f"};
+  ASSERT_TRUE(engine().Stat("ds", {key}).ok());
   server_->WriteFile("ds", "f", std::string(100, 'f'));
-  v1::GetBatchResponse r = Get({"f"});
-  EXPECT_EQ(r.items(0).code(), static_cast<int>(absl::StatusCode::kOutOfRange));
+  std::vector<BatchItem> r = Get({"f"});
+  EXPECT_EQ(r[0].status.raw_code(),
+            static_cast<int>(absl::StatusCode::kOutOfRange));
 }
 
 TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
@@ -123,12 +121,9 @@ TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
   for (int i = 0; i < kReaders; ++i) {
     readers.Spawn([&] {
       uint64_t s = engine().OpenSession();
-      v1::GetBatchRequest req;
-      req.set_session_id(s);
-      req.set_dataset("ds");
-      req.add_items()->set_path("hot");
-      v1::GetBatchResponse resp;
-      if (engine().GetBatch(req, &resp).ok() && resp.items(0).code() == 0) {
+      const BatchKey key{"hot"};
+      absl::StatusOr<BatchResult> resp = engine().GetBatch(s, "ds", {key});
+      if (resp.ok() && resp->items[0].status.ok()) {
         ok.fetch_add(1);
       }
       engine().CloseSession(s);
@@ -137,21 +132,17 @@ TEST_F(SourceFaultTest, ConcurrentMissesOfOneChunkReadTheSourceOnce) {
   // The one source read stays blocked until every reader has reached the
   // tier and counted its miss: the filler and 7 waiters on its fill. None
   // can hit the cache before the gate opens, so each of them coalesced.
-  auto stats = [&] {
-    v1::StatsResponse r;
-    EXPECT_TRUE(engine().Stats(v1::StatsRequest(), &r).ok());
-    return r.datasets(0);
-  };
+  auto stats = [&] { return StatsOfDs(); };
   ASSERT_TRUE(testing::Eventually([&] {
-    return stats().misses() == static_cast<uint64_t>(kReaders);
+    return stats().misses == static_cast<uint64_t>(kReaders);
   })) << "misses "
-      << stats().misses();
+      << stats().misses;
   EXPECT_EQ(source_->reads(), 1u);
   readers.JoinAll();  // opens the gate, joins
   EXPECT_EQ(ok.load(), kReaders);
   EXPECT_EQ(source_->reads(), 1u);
-  EXPECT_EQ(stats().hits(), 0u);
-  EXPECT_EQ(stats().source_reads(), 1u);
+  EXPECT_EQ(stats().hits, 0u);
+  EXPECT_EQ(stats().source_reads, 1u);
 }
 
 TEST_F(SourceFaultTest, ArenaFullOfLeasesIsResourceExhaustedAndRecovers) {
@@ -162,37 +153,34 @@ TEST_F(SourceFaultTest, ArenaFullOfLeasesIsResourceExhaustedAndRecovers) {
     server_->WriteFile("ds", paths.back(), std::string(1 << 20, 'a' + i));
   }
   server_->WriteFile("ds", "one-more", std::string(1 << 20, 'z'));
-  v1::GetBatchResponse held = Get(paths);
-  for (const auto& item : held.items()) ASSERT_EQ(item.code(), 0);
-  v1::GetBatchResponse r = Get({"one-more"});
-  EXPECT_EQ(r.items(0).code(),
+  std::vector<BatchItem> held = Get(paths);
+  for (const BatchItem& item : held) ASSERT_TRUE(item.status.ok());
+  std::vector<BatchItem> r = Get({"one-more"});
+  EXPECT_EQ(r[0].status.raw_code(),
             static_cast<int>(absl::StatusCode::kResourceExhausted));
   ReleaseAll(held);
   r = Get({"one-more"});
-  EXPECT_EQ(r.items(0).code(), 0) << r.items(0).message();
+  EXPECT_EQ(r[0].status.raw_code(), 0) << r[0].status.message();
 }
 
 TEST_F(SourceFaultTest, BatchWithBadKeysServesTheGoodOnes) {
   Start();
   server_->WriteFile("ds", "good", "ok");
-  v1::GetBatchResponse r = Get({"good", "../etc/passwd", "/abs", "", "nope"});
-  EXPECT_EQ(r.items(0).code(), 0);
+  std::vector<BatchItem> r = Get({"good", "../etc/passwd", "/abs", "", "nope"});
+  EXPECT_EQ(r[0].status.raw_code(), 0);
   for (int i = 1; i <= 3; ++i) {
-    EXPECT_EQ(r.items(i).code(),
+    EXPECT_EQ(r[i].status.raw_code(),
               static_cast<int>(absl::StatusCode::kInvalidArgument))
         << i;
   }
-  EXPECT_EQ(r.items(4).code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(r[4].status.raw_code(),
+            static_cast<int>(absl::StatusCode::kNotFound));
 }
 
 TEST_F(SourceFaultTest, UnknownDatasetFailsTheBatchWithTheKnownNames) {
   Start();
-  v1::GetBatchRequest req;
-  req.set_session_id(session_);
-  req.set_dataset("imagenet");
-  req.add_items()->set_path("x");
-  v1::GetBatchResponse resp;
-  absl::Status s = engine().GetBatch(req, &resp);
+  const BatchKey key{"x"};
+  absl::Status s = engine().GetBatch(session_, "imagenet", {key}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("ds"), std::string::npos) << s;
 }

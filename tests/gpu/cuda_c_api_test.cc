@@ -226,7 +226,7 @@ TEST_F(CudaCApiGpuTest, FreedHandlesReleaseLeasesOnceCopied) {
   bool zero = false;
   for (int i = 0; i < 500 && !zero; ++i) {
     ASSERT_EQ(dlc_cuda_uploader_release_finished(up_), DLC_OK);
-    zero = server_->server().StatusNow().leases() == 0;
+    zero = server_->server().Status().memory->leases == 0;
     if (!zero) absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(zero);

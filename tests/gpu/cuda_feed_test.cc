@@ -136,7 +136,7 @@ class CudaFeedTest : public ::testing::Test {
   bool NoLeases() {
     return Eventually([&] {
       dlc_cuda_uploader_release_finished(up_);
-      return server_->server().StatusNow().leases() == 0;
+      return server_->server().Status().memory->leases == 0;
     });
   }
   dlc_cuda_feed* Feed(int depth, uint64_t item_size) {

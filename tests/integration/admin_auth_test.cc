@@ -129,9 +129,10 @@ TEST_F(AdminAuthTest, NonAdminsAreRefusedAdminRpcsButMayReadStatus) {
   EXPECT_THAT(RunAs(*server_, kNobody, kNobody, "-", "warmup", "4"),
               StartsWith("code=7 "));
   // Nothing was warmed for them.
-  v1::StatsResponse stats;
-  ASSERT_TRUE(server_->server().engine().Stats({}, &stats).ok());
-  EXPECT_EQ(stats.datasets(0).source_reads(), 0u);
+  absl::StatusOr<std::vector<DatasetStats>> stats =
+      server_->server().engine().Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].source_reads, 0u);
 }
 
 TEST_F(AdminAuthTest, AdminUidsAndSupplementaryAdminGidsAdminister) {
@@ -169,11 +170,11 @@ TEST_F(AdminAuthTest, ConcurrentWarmupsAreBounded) {
   // progress callback blocks.
   absl::Notification holding, release;
   std::thread first([&] {
-    v1::WarmupRequest req;
-    req.set_dataset("ds");
-    absl::Status s = server_->server().engine().Warmup(
-        req, [&](const v1::WarmupProgress& p) {
-          if (p.done()) {
+    WarmupSpec spec;
+    spec.dataset = "ds";
+    absl::Status s =
+        server_->server().engine().Warmup(spec, [&](const JobProgress& p) {
+          if (p.done) {
             holding.Notify();
             release.WaitForNotification();
           }

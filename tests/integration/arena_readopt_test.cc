@@ -49,43 +49,43 @@ class ArenaReadoptTest : public ::testing::Test {
   }
 
   void Warm(CacheServer& s) {
-    v1::WarmupRequest req;
-    req.set_dataset("ds");
-    v1::WarmupProgress last;
+    WarmupSpec req;
+    req.dataset = "ds";
+    JobProgress last;
     ASSERT_TRUE(s.engine()
                     .Warmup(req,
-                            [&](const v1::WarmupProgress& p) {
+                            [&](const JobProgress& p) {
                               last = p;
                               return true;
                             })
                     .ok());
-    ASSERT_TRUE(last.done());
-    ASSERT_EQ(last.files_done(), files_.size());
+    ASSERT_TRUE(last.done);
+    ASSERT_EQ(last.files_done, files_.size());
   }
 
   // Reads every file through GetBatch and compares the bytes in the
   // segment files with the source.
   void ExpectServedBytesMatch(CacheServer& s) {
     uint64_t session = s.engine().OpenSession();
-    v1::GetBatchRequest req;
-    req.set_session_id(session);
-    req.set_dataset("ds");
+    std::vector<std::string> paths;
+    std::vector<BatchKey> keys;
     for (size_t i = 0; i < files_.size(); ++i) {
-      req.add_items()->set_path(absl::StrCat("f", i));
+      paths.push_back(absl::StrCat("f", i));
     }
-    v1::GetBatchResponse resp;
-    ASSERT_TRUE(s.engine().GetBatch(req, &resp).ok());
+    for (const std::string& p : paths) keys.push_back({p});
+    absl::StatusOr<BatchResult> resp = s.engine().GetBatch(session, "ds", keys);
+    ASSERT_TRUE(resp.ok()) << resp.status();
     for (size_t i = 0; i < files_.size(); ++i) {
-      const v1::ItemResult& item = resp.items(i);
-      ASSERT_EQ(item.code(), 0) << item.message();
-      ASSERT_EQ(item.chunks_size(), 1);
-      const v1::ChunkHandle& h = item.chunks(0);
+      const BatchItem& item = resp->items[i];
+      ASSERT_TRUE(item.status.ok()) << item.status;
+      ASSERT_EQ(item.chunks.size(), 1u);
+      const LeasedChunk& h = item.chunks[0];
       std::string seg = absl::StrCat(shm_.path(), "/arena/seg-",
-                                     absl::StrFormat("%05u", h.segment()));
+                                     absl::StrFormat("%05u", h.segment));
       int fd = ::open(seg.c_str(), O_RDONLY);
       ASSERT_GE(fd, 0);
-      std::string got(h.length(), '\0');
-      ASSERT_EQ(::pread(fd, got.data(), got.size(), h.offset()),
+      std::string got(h.length, '\0');
+      ASSERT_EQ(::pread(fd, got.data(), got.size(), h.offset),
                 static_cast<ssize_t>(got.size()));
       ::close(fd);
       EXPECT_EQ(got, files_[i]) << "file " << i;
@@ -109,7 +109,7 @@ TEST_F(ArenaReadoptTest, CleanRestartServesWarmWithoutSourceReads) {
   }
   auto s = StartServer();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)->StatusNow().cached_chunks(), files_.size());
+  EXPECT_EQ((*s)->Status().memory->cached_chunks, files_.size());
   ExpectServedBytesMatch(**s);
   EXPECT_EQ(source_->reads(), 0u) << "a re-adopted arena needs no source read";
 }
@@ -133,7 +133,7 @@ TEST_F(ArenaReadoptTest, CorruptedSegmentBytesAreDroppedNotServed) {
   }
   auto s = StartServer();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_LT((*s)->StatusNow().cached_chunks(), files_.size());
+  EXPECT_LT((*s)->Status().memory->cached_chunks, files_.size());
   ExpectServedBytesMatch(**s);  // the dropped ones are re-read, correctly
   EXPECT_GT(source_->reads(), 0u);
 }
@@ -150,7 +150,7 @@ TEST_F(ArenaReadoptTest, SegmentsWithoutAManifestStartCold) {
   }
   auto s = StartServer();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)->StatusNow().cached_chunks(), 0u);
+  EXPECT_EQ((*s)->Status().memory->cached_chunks, 0u);
   ExpectServedBytesMatch(**s);
 }
 

@@ -129,28 +129,23 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
   ASSERT_TRUE(t.ok()) << t.status();
   CacheEngine& engine = (*t)->server().engine();
   const uint64_t session = engine.OpenSession();
-  v1::GetBatchRequest req;
-  req.set_session_id(session);
-  req.set_dataset("ds");
-  req.add_items()->set_path("sub/deep/b.bin");
-  v1::GetBatchResponse resp;
-  ASSERT_TRUE(engine.GetBatch(req, &resp).ok());
-  ASSERT_EQ(resp.items(0).code(), 0) << resp.items(0).message();
-  EXPECT_EQ(resp.items(0).file_size(), 3u);
+  const BatchKey key{"sub/deep/b.bin"};
+  absl::StatusOr<BatchResult> resp = engine.GetBatch(session, "ds", {key});
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_TRUE(resp->items[0].status.ok()) << resp->items[0].status;
+  EXPECT_EQ(resp->items[0].file_size, 3u);
   engine.CloseSession(session);
-  v1::RevalidateRequest rreq;
-  rreq.set_dataset("ds");
-  v1::RevalidateResponse rresp;
-  ASSERT_TRUE(engine.RevalidateMemory(rreq, &rresp).ok());
-  EXPECT_EQ(rresp.files_changed(), 0u);
+  absl::StatusOr<RevalidateResult> rresp = engine.RevalidateMemory("ds", "");
+  ASSERT_TRUE(rresp.ok()) << rresp.status();
+  EXPECT_EQ(rresp->files_changed, 0u);
   ASSERT_TRUE(cluster_->SetMtime("/ds/sub/deep/b.bin", 2000000000).ok());
   absl::StatusOr<FileInfo> after = src.Stat("sub/deep/b.bin");
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->mtime_ns, int64_t{2000000000} * 1000000000);
-  rresp.Clear();
-  ASSERT_TRUE(engine.RevalidateMemory(rreq, &rresp).ok());
-  EXPECT_EQ(rresp.files_changed(), 1u);
-  EXPECT_EQ((*t)->server().StatusNow().cached_chunks(), 0u);
+  rresp = engine.RevalidateMemory("ds", "");
+  ASSERT_TRUE(rresp.ok()) << rresp.status();
+  EXPECT_EQ(rresp->files_changed, 1u);
+  EXPECT_EQ((*t)->server().Status().memory->cached_chunks, 0u);
 }
 
 // Disabled: flaky. In 7 of 8 runs the read was UNAVAILABLE within

@@ -76,8 +76,8 @@ class ClientIntegrationTest : public ::testing::Test {
     return c.ok() ? *std::move(c) : nullptr;
   }
 
-  uint64_t Leases() { return server_->server().StatusNow().leases(); }
-  uint32_t Sessions() { return server_->server().StatusNow().sessions(); }
+  uint64_t Leases() { return server_->server().Status().memory->leases; }
+  uint32_t Sessions() { return server_->server().Status().memory->sessions; }
 
   std::unique_ptr<testing::TestServer> server_;
 };

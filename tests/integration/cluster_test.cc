@@ -35,6 +35,8 @@
 #include "server/cluster/peer_router.h"
 #include "server/cluster/placement.h"
 #include "server/metrics/prometheus_text.h"
+#include "server/rpc/engine_proto.h"
+#include "server/rpc/status_report.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
@@ -214,9 +216,10 @@ class InProcessCluster {
     return n;
   }
   uint64_t StatsSourceReads(int i) {
-    v1::StatsResponse stats;
-    EXPECT_TRUE(servers_[i]->server().engine().Stats({}, &stats).ok());
-    return stats.datasets(0).source_reads();
+    absl::StatusOr<std::vector<DatasetStats>> stats =
+        servers_[i]->server().engine().Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? (*stats)[0].source_reads : 0;
   }
 
  private:
@@ -262,14 +265,16 @@ TEST(ClusterTest, EveryChunkIsReadFromTheSourceOnceOnItsOwner) {
     PeerRouter::Stats rs = cluster.server(i).server().peer_router()->stats();
     EXPECT_EQ(rs.fallbacks, 0u);
     peer_reads += rs.peer_reads;
-    v1::StatusResponse status = cluster.server(i).server().StatusNow();
+    v1::StatusResponse status =
+        StatusReportToProto(cluster.server(i).server().Status());
     EXPECT_TRUE(status.cluster().enabled());
     EXPECT_TRUE(status.cluster().self_in_placement());
     EXPECT_EQ(status.cluster().nodes(), 3u);
     EXPECT_EQ(status.cluster().peer_reads(), rs.peer_reads);
-    v1::StatsResponse stats;
-    ASSERT_TRUE(cluster.server(i).server().engine().Stats({}, &stats).ok());
-    const std::string text = RenderPrometheus(status, stats);
+    absl::StatusOr<std::vector<DatasetStats>> stats =
+        cluster.server(i).server().engine().Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    const std::string text = RenderPrometheus(status, StatsToProto(*stats));
     EXPECT_NE(text.find(absl::StrCat("\ndlcache_peer_reads_total ",
                                      rs.peer_reads, "\n")),
               std::string::npos)
@@ -316,9 +321,7 @@ TEST(ClusterTest, AJoiningNodeTakesOverItsShare) {
   // from node 2 (no source read anywhere for it), node 0 re-reads its own.
   const uint64_t before0 = cluster.source(0).reads();
   const uint64_t before1 = cluster.source(1).reads();
-  v1::EvictRequest evict;
-  evict.set_dataset(kDataset);
-  ASSERT_TRUE(cluster.server(0).server().engine().Evict(evict).ok());
+  ASSERT_TRUE(cluster.server(0).server().engine().Evict(kDataset, "").ok());
   const uint64_t peer_reads_before =
       cluster.server(0).server().peer_router()->stats().peer_reads;
   EXPECT_EQ(ReadAll(cluster.server(0).socket_path(), data, 3), 0);
@@ -338,29 +341,29 @@ TEST(ClusterTest, ClusterWarmupFillsEachShareOnItsOwner) {
   data.Make(cluster.dir(), 50, 13);
   ASSERT_TRUE(cluster.StartAll().ok());
 
-  v1::WarmupRequest request;
-  request.set_dataset(kDataset);
-  request.set_cluster(true);
-  v1::WarmupProgress last;
+  WarmupSpec request;
+  request.dataset = kDataset;
+  request.cluster = true;
+  JobProgress last;
   int updates = 0;
   ASSERT_TRUE(cluster.server(0)
                   .server()
                   .engine()
                   .Warmup(request,
-                          [&](const v1::WarmupProgress& p) {
+                          [&](const JobProgress& p) {
                             last = p;
                             ++updates;
                             return true;
                           })
                   .ok());
   EXPECT_GE(updates, 1);
-  EXPECT_TRUE(last.done());
-  EXPECT_TRUE(last.listing_done());
-  EXPECT_EQ(last.files_total(), data.files.size());
-  EXPECT_EQ(last.files_done(), data.files.size());
-  EXPECT_EQ(last.files_failed(), 0u);
-  EXPECT_EQ(last.bytes_total(), data.bytes());
-  EXPECT_EQ(last.bytes_done(), data.bytes());
+  EXPECT_TRUE(last.done);
+  EXPECT_TRUE(last.listing_done);
+  EXPECT_EQ(last.files_total, data.files.size());
+  EXPECT_EQ(last.files_done, data.files.size());
+  EXPECT_EQ(last.files_failed, 0u);
+  EXPECT_EQ(last.bytes_total, data.bytes());
+  EXPECT_EQ(last.bytes_done, data.bytes());
 
   const Placement placement(cluster.nodes());
   std::map<std::string, uint64_t> owned = data.Owned(placement);
@@ -388,12 +391,12 @@ TEST(ClusterTest, ClusterWarmupFillsEachShareOnItsOwner) {
                   .server()
                   .engine()
                   .Warmup(request,
-                          [&](const v1::WarmupProgress& p) {
+                          [&](const JobProgress& p) {
                             last = p;
                             return true;
                           })
                   .ok());
-  EXPECT_EQ(last.files_skipped(), data.files.size());
+  EXPECT_EQ(last.files_skipped, data.files.size());
   EXPECT_EQ(cluster.total_reads(), data.chunks());
 }
 
@@ -405,32 +408,32 @@ TEST(ClusterTest, ClusterWarmupReportsADeadNode) {
   ASSERT_TRUE(cluster.StartAll().ok());
   cluster.server(2).server().Shutdown();
 
-  v1::WarmupRequest request;
-  request.set_dataset(kDataset);
-  request.set_cluster(true);
-  v1::WarmupProgress last;
+  WarmupSpec request;
+  request.dataset = kDataset;
+  request.cluster = true;
+  JobProgress last;
   ASSERT_TRUE(cluster.server(0)
                   .server()
                   .engine()
                   .Warmup(request,
-                          [&](const v1::WarmupProgress& p) {
+                          [&](const JobProgress& p) {
                             last = p;
                             return true;
                           })
                   .ok());
-  EXPECT_TRUE(last.done());
-  EXPECT_GT(last.files_failed(), 0u);
-  ASSERT_GT(last.failures_size(), 0);
-  EXPECT_NE(absl::StrJoin(last.failures(), "\n")
-                .find("node " + cluster.nodes()[2].id),
-            std::string::npos)
-      << absl::StrJoin(last.failures(), "\n");
-  EXPECT_LT(last.bytes_done(), data.bytes());
+  EXPECT_TRUE(last.done);
+  EXPECT_GT(last.files_failed, 0u);
+  ASSERT_GT(last.failures.size(), 0);
+  EXPECT_NE(
+      absl::StrJoin(last.failures, "\n").find("node " + cluster.nodes()[2].id),
+      std::string::npos)
+      << absl::StrJoin(last.failures, "\n");
+  EXPECT_LT(last.bytes_done, data.bytes());
 
   // An unknown dataset is the call's error, as on one node.
-  request.set_dataset("nope");
+  request.dataset = "nope";
   EXPECT_TRUE(absl::IsNotFound(cluster.server(0).server().engine().Warmup(
-      request, [](const v1::WarmupProgress&) { return true; })));
+      request, [](const JobProgress&) { return true; })));
 }
 
 // On a single node cluster = true is the plain warm-up.
@@ -447,21 +450,21 @@ TEST(ClusterTest, ClusterWarmupOnOneNodeIsThePlainWarmup) {
   ASSERT_TRUE(server.ok()) << server.status();
   Dataset data;
   data.Make((*server)->source_dir(kDataset), 10, 19);
-  v1::WarmupRequest request;
-  request.set_dataset(kDataset);
-  request.set_cluster(true);
-  v1::WarmupProgress last;
+  WarmupSpec request;
+  request.dataset = kDataset;
+  request.cluster = true;
+  JobProgress last;
   ASSERT_TRUE((*server)
                   ->server()
                   .engine()
                   .Warmup(request,
-                          [&](const v1::WarmupProgress& p) {
+                          [&](const JobProgress& p) {
                             last = p;
                             return true;
                           })
                   .ok());
-  EXPECT_EQ(last.files_done(), data.files.size());
-  EXPECT_EQ(last.bytes_done(), data.bytes());
+  EXPECT_EQ(last.files_done, data.files.size());
+  EXPECT_EQ(last.bytes_done, data.bytes());
   EXPECT_EQ(counting->reads(), data.chunks());
 }
 

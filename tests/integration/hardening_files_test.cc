@@ -32,48 +32,49 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-absl::StatusCode CodeOf(const v1::ItemResult& r) {
-  return static_cast<absl::StatusCode>(r.code());
+absl::StatusCode CodeOf(const BatchItem& r) { return r.status.code(); }
+std::string MessageOf(const BatchItem& r) {
+  return std::string(r.status.message());
 }
 
 // One GetBatch of `paths` in a fresh session; leases released after.
-std::vector<v1::ItemResult> Get(CacheEngine& engine,
-                                const std::vector<std::string>& paths) {
-  v1::GetBatchRequest req;
-  req.set_session_id(engine.OpenSession());
-  req.set_dataset("ds");
-  for (const std::string& p : paths) req.add_items()->set_path(p);
-  v1::GetBatchResponse resp;
-  absl::Status s = engine.GetBatch(req, &resp);
-  EXPECT_TRUE(s.ok()) << s;
+std::vector<BatchItem> Get(CacheEngine& engine,
+                           const std::vector<std::string>& paths) {
+  const uint64_t session = engine.OpenSession();
+  std::vector<BatchKey> keys;
+  for (const std::string& p : paths) keys.push_back({p});
+  absl::StatusOr<BatchResult> r = engine.GetBatch(session, "ds", keys);
+  EXPECT_TRUE(r.ok()) << r.status();
   std::vector<uint64_t> leases;
-  for (const auto& item : resp.items()) {
-    for (const auto& c : item.chunks()) leases.push_back(c.lease());
+  std::vector<BatchItem> items;
+  if (r.ok()) items = std::move(r->items);
+  for (BatchItem& item : items) {
+    for (const LeasedChunk& c : item.chunks) leases.push_back(c.lease);
   }
-  engine.Release(req.session_id(), leases);
-  engine.CloseSession(req.session_id());
-  return {resp.items().begin(), resp.items().end()};
+  engine.Release(session, leases);
+  engine.CloseSession(session);
+  return items;
 }
 
 // Each path in its own batch and session (a session may lease only a share
 // of the arena).
-std::vector<v1::ItemResult> GetEach(CacheEngine& engine,
-                                    const std::vector<std::string>& paths) {
-  std::vector<v1::ItemResult> out;
+std::vector<BatchItem> GetEach(CacheEngine& engine,
+                               const std::vector<std::string>& paths) {
+  std::vector<BatchItem> out;
   for (const std::string& p : paths) out.push_back(Get(engine, {p})[0]);
   return out;
 }
 
-v1::WarmupProgress Warm(CacheEngine& engine) {
-  v1::WarmupRequest req;
-  req.set_dataset("ds");
-  v1::WarmupProgress last;
-  absl::Status s = engine.Warmup(req, [&](const v1::WarmupProgress& p) {
+JobProgress Warm(CacheEngine& engine) {
+  WarmupSpec req;
+  req.dataset = "ds";
+  JobProgress last;
+  absl::Status s = engine.Warmup(req, [&](const JobProgress& p) {
     last = p;
     return true;
   });
   EXPECT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(last.done());
+  EXPECT_TRUE(last.done);
   return last;
 }
 
@@ -108,32 +109,32 @@ TEST(HardeningFilesTest, SpecialFilesFailAtOnceWhileOthersServe) {
   for (const auto& s : specials) keys.push_back(s.first);
   keys.push_back("sub/b.bin");
   const absl::Time start = absl::Now();
-  std::vector<v1::ItemResult> items = Get(engine, keys);
+  std::vector<BatchItem> items = Get(engine, keys);
   // A blocking open of the FIFO would hang here for good.
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   ASSERT_EQ(items.size(), keys.size());
   EXPECT_EQ(CodeOf(items.front()), absl::StatusCode::kOk);
-  EXPECT_EQ(items.front().file_size(), 5000u);
+  EXPECT_EQ(items.front().file_size, 5000u);
   EXPECT_EQ(CodeOf(items.back()), absl::StatusCode::kOk);
-  EXPECT_EQ(items.back().file_size(), 70000u);
+  EXPECT_EQ(items.back().file_size, 70000u);
   for (size_t i = 0; i < specials.size(); ++i) {
-    const v1::ItemResult& r = items[i + 1];
+    const BatchItem& r = items[i + 1];
     EXPECT_EQ(CodeOf(r), absl::StatusCode::kFailedPrecondition)
-        << specials[i].first << ": " << r.message();
-    EXPECT_THAT(r.message(),
+        << specials[i].first << ": " << MessageOf(r);
+    EXPECT_THAT(MessageOf(r),
                 HasSubstr("not a regular file: " + specials[i].second));
   }
   // The fill threads are all free: the next batch is served as before.
   items = Get(engine, {"a.bin", "fifo", "sub/b.bin"});
-  EXPECT_TRUE(items[0].hit());
+  EXPECT_TRUE(items[0].hit);
   EXPECT_EQ(CodeOf(items[1]), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(items[2].hit());
+  EXPECT_TRUE(items[2].hit);
 
   // Warm-up lists around them and finishes.
-  v1::WarmupProgress p = Warm(engine);
-  EXPECT_EQ(p.files_total(), 2u);
-  EXPECT_EQ(p.files_done(), 2u);
-  EXPECT_EQ(p.files_failed(), 0u);
+  JobProgress p = Warm(engine);
+  EXPECT_EQ(p.files_total, 2u);
+  EXPECT_EQ(p.files_done, 2u);
+  EXPECT_EQ(p.files_failed, 0u);
 }
 
 TEST(HardeningFilesTest, FileTooBigForTheArenaIsRefusedWithoutEvicting) {
@@ -151,27 +152,27 @@ TEST(HardeningFilesTest, FileTooBigForTheArenaIsRefusedWithoutEvicting) {
     cached.push_back(absl::StrCat("f", i));
     ts.WriteFile("ds", cached.back(), testing::RandomBytes(kMiB, i));
   }
-  for (const v1::ItemResult& r : GetEach(engine, cached)) {
-    ASSERT_EQ(CodeOf(r), absl::StatusCode::kOk) << r.message();
+  for (const BatchItem& r : GetEach(engine, cached)) {
+    ASSERT_EQ(CodeOf(r), absl::StatusCode::kOk) << MessageOf(r);
   }
   ts.WriteFile("ds", "big", testing::RandomBytes(8 * kMiB + 1, 99));
 
-  std::vector<v1::ItemResult> big = Get(engine, {"big"});
+  std::vector<BatchItem> big = Get(engine, {"big"});
   EXPECT_EQ(CodeOf(big[0]), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(big[0].message(), HasSubstr("is 8388609 bytes"));
-  EXPECT_THAT(big[0].message(), HasSubstr("holds at most 8388608 bytes"));
-  EXPECT_THAT(big[0].message(), HasSubstr("nothing was evicted"));
+  EXPECT_THAT(MessageOf(big[0]), HasSubstr("is 8388609 bytes"));
+  EXPECT_THAT(MessageOf(big[0]), HasSubstr("holds at most 8388608 bytes"));
+  EXPECT_THAT(MessageOf(big[0]), HasSubstr("nothing was evicted"));
   // Every cached file is still a hit.
-  for (const v1::ItemResult& r : GetEach(engine, cached)) {
-    EXPECT_EQ(CodeOf(r), absl::StatusCode::kOk) << r.message();
-    EXPECT_TRUE(r.hit());
+  for (const BatchItem& r : GetEach(engine, cached)) {
+    EXPECT_EQ(CodeOf(r), absl::StatusCode::kOk) << MessageOf(r);
+    EXPECT_TRUE(r.hit);
   }
   // The same through a warm-up: the big file fails, the rest stay cached.
-  v1::WarmupProgress p = Warm(engine);
-  EXPECT_EQ(p.files_failed(), 1u);
-  EXPECT_EQ(p.files_skipped(), 8u);
-  for (const v1::ItemResult& r : GetEach(engine, cached)) {
-    EXPECT_TRUE(r.hit());
+  JobProgress p = Warm(engine);
+  EXPECT_EQ(p.files_failed, 1u);
+  EXPECT_EQ(p.files_skipped, 8u);
+  for (const BatchItem& r : GetEach(engine, cached)) {
+    EXPECT_TRUE(r.hit);
   }
 }
 
@@ -199,16 +200,16 @@ TEST(HardeningFilesTest, FourPebibyteSparseFileIsNeverOkWithZeroChunks) {
     auto server = testing::TestServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     CacheEngine& engine = (*server)->server().engine();
-    std::vector<v1::ItemResult> items = Get(engine, {"huge", "small"});
+    std::vector<BatchItem> items = Get(engine, {"huge", "small"});
     const absl::StatusCode want = chunk == kMiB
                                       ? absl::StatusCode::kOutOfRange
                                       : absl::StatusCode::kResourceExhausted;
-    EXPECT_EQ(CodeOf(items[0]), want) << chunk << ": " << items[0].message();
-    EXPECT_EQ(items[0].chunks_size(), 0);
+    EXPECT_EQ(CodeOf(items[0]), want) << chunk << ": " << MessageOf(items[0]);
+    EXPECT_EQ(items[0].chunks.size(), 0u);
     EXPECT_EQ(CodeOf(items[1]), absl::StatusCode::kOk);
-    v1::WarmupProgress p = Warm(engine);
-    EXPECT_EQ(p.files_failed(), 1u);
-    EXPECT_EQ(p.files_done(), 1u);
+    JobProgress p = Warm(engine);
+    EXPECT_EQ(p.files_failed, 1u);
+    EXPECT_EQ(p.files_done, 2u);  // a failed file is done too (listed_job.h)
   }
 }
 

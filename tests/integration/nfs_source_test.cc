@@ -291,12 +291,12 @@ class NfsEngineTest : public ::testing::Test {
     if (!gate_.HasBeenNotified()) gate_.Notify();
   }
   CacheEngine& engine() { return server_->server().engine(); }
-  v1::WarmupProgress Warmup() {
-    v1::WarmupRequest req;
-    req.set_dataset("ds");
-    req.set_parallelism(8);
-    v1::WarmupProgress last;
-    absl::Status s = engine().Warmup(req, [&](const v1::WarmupProgress& p) {
+  JobProgress Warmup() {
+    WarmupSpec req;
+    req.dataset = "ds";
+    req.parallelism = 8;
+    JobProgress last;
+    absl::Status s = engine().Warmup(req, [&](const JobProgress& p) {
       last = p;
       return true;
     });
@@ -316,31 +316,26 @@ TEST_F(NfsEngineTest, MtimeChangeAtTheServerIsSeenByRevalidate) {
   testing::WriteFileOrDie(dir_.Sub("f"), std::string(5000, 'a'));
   StartAll(/*gate_reads=*/false);
   const uint64_t session = engine().OpenSession();
-  v1::GetBatchRequest req;
-  req.set_session_id(session);
-  req.set_dataset("ds");
-  req.add_items()->set_path("f");
-  v1::GetBatchResponse resp;
-  ASSERT_TRUE(engine().GetBatch(req, &resp).ok());
-  ASSERT_EQ(resp.items(0).code(), 0) << resp.items(0).message();
-  EXPECT_EQ(resp.items(0).file_size(), 5000u);
+  const BatchKey key{"f"};
+  absl::StatusOr<BatchResult> resp = engine().GetBatch(session, "ds", {key});
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_TRUE(resp->items[0].status.ok()) << resp->items[0].status;
+  EXPECT_EQ(resp->items[0].file_size, 5000u);
   engine().CloseSession(session);
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 1u);
-  v1::RevalidateRequest rreq;
-  rreq.set_dataset("ds");
-  v1::RevalidateResponse rresp;
-  ASSERT_TRUE(engine().RevalidateMemory(rreq, &rresp).ok());
-  EXPECT_EQ(rresp.files_changed(), 0u);
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks, 1u);
+  absl::StatusOr<RevalidateResult> rresp = engine().RevalidateMemory("ds", "");
+  ASSERT_TRUE(rresp.ok()) << rresp.status();
+  EXPECT_EQ(rresp->files_changed, 0u);
   // Same size, new bytes, an mtime one second later: only the mtime tells.
   testing::WriteFileOrDie(dir_.Sub("f"), std::string(5000, 'b'));
   struct timespec times[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, dir_.Sub("f").c_str(), times, 0), 0);
-  rresp.Clear();
-  ASSERT_TRUE(engine().RevalidateMemory(rreq, &rresp).ok());
-  EXPECT_EQ(rresp.files_checked(), 1u);
-  EXPECT_EQ(rresp.files_changed(), 1u);
-  EXPECT_EQ(rresp.chunks_dropped(), 1u);
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+  rresp = engine().RevalidateMemory("ds", "");
+  ASSERT_TRUE(rresp.ok()) << rresp.status();
+  EXPECT_EQ(rresp->files_checked, 1u);
+  EXPECT_EQ(rresp->files_changed, 1u);
+  EXPECT_EQ(rresp->chunks_dropped, 1u);
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks, 0u);
 }
 
 TEST_F(NfsEngineTest, ServerKilledMidWarmupCachesNothingAndARestartRecovers) {
@@ -351,7 +346,7 @@ TEST_F(NfsEngineTest, ServerKilledMidWarmupCachesNothingAndARestartRecovers) {
     testing::WriteFileOrDie(dir_.Sub(p), testing::PathContent(p, 110000));
   }
   StartAll(/*gate_reads=*/true);
-  v1::WarmupProgress first;
+  JobProgress first;
   {
     testing::ThreadGuard warmup;
     warmup.OnStop([&] {
@@ -364,21 +359,21 @@ TEST_F(NfsEngineTest, ServerKilledMidWarmupCachesNothingAndARestartRecovers) {
     ganesha_->Kill();
     gate_.Notify();
   }
-  EXPECT_TRUE(first.done());
-  EXPECT_EQ(first.files_total(), static_cast<uint64_t>(kFiles));
-  EXPECT_EQ(first.files_failed(), static_cast<uint64_t>(kFiles));
-  ASSERT_GT(first.failures_size(), 0);
-  EXPECT_NE(first.failures(0).find("UNAVAILABLE"), std::string::npos)
-      << first.failures(0);
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(), 0u);
+  EXPECT_TRUE(first.done);
+  EXPECT_EQ(first.files_total, static_cast<uint64_t>(kFiles));
+  EXPECT_EQ(first.files_failed, static_cast<uint64_t>(kFiles));
+  ASSERT_GT(first.failures.size(), 0);
+  EXPECT_NE(first.failures[0].find("UNAVAILABLE"), std::string::npos)
+      << first.failures[0];
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks, 0u);
 
   ASSERT_TRUE(ganesha_->Restart().ok()) << ganesha_->LogTail();
-  v1::WarmupProgress second = Warmup();
-  EXPECT_EQ(second.files_failed(), 0u)
-      << (second.failures_size() ? second.failures(0) : "");
-  EXPECT_EQ(second.files_done(), static_cast<uint64_t>(kFiles));
-  EXPECT_EQ(second.bytes_done(), uint64_t{kFiles} * 110000);
-  EXPECT_EQ(server_->server().StatusNow().cached_chunks(),
+  JobProgress second = Warmup();
+  EXPECT_EQ(second.files_failed, 0u)
+      << (second.failures.size() ? second.failures[0] : "");
+  EXPECT_EQ(second.files_done, static_cast<uint64_t>(kFiles));
+  EXPECT_EQ(second.bytes_done, uint64_t{kFiles} * 110000);
+  EXPECT_EQ(server_->server().Status().memory->cached_chunks,
             static_cast<uint64_t>(kFiles));
 }
 

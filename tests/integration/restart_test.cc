@@ -206,10 +206,10 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   {
     auto s = start();
     ASSERT_TRUE(s.ok()) << s.status();
-    v1::WarmupRequest req;
-    req.set_dataset("default");
+    WarmupSpec req;
+    req.dataset = "default";
     ASSERT_TRUE((*s)->engine()
-                    .Warmup(req, [](const v1::WarmupProgress&) { return true; })
+                    .Warmup(req, [](const JobProgress&) { return true; })
                     .ok());
     ASSERT_NE((*s)->ssd(), nullptr);
     (*s)->ssd()->Flush();
@@ -218,12 +218,12 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   }
   auto s = start();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)->StatusNow().cached_chunks(), 0u);  // memory is cold
+  EXPECT_EQ((*s)->Status().memory->cached_chunks, 0u);  // memory is cold
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
   ExpectAllFilesIdentical(*c);
   EXPECT_EQ(counting->reads(), 0u) << "warm data must come from the SSD tier";
-  EXPECT_GT((*s)->StatusNow().ssd().hits(), 0u);
+  EXPECT_GT((*s)->Status().ssd->stats.hits, 0u);
 }
 
 // --ssd_verify_on_start, in process: while the SSD tier is verified the
@@ -245,10 +245,10 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   {
     auto s = start(false);
     ASSERT_TRUE(s.ok()) << s.status();
-    v1::WarmupRequest req;
-    req.set_dataset("default");
+    WarmupSpec req;
+    req.dataset = "default";
     ASSERT_TRUE((*s)->engine()
-                    .Warmup(req, [](const v1::WarmupProgress&) { return true; })
+                    .Warmup(req, [](const JobProgress&) { return true; })
                     .ok());
     ASSERT_NE((*s)->ssd(), nullptr);
     (*s)->ssd()->Flush();
@@ -263,8 +263,8 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   threads.OnStop([&] {
     if (!verify_gate.HasBeenNotified()) verify_gate.Notify();
   });
-  EXPECT_EQ((*s)->StatusNow().state(), "RECOVERING");
-  EXPECT_FALSE((*s)->StatusNow().has_ssd());
+  EXPECT_EQ((*s)->Status().state, "RECOVERING");
+  EXPECT_FALSE((*s)->Status().ssd.has_value());
   EXPECT_EQ((*s)->ssd(), nullptr);
 
   std::unique_ptr<Client> c = Connect();
@@ -281,7 +281,7 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   // The miss is parked in the server: the reader sleeps on its reply.
   ASSERT_TRUE(testing::AwaitThreadAsleep(reader_tid));
   EXPECT_FALSE(read_done);
-  EXPECT_EQ((*s)->StatusNow().state(), "RECOVERING");
+  EXPECT_EQ((*s)->Status().state, "RECOVERING");
 
   verify_gate.Notify();
   (*s)->WaitRecovered();
@@ -289,12 +289,12 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_TRUE((*read)[0].ok()) << (*read)[0].status();
   EXPECT_EQ((*read)[0].size(), sizes_[1]);
-  EXPECT_EQ((*s)->StatusNow().state(), "SERVING");
-  EXPECT_TRUE((*s)->StatusNow().has_ssd());
+  EXPECT_EQ((*s)->Status().state, "SERVING");
+  EXPECT_TRUE((*s)->Status().ssd.has_value());
   ExpectAllFilesIdentical(*c);
   EXPECT_EQ(counting->reads(), 0u)
       << "reads during and after recovery must come from the SSD tier";
-  EXPECT_GT((*s)->StatusNow().ssd().hits(), 0u);
+  EXPECT_GT((*s)->Status().ssd->stats.hits, 0u);
 }
 
 }  // namespace

@@ -218,19 +218,19 @@ TEST_F(TlsAuthTest, DlcachedPeerPortOverMutualTlsBoundsWarmupShare) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->size, 5000u);
 
-  v1::WarmupRequest req;
-  req.set_dataset("ds");
-  req.set_parallelism(1000000);
+  WarmupSpec req;
+  req.dataset = "ds";
+  req.parallelism = 1000000;
   absl::Status s = peer.WarmupShare(
-      req, [](const v1::WarmupProgress&) { return true; }, absl::Seconds(10));
+      req, [](const JobProgress&) { return true; }, absl::Seconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(s.message(), HasSubstr("--max_warmup_parallelism"));
   // Alive: a bounded share works.
-  req.set_parallelism(8);
-  EXPECT_TRUE(peer.WarmupShare(
-                      req, [](const v1::WarmupProgress&) { return true; },
-                      absl::Seconds(10))
-                  .ok());
+  req.parallelism = 8;
+  EXPECT_TRUE(
+      peer.WarmupShare(
+              req, [](const JobProgress&) { return true; }, absl::Seconds(10))
+          .ok());
   // Without a client certificate: refused by the handshake.
   PeerClient plain(addr, ClientWith(nullptr));
   EXPECT_FALSE(plain.StatFile("ds", "f.bin", absl::Seconds(5)).ok());

@@ -322,15 +322,15 @@ TEST_F(SsdTierTest, SyncCopiesEverythingAndSkipsWhatIsCurrent) {
   bytes.push_back(Put("train/big", 40 * kChunk, 99));  // 3 work items
   Put("val/0", kChunk, 100);
   Open();
-  std::vector<SsdSyncProgress> seen;
+  std::vector<JobProgress> seen;
   absl::Status s = tier_->Sync(kDs, "train", backend_.source(kDs), 4,
-                               [&](const SsdSyncProgress& p) {
+                               [&](const JobProgress& p) {
                                  seen.push_back(p);
                                  return true;
                                });
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_FALSE(seen.empty());
-  const SsdSyncProgress& last = seen.back();
+  const JobProgress& last = seen.back();
   EXPECT_TRUE(last.done);
   EXPECT_TRUE(last.listing_done);
   EXPECT_EQ(last.files_total, 21u);
@@ -351,7 +351,7 @@ TEST_F(SsdTierTest, SyncCopiesEverythingAndSkipsWhatIsCurrent) {
   seen.clear();
   ASSERT_TRUE(tier_
                   ->Sync(kDs, "train", backend_.source(kDs), 4,
-                         [&](const SsdSyncProgress& p) {
+                         [&](const JobProgress& p) {
                            seen.push_back(p);
                            return true;
                          })
@@ -382,14 +382,14 @@ TEST_F(SsdTierTest, SyncReportsErrorsAndCancels) {
   // Progress after the first listed file says stop.
   absl::Status s = tier_->Sync(
       kDs, "", backend_.source(kDs), 1,
-      [](const SsdSyncProgress& p) { return p.done; }, absl::ZeroDuration());
+      [](const JobProgress& p) { return p.done; }, absl::ZeroDuration());
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
 
   backend_.fail_next_reads(1);
-  SsdSyncProgress last;
+  JobProgress last;
   ASSERT_TRUE(tier_
                   ->Sync(kDs, "", backend_.source(kDs), 1,
-                         [&](const SsdSyncProgress& p) {
+                         [&](const JobProgress& p) {
                            last = p;
                            return true;
                          })
