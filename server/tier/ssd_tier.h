@@ -109,9 +109,6 @@ struct SsdTierStats {
   bool index_reset = false;  // started empty after a corrupt index
 };
 
-// Sync reports the listed-job progress every such job uses.
-using SsdSyncProgress = JobProgress;
-
 // Mirrors v1::RevalidateResponse.
 struct SsdRevalidateResult {
   uint64_t files_checked = 0;
@@ -199,14 +196,17 @@ class SsdTier : public ChunkBackend {
 
   // Lists `prefix` ("" = all) of the dataset at `source` and stores every
   // chunk that is not current on SSD, reading it through `next` with
-  // `parallelism` threads. Calls progress about every `period` and once
-  // at the end (done = true); progress returning false cancels
-  // (CANCELLED). Per-file failures go into the progress; a full disk
-  // fails files with RESOURCE_EXHAUSTED. NOT_FOUND or UNAVAILABLE from the
-  // listing; INVALID_ARGUMENT for a bad dataset name or prefix. Blocks.
+  // `parallelism` threads, as a listed job (server/fill/listed_job.h: its
+  // rules for counting, failures, cancel and listing errors); a large file
+  // is worked on in runs of chunks, in parallel. Calls progress about every
+  // `period` and once at the end (done = true); progress returning false
+  // cancels (CANCELLED). Per-file failures go into the progress; a full
+  // disk fails files with RESOURCE_EXHAUSTED. NOT_FOUND or UNAVAILABLE
+  // from a listing that fails before its first file; INVALID_ARGUMENT for a
+  // bad dataset name or prefix. Blocks.
   absl::Status Sync(absl::string_view dataset, absl::string_view prefix,
                     Source* source, uint32_t parallelism,
-                    const std::function<bool(const SsdSyncProgress&)>& progress,
+                    const JobProgressFn& progress,
                     absl::Duration period = absl::Milliseconds(200));
 
   // Compares every file recorded under `prefix` with `source` (one

@@ -1,8 +1,5 @@
 // SsdTier: administration (Sync, Revalidate, Evict).
 #include <algorithm>
-#include <deque>
-#include <memory>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -14,6 +11,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "server/fill/listed_job.h"
 #include "server/tier/ssd_tier.h"
 #include "server/tier/ssd_tier_util.h"
 
@@ -30,215 +28,94 @@ constexpr size_t kFilesPerBatch = 256;
 
 using ssd_internal::SameInfo;
 
-absl::Status SsdTier::Sync(
-    absl::string_view dataset, absl::string_view prefix_in, Source* source,
-    uint32_t parallelism,
-    const std::function<bool(const SsdSyncProgress&)>& progress,
-    absl::Duration period) {
+absl::Status SsdTier::Sync(absl::string_view dataset,
+                           absl::string_view prefix_in, Source* source,
+                           uint32_t parallelism, const JobProgressFn& progress,
+                           absl::Duration period) {
   if (absl::Status s = ValidateDatasetName(dataset); !s.ok()) return s;
   absl::StatusOr<std::string> prefix = NormalizePrefix(prefix_in);
   if (!prefix.ok()) return prefix.status();
   if (source == nullptr) return absl::InvalidArgumentError("no source");
-  parallelism = std::max<uint32_t>(1, parallelism);
 
-  struct FileJob {
-    std::string path;
-    FileInfo info;
-    uint32_t items_left = 0;
-    bool failed = false;
-    bool wrote = false;
-  };
-  struct Item {
-    FileJob* file;
-    uint32_t begin, end;
-  };
-  struct State {
-    absl::Mutex mu;
-    std::deque<std::unique_ptr<FileJob>> files ABSL_GUARDED_BY(mu);
-    std::deque<Item> items ABSL_GUARDED_BY(mu);
-    bool listing_done ABSL_GUARDED_BY(mu) = false;
-    bool cancelled ABSL_GUARDED_BY(mu) = false;
-    uint32_t workers ABSL_GUARDED_BY(mu) = 0;
-    SsdSyncProgress p ABSL_GUARDED_BY(mu);
-  } st;
-  const absl::Time start = clock_->Now();
-
-  auto finish_file = [&st](FileJob* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-    ++st.p.files_done;
-    if (f->failed) {
-      ++st.p.files_failed;
-    } else if (!f->wrote) {
-      ++st.p.files_skipped;
+  ListedJobOptions job;
+  job.parallelism = parallelism;
+  job.period = period;
+  job.clock = clock_;
+  ListedJobCallbacks cb;
+  cb.list =
+      [&](absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
+        return source->List(*prefix, fn);
+      };
+  cb.plan = [&](absl::string_view path, const FileInfo& info) {
+    ListedFilePlan plan;
+    // The listing is the truth: record it first, so older chunks go and
+    // the stores of the parts are not refused as stale.
+    absl::StatusOr<uint64_t> rec = RecordFile(dataset, path, info);
+    if (!rec.ok()) {
+      plan.status = rec.status();
+      return plan;
     }
+    if (!ChunkCountFits(info)) {
+      plan.status = absl::OutOfRangeError(
+          absl::StrCat("file of ", info.size,
+                       " bytes has more chunks than a 32-bit index names"));
+      return plan;
+    }
+    plan.bytes = info.size;
+    plan.parts = (ChunkCount(info) + kSyncItemChunks - 1) / kSyncItemChunks;
+    return plan;
   };
-  auto fail = [&st](FileJob* f, const absl::Status& s)
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-                    if (f->failed) return;
-                    f->failed = true;
-                    st.p.AddFailure(absl::StrCat(f->path, ": ", s.ToString()));
-                  };
-
-  auto worker = [&]() {
+  cb.run_part = [&](const ListedFile& f, uint32_t part,
+                    const std::atomic<bool>& cancelled) {
+    ListedPartResult r;
+    r.skipped = true;  // until a chunk is written
+    const uint32_t begin = part * kSyncItemChunks;
+    const uint32_t end = std::min(ChunkCount(f.info), begin + kSyncItemChunks);
     std::string buf;
-    for (;;) {
-      Item item;
-      {
-        absl::MutexLock lock(&st.mu);
-        st.mu.Await(absl::Condition(
-            +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
-              return !s->items.empty() || s->listing_done || s->cancelled;
-            },
-            &st));
-        if (st.cancelled || st.items.empty()) {
-          --st.workers;
-          return;
-        }
-        item = st.items.front();
-        st.items.pop_front();
+    for (uint32_t c = begin; c < end && !cancelled.load(); ++c) {
+      const uint64_t len = ChunkLength(f.info, c);
+      absl::StatusOr<SsdIndex::Lookup> l = index_->Find(dataset, f.path, c);
+      if (l.ok() && Current(*l, f.info, len)) {
+        ++r.chunks_skipped;
+        r.bytes += len;
+        continue;
       }
-      FileJob* f = item.file;
-      for (uint32_t c = item.begin; c < item.end; ++c) {
-        const uint64_t len = ChunkLength(f->info, c);
-        absl::StatusOr<SsdIndex::Lookup> l = index_->Find(dataset, f->path, c);
-        if (l.ok() && Current(*l, f->info, len)) {
-          absl::MutexLock lock(&st.mu);
-          ++st.p.chunks_skipped;
-          st.p.bytes_done += len;
-          if (st.cancelled) break;
-          continue;
-        }
-        buf.resize(len);
-        uint64_t sum = 0;
-        absl::Status s = next_->ReadChunk(ChunkId{dataset, f->path, c}, f->info,
-                                          absl::MakeSpan(buf), &sum,
-                                          /*origin=*/nullptr);
-        Stored r = Stored::kFailed;
-        if (s.ok()) {
-          {
-            absl::MutexLock lock(&mu_);
-            r = StoreLocked(dataset, f->path, c, f->info, buf, sum,
-                            /*replace=*/false, /*seen_version=*/0, &s);
-          }
-          store_->SyncSealed();
-        }
-        absl::MutexLock lock(&st.mu);
-        if (r == Stored::kWritten) {
-          ++st.p.chunks_written;
-          f->wrote = true;
-        } else if (r == Stored::kAlreadyThere) {
-          ++st.p.chunks_skipped;
-        } else {
-          fail(f, r == Stored::kStale
-                      ? absl::AbortedError("file changed during sync")
-                      : s);
-          break;
-        }
-        st.p.bytes_done += len;
-        if (st.cancelled) break;
-      }
-      absl::MutexLock lock(&st.mu);
-      if (--f->items_left == 0) finish_file(f);
-    }
-  };
-
-  std::vector<std::thread> threads;
-  {
-    absl::MutexLock lock(&st.mu);
-    st.workers = parallelism;
-  }
-  for (uint32_t i = 0; i < parallelism; ++i) threads.emplace_back(worker);
-
-  auto snapshot = [&]() {
-    absl::MutexLock lock(&st.mu);
-    st.p.elapsed_s = absl::ToDoubleSeconds(clock_->Now() - start);
-    return st.p;
-  };
-  auto cancel = [&]() {
-    absl::MutexLock lock(&st.mu);
-    st.cancelled = true;
-  };
-  absl::Time last_emit = clock_->Now();
-  bool cancelled = false;
-
-  absl::Status listed =
-      source->List(*prefix, [&](absl::string_view path, const FileInfo& info) {
-        // The listing is the truth: record it first, so older chunks go
-        // and the stores below are not refused as stale.
-        absl::StatusOr<uint64_t> rec = RecordFile(dataset, path, info);
-        auto job = std::make_unique<FileJob>();
-        job->path = std::string(path);
-        job->info = info;
-        const uint32_t n = ChunkCount(info);
+      buf.resize(len);
+      uint64_t sum = 0;
+      absl::Status s =
+          next_->ReadChunk(ChunkId{dataset, f.path, c}, f.info,
+                           absl::MakeSpan(buf), &sum, /*origin=*/nullptr);
+      Stored stored = Stored::kFailed;
+      if (s.ok()) {
         {
-          absl::MutexLock lock(&st.mu);
-          ++st.p.files_total;
-          st.p.bytes_total += info.size;
-          FileJob* f = job.get();
-          st.files.push_back(std::move(job));
-          if (!rec.ok()) {
-            fail(f, rec.status());
-            finish_file(f);
-          } else if (!ChunkCountFits(info)) {
-            fail(f, absl::OutOfRangeError(absl::StrCat(
-                        "file of ", info.size,
-                        " bytes has more chunks than a 32-bit index names")));
-            finish_file(f);
-          } else if (n == 0) {
-            finish_file(f);
-          } else {
-            f->items_left = (n + kSyncItemChunks - 1) / kSyncItemChunks;
-            for (uint32_t b = 0; b < n; b += kSyncItemChunks) {
-              st.items.push_back(Item{f, b, std::min(n, b + kSyncItemChunks)});
-            }
-          }
+          absl::MutexLock lock(&mu_);
+          stored = StoreLocked(dataset, f.path, c, f.info, buf, sum,
+                               /*replace=*/false, /*seen_version=*/0, &s);
         }
-        if (progress && clock_->Now() - last_emit >= period) {
-          last_emit = clock_->Now();
-          if (!progress(snapshot())) {
-            cancelled = true;
-            return false;
-          }
-        }
-        return true;
-      });
-  {
-    absl::MutexLock lock(&st.mu);
-    st.listing_done = true;
-    st.p.listing_done = true;
-    if (!listed.ok() || cancelled) st.cancelled = true;
-  }
-  if (listed.ok() && !cancelled) {
-    for (;;) {
-      bool all_done;
-      {
-        absl::MutexLock lock(&st.mu);
-        all_done = st.mu.AwaitWithTimeout(
-            absl::Condition(
-                +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
-                  return s->workers == 0;
-                },
-                &st),
-            period);
+        store_->SyncSealed();
       }
-      if (all_done) break;
-      if (progress && !progress(snapshot())) {
-        cancel();
-        cancelled = true;
-        break;
+      if (stored == Stored::kWritten) {
+        ++r.chunks_written;
+        r.skipped = false;
+      } else if (stored == Stored::kAlreadyThere) {
+        ++r.chunks_skipped;
+      } else {
+        r.status = stored == Stored::kStale
+                       ? absl::AbortedError("file changed during sync")
+                       : s;
+        return r;
       }
+      r.bytes += len;
     }
-  }
-  for (std::thread& t : threads) t.join();
-  SsdSyncProgress final_progress = snapshot();
-  final_progress.done = true;
-  if (progress) progress(final_progress);
-  if (!listed.ok()) return listed;
-  if (cancelled) return absl::CancelledError("sync cancelled");
+    return r;
+  };
+  JobProgress last;
+  absl::Status s = RunListedJob(job, cb, progress, &last);
+  if (!s.ok()) return s;
   DLC_LOG(INFO) << "ssd tier: synced " << LogEscape(dataset) << "/"
-                << LogEscape(*prefix) << ": " << final_progress.files_done
-                << " files, " << final_progress.chunks_written
-                << " chunks written, " << final_progress.chunks_skipped
-                << " current, " << final_progress.files_failed
+                << LogEscape(*prefix) << ": " << last.files_done << " files, "
+                << last.chunks_written << " chunks written, "
+                << last.chunks_skipped << " current, " << last.files_failed
                 << " files failed";
   return absl::OkStatus();
 }
