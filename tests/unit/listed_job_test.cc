@@ -213,7 +213,8 @@ TEST(ListedJobTest, CancelStopsListingDropsQueuedPartsAndSaysCancelled) {
           EXPECT_TRUE(p.done);
           return true;
         }
-        if (p.files_total == 0) return true;
+        // Cancels once a part runs (it then waits for the flag).
+        if (started.load() == 0) return true;
         cancelled = true;
         return false;
       },

@@ -379,12 +379,22 @@ TEST_F(SsdTierTest, SyncReportsErrorsAndCancels) {
   EXPECT_TRUE(absl::IsInvalidArgument(
       tier_->Sync("bad/name", "", backend_.source(kDs), 1, nullptr)));
 
-  // Progress after the first listed file says stop.
+  // The first progress says stop. The first read waits for it, so the sync
+  // cannot finish before (progress comes from the calling thread).
+  absl::Notification first_progress;
+  backend_.set_read_gate(&first_progress);
   absl::Status s = tier_->Sync(
       kDs, "", backend_.source(kDs), 1,
-      [](const JobProgress& p) { return p.done; }, absl::ZeroDuration());
+      [&](const JobProgress& p) {
+        if (!first_progress.HasBeenNotified()) first_progress.Notify();
+        return p.done;
+      },
+      absl::ZeroDuration());
+  backend_.set_read_gate(nullptr);
   EXPECT_TRUE(absl::IsCancelled(s)) << s;
 
+  // A file the cancelled sync cannot have stored: one read to fail.
+  Put("c", kChunk, 3);
   backend_.fail_next_reads(1);
   JobProgress last;
   ASSERT_TRUE(tier_
