@@ -7,18 +7,16 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
-#include <mutex>
 #include <utility>
 
-#include "absl/base/internal/sysinfo.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/rpc/fork_guard.h"
 #include "client/rpc/handshake.h"
-#include "common/checksum.h"
+#include "client/rpc/item_decoder.h"
 #include "common/frame_socket.h"
 #include "common/key.h"
 #include "common/logging.h"
@@ -60,48 +58,6 @@ namespace {
 // below any sane server limit, far above what a trainer holds.
 constexpr size_t kMaxLeasesPerRequest = 1 << 16;
 
-std::atomic<uint64_t> fork_generation{0};
-
-// In the child, after fork().
-void CountFork() {
-  fork_generation.fetch_add(1, std::memory_order_relaxed);
-  // Debian's libabsl is built with deadlock detection on: every
-  // absl::Mutex::Lock takes one process-wide spin lock for the lock graph.
-  // A parent thread holding it at the fork leaves it held forever in the
-  // child, where the first Lock (a new Client's) would hang. The graph is
-  // meaningless after fork anyway; this is one atomic store.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
-
-// In the parent, just before fork(), on the forking thread. absl::Mutex
-// measures the CPU frequency lazily, once per process, the first time a
-// contended unlock wants it, under an internal spin lock, and the
-// measurement sleeps in steps (milliseconds, longer on a loaded machine).
-// A fork() in the middle of it (a Client thread of the parent measuring)
-// would leave that lock held forever in the child, whose first contended
-// absl::Mutex then hangs, in a new Client too. Completing the measurement
-// here (waiting for the thread doing it, or doing it) closes that window;
-// after the first time it is one atomic load.
-// The same holds for the pool that seeds every absl::BitGen: it is made once
-// per process under a spin lock, the first time any thread seeds one (a
-// Client's supervisor thread does, at start). A fork() while a parent
-// thread was doing that left the child's new Client with a supervisor stuck
-// on that lock forever (seen under load: the child never connected).
-// Seeding one here completes it before the fork.
-void PrepareFork() {
-  (void)absl::base_internal::NumCPUs();
-  (void)absl::base_internal::NominalCPUFrequency();
-  absl::BitGen seeded;
-  (void)seeded;
-}
-
-uint64_t ForkGeneration() {
-  static std::once_flag once;
-  std::call_once(once,
-                 [] { ::pthread_atfork(&PrepareFork, nullptr, &CountFork); });
-  return fork_generation.load(std::memory_order_relaxed);
-}
-
 bool SameGeometry(const std::vector<SegmentSpec>& a,
                   const std::vector<SegmentSpec>& b) {
   if (a.size() != b.size()) return false;
@@ -109,16 +65,6 @@ bool SameGeometry(const std::vector<SegmentSpec>& a,
     if (a[i].id != b[i].id || a[i].size != b[i].size) return false;
   }
   return true;
-}
-
-// Every lease of a kBatch answer (failed items carry none).
-std::vector<uint64_t> LeasesOf(const local::BatchReply& reply) {
-  std::vector<uint64_t> out;
-  out.reserve(reply.handle_count());
-  for (size_t j = 0; j < reply.handle_count(); ++j) {
-    out.push_back(reply.handle(j).lease);
-  }
-  return out;
 }
 
 }  // namespace
@@ -129,9 +75,7 @@ ClientCore::ClientCore(const ClientOptions& options)
       creator_pid_(::getpid()),
       fork_generation_(ForkGeneration()) {}
 
-bool ClientCore::Forked() const {
-  return fork_generation.load(std::memory_order_relaxed) != fork_generation_;
-}
+bool ClientCore::Forked() const { return ForkGeneration() != fork_generation_; }
 
 absl::Status ClientCore::CheckProcess() const {
   if (!Forked()) return absl::OkStatus();
@@ -331,7 +275,7 @@ void ClientCore::ReadLoop(Conn* conn) {
       if (frame->type() == local::MsgType::kBatch) {
         local::BatchReply reply;
         if (local::DecodeBatchReply(frame->payload, &reply).ok()) {
-          QueueRelease(conn->generation, LeasesOf(reply));
+          QueueRelease(conn->generation, ItemDecoder::LeasesOf(reply));
         }
       }
       continue;
@@ -774,62 +718,16 @@ absl::StatusOr<std::vector<Item>> ClientCore::GetBatchSlice(
 absl::StatusOr<std::vector<Item>> ClientCore::DecodeItems(
     Conn& conn, const local::BatchReply& reply, size_t n) {
   if (reply.item_count() != n) {
-    QueueRelease(conn.generation, LeasesOf(reply));
+    QueueRelease(conn.generation, ItemDecoder::LeasesOf(reply));
     return absl::InternalError(absl::StrCat("GetBatch: dlcached at ", target_,
                                             " answered ", reply.item_count(),
                                             " items for ", n));
   }
   auto owner = std::make_shared<LeaseOwner>(
       LeaseOwner{shared_from_this(), conn.map, conn.generation});
-  const SegmentMap& map = *conn.map;
-  std::vector<Item> items(n);
   std::vector<uint64_t> rejected;  // leases of items we refuse
-  for (size_t i = 0; i < n; ++i) {
-    const local::ItemView v = reply.item(i);
-    Item& item = items[i];
-    item.file_size_ = v.file_size;
-    item.chunk_count_ = static_cast<uint32_t>(v.chunk_count);
-    item.hit_ = v.hit;
-    const uint32_t begin = v.first_handle, end = begin + v.handle_count;
-    if (v.code != 0) {
-      item.status_ = StatusFromWire(v.code, v.message);
-      for (uint32_t j = begin; j < end; ++j) {
-        rejected.push_back(reply.handle(j).lease);
-      }
-      continue;
-    }
-    item.chunks_.reserve(v.handle_count);
-    item.leases_.reserve(v.handle_count);
-    for (uint32_t j = begin; j < end; ++j) {
-      const local::Handle h = reply.handle(j);
-      // Every lease is kept, also after a bad handle, so that all of them
-      // go back.
-      item.leases_.push_back(h.lease);
-      if (!item.status_.ok()) continue;
-      const std::byte* data = map.Resolve(h.segment, h.offset, h.length);
-      if (data == nullptr) {
-        item.status_ = absl::InternalError(absl::StrFormat(
-            "chunk %u: handle segment %u [%u, +%u) lies outside the mapped "
-            "segments",
-            h.index, h.segment, h.offset, h.length));
-        continue;
-      }
-      item.chunks_.push_back(ChunkView{data, static_cast<size_t>(h.length),
-                                       h.index, h.segment, h.offset,
-                                       h.checksum});
-      if (options_.verify_checksums && Checksum(data, h.length) != h.checksum) {
-        item.status_ = absl::DataLossError(absl::StrFormat(
-            "chunk %u: checksum mismatch in shared memory", h.index));
-      }
-    }
-    if (!item.status_.ok()) {
-      rejected.insert(rejected.end(), item.leases_.begin(), item.leases_.end());
-      item.leases_.clear();
-      item.chunks_.clear();
-      continue;
-    }
-    item.owner_ = owner;
-  }
+  std::vector<Item> items = ItemDecoder::Decode(
+      reply, *conn.map, owner, options_.verify_checksums, &rejected);
   QueueRelease(conn.generation, rejected);
   return items;
 }

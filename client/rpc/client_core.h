@@ -63,7 +63,7 @@ struct LeaseOwner {
 // Client in the child can use absl::Mutex whatever the parent's threads
 // were doing, the atfork handlers also finish absl's lazy, lock-holding
 // one-time set-up before the fork and turn absl's (Debian: enabled)
-// deadlock-graph lock off in the child (client_core.cc says why). Left:
+// deadlock-graph lock off in the child (fork_guard.cc says why). Left:
 // absl's thread-identity free list is guarded by a spin lock that a parent
 // thread starting or exiting holds for a moment; a fork in that moment can
 // still hang the child's first new thread that blocks.

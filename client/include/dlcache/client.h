@@ -157,6 +157,7 @@ struct FileStatus {
 
 namespace internal {
 class ClientCore;
+class ItemDecoder;
 struct LeaseOwner;
 }  // namespace internal
 
@@ -192,6 +193,7 @@ class Item {
 
  private:
   friend class internal::ClientCore;
+  friend class internal::ItemDecoder;
   absl::Status status_;
   uint64_t file_size_ = 0;
   uint32_t chunk_count_ = 0;
