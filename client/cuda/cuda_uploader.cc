@@ -491,8 +491,10 @@ CudaUploader::~CudaUploader() = default;
 
 namespace {
 
+// `runtime` null: the CUDA runtime.
 absl::StatusOr<std::shared_ptr<UploaderCore>> MakeCore(
-    const UploaderOptions& options) {
+    const UploaderOptions& options,
+    std::shared_ptr<internal::DeviceRuntime> runtime) {
   if (options.depth < 1) {
     return absl::InvalidArgumentError("UploaderOptions::depth must be >= 1");
   }
@@ -502,7 +504,9 @@ absl::StatusOr<std::shared_ptr<UploaderCore>> MakeCore(
         "LayoutOptions::alignment must be a power of two");
   }
   absl::StatusOr<std::unique_ptr<UploadEngine>> engine =
-      UploadEngine::Create(options.engine);
+      runtime == nullptr
+          ? UploadEngine::Create(options.engine)
+          : UploadEngine::CreateForTesting(options.engine, std::move(runtime));
   if (!engine.ok()) return engine.status();
   auto core = std::make_shared<UploaderCore>();
   core->options = options;
@@ -515,10 +519,22 @@ absl::StatusOr<std::shared_ptr<UploaderCore>> MakeCore(
 
 absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
     Client* client, const UploaderOptions& options) {
+  return CreateForTesting(client, options, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
+    absl::Span<const MappedSegment> segments, const UploaderOptions& options) {
+  return CreateForTesting(segments, options, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::CreateForTesting(
+    Client* client, const UploaderOptions& options,
+    std::shared_ptr<internal::DeviceRuntime> runtime) {
   if (client == nullptr) {
     return absl::InvalidArgumentError("CudaUploader::Create: null client");
   }
-  absl::StatusOr<std::shared_ptr<UploaderCore>> core = MakeCore(options);
+  absl::StatusOr<std::shared_ptr<UploaderCore>> core =
+      MakeCore(options, std::move(runtime));
   if (!core.ok()) return core.status();
   (*core)->client = client;
   (*core)->set_generation(client->mapping_generation());
@@ -526,9 +542,11 @@ absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
   return std::unique_ptr<CudaUploader>(new CudaUploader(std::move(*core)));
 }
 
-absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::Create(
-    absl::Span<const MappedSegment> segments, const UploaderOptions& options) {
-  absl::StatusOr<std::shared_ptr<UploaderCore>> core = MakeCore(options);
+absl::StatusOr<std::unique_ptr<CudaUploader>> CudaUploader::CreateForTesting(
+    absl::Span<const MappedSegment> segments, const UploaderOptions& options,
+    std::shared_ptr<internal::DeviceRuntime> runtime) {
+  absl::StatusOr<std::shared_ptr<UploaderCore>> core =
+      MakeCore(options, std::move(runtime));
   if (!core.ok()) return core.status();
   (*core)->RegisterSegments(segments);
   return std::unique_ptr<CudaUploader>(new CudaUploader(std::move(*core)));

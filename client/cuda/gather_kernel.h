@@ -9,18 +9,9 @@
 
 #include <cstdint>
 
-namespace dlcache::cuda::internal {
+#include "client/cuda/gather_piece.h"
 
-// One piece of a run. `src` and `dst` are device-visible addresses. Pieces
-// where src and dst are both 16-byte aligned are copied with 16-byte
-// accesses, others byte by byte (the engine cuts runs so that this only
-// happens for heads and tails of at most 15 bytes, or for runs whose source
-// and destination are misaligned against each other).
-struct GatherPiece {
-  uint64_t src;
-  uint64_t dst;
-  uint64_t bytes;
-};
+namespace dlcache::cuda::internal {
 
 // Launches the kernel on `stream`: `pieces` (device-visible, e.g. a mapped
 // pinned buffer) holds `count` pieces; each block takes pieces

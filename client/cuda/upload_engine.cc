@@ -1,7 +1,5 @@
 #include "dlcache/cuda/upload_engine.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -12,31 +10,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/cuda/gather_kernel.h"
+#include "client/cuda/device_runtime.h"
+#include "client/cuda/gather_piece.h"
 
 namespace dlcache::cuda {
 namespace internal {
 namespace {
-
-absl::Status FromCuda(cudaError_t err, absl::string_view what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  std::string msg = absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
-                                 cudaGetErrorString(err), ")");
-  switch (err) {
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(msg);
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorStubLibrary:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -56,23 +35,25 @@ struct Region {
 
 class EngineCore {
  public:
+  // Every device call goes through `rt` (the CUDA runtime, or a stand-in).
+  std::shared_ptr<DeviceRuntime> rt;
   EngineOptions options;
   int device = 0;
-  cudaStream_t stream = nullptr;
+  Stream stream = nullptr;
   int sm_count = 1;
   bool can_map_host = false;
   bool read_only_supported = false;
 
   ~EngineCore() {
-    cudaSetDevice(device);
-    if (stream != nullptr) cudaStreamSynchronize(stream);
+    rt->SelectDevice(device).IgnoreError();
+    if (stream != nullptr) rt->SynchronizeStream(stream).IgnoreError();
     absl::MutexLock lock(&mu_);
     for (auto& [base, region] : regions_) {
-      cudaHostUnregister(reinterpret_cast<void*>(base));
+      rt->UnregisterHost(reinterpret_cast<void*>(base)).IgnoreError();
     }
-    for (PinnedBuffer& b : idle_pinned_) cudaFreeHost(b.host);
-    for (cudaEvent_t e : idle_events_) cudaEventDestroy(e);
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    for (PinnedBuffer& b : idle_pinned_) rt->FreePinned(b.host);
+    for (Event e : idle_events_) rt->DestroyEvent(e);
+    if (stream != nullptr) rt->DestroyStream(stream);
   }
 
   absl::Status Register(const void* base, uint64_t size) {
@@ -92,28 +73,17 @@ class EngineCore {
           "device cannot map read-only host memory "
           "(cudaDevAttrHostRegisterReadOnlySupported = 0); copies are staged");
     }
-    cudaSetDevice(device);
-    unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
-    if (options.register_read_only) flags |= cudaHostRegisterReadOnly;
-    cudaError_t err = cudaHostRegister(const_cast<void*>(base), size, flags);
-    if (err != cudaSuccess) {
-      cudaGetLastError();  // registration errors are not sticky; clear it
-      return FromCuda(err, "cudaHostRegister");
-    }
-    void* dev = nullptr;
-    err = cudaHostGetDevicePointer(&dev, const_cast<void*>(base), 0);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      cudaHostUnregister(const_cast<void*>(base));
-      return FromCuda(err, "cudaHostGetDevicePointer");
-    }
+    rt->SelectDevice(device).IgnoreError();
+    absl::StatusOr<void*> dev =
+        rt->RegisterHost(base, size, options.register_read_only);
+    if (!dev.ok()) return dev.status();
     absl::MutexLock lock(&mu_);
     if (Overlaps(b, size)) {  // lost a race with another thread
-      cudaHostUnregister(const_cast<void*>(base));
+      rt->UnregisterHost(base).IgnoreError();
       return absl::AlreadyExistsError(
           "RegisterHost: range overlaps a registered region");
     }
-    regions_[b] = Region{size, reinterpret_cast<uintptr_t>(dev), next_id_++};
+    regions_[b] = Region{size, reinterpret_cast<uintptr_t>(*dev), next_id_++};
     return absl::OkStatus();
   }
 
@@ -126,16 +96,15 @@ class EngineCore {
       }
     }
     // Copies already enqueued may still read the region.
-    cudaSetDevice(device);
+    rt->SelectDevice(device).IgnoreError();
     absl::Status st;
     {
       absl::MutexLock enqueue_lock(&enqueue_mu_);
-      st = FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      st = rt->SynchronizeStream(stream);
       absl::MutexLock lock(&mu_);
       regions_.erase(b);
     }
-    absl::Status un = FromCuda(cudaHostUnregister(const_cast<void*>(base)),
-                               "cudaHostUnregister");
+    absl::Status un = rt->UnregisterHost(base);
     return st.ok() ? un : st;
   }
 
@@ -163,19 +132,11 @@ class EngineCore {
     }
     PinnedBuffer b;
     b.size = AlignUp(std::max<uint64_t>(size, 64 << 10), 64 << 10);
-    cudaSetDevice(device);
-    cudaError_t err = cudaHostAlloc(
-        &b.host, b.size, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return FromCuda(err, "cudaHostAlloc (staging)");
-    }
-    err = cudaHostGetDevicePointer(&b.dev, b.host, 0);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      cudaFreeHost(b.host);
-      return FromCuda(err, "cudaHostGetDevicePointer (staging)");
-    }
+    rt->SelectDevice(device).IgnoreError();
+    absl::StatusOr<PinnedMemory> mem = rt->AllocatePinned(b.size);
+    if (!mem.ok()) return mem.status();
+    b.host = mem->host;
+    b.dev = mem->dev;
     return b;
   }
 
@@ -197,26 +158,23 @@ class EngineCore {
       drop = *smallest;
       idle_pinned_.erase(smallest);
     }
-    cudaFreeHost(drop.host);
+    rt->FreePinned(drop.host);
   }
 
-  absl::StatusOr<cudaEvent_t> AcquireEvent() {
+  absl::StatusOr<Event> AcquireEvent() {
     {
       absl::MutexLock lock(&mu_);
       if (!idle_events_.empty()) {
-        cudaEvent_t e = idle_events_.back();
+        Event e = idle_events_.back();
         idle_events_.pop_back();
         return e;
       }
     }
-    cudaSetDevice(device);
-    cudaEvent_t e = nullptr;
-    cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-    if (err != cudaSuccess) return FromCuda(err, "cudaEventCreate");
-    return e;
+    rt->SelectDevice(device).IgnoreError();
+    return rt->CreateEvent();
   }
 
-  void ReleaseEvent(cudaEvent_t e) {
+  void ReleaseEvent(Event e) {
     absl::MutexLock lock(&mu_);
     idle_events_.push_back(e);
   }
@@ -254,13 +212,13 @@ class EngineCore {
   std::map<uintptr_t, Region> regions_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<PinnedBuffer> idle_pinned_ ABSL_GUARDED_BY(mu_);
-  std::vector<cudaEvent_t> idle_events_ ABSL_GUARDED_BY(mu_);
+  std::vector<Event> idle_events_ ABSL_GUARDED_BY(mu_);
   absl::Mutex enqueue_mu_;
 };
 
 struct TicketState {
   std::shared_ptr<EngineCore> core;
-  cudaEvent_t event = nullptr;
+  Event event = nullptr;
   std::vector<PinnedBuffer> pinned;  // staging and descriptors
   UploadStats stats;
   bool done = false;
@@ -278,7 +236,7 @@ struct TicketState {
 
   ~TicketState() {
     if (!done) {
-      Finish(FromCuda(cudaEventSynchronize(event), "cudaEventSynchronize"));
+      Finish(core->rt->SynchronizeEvent(event));
     }
   }
 };
@@ -289,15 +247,15 @@ struct DeviceAllocation {
   uint64_t size = 0;
   ~DeviceAllocation() {
     if (ptr != nullptr) {
-      cudaSetDevice(core->device);
-      cudaFree(ptr);
+      core->rt->SelectDevice(core->device).IgnoreError();
+      core->rt->FreeDevice(ptr);
     }
   }
 };
 
 struct MarkState {
   std::shared_ptr<EngineCore> core;
-  cudaEvent_t event = nullptr;
+  Event event = nullptr;
   ~MarkState() {
     if (event != nullptr) core->ReleaseEvent(event);
   }
@@ -334,37 +292,11 @@ bool DstGapUsed(const std::vector<std::pair<uint64_t, uint64_t>>& by_dst,
 }  // namespace internal
 
 using internal::EngineCore;
-using internal::FromCuda;
+using internal::Event;
 using internal::PinnedBuffer;
 using internal::Region;
 using internal::Run;
 using internal::Src;
-
-absl::Status CudaAvailable(int device) {
-  static const absl::Status* count_status = [] {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return new absl::Status(absl::UnavailableError(absl::StrCat(
-          "no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(err),
-          " (", cudaGetErrorString(err), ")")));
-    }
-    if (count == 0) {
-      return new absl::Status(
-          absl::UnavailableError("no usable CUDA device: none found"));
-    }
-    return new absl::Status(absl::OkStatus());
-  }();
-  if (!count_status->ok()) return *count_status;
-  int count = 0;
-  cudaGetDeviceCount(&count);
-  if (device < 0 || device >= count) {
-    return absl::UnavailableError(absl::StrCat(
-        "CUDA device ", device, " does not exist (", count, " found)"));
-  }
-  return absl::OkStatus();
-}
 
 absl::string_view UploadMethodName(UploadMethod method) {
   switch (method) {
@@ -407,12 +339,14 @@ StreamMark::StreamMark(StreamMark&&) noexcept = default;
 StreamMark& StreamMark::operator=(StreamMark&&) noexcept = default;
 StreamMark::~StreamMark() = default;
 bool StreamMark::Done() const {
-  return state_ == nullptr ||
-         cudaEventQuery(state_->event) != cudaErrorNotReady;
+  if (state_ == nullptr) return true;
+  // An error counts as done: Wait() reports it.
+  absl::StatusOr<bool> done = state_->core->rt->QueryEvent(state_->event);
+  return !done.ok() || *done;
 }
 absl::Status StreamMark::Wait() const {
   if (state_ == nullptr) return absl::OkStatus();
-  return FromCuda(cudaEventSynchronize(state_->event), "cudaEventSynchronize");
+  return state_->core->rt->SynchronizeEvent(state_->event);
 }
 
 UploadTicket::UploadTicket() = default;
@@ -422,25 +356,23 @@ UploadTicket::~UploadTicket() = default;
 
 bool UploadTicket::Ready() const {
   if (state_ == nullptr || state_->done) return true;
-  cudaError_t err = cudaEventQuery(state_->event);
-  if (err == cudaErrorNotReady) return false;
-  state_->Finish(FromCuda(err, "cudaEventQuery"));
+  absl::StatusOr<bool> done = state_->core->rt->QueryEvent(state_->event);
+  if (done.ok() && !*done) return false;
+  state_->Finish(done.status());
   return true;
 }
 
 absl::Status UploadTicket::Wait() {
   if (state_ == nullptr) return absl::OkStatus();
   if (!state_->done) {
-    state_->Finish(
-        FromCuda(cudaEventSynchronize(state_->event), "cudaEventSynchronize"));
+    state_->Finish(state_->core->rt->SynchronizeEvent(state_->event));
   }
   return state_->status;
 }
 
 absl::Status UploadTicket::MakeStreamWait(CUstream_st* stream) const {
   if (state_ == nullptr || state_->done) return absl::OkStatus();
-  return FromCuda(cudaStreamWaitEvent(stream, state_->event, 0),
-                  "cudaStreamWaitEvent");
+  return state_->core->rt->StreamWaitEvent(stream, state_->event);
 }
 
 const UploadStats& UploadTicket::stats() const {
@@ -456,39 +388,47 @@ UploadEngine::~UploadEngine() = default;
 
 absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::Create(
     const EngineOptions& options) {
+  if (absl::Status st = CheckOptions(options); !st.ok()) return st;
+  if (absl::Status st = CudaAvailable(options.device); !st.ok()) return st;
+  return CreateOver(options, internal::CudaRuntime());
+}
+
+absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::CreateForTesting(
+    const EngineOptions& options,
+    std::shared_ptr<internal::DeviceRuntime> runtime) {
+  if (runtime == nullptr) {
+    return absl::InvalidArgumentError("CreateForTesting: null runtime");
+  }
+  if (absl::Status st = CheckOptions(options); !st.ok()) return st;
+  return CreateOver(options, std::move(runtime));
+}
+
+absl::Status UploadEngine::CheckOptions(const EngineOptions& options) {
   if (options.gather_threads <= 0 || options.gather_threads > 1024 ||
       options.gather_threads % 32 != 0 || options.gather_blocks_per_sm <= 0 ||
       options.gather_piece_bytes < 16 || options.gather_piece_bytes % 16 != 0) {
     return absl::InvalidArgumentError("bad gather kernel options");
   }
-  if (absl::Status st = CudaAvailable(options.device); !st.ok()) return st;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::CreateOver(
+    const EngineOptions& options,
+    std::shared_ptr<internal::DeviceRuntime> runtime) {
   auto core = std::make_shared<EngineCore>();
+  core->rt = std::move(runtime);
   core->options = options;
   core->device = options.device;
-  if (absl::Status st =
-          FromCuda(cudaSetDevice(options.device), "cudaSetDevice");
-      !st.ok()) {
-    return st;
-  }
-  cudaDeviceProp prop{};
-  if (absl::Status st = FromCuda(cudaGetDeviceProperties(&prop, options.device),
-                                 "cudaGetDeviceProperties");
-      !st.ok()) {
-    return st;
-  }
-  core->sm_count = std::max(1, prop.multiProcessorCount);
-  core->can_map_host = prop.canMapHostMemory != 0;
-  int ro = 0;
-  cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported,
-                         options.device);
-  core->read_only_supported = ro != 0;
-  if (absl::Status st = FromCuda(
-          cudaStreamCreateWithFlags(&core->stream, cudaStreamNonBlocking),
-          "cudaStreamCreate");
-      !st.ok()) {
-    core->stream = nullptr;
-    return st;
-  }
+  internal::DeviceRuntime& rt = *core->rt;
+  if (absl::Status st = rt.SelectDevice(options.device); !st.ok()) return st;
+  absl::StatusOr<internal::DeviceInfo> info = rt.Describe(options.device);
+  if (!info.ok()) return info.status();
+  core->sm_count = std::max(1, info->sm_count);
+  core->can_map_host = info->can_map_host;
+  core->read_only_supported = info->read_only_register;
+  absl::StatusOr<internal::Stream> stream = rt.CreateStream();
+  if (!stream.ok()) return stream.status();
+  core->stream = *stream;
   return std::unique_ptr<UploadEngine>(new UploadEngine(std::move(core)));
 }
 
@@ -526,14 +466,11 @@ absl::StatusOr<DeviceBuffer> UploadEngine::AllocateDevice(uint64_t bytes) {
   auto alloc = std::make_unique<internal::DeviceAllocation>();
   alloc->core = core_;
   alloc->size = bytes;
-  cudaSetDevice(core_->device);
+  core_->rt->SelectDevice(core_->device).IgnoreError();
   if (bytes > 0) {
-    cudaError_t err = cudaMalloc(&alloc->ptr, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      alloc->ptr = nullptr;
-      return FromCuda(err, absl::StrCat("cudaMalloc(", bytes, ")"));
-    }
+    absl::StatusOr<void*> ptr = core_->rt->AllocateDevice(bytes);
+    if (!ptr.ok()) return ptr.status();
+    alloc->ptr = *ptr;
   }
   DeviceBuffer buf;
   buf.alloc_ = std::move(alloc);
@@ -543,39 +480,31 @@ absl::StatusOr<DeviceBuffer> UploadEngine::AllocateDevice(uint64_t bytes) {
 absl::Status UploadEngine::CopyToHost(const void* device_src, void* host_dst,
                                       uint64_t size) {
   absl::MutexLock lock(&core_->enqueue_mu());
-  cudaSetDevice(core_->device);
+  core_->rt->SelectDevice(core_->device).IgnoreError();
   absl::Status st =
-      FromCuda(cudaMemcpyAsync(host_dst, device_src, size,
-                               cudaMemcpyDeviceToHost, core_->stream),
-               "cudaMemcpyAsync (to host)");
-  absl::Status sync =
-      FromCuda(cudaStreamSynchronize(core_->stream), "cudaStreamSynchronize");
+      core_->rt->CopyToHost(host_dst, device_src, size, core_->stream);
+  absl::Status sync = core_->rt->SynchronizeStream(core_->stream);
   return st.ok() ? sync : st;
 }
 
 absl::Status UploadEngine::Fill(void* device_dst, uint8_t value,
                                 uint64_t size) {
   absl::MutexLock lock(&core_->enqueue_mu());
-  cudaSetDevice(core_->device);
-  absl::Status st = FromCuda(
-      cudaMemsetAsync(device_dst, value, size, core_->stream), "cudaMemset");
-  absl::Status sync =
-      FromCuda(cudaStreamSynchronize(core_->stream), "cudaStreamSynchronize");
+  core_->rt->SelectDevice(core_->device).IgnoreError();
+  absl::Status st = core_->rt->Fill(device_dst, value, size, core_->stream);
+  absl::Status sync = core_->rt->SynchronizeStream(core_->stream);
   return st.ok() ? sync : st;
 }
 
 absl::StatusOr<StreamMark> UploadEngine::Mark(CUstream_st* stream) {
-  absl::StatusOr<cudaEvent_t> event = core_->AcquireEvent();
+  absl::StatusOr<Event> event = core_->AcquireEvent();
   if (!event.ok()) return event.status();
   auto state = std::make_unique<internal::MarkState>();
   state->core = core_;
   state->event = *event;
-  cudaSetDevice(core_->device);
-  if (absl::Status st =
-          FromCuda(cudaEventRecord(
-                       *event, stream == nullptr ? cudaStreamLegacy : stream),
-                   "cudaEventRecord");
-      !st.ok()) {
+  core_->rt->SelectDevice(core_->device).IgnoreError();
+  // A null stream is the legacy default stream (DeviceRuntime's convention).
+  if (absl::Status st = core_->rt->RecordEvent(*event, stream); !st.ok()) {
     return st;
   }
   StreamMark mark;
@@ -736,7 +665,7 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
     }
   }
 
-  absl::StatusOr<cudaEvent_t> event = core_->AcquireEvent();
+  absl::StatusOr<Event> event = core_->AcquireEvent();
   if (!event.ok()) return event.status();
   state->event = *event;
   state->stats = stats;
@@ -744,12 +673,11 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
   absl::Status submit;
   {
     absl::MutexLock lock(&core_->enqueue_mu());
-    cudaSetDevice(core_->device);
-    cudaStream_t stream = core_->stream;
+    internal::DeviceRuntime& rt = *core_->rt;
+    rt.SelectDevice(core_->device).IgnoreError();
+    internal::Stream stream = core_->stream;
     if (options.after != nullptr && options.after->state_ != nullptr) {
-      submit =
-          FromCuda(cudaStreamWaitEvent(stream, options.after->state_->event, 0),
-                   "cudaStreamWaitEvent");
+      submit = rt.StreamWaitEvent(stream, options.after->state_->event);
     }
     char* d = static_cast<char*>(dst);
     if (submit.ok()) {
@@ -757,11 +685,9 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
         case UploadMethod::kAuto:  // resolved above
         case UploadMethod::kMemcpy:
           for (const Run& r : runs) {
-            submit = FromCuda(
-                cudaMemcpyAsync(d + r.dst_offset,
-                                reinterpret_cast<const void*>(r.src.host),
-                                r.size, cudaMemcpyHostToDevice, stream),
-                "cudaMemcpyAsync");
+            submit = rt.CopyToDevice(d + r.dst_offset,
+                                     reinterpret_cast<const void*>(r.src.host),
+                                     r.size, stream);
             if (!submit.ok()) break;
           }
           break;
@@ -775,29 +701,19 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
             srcs[i] = reinterpret_cast<const void*>(runs[i].src.host);
             sizes[i] = runs[i].size;
           }
-          cudaMemcpyAttributes attr{};
-          attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-          attr.srcLocHint.type = cudaMemLocationTypeHost;
-          attr.dstLocHint.type = cudaMemLocationTypeDevice;
-          attr.dstLocHint.id = core_->device;
-          size_t attr_idx = 0;
-          cudaError_t err =
-              cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
-                                   runs.size(), &attr, &attr_idx, 1, stream);
-          if (err == cudaErrorNotSupported || err == cudaErrorInvalidValue) {
+          absl::Status batch =
+              rt.CopyBatchToDevice(dsts, srcs, sizes, core_->device, stream);
+          if (absl::IsUnimplemented(batch)) {
             // Older drivers: one copy per run does the same.
-            cudaGetLastError();
             state->stats.method = UploadMethod::kMemcpy;
             for (const Run& r : runs) {
-              submit = FromCuda(
-                  cudaMemcpyAsync(d + r.dst_offset,
-                                  reinterpret_cast<const void*>(r.src.host),
-                                  r.size, cudaMemcpyHostToDevice, stream),
-                  "cudaMemcpyAsync");
+              submit = rt.CopyToDevice(
+                  d + r.dst_offset, reinterpret_cast<const void*>(r.src.host),
+                  r.size, stream);
               if (!submit.ok()) break;
             }
           } else {
-            submit = FromCuda(err, "cudaMemcpyBatchAsync");
+            submit = batch;
           }
           break;
         }
@@ -807,24 +723,20 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
               pieces.size(), static_cast<uint64_t>(core_->sm_count) *
                                  eo.gather_blocks_per_sm));
           submit =
-              FromCuda(internal::LaunchGather(
-                           static_cast<const internal::GatherPiece*>(
-                               state->pinned.back().dev),
-                           static_cast<uint32_t>(pieces.size()), blocks,
-                           static_cast<uint32_t>(eo.gather_threads), stream),
-                       "gather kernel launch");
+              rt.LaunchGather(static_cast<const internal::GatherPiece*>(
+                                  state->pinned.back().dev),
+                              static_cast<uint32_t>(pieces.size()), blocks,
+                              static_cast<uint32_t>(eo.gather_threads), stream);
           break;
         }
       }
     }
     // Record even after a failed submission, so that the ticket's resources
     // are only reused once whatever was queued has finished.
-    absl::Status rec =
-        FromCuda(cudaEventRecord(state->event, stream), "cudaEventRecord");
+    absl::Status rec = rt.RecordEvent(state->event, stream);
     if (submit.ok()) submit = rec;
   }
   if (!submit.ok()) {
-    cudaGetLastError();
     return submit;  // ~TicketState waits for what was queued
   }
   UploadTicket ticket;

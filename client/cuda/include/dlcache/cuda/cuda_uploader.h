@@ -147,6 +147,15 @@ class CudaUploader {
   // Same, for fixed host regions (tests, benchmarks).
   static absl::StatusOr<std::unique_ptr<CudaUploader>> Create(
       absl::Span<const MappedSegment> segments, const UploaderOptions& options);
+  // For tests: the same, with the engine's device calls going to `runtime`
+  // (UploadEngine::CreateForTesting), e.g. the host stand-in; a null
+  // `runtime` is CUDA, as in Create.
+  static absl::StatusOr<std::unique_ptr<CudaUploader>> CreateForTesting(
+      Client* client, const UploaderOptions& options,
+      std::shared_ptr<internal::DeviceRuntime> runtime);
+  static absl::StatusOr<std::unique_ptr<CudaUploader>> CreateForTesting(
+      absl::Span<const MappedSegment> segments, const UploaderOptions& options,
+      std::shared_ptr<internal::DeviceRuntime> runtime);
   ~CudaUploader();
 
   // Starts copying the batch's OK items; returns once the copies are

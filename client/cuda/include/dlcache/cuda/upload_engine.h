@@ -19,7 +19,9 @@
 // a pinned staging buffer.
 //
 // With DLCACHE_WITH_CUDA=OFF, or at run time without a usable device,
-// Create() returns UNAVAILABLE and the header is unchanged.
+// Create() returns UNAVAILABLE and the header is unchanged. Every device
+// call goes through an internal DeviceRuntime (client/cuda/device_runtime.h):
+// CUDA in production, a host stand-in in tests (CreateForTesting).
 //
 // Thread safety: UploadEngine is thread-safe; Enqueue calls are serialised
 // on the engine's one stream. UploadTicket, DeviceBuffer and StreamMark are
@@ -42,6 +44,7 @@ struct CUstream_st;
 namespace dlcache::cuda {
 
 namespace internal {
+class DeviceRuntime;
 class EngineCore;
 struct TicketState;
 struct DeviceAllocation;
@@ -187,6 +190,13 @@ class UploadEngine {
   // device, INVALID_ARGUMENT for bad options. Blocks (context creation).
   static absl::StatusOr<std::unique_ptr<UploadEngine>> Create(
       const EngineOptions& options);
+  // For tests: an engine whose device calls go to `runtime` (internal
+  // header client/cuda/device_runtime.h), e.g. the host stand-in of
+  // tests/testing/host_device_runtime.h, instead of CUDA. Works in builds
+  // without CUDA too. INVALID_ARGUMENT for bad options or a null runtime.
+  static absl::StatusOr<std::unique_ptr<UploadEngine>> CreateForTesting(
+      const EngineOptions& options,
+      std::shared_ptr<internal::DeviceRuntime> runtime);
   // Waits for outstanding copies and unregisters host memory (tickets keep
   // what they need alive).
   ~UploadEngine();
@@ -237,6 +247,10 @@ class UploadEngine {
                              uint64_t run_bytes) const;
 
  private:
+  static absl::Status CheckOptions(const EngineOptions& options);
+  static absl::StatusOr<std::unique_ptr<UploadEngine>> CreateOver(
+      const EngineOptions& options,
+      std::shared_ptr<internal::DeviceRuntime> runtime);
   explicit UploadEngine(std::shared_ptr<internal::EngineCore> core);
   std::shared_ptr<internal::EngineCore> core_;
 };
