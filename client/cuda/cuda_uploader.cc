@@ -9,7 +9,8 @@
 #include "absl/synchronization/mutex.h"
 
 // This file uses only the engine's API, so it is the same with and without
-// DLCACHE_WITH_CUDA (the stub engine fails Create with UNAVAILABLE).
+// DLCACHE_WITH_CUDA (without CUDA, the engine's Create fails with
+// UNAVAILABLE; CreateForTesting works over any DeviceRuntime).
 
 namespace dlcache::cuda {
 namespace internal {
