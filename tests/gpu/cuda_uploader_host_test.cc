@@ -84,7 +84,7 @@ class CudaUploaderHostTest : public ::testing::Test {
   // Leases the server holds for us once our pending releases have arrived.
   uint64_t ServerLeases() {
     EXPECT_TRUE(client_->FlushReleases().ok());
-    return server_->server().StatusNow().leases();
+    return server_->server().Status().memory->leases;
   }
 
   // The device bytes of `gpu`'s items equal files first .. first + n - 1.
