@@ -153,7 +153,7 @@ PeerClient::PeerClient(std::string address, const PeerClientOptions& options)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
               ToMillis(options.min_reconnect_backoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              ToMillis(options.min_reconnect_backoff));
+              ToMillis(options.connect_timeout));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               ToMillis(options.max_reconnect_backoff));
   // A peer whose host vanished without closing the connection is noticed

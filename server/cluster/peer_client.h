@@ -29,6 +29,13 @@ struct PeerClientOptions {
   // peer is used again soon; gRPC's defaults grow to two minutes.
   absl::Duration min_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(5);
+  // How long one connection attempt (TCP, TLS, HTTP/2 settings) may take.
+  // gRPC core reads GRPC_ARG_MIN_RECONNECT_BACKOFF_MS as this deadline, so
+  // it must not be the short backoff above: with 100 ms, handshakes on a
+  // loaded node failed ("connection attempt timed out before receiving
+  // SETTINGS frame") and every call in the meantime fell back to the
+  // source.
+  absl::Duration connect_timeout = absl::Seconds(5);
   // Move chunk data and stats over the peer's raw TCP chunk stream
   // (peer_data_wire.h) when it offers one; never with mTLS, whose
   // guarantees only the gRPC channel has.
