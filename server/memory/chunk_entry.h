@@ -3,11 +3,9 @@
 
 #include <cstdint>
 
-#include "absl/status/status.h"
-
 namespace dlcache {
 
-struct FileRecord;
+class FileRecord;
 
 // Where an item lives in the arena: slot `slot` of slab `slab`.
 struct SlotRef {
@@ -15,38 +13,37 @@ struct SlotRef {
   uint32_t slot = 0;
 };
 
-// One cached chunk. Owned by MemoryTier; all fields are guarded by the
-// MemoryTier mutex.
+// One cached chunk, 48 bytes: there is one per cached chunk, so it holds
+// only what the hit path and eviction read. What few entries need lives
+// in the memory tier's side tables: the status of a failed fill, the
+// links of the borrowed list. The slab slot is derived from (segment,
+// offset) (SlabAllocator::RefAt). Owned by MemoryTier (ChunkEntryPool);
+// all fields are guarded by the MemoryTier mutex.
 struct ChunkEntry {
-  enum class State { kFilling, kReady, kFailed };
+  enum class State : uint8_t { kFilling, kReady, kFailed };
 
   FileRecord* file = nullptr;  // null once dropped from the index
-  uint32_t dataset = 0;
-  uint32_t chunk = 0;
-  State state = State::kFilling;
-  absl::Status fill_status;  // set when kFailed
-  SlotRef slot;
-  bool has_slot = false;  // false for empty chunks
-  uint32_t segment = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t checksum = 0;
+  uint32_t chunk = 0;
+  uint32_t segment = 0;
   // Leases, fillers and waiters: a pinned entry is never evicted or freed.
   uint32_t pins = 0;
-  bool referenced = false;  // CLOCK bit
+  uint16_t dataset = 0;  // MemoryTier allows at most kMaxDatasets
+  State state = State::kFilling;
+  bool has_slot : 1 = false;    // false for empty chunks
+  bool referenced : 1 = false;  // CLOCK bit
   // Admission (issue 11), set by the memory tier:
   // filled from a peer and kept in the bounded borrowed share; evicted
   // before chunks this node owns.
-  bool borrowed = false;
+  bool borrowed : 1 = false;
   // Kept by a MinIO-style dataset: eviction policies take it only when
   // nothing else is evictable.
-  bool sticky = false;
+  bool sticky : 1 = false;
   // Not kept: served to the filler and its waiters, then freed (a MinIO
   // dataset that is full, a peer copy the borrowed share has no room for).
-  bool transient = false;
-  // The memory tier's list of borrowed entries, oldest first.
-  ChunkEntry* borrowed_prev = nullptr;
-  ChunkEntry* borrowed_next = nullptr;
+  bool transient : 1 = false;
 };
 
 }  // namespace dlcache

@@ -66,6 +66,14 @@ uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {
   return s.offset + uint64_t{ref.slot} * classes_.size(s.size_class);
 }
 
+SlotRef SlabAllocator::RefAt(uint32_t segment, uint64_t offset) const {
+  const uint32_t id = first_slab_of_segment_[segment] +
+                      static_cast<uint32_t>(offset / classes_.slab_size());
+  const Slab& s = slabs_[id];
+  return SlotRef{id, static_cast<uint32_t>((offset - s.offset) /
+                                           classes_.size(s.size_class))};
+}
+
 absl::StatusOr<SlotRef> SlabAllocator::Allocate(
     uint64_t bytes, ChunkEntry* owner,
     absl::FunctionRef<void(ChunkEntry*)> on_evict, int numa_node) {

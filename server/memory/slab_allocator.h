@@ -89,6 +89,9 @@ class SlabAllocator : public SlabLayout {
 
   uint32_t SegmentOf(SlotRef ref) const { return slabs_[ref.slab].segment; }
   uint64_t OffsetOf(SlotRef ref) const;
+  // The inverse of (SegmentOf, OffsetOf) for a slot in use: entries keep
+  // only their (segment, offset). Undefined for any other place.
+  SlotRef RefAt(uint32_t segment, uint64_t offset) const;
 
   uint64_t capacity_bytes() const {
     return slabs_.size() * classes_.slab_size();

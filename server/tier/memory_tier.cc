@@ -1,6 +1,7 @@
 #include "server/tier/memory_tier.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -68,6 +69,8 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
       allocator_(SegmentSizes(*arena), SlabSize(chunk_size)),
       files_(dataset_count),
       stats_(dataset_count) {
+  // Entries and records keep the dataset in 16 bits.
+  if (dataset_count > kMaxDatasets) std::abort();
   allocator_.SetSegmentNodes(arena->segment_nodes());
   absl::MutexLock lock(&mu_);
   eviction_.assign(dataset_count, DatasetEviction::kClock);
@@ -79,14 +82,8 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
   sticky_limit_ = capacity > reserve ? capacity - reserve : 0;
 }
 
-MemoryTier::~MemoryTier() {
-  absl::MutexLock lock(&mu_);
-  for (auto& files : files_) {
-    for (auto& [path, rec] : files) {
-      for (ChunkEntry* e : rec->chunks) delete e;
-    }
-  }
-}
+// Entries go with entries_, records with files_.
+MemoryTier::~MemoryTier() = default;
 
 uint64_t MemoryTier::ChunkLength(const FileInfo& info, uint32_t chunk) const {
   uint64_t start = uint64_t{chunk} * chunk_size_;
@@ -176,8 +173,16 @@ void MemoryTier::Unlease(Session& s, ChunkEntry* entry) {
 
 FileRecord* MemoryTier::FindFile(uint32_t dataset,
                                  absl::string_view path) const {
-  auto it = files_[dataset].find(path);
-  return it == files_[dataset].end() ? nullptr : it->second.get();
+  return files_[dataset].Find(path);
+}
+
+SlotRef MemoryTier::SlotOf(const ChunkEntry* entry) const {
+  return allocator_.RefAt(entry->segment, entry->offset);
+}
+
+ChunkEntry* MemoryTier::BorrowedNext(ChunkEntry* entry) const {
+  auto it = borrowed_links_.find(entry);
+  return it == borrowed_links_.end() ? nullptr : it->second.next;
 }
 
 absl::optional<FileInfo> MemoryTier::LookupFile(uint32_t dataset,
@@ -191,20 +196,19 @@ absl::optional<FileInfo> MemoryTier::LookupFile(uint32_t dataset,
 bool MemoryTier::PutFile(uint32_t dataset, absl::string_view path,
                          const FileInfo& info) {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<FileRecord>& slot = files_[dataset][path];
-  if (slot == nullptr) {
-    slot = std::make_unique<FileRecord>();
-    slot->dataset = dataset;
-    slot->path = std::string(path);
-  } else if (slot->info.size == info.size &&
-             slot->info.mtime_ns == info.mtime_ns) {
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr) {
+    files_[dataset].Insert(
+        FileRecord::Create(dataset, path, info, ChunkCount(info.size)));
+    return true;
+  }
+  if (rec->info.size == info.size && rec->info.mtime_ns == info.mtime_ns) {
     return false;
   }
-  for (ChunkEntry*& e : slot->chunks) {
+  for (ChunkEntry* e : rec->chunks()) {
     if (e != nullptr) DropEntry(e);
   }
-  slot->info = info;
-  slot->chunks.assign(ChunkCount(info.size), nullptr);
+  rec->Reset(info, ChunkCount(info.size));
   return true;
 }
 
@@ -218,11 +222,25 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
     return absl::FailedPreconditionError(
         absl::StrCat("unknown or closed session ", session));
   }
+  // Lookups in stages over the whole batch, so that the cache misses of
+  // one key (hash slot, record, entry) overlap with the other keys'
+  // instead of adding up: with a million files, none of them is cached.
+  const FileIndex& index = files_[dataset];
+  for (const HitRequest& r : requests) index.Prefetch(r.path);
+  std::vector<FileRecord*> recs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    recs[i] = index.Find(requests[i].path);
+    if (recs[i] != nullptr && recs[i]->chunk_count() > 0) {
+      const ChunkEntry* e = recs[i]->chunks()[0];
+      if (e != nullptr) __builtin_prefetch(e);
+    }
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     HitRequest& r = requests[i];
-    FileRecord* rec = FindFile(dataset, r.path);
+    FileRecord* rec = recs[i];
     if (rec == nullptr) continue;
-    uint32_t count = rec->chunks.size();
+    const absl::Span<ChunkEntry* const> rec_chunks = rec->chunks();
+    const uint32_t count = rec_chunks.size();
     if (r.first_chunk > count || (r.first_chunk == count && count > 0)) {
       continue;  // out of range: the slow path words the error
     }
@@ -232,13 +250,13 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
             : std::min<uint64_t>(count, uint64_t{r.first_chunk} + r.max_chunks);
     bool all = true;
     for (uint32_t c = r.first_chunk; c < end && all; ++c) {
-      ChunkEntry* e = rec->chunks[c];
+      ChunkEntry* e = rec_chunks[c];
       all = e != nullptr && e->state == ChunkEntry::State::kReady;
     }
     if (!all) continue;
     uint64_t bytes = 0;
     for (uint32_t c = r.first_chunk; c < end; ++c) {
-      bytes += rec->chunks[c]->length;
+      bytes += rec_chunks[c]->length;
     }
     if (absl::Status s =
             CheckLimits(session, sit->second, end - r.first_chunk, bytes);
@@ -250,7 +268,7 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
     std::vector<LeasedChunk>& chunks = (*out)[i];
     chunks.reserve(end - r.first_chunk);
     for (uint32_t c = r.first_chunk; c < end; ++c) {
-      ChunkEntry* e = rec->chunks[c];
+      ChunkEntry* e = rec_chunks[c];
       ++e->pins;
       e->referenced = true;
       chunks.push_back(LeaseLocked(sit->second, e));
@@ -327,11 +345,11 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
     return absl::FailedPreconditionError(
         absl::StrCat("file ", path, " changed while it was being read"));
   }
-  if (chunk >= rec->chunks.size()) {
+  if (chunk >= rec->chunk_count()) {
     return absl::OutOfRangeError(
         absl::StrCat("chunk ", chunk, " of ", path, " is past its end"));
   }
-  ChunkEntry*& slot = rec->chunks[chunk];
+  ChunkEntry*& slot = rec->chunks()[chunk];
   if (slot != nullptr) {
     ++slot->pins;
     slot->referenced = true;
@@ -350,21 +368,21 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
         Demotion& d = demotions->victims.emplace_back();
         d.entry = v;
         d.demote = !v->borrowed;
-        d.dataset = vrec->dataset;
-        d.path = vrec->path;
+        d.dataset = vrec->dataset();
+        d.path = std::string(vrec->path());
         d.chunk = v->chunk;
         d.info = vrec->info;
         d.bytes = absl::MakeConstSpan(Data(v), v->length);
         d.checksum = v->checksum;
         UnaccountLocked(v);
         --cached_chunks_;
-        TierDatasetStats& st = stats_[vrec->dataset];
+        TierDatasetStats& st = stats_[vrec->dataset()];
         st.cached_chunks--;
         st.cached_bytes -= v->length;
         st.evictions++;
         if (d.demote) st.demotions++;
         // Out of the index, pinned: its bytes stay put while copied.
-        vrec->chunks[v->chunk] = nullptr;
+        vrec->chunks()[v->chunk] = nullptr;
         v->file = nullptr;
         ++v->pins;
       }
@@ -374,19 +392,21 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
       demotions->slab = -1;
     }
   }
-  auto entry = std::make_unique<ChunkEntry>();
+  ChunkEntry* entry = entries_.New();
   entry->file = rec;
-  entry->dataset = dataset;
+  entry->dataset = static_cast<uint16_t>(dataset);
   entry->chunk = chunk;
   entry->length = length;
   entry->pins = 1;
   absl::StatusOr<SlotRef> ref = allocator_.Allocate(
-      entry->length, entry.get(),
+      entry->length, entry,
       [this](ChunkEntry* victim)
           ABSL_NO_THREAD_SAFETY_ANALYSIS { EvictVictim(victim); },
       numa_node);
-  if (!ref.ok()) return ref.status();
-  entry->slot = *ref;
+  if (!ref.ok()) {
+    entries_.Delete(entry);
+    return ref.status();
+  }
   entry->has_slot = true;
   entry->segment = allocator_.SegmentOf(*ref);
   entry->offset = allocator_.OffsetOf(*ref);
@@ -400,9 +420,9 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
       entry->transient = true;
     }
   }
-  // Eviction may have dropped records, but never `rec`'s own chunk slot:
-  // the vector is not resized here, so `slot` is still valid.
-  slot = entry.release();
+  // Eviction may have dropped entries, but never `rec` itself nor resized
+  // its chunk table, so `slot` is still valid.
+  slot = entry;
   return Acquisition{slot, Acquired::kMustFill};
 }
 
@@ -411,7 +431,7 @@ bool MemoryTier::DropBorrowedForLocked(uint64_t bytes) {
   // Bounded: tails of other size classes or pinned copies may sit first.
   int looked = 0;
   for (ChunkEntry* e = borrowed_head_; e != nullptr && looked < 64;
-       e = e->borrowed_next, ++looked) {
+       e = BorrowedNext(e), ++looked) {
     if (!IsEvictable(e) || allocator_.SlotBytes(e->length) != want) continue;
     stats_[e->dataset].evictions++;
     DropEntry(e);
@@ -433,7 +453,7 @@ void MemoryTier::AdmitBorrowedLocked(ChunkEntry* entry) {
   }
   for (ChunkEntry* e = borrowed_head_;
        e != nullptr && borrowed_bytes_ + bytes > borrowed_limit_;) {
-    ChunkEntry* next = e->borrowed_next;
+    ChunkEntry* next = BorrowedNext(e);
     if (IsEvictable(e)) {
       stats_[e->dataset].evictions++;
       DropEntry(e);
@@ -446,10 +466,9 @@ void MemoryTier::AdmitBorrowedLocked(ChunkEntry* entry) {
   }
   entry->borrowed = true;
   borrowed_bytes_ += bytes;
-  entry->borrowed_prev = borrowed_tail_;
-  entry->borrowed_next = nullptr;
-  (borrowed_tail_ != nullptr ? borrowed_tail_->borrowed_next : borrowed_head_) =
-      entry;
+  borrowed_links_[entry] = BorrowedLinks{borrowed_tail_, nullptr};
+  (borrowed_tail_ != nullptr ? borrowed_links_[borrowed_tail_].next
+                             : borrowed_head_) = entry;
   borrowed_tail_ = entry;
 }
 
@@ -460,11 +479,13 @@ void MemoryTier::UnaccountLocked(ChunkEntry* entry) {
   }
   if (entry->borrowed) {
     borrowed_bytes_ -= allocator_.SlotBytes(entry->length);
-    (entry->borrowed_prev != nullptr ? entry->borrowed_prev->borrowed_next
-                                     : borrowed_head_) = entry->borrowed_next;
-    (entry->borrowed_next != nullptr ? entry->borrowed_next->borrowed_prev
-                                     : borrowed_tail_) = entry->borrowed_prev;
-    entry->borrowed_prev = entry->borrowed_next = nullptr;
+    auto it = borrowed_links_.find(entry);
+    const BorrowedLinks links = it->second;
+    borrowed_links_.erase(it);
+    (links.prev != nullptr ? borrowed_links_[links.prev].next
+                           : borrowed_head_) = links.next;
+    (links.next != nullptr ? borrowed_links_[links.next].prev
+                           : borrowed_tail_) = links.prev;
     entry->borrowed = false;
   }
 }
@@ -502,24 +523,24 @@ void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
       // now and its slot goes with the last unpin.
       UnaccountLocked(entry);
       stats_[entry->dataset].passthrough++;
-      entry->file->chunks[entry->chunk] = nullptr;
+      entry->file->chunks()[entry->chunk] = nullptr;
       entry->file = nullptr;
       return;
     }
     if (entry->file != nullptr) {
       ++cached_chunks_;
-      stats_[entry->file->dataset].cached_chunks++;
-      stats_[entry->file->dataset].cached_bytes += entry->length;
+      stats_[entry->dataset].cached_chunks++;
+      stats_[entry->dataset].cached_bytes += entry->length;
     }
     return;
   }
   // Nothing bad is cached: the entry leaves the index now and its memory
   // goes when the filler and any waiters unpin.
   entry->state = ChunkEntry::State::kFailed;
-  entry->fill_status = status;
+  fill_failures_[entry] = status;
   UnaccountLocked(entry);
   if (entry->file != nullptr) {
-    entry->file->chunks[entry->chunk] = nullptr;
+    entry->file->chunks()[entry->chunk] = nullptr;
     entry->file = nullptr;
   }
 }
@@ -529,8 +550,10 @@ absl::Status MemoryTier::WaitFilled(ChunkEntry* entry) {
   mu_.Await(absl::Condition(
       +[](ChunkEntry* e) { return e->state != ChunkEntry::State::kFilling; },
       entry));
-  return entry->state == ChunkEntry::State::kReady ? absl::OkStatus()
-                                                   : entry->fill_status;
+  if (entry->state == ChunkEntry::State::kReady) return absl::OkStatus();
+  auto it = fill_failures_.find(entry);
+  return it != fill_failures_.end() ? it->second
+                                    : absl::InternalError("fill failed");
 }
 
 absl::StatusOr<LeasedChunk> MemoryTier::Lease(uint64_t session,
@@ -584,8 +607,9 @@ void MemoryTier::UnpinLocked(ChunkEntry* entry) {
 }
 
 void MemoryTier::FreeEntry(ChunkEntry* entry) {
-  if (entry->has_slot) allocator_.Free(entry->slot);
-  delete entry;
+  if (entry->has_slot) allocator_.Free(SlotOf(entry));
+  if (entry->state == ChunkEntry::State::kFailed) fill_failures_.erase(entry);
+  entries_.Delete(entry);
 }
 
 void MemoryTier::DropEntry(ChunkEntry* entry) {
@@ -593,10 +617,10 @@ void MemoryTier::DropEntry(ChunkEntry* entry) {
   UnaccountLocked(entry);
   if (entry->state == ChunkEntry::State::kReady) {
     --cached_chunks_;
-    stats_[rec->dataset].cached_chunks--;
-    stats_[rec->dataset].cached_bytes -= entry->length;
+    stats_[entry->dataset].cached_chunks--;
+    stats_[entry->dataset].cached_bytes -= entry->length;
   }
-  rec->chunks[entry->chunk] = nullptr;
+  rec->chunks()[entry->chunk] = nullptr;
   entry->file = nullptr;
   if (entry->pins == 0) FreeEntry(entry);
 }
@@ -613,25 +637,23 @@ void MemoryTier::EvictVictim(ChunkEntry* entry) {
   if (eviction_sink_ != nullptr && !entry->borrowed) ++undemoted_;
   UnaccountLocked(entry);
   --cached_chunks_;
-  TierDatasetStats& st = stats_[rec->dataset];
+  TierDatasetStats& st = stats_[entry->dataset];
   st.cached_chunks--;
   st.cached_bytes -= entry->length;
   st.evictions++;
-  rec->chunks[entry->chunk] = nullptr;
-  delete entry;
+  rec->chunks()[entry->chunk] = nullptr;
+  entries_.Delete(entry);
 }
 
 MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
                                           absl::string_view prefix) {
   absl::MutexLock lock(&mu_);
   EvictResult result;
-  for (auto it = files_[dataset].begin(); it != files_[dataset].end();) {
-    FileRecord* rec = it->second.get();
-    if (!UnderPrefix(rec->path, prefix)) {
-      ++it;
-      continue;
+  files_[dataset].EraseIf([&](FileRecord* rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!UnderPrefix(rec->path(), prefix)) {
+      return false;
     }
-    for (ChunkEntry* e : rec->chunks) {
+    for (ChunkEntry* e : rec->chunks()) {
       if (e == nullptr) continue;
       if (e->pins > 0) {
         ++result.deferred;
@@ -641,8 +663,8 @@ MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
       }
       DropEntry(e);
     }
-    files_[dataset].erase(it++);
-  }
+    return true;
+  });
   return result;
 }
 
@@ -650,9 +672,11 @@ std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
     uint32_t dataset, absl::string_view prefix) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<std::string, FileInfo>> out;
-  for (const auto& [path, rec] : files_[dataset]) {
-    if (UnderPrefix(path, prefix)) out.emplace_back(path, rec->info);
-  }
+  files_[dataset].ForEach([&](const FileRecord& rec) {
+    if (UnderPrefix(rec.path(), prefix)) {
+      out.emplace_back(std::string(rec.path()), rec.info);
+    }
+  });
   return out;
 }
 
@@ -662,7 +686,7 @@ uint32_t MemoryTier::CachedChunks(uint32_t dataset,
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) return 0;
   uint32_t n = 0;
-  for (ChunkEntry* e : rec->chunks) {
+  for (ChunkEntry* e : rec->chunks()) {
     n += e != nullptr && e->state == ChunkEntry::State::kReady;
   }
   return n;
@@ -697,42 +721,64 @@ void MemoryTier::ForEachReady(
     absl::FunctionRef<void(const ReadyChunk&)> fn) const {
   absl::MutexLock lock(&mu_);
   for (uint32_t ds = 0; ds < files_.size(); ++ds) {
-    for (const auto& [path, rec] : files_[ds]) {
-      for (const ChunkEntry* e : rec->chunks) {
-        if (e == nullptr || e->state != ChunkEntry::State::kReady) continue;
-        fn(ReadyChunk{ds, rec->path, rec->info, e->chunk, Locate(e)});
-      }
-    }
+    files_[ds].ForEach(
+        [&](const FileRecord& rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          for (const ChunkEntry* e : rec.chunks()) {
+            if (e == nullptr || e->state != ChunkEntry::State::kReady) {
+              continue;
+            }
+            fn(ReadyChunk{ds, rec.path(), rec.info, e->chunk, Locate(e)});
+          }
+        });
   }
 }
 
 bool MemoryTier::Adopt(const ReadyChunk& c) {
   absl::MutexLock lock(&mu_);
+  return AdoptLocked(c);
+}
+
+void MemoryTier::AdoptAll(absl::Span<const ReadyChunk> chunks,
+                          std::vector<bool>* adopted) {
+  absl::MutexLock lock(&mu_);
+  // Grown once: a file's first chunk is usually chunk 0.
+  std::vector<size_t> firsts(files_.size());
+  for (const ReadyChunk& c : chunks) {
+    if (c.dataset < files_.size() && c.chunk == 0) ++firsts[c.dataset];
+  }
+  for (size_t d = 0; d < files_.size(); ++d) {
+    if (firsts[d] > 0) files_[d].Reserve(files_[d].size() + firsts[d]);
+  }
+  adopted->assign(chunks.size(), false);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    (*adopted)[i] = AdoptLocked(chunks[i]);
+  }
+}
+
+bool MemoryTier::AdoptLocked(const ReadyChunk& c) {
   if (c.dataset >= files_.size()) return false;
-  std::unique_ptr<FileRecord>& rec = files_[c.dataset][c.path];
+  FileRecord* rec = FindFile(c.dataset, c.path);
   if (rec == nullptr) {
-    rec = std::make_unique<FileRecord>();
-    rec->dataset = c.dataset;
-    rec->path = std::string(c.path);
-    rec->info = c.info;
-    rec->chunks.assign(ChunkCount(c.info.size), nullptr);
+    rec =
+        FileRecord::Create(c.dataset, c.path, c.info, ChunkCount(c.info.size));
+    files_[c.dataset].Insert(rec);
   }
   if (rec->info.size != c.info.size || rec->info.mtime_ns != c.info.mtime_ns ||
-      c.chunk >= rec->chunks.size() || rec->chunks[c.chunk] != nullptr ||
+      c.chunk >= rec->chunk_count() || rec->chunks()[c.chunk] != nullptr ||
       c.where.length != ChunkLength(c.info, c.chunk)) {
     return false;
   }
-  auto entry = std::make_unique<ChunkEntry>();
+  ChunkEntry* entry = entries_.New();
   SlotRef ref;
-  if (!allocator_.Claim(c.where.segment, c.where.offset, c.where.length,
-                        entry.get(), &ref)) {
+  if (!allocator_.Claim(c.where.segment, c.where.offset, c.where.length, entry,
+                        &ref)) {
+    entries_.Delete(entry);
     return false;
   }
-  entry->file = rec.get();
-  entry->dataset = c.dataset;
+  entry->file = rec;
+  entry->dataset = static_cast<uint16_t>(c.dataset);
   entry->chunk = c.chunk;
   entry->state = ChunkEntry::State::kReady;
-  entry->slot = ref;
   entry->has_slot = true;
   entry->segment = c.where.segment;
   entry->offset = c.where.offset;
@@ -743,7 +789,7 @@ bool MemoryTier::Adopt(const ReadyChunk& c) {
     entry->sticky = true;
     sticky_bytes_ += allocator_.SlotBytes(c.where.length);
   }
-  rec->chunks[c.chunk] = entry.release();
+  rec->chunks()[c.chunk] = entry;
   ++cached_chunks_;
   stats_[c.dataset].cached_chunks++;
   stats_[c.dataset].cached_bytes += c.where.length;

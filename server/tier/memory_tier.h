@@ -18,18 +18,13 @@
 #include "server/backend/source.h"
 #include "server/memory/arena.h"
 #include "server/memory/chunk_entry.h"
+#include "server/memory/chunk_entry_pool.h"
 #include "server/memory/slab_allocator.h"
 #include "server/tier/eviction_sink.h"
+#include "server/tier/file_index.h"
+#include "server/tier/file_record.h"
 
 namespace dlcache {
-
-// A file known to the memory tier: its metadata and its cached chunks.
-struct FileRecord {
-  uint32_t dataset = 0;
-  std::string path;
-  FileInfo info;
-  std::vector<ChunkEntry*> chunks;  // null where not cached
-};
 
 // What a lease points at, as sent to the client.
 struct LeasedChunk {
@@ -111,11 +106,20 @@ struct TierStats {
 // borrowed share and are evicted before chunks this node owns; a MinIO
 // dataset keeps what it cached and passes further misses through.
 //
+// Layout (issue 17): per dataset a FileIndex of FileRecords (path stored
+// once, in the record; a one-chunk file's entry pointer in the record),
+// entries from a ChunkEntryPool (48 bytes, no malloc per entry); what few
+// entries need (a failed fill's status, the borrowed list's links) lies
+// in side tables. Records and entries never move while they exist.
+//
 // Thread-safe; one mutex. WaitFilled blocks (on another thread's fill);
 // with an eviction sink, Acquire blocks while the sink copies the chunks
 // it evicts (outside the lock).
 class MemoryTier {
  public:
+  static constexpr uint32_t kMaxDatasets = FileRecord::kMaxDataset + 1;
+
+  // dataset_count <= kMaxDatasets (aborts otherwise).
   MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
   ~MemoryTier();
 
@@ -269,6 +273,10 @@ class MemoryTier {
   // before serving starts. False if the place is inconsistent with the
   // allocator (overlap, wrong size class) or the file is known differently.
   bool Adopt(const ReadyChunk& chunk);
+  // Adopt() of many chunks under one lock, the indexes grown once for
+  // them first; (*adopted)[i] says whether chunks[i] was (same checks).
+  void AdoptAll(absl::Span<const ReadyChunk> chunks,
+                std::vector<bool>* adopted);
 
  private:
   struct Session {
@@ -294,7 +302,19 @@ class MemoryTier {
     int64_t slab = -1;  // a slab to release once they are freed
   };
 
+  // The links of a borrowed entry (borrowed_links_).
+  struct BorrowedLinks {
+    ChunkEntry* prev = nullptr;
+    ChunkEntry* next = nullptr;
+  };
+
   FileRecord* FindFile(uint32_t dataset, absl::string_view path) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AdoptLocked(const ReadyChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next entry of the borrowed list (null at its end).
+  ChunkEntry* BorrowedNext(ChunkEntry* entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SlotRef SlotOf(const ChunkEntry* entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acquire under the lock. With `demotions` set and no room for the new
   // chunk, detaches and pins victims into it and returns without an entry.
@@ -331,8 +351,11 @@ class MemoryTier {
 
   mutable absl::Mutex mu_;
   SlabAllocator allocator_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::flat_hash_map<std::string, std::unique_ptr<FileRecord>>>
-      files_ ABSL_GUARDED_BY(mu_);
+  std::vector<FileIndex> files_ ABSL_GUARDED_BY(mu_);  // per dataset
+  ChunkEntryPool entries_ ABSL_GUARDED_BY(mu_);
+  // Status of entries whose fill failed, until they are freed.
+  absl::flat_hash_map<const ChunkEntry*, absl::Status> fill_failures_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
@@ -345,8 +368,13 @@ class MemoryTier {
   uint64_t sticky_limit_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t borrowed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t borrowed_limit_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
-  ChunkEntry* borrowed_head_ ABSL_GUARDED_BY(mu_) = nullptr;  // oldest
+  // The borrowed entries, oldest first: a list linked through
+  // borrowed_links_ (peer copies are few; their links are not in every
+  // entry).
+  ChunkEntry* borrowed_head_ ABSL_GUARDED_BY(mu_) = nullptr;
   ChunkEntry* borrowed_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_map<const ChunkEntry*, BorrowedLinks> borrowed_links_
+      ABSL_GUARDED_BY(mu_);
   uint64_t undemoted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t limit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,52 @@
+#include "server/tier/file_record.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace dlcache {
+
+FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
+                               const FileInfo& info, uint32_t chunk_count) {
+  if (path.size() > kMaxPathBytes || dataset > kMaxDataset) std::abort();
+  static_assert(alignof(FileRecord) <= alignof(std::max_align_t));
+  void* block = ::operator new(sizeof(FileRecord) + path.size());
+  FileRecord* r = new (block) FileRecord(dataset, path, info);
+  std::memcpy(static_cast<char*>(block) + sizeof(FileRecord), path.data(),
+              path.size());
+  r->SetChunkCount(chunk_count);
+  return r;
+}
+
+void FileRecord::Destroy(FileRecord* record) {
+  record->~FileRecord();
+  ::operator delete(record);
+}
+
+FileRecord::FileRecord(uint32_t dataset, absl::string_view path,
+                       const FileInfo& info)
+    : info(info),
+      one_(nullptr),
+      dataset_(static_cast<uint16_t>(dataset)),
+      path_size_(static_cast<uint16_t>(path.size())) {}
+
+FileRecord::~FileRecord() {
+  if (chunk_count_ > 1) delete[] many_;
+}
+
+void FileRecord::Reset(const FileInfo& new_info, uint32_t chunk_count) {
+  info = new_info;
+  SetChunkCount(chunk_count);
+}
+
+void FileRecord::SetChunkCount(uint32_t count) {
+  if (chunk_count_ > 1) delete[] many_;
+  chunk_count_ = count;
+  if (count > 1) {
+    many_ = new ChunkEntry*[count]();
+  } else {
+    one_ = nullptr;
+  }
+}
+
+}  // namespace dlcache
