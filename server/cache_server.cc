@@ -208,6 +208,15 @@ absl::Status CacheServer::Init() {
   if (arena_options.total_bytes == 0) {
     arena_options.total_bytes = Arena::DefaultTotalBytes(config_.shm_dir);
   }
+  // Start-up stages are timed and logged: restarts at a million items
+  // must stay in seconds (issue 17, docs/scale_benchmark.md).
+  absl::Time stage = absl::Now();
+  auto lap = [&stage] {
+    const absl::Time now = absl::Now();
+    const double s = absl::ToDoubleSeconds(now - stage);
+    stage = now;
+    return s;
+  };
   // The geometry Arena::Create will lay out, to match a manifest against.
   absl::StatusOr<v1::ArenaManifest> manifest =
       ReadArenaManifest(ArenaManifestPath(config_.shm_dir), config_.chunk_size,
@@ -217,9 +226,11 @@ absl::Status CacheServer::Init() {
                      << LogEscape(manifest.status().ToString());
   }
   arena_options.reuse_existing = manifest.ok();
+  const double manifest_s = lap();
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(arena_options);
   if (!arena.ok()) return arena.status();
   arena_ = *std::move(arena);
+  const double arena_s = lap();
   tier_ = std::make_unique<MemoryTier>(arena_.get(), config_.chunk_size,
                                        names.size());
   {
@@ -245,6 +256,7 @@ absl::Status CacheServer::Init() {
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
                   << " bytes) from the previous server; dropped " << r.dropped;
   }
+  const double adopt_s = lap();
   sources_ =
       std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
   // The chain that never asks peers: what this node answers peers from.
@@ -263,6 +275,10 @@ absl::Status CacheServer::Init() {
   } else {
     recovered_.Notify();
   }
+  const double ssd_s = lap();
+  DLC_LOG(INFO) << "start-up: manifest read " << manifest_s << " s, arena "
+                << arena_s << " s, re-adoption " << adopt_s << " s, SSD tier "
+                << ssd_s << " s";
   absl::StatusOr<ChunkBackend*> chain = InitCluster(local);
   if (!chain.ok()) return chain.status();
 

@@ -1,6 +1,7 @@
 #include "server/memory/slab_allocator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <utility>
 
@@ -195,9 +196,11 @@ bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
   } else if (s.size_class != c) {
     return false;
   }
-  auto it = std::find(s.free_slots.begin(), s.free_slots.end(), slot);
-  if (it == s.free_slots.end()) return false;
-  s.free_slots.erase(it);
+  // From the back: free_slots starts in descending order, and re-adoption
+  // claims in arena order, so the slot is usually the last one.
+  auto it = std::find(s.free_slots.rbegin(), s.free_slots.rend(), slot);
+  if (it == s.free_slots.rend()) return false;
+  s.free_slots.erase(std::next(it).base());
   s.slots[slot] = owner;
   used_bytes_ += classes_.size(c);
   *out = SlotRef{static_cast<uint32_t>(id), slot};

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <thread>
+#include <utility>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +21,10 @@ namespace {
 
 constexpr uint32_t kManifestVersion = 1;
 constexpr int kMaxLoggedRejects = 10;
+// Checksum verification at re-adoption: a thread per this many chunks, at
+// most kMaxVerifyThreads (and the cores there are).
+constexpr size_t kChunksPerVerifyThread = 4096;
+constexpr size_t kMaxVerifyThreads = 16;
 
 std::vector<uint64_t> SegmentSizes(const Arena& arena) {
   std::vector<uint64_t> sizes;
@@ -171,6 +179,13 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
   const FileSizeLimit limit =
       FileSizeLimit::ForArena(SegmentSizes(arena), chunk_size);
   AdoptResult r;
+  // 1. Validate every entry (in manifest order, for the log).
+  struct Candidate {
+    const v1::ManifestChunk* chunk;
+    uint32_t dataset;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(manifest.chunks_size());
   for (const v1::ManifestChunk& c : manifest.chunks()) {
     auto id = ids.find(c.dataset());
     absl::Status valid = id == ids.end()
@@ -188,34 +203,71 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
       }
       continue;
     }
-    // The pages were in tmpfs while no server watched them: trust the
-    // checksum, not the manifest.
-    bool ok = Checksum(arena.base(c.segment()) + c.offset(), c.length()) ==
-              c.checksum();
-    if (ok) {
-      MemoryTier::ReadyChunk ready{id->second,
-                                   c.path(),
-                                   FileInfo{c.file_size(), c.mtime_ns()},
-                                   c.chunk(),
-                                   {}};
-      ready.where.segment = c.segment();
-      ready.where.offset = c.offset();
-      ready.where.length = c.length();
-      ready.where.checksum = c.checksum();
-      ready.where.index = c.chunk();
-      ok = tier->Adopt(ready);
-    }
-    if (ok) {
-      ++r.chunks;
-      r.bytes += c.length();
-    } else {
-      ++r.dropped;
-    }
+    candidates.push_back(Candidate{&c, id->second});
   }
   if (r.malformed > 0) {
     DLC_LOG(WARNING) << "arena manifest: rejected " << r.malformed
                      << " malformed entries (offset/length/chunk/size out of "
                         "bounds or bad path)";
+  }
+  // 2. In arena order, so that the pages are read in order (the kernel
+  // maps a fault's neighbours too); equal places keep manifest order.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     return std::pair(a.chunk->segment(), a.chunk->offset()) <
+                            std::pair(b.chunk->segment(), b.chunk->offset());
+                   });
+  // 3. The pages were in tmpfs while no server watched them: trust the
+  // checksum, not the manifest. Every byte is read, so on several threads.
+  std::vector<char> intact(candidates.size());
+  auto verify = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const v1::ManifestChunk& c = *candidates[i].chunk;
+      intact[i] = Checksum(arena.base(c.segment()) + c.offset(), c.length()) ==
+                  c.checksum();
+    }
+  };
+  const size_t threads = std::clamp<size_t>(
+      std::min<size_t>(std::thread::hardware_concurrency(),
+                       candidates.size() / kChunksPerVerifyThread),
+      1, kMaxVerifyThreads);
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t < threads; ++t) {
+    workers.emplace_back(verify, candidates.size() * t / threads,
+                         candidates.size() * (t + 1) / threads);
+  }
+  verify(0, candidates.size() / threads);
+  for (std::thread& w : workers) w.join();
+  // 4. Into the index under one lock.
+  std::vector<MemoryTier::ReadyChunk> ready;
+  ready.reserve(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!intact[i]) {
+      ++r.dropped;
+      continue;
+    }
+    const v1::ManifestChunk& c = *candidates[i].chunk;
+    MemoryTier::ReadyChunk& out = ready.emplace_back(
+        MemoryTier::ReadyChunk{candidates[i].dataset,
+                               c.path(),
+                               FileInfo{c.file_size(), c.mtime_ns()},
+                               c.chunk(),
+                               {}});
+    out.where.segment = c.segment();
+    out.where.offset = c.offset();
+    out.where.length = c.length();
+    out.where.checksum = c.checksum();
+    out.where.index = c.chunk();
+  }
+  std::vector<bool> adopted;
+  tier->AdoptAll(ready, &adopted);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (adopted[i]) {
+      ++r.chunks;
+      r.bytes += ready[i].where.length;
+    } else {
+      ++r.dropped;
+    }
   }
   return r;
 }

@@ -79,6 +79,10 @@ struct AdoptResult {
 };
 // Re-indexes every valid entry whose bytes still match their checksum.
 // Malformed entries are logged (the first few, escaped) and skipped.
+// Checksums are verified in arena order on several threads (started and
+// joined here); the entries go into the tier under one lock, in arena
+// order (of two entries for one file chunk, the one lower in the arena
+// wins). Call before serving starts.
 AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
                                const Arena& arena, MemoryTier* tier,
                                const std::vector<std::string>& datasets);

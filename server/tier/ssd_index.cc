@@ -446,6 +446,57 @@ absl::Status SsdIndex::ForEachChunkEverywhere(
   return FromRocks(it->status(), "scan");
 }
 
+absl::Status SsdIndex::ForEachChunkWithFileEverywhere(
+    absl::FunctionRef<bool(absl::string_view, absl::string_view, uint32_t,
+                           const SsdChunkMeta&, const SsdFileMeta*)>
+        fn) const {
+  rocksdb::ReadOptions ro;
+  ro.snapshot = db_->GetSnapshot();
+  std::unique_ptr<rocksdb::Iterator> chunks(db_->NewIterator(ro));
+  std::unique_ptr<rocksdb::Iterator> files(db_->NewIterator(ro));
+  files->Seek(std::string(1, kFileTag));
+  // The file key's rest is "dataset \0 path"; a chunk key's starts with
+  // the same bytes and then \0: both orders agree (no \0 in either name).
+  auto file_rest = [&]() -> absl::optional<absl::string_view> {
+    if (!files->Valid()) return absl::nullopt;
+    absl::string_view key = View(files->key());
+    if (key.empty() || key[0] != kFileTag) return absl::nullopt;
+    return key.substr(1);
+  };
+  SsdFileMeta file;
+  bool decoded = false;  // `file` was decoded from where `files` stands
+  bool have_file = false;
+  for (chunks->Seek(std::string(1, kChunkTag)); chunks->Valid();
+       chunks->Next()) {
+    absl::string_view key = View(chunks->key());
+    if (key.empty() || key[0] != kChunkTag) break;
+    absl::string_view ds, path;
+    uint32_t chunk = 0;
+    if (!SplitChunkRest(key.substr(1), &ds, &path, &chunk)) continue;
+    const absl::string_view rest = key.substr(1, ds.size() + 1 + path.size());
+    absl::optional<absl::string_view> f = file_rest();
+    while (f.has_value() && *f < rest) {
+      files->Next();
+      decoded = false;
+      f = file_rest();
+    }
+    const bool match = f.has_value() && *f == rest;
+    if (match && !decoded) {
+      have_file = DecodeFile(View(files->value()), &file);
+      decoded = true;
+    }
+    SsdChunkMeta m;
+    if (!DecodeChunk(View(chunks->value()), &m)) m = SsdChunkMeta();
+    if (!fn(ds, path, chunk, m, match && have_file ? &file : nullptr)) break;
+  }
+  absl::Status s = FromRocks(chunks->status(), "scan");
+  if (s.ok()) s = FromRocks(files->status(), "scan");
+  chunks.reset();
+  files.reset();
+  db_->ReleaseSnapshot(ro.snapshot);
+  return s;
+}
+
 absl::Status SsdIndex::ForEachFileEverywhere(
     absl::FunctionRef<bool(absl::string_view, absl::string_view,
                            const SsdFileMeta&)>

@@ -138,6 +138,15 @@ class SsdIndex {
       absl::FunctionRef<bool(absl::string_view dataset, absl::string_view path,
                              uint32_t chunk, const SsdChunkMeta&)>
           fn) const;
+  // Every chunk of every dataset with its file's entry (null when there
+  // is none or it does not decode): one merged pass over the chunk and
+  // file keys of one snapshot (both sort by dataset, then path), instead
+  // of a lookup per chunk.
+  absl::Status ForEachChunkWithFileEverywhere(
+      absl::FunctionRef<bool(absl::string_view dataset, absl::string_view path,
+                             uint32_t chunk, const SsdChunkMeta&,
+                             const SsdFileMeta* file)>
+          fn) const;
   // Every file of every dataset.
   absl::Status ForEachFileEverywhere(
       absl::FunctionRef<bool(absl::string_view dataset, absl::string_view path,

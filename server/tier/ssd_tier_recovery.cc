@@ -198,28 +198,18 @@ absl::Status SsdTier::Recover(bool verify) {
     uint32_t data_file;
   };
   std::vector<Doomed> doomed;
-  std::string last_dataset, last_path;
-  absl::optional<SsdFileMeta> last_meta;
-  bool first = true;
   std::string buf;
   uint64_t corrupt = 0;
-  absl::Status scan = index_->ForEachChunkEverywhere(
+  // One merged scan of chunks and files: a lookup of the file per chunk
+  // cost seconds per million chunks (issue 17).
+  absl::Status scan = index_->ForEachChunkWithFileEverywhere(
       [&](absl::string_view ds, absl::string_view path, uint32_t chunk,
-          const SsdChunkMeta& m) {
-        if (first || ds != last_dataset || path != last_path) {
-          first = false;
-          last_dataset = std::string(ds);
-          last_path = std::string(path);
-          absl::StatusOr<absl::optional<SsdFileMeta>> f =
-              index_->GetFile(ds, path);
-          last_meta = f.ok() ? *f : absl::nullopt;
-        }
+          const SsdChunkMeta& m, const SsdFileMeta* file) {
         // Entries that cannot be right: no file meta or another version of
         // it, a length the file's size does not give, or bytes beyond the
         // end of their data file (lost in a crash).
-        bool ok = m.length > 0 && last_meta.has_value() &&
-                  last_meta->version == m.version &&
-                  SameInfo(last_meta->info, m.info) &&
+        bool ok = m.length > 0 && file != nullptr &&
+                  file->version == m.version && SameInfo(file->info, m.info) &&
                   m.length == ChunkLength(m.info, chunk);
         if (ok) {
           absl::optional<uint64_t> size = store_->FileBytes(m.data_file);

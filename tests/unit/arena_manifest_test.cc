@@ -255,6 +255,91 @@ TEST_F(ArenaManifestTest, CraftedOffsetsAndLengthsAreRejectedWithoutCrash) {
   EXPECT_EQ(tier_->CachedChunks(0, "evil"), 0u);
 }
 
+// Enough chunks for several verifying threads (one per 4096): every
+// intact chunk comes back, damaged bytes and a second claim on a place
+// are dropped, wherever they fall among the threads' ranges.
+TEST_F(ArenaManifestTest, ManyChunksAreVerifiedAndAdoptedInBulk) {
+  constexpr uint64_t kSmallChunk = 4096;
+  constexpr int kFiles = 3 * 4096 + 17;
+  tier_.reset();
+  arena_.reset();
+  ArenaOptions o;
+  o.dir = dir();
+  o.total_bytes = 64 * kChunk;  // 16384 slots of 4 KiB
+  o.segment_bytes = 16 * kChunk;
+  o.align = kSmallChunk;
+  auto arena = Arena::Create(o);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  arena_ = *std::move(arena);
+  tier_ = std::make_unique<MemoryTier>(arena_.get(), kSmallChunk, 1);
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string path =
+        "c" + std::to_string(i % 100) + "/f" + std::to_string(i);
+    const FileInfo info{kSmallChunk - i % 7, 7};
+    tier_->PutFile(0, path, info);
+    auto a = tier_->Acquire(0, path, info, 0);
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::memset(tier_->Data(a->entry), 'a' + i % 26, a->entry->length);
+    std::memcpy(tier_->Data(a->entry), &i, sizeof(i));
+    tier_->CompleteFill(a->entry, absl::OkStatus(),
+                        Checksum(tier_->Data(a->entry), a->entry->length));
+    tier_->Unpin(a->entry);
+  }
+  std::vector<v1::ManifestChunk> chunks;
+  tier_->ForEachReady([&](const MemoryTier::ReadyChunk& c) {
+    v1::ManifestChunk m;
+    m.set_dataset("ds");
+    m.set_path(std::string(c.path));
+    m.set_file_size(c.info.size);
+    m.set_mtime_ns(c.info.mtime_ns);
+    m.set_chunk(c.chunk);
+    m.set_segment(c.where.segment);
+    m.set_offset(c.where.offset);
+    m.set_length(c.where.length);
+    m.set_checksum(c.where.checksum);
+    chunks.push_back(m);
+  });
+  ASSERT_EQ(chunks.size(), size_t{kFiles});
+  // Damage three chunks' bytes, spread over the arena.
+  std::vector<std::string> damaged;
+  for (size_t k : {size_t{0}, chunks.size() / 2, chunks.size() - 1}) {
+    const v1::ManifestChunk& c = chunks[k];
+    arena_->base(c.segment())[c.offset() + 100] ^= 0x5a;
+    damaged.push_back(c.path());
+  }
+  // A second entry for another file at the place of an intact one.
+  v1::ManifestChunk twin = chunks[7];
+  twin.set_path("twin");
+  chunks.push_back(twin);
+  v1::ArenaManifest m;
+  m.set_version(1);
+  m.set_chunk_size(kSmallChunk);
+  for (uint32_t i = 0; i < arena_->segment_count(); ++i) {
+    m.add_segment_sizes(arena_->segment_size(i));
+  }
+  for (const auto& c : chunks) *m.add_chunks() = c;
+  arena_->KeepFiles();
+  tier_.reset();
+  o.reuse_existing = true;
+  arena = Arena::Create(o);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  arena_ = *std::move(arena);
+  ASSERT_TRUE(arena_->adopted());
+  tier_ = std::make_unique<MemoryTier>(arena_.get(), kSmallChunk, 1);
+
+  AdoptResult r = AdoptArenaManifest(m, *arena_, tier_.get(), {"ds"});
+  EXPECT_EQ(r.chunks, uint64_t{kFiles} - 3);
+  EXPECT_EQ(r.dropped, 4u);  // three damaged, the twin
+  EXPECT_EQ(r.malformed, 0u);
+  EXPECT_EQ(tier_->Stats().cached_chunks, uint64_t{kFiles} - 3);
+  for (const std::string& p : damaged) EXPECT_EQ(tier_->CachedChunks(0, p), 0u);
+  EXPECT_EQ(tier_->CachedChunks(0, chunks[7].path()), 1u);
+  EXPECT_EQ(tier_->CachedChunks(0, "twin"), 0u);
+  EXPECT_EQ(tier_->CachedChunks(0, chunks[1].path()), 1u);
+  EXPECT_EQ(tier_->LookupFile(0, chunks[1].path())->size,
+            chunks[1].file_size());
+}
+
 TEST_F(ArenaManifestTest, GarbageAndOtherGeometryAreRefused) {
   EXPECT_EQ(ParseArenaManifest("\xff\xff\xff garbage", kChunk, sizes())
                 .status()
