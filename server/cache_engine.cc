@@ -337,6 +337,20 @@ absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
   return accepted;
 }
 
+void CacheEngine::FillFileAsync(uint32_t dataset_id, std::string path,
+                                absl::AnyInvocable<void(absl::Status)> done) {
+  fill_pool_.Schedule(
+      [this, dataset_id, path = std::move(path),
+       done = std::make_shared<decltype(done)>(std::move(done))]() mutable {
+        Pinned pinned;
+        absl::Status s = PinChunks(dataset_id, path, 0, 0, backend_, &pinned);
+        if (s.ok()) {
+          for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+        }
+        (*done)(std::move(s));
+      });
+}
+
 absl::StatusOr<BatchResult> CacheEngine::GetBatch(
     uint64_t session, absl::string_view dataset,
     absl::Span<const BatchKey> keys) {

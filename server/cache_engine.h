@@ -166,6 +166,13 @@ class CacheEngine {
                                         absl::Span<const BatchKey> keys,
                                         int numa_node = kNoNumaNode);
 
+  // Fills every chunk of `path` (normalised) of dataset `dataset_id`
+  // (DatasetId) on the fill pool without leasing it, then calls `done`
+  // there with the fill's status. Never blocks. The epoch-plan look-ahead
+  // (server/plan/plan_prefetcher) bounds how many are in flight.
+  void FillFileAsync(uint32_t dataset_id, std::string path,
+                     absl::AnyInvocable<void(absl::Status)> done);
+
   // The blocking form of GetBatchAsync (in-process callers and tests).
   // Must not be called on a fill-pool thread.
   absl::StatusOr<BatchResult> GetBatch(uint64_t session,

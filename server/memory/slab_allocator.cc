@@ -60,6 +60,12 @@ uint32_t SlabAllocator::free_slab_count() const {
   return n;
 }
 
+void SlabAllocator::SetPolicy(std::unique_ptr<EvictionPolicy> policy) {
+  policy_ = policy != nullptr
+                ? std::move(policy)
+                : std::make_unique<ClockEvictionPolicy>(classes_.count());
+}
+
 SlabAllocator::~SlabAllocator() = default;
 
 uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {

@@ -39,6 +39,9 @@ class SlabAllocator : public SlabLayout {
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
 
+  // Replaces the eviction policy; null = ClockEvictionPolicy.
+  void SetPolicy(std::unique_ptr<EvictionPolicy> policy);
+
   // Finds a slot for `bytes` (1..slab_size) owned by `owner`. Evicts
   // unpinned kReady entries as needed, calling on_evict(entry) for each
   // victim before its slot is reused (the callee drops it from its index and

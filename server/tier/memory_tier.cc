@@ -497,6 +497,11 @@ void MemoryTier::SetBorrowedShare(double share) {
       share * static_cast<double>(allocator_.capacity_bytes()));
 }
 
+void MemoryTier::SetEvictionPolicy(std::unique_ptr<EvictionPolicy> policy) {
+  absl::MutexLock lock(&mu_);
+  allocator_.SetPolicy(std::move(policy));
+}
+
 void MemoryTier::SetDatasetEviction(uint32_t dataset, DatasetEviction policy) {
   absl::MutexLock lock(&mu_);
   if (dataset < eviction_.size()) eviction_[dataset] = policy;

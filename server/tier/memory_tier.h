@@ -242,6 +242,9 @@ class MemoryTier {
   // slabs), through which their further misses pass. Call before serving
   // starts.
   void SetDatasetEviction(uint32_t dataset, DatasetEviction policy);
+  // Replaces the allocator's eviction policy (CLOCK by default), e.g. with
+  // the epoch plans' BeladyEvictionPolicy. Call before serving starts.
+  void SetEvictionPolicy(std::unique_ptr<EvictionPolicy> policy);
 
   // --- administration ---
   struct EvictResult {

@@ -1,0 +1,72 @@
+#include "server/plan/plan_prefetcher.h"
+
+#include <utility>
+#include <vector>
+
+namespace dlcache {
+
+PlanPrefetcher::PlanPrefetcher(PlanRegistry* plans, FetchFn fetch,
+                               const Options& options)
+    : plans_(plans), fetch_(std::move(fetch)), options_(options) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PlanPrefetcher::~PlanPrefetcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](uint32_t* n) { return *n == 0; }, &in_flight_));
+}
+
+void PlanPrefetcher::Wake() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
+void PlanPrefetcher::Loop() {
+  for (;;) {
+    size_t room = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](PlanPrefetcher* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return p->stop_ ||
+                   (p->wake_ && p->in_flight_ < p->options_.max_in_flight);
+          },
+          this));
+      if (stop_) return;
+      wake_ = false;
+      room = options_.max_in_flight - in_flight_;
+    }
+    std::vector<PlanRegistry::Pending> next =
+        plans_->TakeLookahead(options_.lookahead, room);
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_ += next.size();
+      issued_ += next.size();
+      // All the room was used: there may be more to take once a fill ends
+      // (Done wakes us), whether or not a plan changes meanwhile.
+      if (next.size() == room) wake_ = true;
+    }
+    for (PlanRegistry::Pending& p : next) {
+      fetch_(p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); });
+    }
+  }
+}
+
+void PlanPrefetcher::Done(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+  if (!status.ok()) ++failed_;
+}
+
+PlanPrefetcher::Stats PlanPrefetcher::stats() const {
+  absl::MutexLock lock(&mu_);
+  return Stats{issued_, failed_, in_flight_};
+}
+
+}  // namespace dlcache

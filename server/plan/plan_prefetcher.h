@@ -1,0 +1,70 @@
+#ifndef DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
+#define DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/plan/plan_registry.h"
+
+namespace dlcache {
+
+// Fills, ahead of the consumers, the next reads of every epoch plan
+// (issue 14): at most `lookahead` positions past each plan's frontier and
+// at most `max_in_flight` fills at once, so a slow source is hidden and
+// not swamped. Each planned read is fetched once (a fill that fails is not
+// retried: the consumer's own read will).
+//
+// One thread of its own; it wakes when a plan changes (PlanRegistry's
+// on_change, which the owner points at Wake) or a fill completes.
+// Thread-safe. The destructor stops the thread and waits for the fills in
+// flight, so `fetch`'s completions must keep running until then.
+class PlanPrefetcher {
+ public:
+  struct Options {
+    uint64_t lookahead = 256;  // positions per plan
+    uint32_t max_in_flight = 16;
+  };
+  // Starts a fill of every chunk of `path`, calling `done` exactly once
+  // when it ends (on any thread); must not block.
+  using FetchFn = std::function<void(uint32_t dataset, std::string path,
+                                     absl::AnyInvocable<void(absl::Status)>)>;
+
+  PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options);
+  ~PlanPrefetcher();
+  PlanPrefetcher(const PlanPrefetcher&) = delete;
+  PlanPrefetcher& operator=(const PlanPrefetcher&) = delete;
+
+  void Wake();
+
+  struct Stats {
+    uint64_t issued = 0;
+    uint64_t failed = 0;
+    uint32_t in_flight = 0;
+  };
+  Stats stats() const;
+
+ private:
+  void Loop();
+  void Done(const absl::Status& status);
+
+  PlanRegistry* const plans_;
+  const FetchFn fetch_;
+  const Options options_;
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = true;
+  uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_

@@ -1,0 +1,183 @@
+#include "server/plan/plan_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/tier/memory_tier.h"
+
+namespace dlcache {
+
+PlanRegistry::PlanRegistry(const PlanLimits& limits) : limits_(limits) {}
+
+PlanRegistry::~PlanRegistry() = default;
+
+absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
+                                    absl::string_view name, uint64_t epoch,
+                                    uint64_t offset,
+                                    absl::Span<const absl::string_view> paths,
+                                    bool reset) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError("a plan name must have 1 to 128 bytes");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    PlanKey key{dataset, std::string(name)};
+    auto it = plans_.find(key);
+    Plan* p = it == plans_.end() ? nullptr : it->second.get();
+    std::vector<Plan*>& mine = by_session_[session];
+    if (p == nullptr || !p->sessions.contains(session)) {
+      if (mine.size() >= limits_.max_plans_per_session) {
+        ++refusals_;
+        if (mine.empty()) by_session_.erase(session);
+        return absl::ResourceExhaustedError(
+            absl::StrCat("a session may have at most ",
+                         limits_.max_plans_per_session, " epoch plans"));
+      }
+      if (p == nullptr) {
+        if (plans_.size() >= limits_.max_plans) {
+          ++refusals_;
+          if (mine.empty()) by_session_.erase(session);
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "the node has ", limits_.max_plans, " epoch plans already"));
+        }
+        auto owned = std::make_unique<Plan>(dataset, key.second, limits_);
+        p = owned.get();
+        plans_.emplace(std::move(key), std::move(owned));
+        by_dataset_[dataset].push_back(p);
+        plan_count_.fetch_add(1, std::memory_order_relaxed);
+      }
+      p->sessions.insert(session);
+      mine.push_back(p);
+    }
+    if (reset) {
+      total_positions_ -= p->plan->live_positions();
+      p->plan = std::make_unique<EpochPlan>(limits_.skew, limits_.resync_after);
+      p->handed_out = 0;
+    }
+    const uint64_t live = p->plan->live_positions();
+    if (live + paths.size() > limits_.max_positions_per_plan ||
+        total_positions_ + paths.size() > limits_.max_total_positions) {
+      ++refusals_;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "epoch plan over its limit: ", live, " positions held, ",
+          paths.size(), " more asked; a plan may hold ",
+          limits_.max_positions_per_plan, " and the node ",
+          limits_.max_total_positions, " (register the next epoch later)"));
+    }
+    p->plan->Add(epoch, offset, paths);
+    total_positions_ += p->plan->live_positions() - live;
+  }
+  Changed();
+  return absl::OkStatus();
+}
+
+void PlanRegistry::Observe(uint64_t session, uint32_t dataset,
+                           absl::Span<const absl::string_view> paths) {
+  if (!active()) return;
+  bool progressed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_session_.find(session);
+    if (it == by_session_.end()) return;
+    for (Plan* p : it->second) {
+      if (p->dataset != dataset) continue;
+      const uint64_t before = p->plan->live_positions();
+      for (absl::string_view path : paths) {
+        if (p->plan->Consume(path)) {
+          ++consumed_;
+          progressed = true;
+        }
+      }
+      total_positions_ -= before - p->plan->live_positions();
+    }
+  }
+  if (progressed) Changed();
+}
+
+void PlanRegistry::CloseSession(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return;
+  for (Plan* p : it->second) {
+    p->sessions.erase(session);
+    if (p->sessions.empty()) DropPlanLocked(p);
+  }
+  by_session_.erase(it);
+}
+
+void PlanRegistry::DropPlanLocked(Plan* p) {
+  total_positions_ -= p->plan->live_positions();
+  std::vector<Plan*>& same = by_dataset_[p->dataset];
+  same.erase(std::find(same.begin(), same.end(), p));
+  if (same.empty()) by_dataset_.erase(p->dataset);
+  plans_.erase(PlanKey{p->dataset, p->name});
+  plan_count_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
+    uint64_t lookahead, size_t max) {
+  std::vector<Pending> out;
+  absl::MutexLock lock(&mu_);
+  std::vector<Plan*> all;
+  all.reserve(plans_.size());
+  for (const auto& [key, p] : plans_) all.push_back(p.get());
+  if (all.empty()) return out;
+  bool more = true;
+  while (out.size() < max && more) {
+    more = false;
+    for (size_t n = 0; n < all.size() && out.size() < max; ++n) {
+      Plan* p = all[(round_robin_ + n) % all.size()];
+      const EpochPlan& plan = *p->plan;
+      const uint64_t start = std::max(p->handed_out, plan.frontier());
+      const uint64_t stop = std::min(plan.end(), plan.frontier() + lookahead);
+      if (start >= stop) continue;
+      out.push_back(Pending{p->dataset, std::string(plan.At(start))});
+      p->handed_out = start + 1;
+      more = true;
+    }
+  }
+  ++round_robin_;
+  return out;
+}
+
+uint64_t PlanRegistry::NextUse(uint32_t dataset, absl::string_view path) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return NextUseLocked(dataset, path);
+}
+
+uint64_t PlanRegistry::NextUseLocked(uint32_t dataset,
+                                     absl::string_view path) const {
+  auto it = by_dataset_.find(dataset);
+  if (it == by_dataset_.end()) return kUnplanned;
+  bool any = false;
+  uint64_t best = EpochPlan::kNever;
+  for (const Plan* p : it->second) {
+    bool mentioned = false;
+    best = std::min(best, p->plan->NextUse(path, &mentioned));
+    any |= mentioned;
+  }
+  if (!any) return kUnplanned;
+  return best == EpochPlan::kNever ? kNoFurtherUse : best;
+}
+
+void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
+                             absl::Span<uint64_t> out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ChunkEntry* e = entries[i];
+    out[i] = e->file == nullptr ? kUnplanned
+                                : NextUseLocked(e->dataset, e->file->path);
+  }
+}
+
+PlanRegistry::Stats PlanRegistry::stats() const {
+  absl::ReaderMutexLock lock(&mu_);
+  Stats s;
+  s.plans = static_cast<uint32_t>(plans_.size());
+  s.live_positions = total_positions_;
+  s.consumed = consumed_;
+  s.refusals = refusals_;
+  return s;
+}
+
+}  // namespace dlcache

@@ -1,0 +1,145 @@
+#ifndef DLCACHE_SERVER_PLAN_PLAN_REGISTRY_H_
+#define DLCACHE_SERVER_PLAN_PLAN_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "server/memory/belady_eviction_policy.h"
+#include "server/plan/epoch_plan.h"
+
+namespace dlcache {
+
+// Bounds on what clients may register (hostile input is bounded: a plan
+// costs ~16 bytes per position plus its distinct paths).
+struct PlanLimits {
+  uint64_t max_positions_per_plan = uint64_t{1} << 22;
+  uint64_t max_total_positions = uint64_t{1} << 24;
+  uint32_t max_plans_per_session = 8;
+  uint32_t max_plans = 256;
+  // EpochPlan: reordering among a plan's consumers it tolerates, and the
+  // out-of-step reads after which it follows them.
+  uint64_t skew = 4096;
+  uint32_t resync_after = 256;
+};
+
+// The epoch plans of the node (issue 14), by (dataset, plan name). A plan
+// is shared by the sessions attached to it (the DataLoader workers of one
+// rank register or attach the same name) and dies with the last of them:
+// a consumer that stops, restarts or dies leaves nothing behind. Progress
+// is derived from the paths attached sessions ask for (Observe).
+//
+// Serves the Belady eviction policy (NextUseOracle: the distance of an
+// entry is the smallest over the plans of its dataset) and the prefetcher
+// (TakeLookahead).
+//
+// Thread-safe; one mutex, taken under the memory tier's lock by Distances
+// and never held while calling out (on_change runs outside it).
+class PlanRegistry : public NextUseOracle {
+ public:
+  explicit PlanRegistry(const PlanLimits& limits = PlanLimits());
+  ~PlanRegistry() override;
+
+  // Called (outside the lock) when a plan gained keys or progressed, so
+  // that the prefetcher looks again. Set before use.
+  void SetOnChange(std::function<void()> fn) { on_change_ = std::move(fn); }
+
+  // Attaches `session` to `dataset`'s plan `name` (creating it) and adds
+  // keys [offset, offset + paths.size()) of its epoch `epoch`
+  // (EpochPlan::Add; paths normalised, as GetBatch keys are). `reset`
+  // first forgets what the plan held (a consumer restarting its epoch).
+  // INVALID_ARGUMENT: name empty or over 128 bytes. RESOURCE_EXHAUSTED
+  // (nothing added): the session has max_plans_per_session plans, the node
+  // max_plans, or the keys would take the plan or the node over its
+  // position limit.
+  absl::Status Register(uint64_t session, uint32_t dataset,
+                        absl::string_view name, uint64_t epoch, uint64_t offset,
+                        absl::Span<const absl::string_view> paths, bool reset);
+
+  // `session` asked `dataset` for these paths: progress of its plans on
+  // that dataset. Cheap when the node has no plan.
+  void Observe(uint64_t session, uint32_t dataset,
+               absl::Span<const absl::string_view> paths);
+
+  // Detaches the session; plans left without a session are dropped.
+  void CloseSession(uint64_t session);
+
+  // Up to `max` planned reads within `lookahead` positions of their plan's
+  // frontier not handed out before, round-robin over plans; they count as
+  // handed out from now on.
+  struct Pending {
+    uint32_t dataset = 0;
+    std::string path;
+  };
+  std::vector<Pending> TakeLookahead(uint64_t lookahead, size_t max);
+
+  // Smallest distance over `dataset`'s plans (EpochPlan::NextUse), or
+  // kNoFurtherUse / kUnplanned.
+  uint64_t NextUse(uint32_t dataset, absl::string_view path) const;
+
+  // --- NextUseOracle ---
+  bool active() const override {
+    return plan_count_.load(std::memory_order_relaxed) > 0;
+  }
+  void Distances(absl::Span<ChunkEntry* const> entries,
+                 absl::Span<uint64_t> out) const override;
+
+  struct Stats {
+    uint32_t plans = 0;
+    uint64_t live_positions = 0;
+    uint64_t consumed = 0;  // reads that advanced a plan
+    uint64_t refusals = 0;  // Register calls refused by a limit
+  };
+  Stats stats() const;
+
+ private:
+  struct Plan {
+    Plan(uint32_t dataset, std::string name, const PlanLimits& l)
+        : dataset(dataset),
+          name(std::move(name)),
+          plan(std::make_unique<EpochPlan>(l.skew, l.resync_after)) {}
+    uint32_t dataset;
+    std::string name;
+    std::unique_ptr<EpochPlan> plan;
+    absl::flat_hash_set<uint64_t> sessions;
+    uint64_t handed_out = 0;  // look-ahead positions before this are issued
+  };
+  using PlanKey = std::pair<uint32_t, std::string>;
+
+  uint64_t NextUseLocked(uint32_t dataset, absl::string_view path) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void DropPlanLocked(Plan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Changed() const {
+    if (on_change_) on_change_();
+  }
+
+  const PlanLimits limits_;
+  std::function<void()> on_change_;
+  std::atomic<uint32_t> plan_count_{0};
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_
+      ABSL_GUARDED_BY(mu_);
+  // Plans by dataset, for the eviction oracle.
+  absl::flat_hash_map<uint32_t, std::vector<Plan*>> by_dataset_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::vector<Plan*>> by_session_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t total_positions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace dlcache
+
+#endif  // DLCACHE_SERVER_PLAN_PLAN_REGISTRY_H_

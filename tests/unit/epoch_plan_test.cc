@@ -1,0 +1,100 @@
+#include "server/plan/epoch_plan.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dlcache {
+namespace {
+
+std::vector<absl::string_view> Views(const std::vector<std::string>& v) {
+  return std::vector<absl::string_view>(v.begin(), v.end());
+}
+
+TEST(EpochPlanTest, NextUseFollowsConsumption) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d"};
+  const std::vector<std::string> e1 = {"d", "c", "b", "a"};
+  EXPECT_EQ(plan.Add(0, 0, Views(e0)), 4u);
+  EXPECT_EQ(plan.Add(1, 0, Views(e1)), 4u);
+  EXPECT_EQ(plan.NextUse("a"), 0u);
+  EXPECT_EQ(plan.NextUse("d"), 3u);
+  bool mentioned = true;
+  EXPECT_EQ(plan.NextUse("zz", &mentioned), EpochPlan::kNever);
+  EXPECT_FALSE(mentioned);
+
+  EXPECT_TRUE(plan.Consume("a"));
+  EXPECT_TRUE(plan.Consume("b"));
+  EXPECT_EQ(plan.frontier(), 2u);
+  // a's next use is in epoch 1 at position 7.
+  EXPECT_EQ(plan.NextUse("a"), 5u);
+  EXPECT_EQ(plan.NextUse("c"), 0u);
+  EXPECT_TRUE(plan.Consume("c"));
+  EXPECT_TRUE(plan.Consume("d"));
+  for (const std::string& k : e1) EXPECT_TRUE(plan.Consume(k)) << k;
+  EXPECT_EQ(plan.NextUse("a"), EpochPlan::kNever);
+  // Positions far behind the frontier are trimmed: a plan holds what is
+  // still ahead, not its history.
+  EXPECT_LE(plan.live_positions(), 2u);
+}
+
+TEST(EpochPlanTest, ToleratesReorderingWithinSkew) {
+  EpochPlan plan(/*skew=*/4, /*resync_after=*/100);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e", "f"};
+  plan.Add(0, 0, Views(e0));
+  // Two workers: one is a batch ahead.
+  EXPECT_TRUE(plan.Consume("c"));
+  EXPECT_TRUE(plan.Consume("d"));
+  EXPECT_TRUE(plan.Consume("a"));
+  EXPECT_TRUE(plan.Consume("b"));
+  EXPECT_EQ(plan.frontier(), 4u);
+  EXPECT_EQ(plan.NextUse("e"), 0u);
+  EXPECT_EQ(plan.NextUse("a"), EpochPlan::kNever);
+}
+
+TEST(EpochPlanTest, SkippedPositionsAreForgotten) {
+  EpochPlan plan(/*skew=*/1, /*resync_after=*/100);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e"};
+  plan.Add(0, 0, Views(e0));
+  EXPECT_TRUE(plan.Consume("a"));
+  EXPECT_TRUE(plan.Consume("c"));  // b skipped, within the skew
+  EXPECT_TRUE(plan.Consume("d"));
+  EXPECT_TRUE(plan.Consume("e"));
+  // b lies more than `skew` behind: never read in this plan again.
+  EXPECT_EQ(plan.NextUse("b"), EpochPlan::kNever);
+  EXPECT_FALSE(plan.Consume("b"));
+}
+
+TEST(EpochPlanTest, FarJumpCountsOnlyWhenItPersists) {
+  EpochPlan plan(/*skew=*/1, /*resync_after=*/3);
+  std::vector<std::string> e0;
+  for (int i = 0; i < 100; ++i) e0.push_back("k" + std::to_string(i));
+  plan.Add(0, 0, Views(e0));
+  EXPECT_FALSE(plan.Consume("k50"));  // one stray read
+  EXPECT_EQ(plan.frontier(), 0u);
+  EXPECT_TRUE(plan.Consume("k0"));  // resets the run
+  EXPECT_FALSE(plan.Consume("k60"));
+  EXPECT_FALSE(plan.Consume("k61"));
+  EXPECT_TRUE(plan.Consume("k62"));  // third in a row: the plan follows
+  EXPECT_EQ(plan.frontier(), 63u);
+  EXPECT_EQ(plan.NextUse("k63"), 0u);
+}
+
+TEST(EpochPlanTest, AddIsIdempotentPerEpochAndOffset) {
+  EpochPlan plan(/*skew=*/8, /*resync_after=*/8);
+  const std::vector<std::string> part1 = {"a", "b"};
+  const std::vector<std::string> part2 = {"c", "d"};
+  EXPECT_EQ(plan.Add(3, 0, Views(part1)), 2u);
+  EXPECT_EQ(plan.Add(3, 0, Views(part1)), 0u);  // resent
+  EXPECT_EQ(plan.Add(3, 2, Views(part2)), 2u);
+  const std::vector<std::string> overlap = {"b", "c", "d", "e"};
+  EXPECT_EQ(plan.Add(3, 1, Views(overlap)), 1u);  // only "e" is new
+  EXPECT_EQ(plan.Add(2, 0, Views(part1)), 0u);    // an older epoch
+  EXPECT_EQ(plan.end(), 5u);
+  EXPECT_EQ(plan.At(4), "e");
+  EXPECT_EQ(plan.NextUse("e"), 4u);
+}
+
+}  // namespace
+}  // namespace dlcache
