@@ -497,9 +497,10 @@ void MemoryTier::SetBorrowedShare(double share) {
       share * static_cast<double>(allocator_.capacity_bytes()));
 }
 
-void MemoryTier::SetEvictionPolicy(std::unique_ptr<EvictionPolicy> policy) {
+void MemoryTier::SetEvictionPolicy(
+    absl::FunctionRef<std::unique_ptr<EvictionPolicy>(int)> make) {
   absl::MutexLock lock(&mu_);
-  allocator_.SetPolicy(std::move(policy));
+  allocator_.SetPolicy(make(allocator_.classes().count()));
 }
 
 void MemoryTier::SetDatasetEviction(uint32_t dataset, DatasetEviction policy) {

@@ -242,9 +242,11 @@ class MemoryTier {
   // slabs), through which their further misses pass. Call before serving
   // starts.
   void SetDatasetEviction(uint32_t dataset, DatasetEviction policy);
-  // Replaces the allocator's eviction policy (CLOCK by default), e.g. with
-  // the epoch plans' BeladyEvictionPolicy. Call before serving starts.
-  void SetEvictionPolicy(std::unique_ptr<EvictionPolicy> policy);
+  // Replaces the allocator's eviction policy (CLOCK by default) with
+  // make(number of size classes), e.g. the epoch plans'
+  // BeladyEvictionPolicy. Call before serving starts.
+  void SetEvictionPolicy(
+      absl::FunctionRef<std::unique_ptr<EvictionPolicy>(int)> make);
 
   // --- administration ---
   struct EvictResult {

@@ -1,0 +1,431 @@
+// epoch_plan_bench (issue 14): what knowing the epoch's order buys. A
+// dataset larger than the arena is read once per epoch in a new shuffled
+// order from a slow source (fixed latency per file, throttled bandwidth);
+// the consumer "trains" a fixed time per item.
+//
+// Per ratio dataset/arena (1.5, 2, 4) and per epoch:
+//  * kept: the share of items not read from the source in that epoch, for
+//    CLOCK, the MinIO-style policy, plan-driven Belady eviction alone and
+//    Belady + the plan's look-ahead prefetch, beside the optimum (Belady's
+//    MIN over the same order and arena, computed offline);
+//  * hit: the share the consumer found in memory when it asked;
+//  * time: the epoch's wall time over a fully cached epoch's (same items,
+//    same consumer, an arena that holds everything; measured in this run).
+//
+// In process: a real arena (tmpfs), MemoryTier, CacheEngine (its fill
+// pool), PlanRegistry, PlanPrefetcher. The consumer reads batches through
+// CacheEngine::GetBatchAsync and reports them to the registry as the data
+// server does. The plan of epoch e+1 is registered when epoch e starts (a
+// loader that shuffles with a known seed knows it).
+//
+//   epoch_plan_bench [--arena_mib=32] [--chunk_kib=128] [--epochs=3]
+//                    [--latency_ms=2] [--source_mbps=256]
+//                    [--compute_us=500] [--batch=16] [--lookahead=64]
+//                    [--in_flight=16] [--shm=/dev/shm] [--out=FILE]
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/machine_info.h"
+#include "bench/temp_dir.h"
+#include "common/checksum.h"
+#include "server/backend/chunk_backend.h"
+#include "server/cache_engine.h"
+#include "server/memory/arena.h"
+#include "server/memory/belady_eviction_policy.h"
+#include "server/plan/plan_prefetcher.h"
+#include "server/plan/plan_registry.h"
+#include "server/tier/memory_tier.h"
+
+ABSL_FLAG(uint64_t, arena_mib, 32, "arena, MiB");
+ABSL_FLAG(uint64_t, chunk_kib, 128, "chunk (and item) size, KiB");
+ABSL_FLAG(uint32_t, epochs, 3, "shuffled passes over the dataset");
+ABSL_FLAG(double, latency_ms, 2, "source latency per file, ms");
+ABSL_FLAG(double, source_mbps, 256, "source bandwidth, MB/s (all reads)");
+ABSL_FLAG(uint32_t, compute_us, 500, "consumer time per item, us");
+ABSL_FLAG(uint32_t, batch, 16, "items per GetBatch");
+ABSL_FLAG(uint64_t, lookahead, 64, "plan look-ahead, positions");
+ABSL_FLAG(uint32_t, in_flight, 16, "plan prefetch fills in flight");
+ABSL_FLAG(std::string, shm, "/dev/shm", "where the arena lives (a tmpfs)");
+ABSL_FLAG(std::string, out, "", "write the Markdown report here too");
+
+namespace dlcache::bench {
+namespace {
+
+constexpr char kDataset[] = "bench";
+
+// Items "i<n>" of one chunk each, byte b of item n = (n * 131 + b) & 0xff.
+// Every read waits the latency (concurrent reads overlap) and its share of
+// the bandwidth (reads queue for it). Thread-safe.
+class SlowSource : public ChunkBackend {
+ public:
+  SlowSource(uint64_t items, uint64_t item_bytes, absl::Duration latency,
+             double bytes_per_second)
+      : items_(items),
+        item_bytes_(item_bytes),
+        latency_(latency),
+        bytes_per_second_(bytes_per_second) {}
+
+  static std::string Path(uint64_t n) { return absl::StrCat("i", n); }
+
+  absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
+                                    absl::string_view path) override {
+    uint64_t n;
+    if (dataset != kDataset || path.size() < 2 ||
+        !absl::SimpleAtoi(path.substr(1), &n) || n >= items_) {
+      return absl::NotFoundError(path);
+    }
+    return FileInfo{item_bytes_, 1};
+  }
+  absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
+                         absl::Span<char> dst, uint64_t* checksum,
+                         ChunkOrigin* origin) override {
+    uint64_t n;
+    if (!absl::SimpleAtoi(id.path.substr(1), &n) || id.chunk != 0) {
+      return absl::NotFoundError(id.path);
+    }
+    absl::Time done;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      next_free_ = std::max(next_free_, now) +
+                   absl::Seconds(dst.size() / bytes_per_second_);
+      done = std::max(next_free_, now + latency_);
+    }
+    absl::SleepFor(done - absl::Now());
+    for (uint64_t b = 0; b < dst.size(); ++b) {
+      dst[b] = static_cast<char>((n * 131 + b) & 0xff);
+    }
+    *checksum = Checksum(dst.data(), dst.size());
+    if (origin != nullptr) *origin = ChunkOrigin::kLocal;
+    reads_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  uint64_t reads() const { return reads_.load(); }
+
+ private:
+  const uint64_t items_;
+  const uint64_t item_bytes_;
+  const absl::Duration latency_;
+  const double bytes_per_second_;
+  absl::Mutex mu_;
+  absl::Time next_free_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::atomic<uint64_t> reads_{0};
+};
+
+enum class Mode { kClock, kMinio, kBelady, kBeladyPrefetch };
+
+const char* Name(Mode m) {
+  switch (m) {
+    case Mode::kClock:
+      return "CLOCK";
+    case Mode::kMinio:
+      return "MinIO";
+    case Mode::kBelady:
+      return "plan: Belady";
+    case Mode::kBeladyPrefetch:
+      return "plan: Belady + prefetch";
+  }
+  return "";
+}
+
+struct EpochResult {
+  uint64_t items = 0;
+  uint64_t hits = 0;          // found in memory when asked
+  uint64_t source_reads = 0;  // read from the source during the epoch
+  double seconds = 0;
+};
+
+// Belady's MIN with bypass over the whole sequence (the offline optimum of
+// a cache of `capacity` items): hits per epoch.
+std::vector<uint64_t> OptimumHits(
+    const std::vector<std::vector<uint64_t>>& epochs, uint64_t capacity) {
+  std::vector<uint64_t> seq;
+  for (const auto& e : epochs) seq.insert(seq.end(), e.begin(), e.end());
+  const uint64_t kNever = UINT64_MAX;
+  std::vector<uint64_t> next(seq.size(), kNever);
+  std::vector<uint64_t> last;
+  for (size_t i = seq.size(); i-- > 0;) {
+    if (seq[i] >= last.size()) last.resize(seq[i] + 1, kNever);
+    next[i] = last[seq[i]];
+    last[seq[i]] = i;
+  }
+  // Cached items with their next use; a max-heap with lazy deletion.
+  std::vector<uint64_t> cached_next(last.size(), 0);
+  std::vector<bool> cached(last.size(), false);
+  std::priority_queue<std::pair<uint64_t, uint64_t>> heap;  // (next, item)
+  uint64_t size = 0;
+  std::vector<uint64_t> hits(epochs.size(), 0);
+  size_t i = 0;
+  for (size_t e = 0; e < epochs.size(); ++e) {
+    for (size_t k = 0; k < epochs[e].size(); ++k, ++i) {
+      const uint64_t item = seq[i];
+      if (cached[item]) {
+        ++hits[e];
+        cached_next[item] = next[i];
+        heap.push({next[i], item});
+        continue;
+      }
+      if (next[i] == kNever) continue;  // bypass: never read again
+      if (size == capacity) {
+        while (!heap.empty() &&
+               (!cached[heap.top().second] ||
+                cached_next[heap.top().second] != heap.top().first)) {
+          heap.pop();
+        }
+        if (heap.empty() || heap.top().first <= next[i]) continue;
+        cached[heap.top().second] = false;
+        heap.pop();
+        --size;
+      }
+      cached[item] = true;
+      cached_next[item] = next[i];
+      heap.push({next[i], item});
+      ++size;
+    }
+  }
+  return hits;
+}
+
+absl::Status RegisterEpoch(PlanRegistry& plans, uint64_t session,
+                           uint64_t epoch, const std::vector<uint64_t>& order) {
+  std::vector<std::string> names;
+  names.reserve(order.size());
+  for (uint64_t n : order) names.push_back(SlowSource::Path(n));
+  std::vector<absl::string_view> views(names.begin(), names.end());
+  return plans.Register(session, 0, "bench-job", epoch, 0, views, false);
+}
+
+absl::StatusOr<std::vector<EpochResult>> Run(
+    Mode mode, uint64_t arena_bytes, uint64_t items,
+    const std::vector<std::vector<uint64_t>>& orders) {
+  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-arena-");
+  if (!shm.ok()) return shm.status();
+  ArenaOptions a;
+  a.dir = (*shm)->path() + "/arena";
+  a.total_bytes = arena_bytes;
+  a.segment_bytes = a.total_bytes;
+  a.align = chunk;
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
+  if (!arena.ok()) return arena.status();
+  MemoryTier tier(arena->get(), chunk, 1);
+  PlanRegistry plans;
+  const bool planned = mode == Mode::kBelady || mode == Mode::kBeladyPrefetch;
+  if (mode == Mode::kMinio) tier.SetDatasetEviction(0, DatasetEviction::kMinio);
+  if (planned) {
+    tier.SetEvictionPolicy([&](int classes) {
+      return std::make_unique<BeladyEvictionPolicy>(classes, &plans);
+    });
+  }
+  SlowSource source(items, chunk,
+                    absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
+                    absl::GetFlag(FLAGS_source_mbps) * 1e6);
+  CacheEngine::Options eo;
+  eo.fill_threads = 16;
+  CacheEngine engine({kDataset}, &tier, &source, nullptr, eo);
+  std::unique_ptr<PlanPrefetcher> prefetcher;
+  if (mode == Mode::kBeladyPrefetch) {
+    PlanPrefetcher::Options po;
+    po.lookahead = absl::GetFlag(FLAGS_lookahead);
+    po.max_in_flight = absl::GetFlag(FLAGS_in_flight);
+    prefetcher = std::make_unique<PlanPrefetcher>(
+        &plans,
+        [&engine](uint32_t ds, std::string path,
+                  absl::AnyInvocable<void(absl::Status)> done) {
+          engine.FillFileAsync(ds, std::move(path), std::move(done));
+        },
+        po);
+    plans.SetOnChange([p = prefetcher.get()] { p->Wake(); });
+  }
+  const uint64_t session = engine.OpenSession();
+  const uint32_t batch = absl::GetFlag(FLAGS_batch);
+  const absl::Duration compute =
+      absl::Microseconds(absl::GetFlag(FLAGS_compute_us));
+  std::vector<EpochResult> out;
+  absl::Status failure;
+  for (size_t e = 0; e < orders.size() && failure.ok(); ++e) {
+    if (planned) {
+      if (e == 0) failure = RegisterEpoch(plans, session, 0, orders[0]);
+      if (failure.ok() && e + 1 < orders.size()) {
+        failure = RegisterEpoch(plans, session, e + 1, orders[e + 1]);
+      }
+    }
+    EpochResult er;
+    const uint64_t reads_before = source.reads();
+    const absl::Time start = absl::Now();
+    const std::vector<uint64_t>& order = orders[e];
+    for (size_t i = 0; i < order.size() && failure.ok(); i += batch) {
+      std::vector<std::string> paths;
+      for (size_t j = i; j < std::min<size_t>(order.size(), i + batch); ++j) {
+        paths.push_back(SlowSource::Path(order[j]));
+      }
+      std::vector<BatchKey> keys;
+      std::vector<absl::string_view> views;
+      for (const std::string& p : paths) {
+        keys.push_back(BatchKey{p, 0, 0});
+        views.push_back(p);
+      }
+      if (planned) plans.Observe(session, 0, views);
+      absl::Notification done;
+      absl::StatusOr<BatchResult> result;
+      engine.GetBatchAsync(session, kDataset, keys,
+                           [&](absl::StatusOr<BatchResult> r) {
+                             result = std::move(r);
+                             done.Notify();
+                           });
+      done.WaitForNotification();
+      if (!result.ok()) {
+        failure = result.status();
+        break;
+      }
+      std::vector<uint64_t> leases;
+      for (const BatchItem& item : result->items) {
+        if (!item.status.ok()) {
+          failure = item.status;
+          break;
+        }
+        ++er.items;
+        if (item.hit) ++er.hits;
+        for (const LeasedChunk& c : item.chunks) leases.push_back(c.lease);
+      }
+      // Training on the batch, then its leases go back.
+      absl::SleepFor(compute * static_cast<int64_t>(keys.size()));
+      engine.Release(session, leases);
+    }
+    er.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    er.source_reads = source.reads() - reads_before;
+    out.push_back(er);
+  }
+  plans.CloseSession(session);
+  engine.CloseSession(session);
+  prefetcher.reset();  // waits for its fills, before the engine goes
+  if (!failure.ok()) return failure;
+  return out;
+}
+
+std::string F3(double x) { return absl::StrFormat("%.3f", x); }
+std::string F2(double x) { return absl::StrFormat("%.2f", x); }
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const uint32_t epochs = absl::GetFlag(FLAGS_epochs);
+  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  const uint64_t arena_bytes = absl::GetFlag(FLAGS_arena_mib) << 20;
+  if (epochs < 2) {
+    std::fprintf(stderr, "--epochs must be at least 2\n");
+    return 2;
+  }
+  std::string md =
+      "| dataset / arena | policy | epoch | kept (not read from source) | "
+      "optimum kept | kept / optimum | hit when asked | epoch time / cached "
+      "epoch |\n|---|---|---|---|---|---|---|---|\n";
+  for (double ratio : {1.5, 2.0, 4.0}) {
+    // The arena's item capacity as the memory tier sees it.
+    uint64_t capacity = 0;
+    {
+      absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+          ScopedTempDir::Create(absl::GetFlag(FLAGS_shm),
+                                "dlcache-plan-probe-");
+      if (!shm.ok()) return 1;
+      ArenaOptions a;
+      a.dir = (*shm)->path() + "/arena";
+      a.total_bytes = arena_bytes;
+      a.segment_bytes = arena_bytes;
+      a.align = chunk;
+      absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
+      if (!arena.ok()) return 1;
+      MemoryTier tier(arena->get(), chunk, 1);
+      capacity = tier.Stats().arena_bytes / chunk;
+    }
+    const uint64_t items =
+        static_cast<uint64_t>(ratio * static_cast<double>(capacity) + 0.5);
+    std::vector<std::vector<uint64_t>> orders(epochs);
+    for (uint32_t e = 0; e < epochs; ++e) {
+      orders[e].resize(items);
+      for (uint64_t i = 0; i < items; ++i) orders[e][i] = i;
+      std::mt19937_64 rng(1000 + e);
+      std::shuffle(orders[e].begin(), orders[e].end(), rng);
+    }
+    const std::vector<uint64_t> opt = OptimumHits(orders, capacity);
+    // Fully cached: an arena that holds the dataset, read once before.
+    std::vector<std::vector<uint64_t>> twice = {orders[0], orders[1]};
+    absl::StatusOr<std::vector<EpochResult>> cached = Run(
+        Mode::kClock, (items * chunk * 5 / 4 + (8 << 20)) & ~uint64_t{0xfffff},
+        items, twice);
+    if (!cached.ok()) {
+      std::fprintf(stderr, "cached: %s\n", cached.status().ToString().c_str());
+      return 1;
+    }
+    const double cached_s = (*cached)[1].seconds;
+    std::fprintf(stderr,
+                 "ratio %.1f: %lu items, cached epoch %.3fs (hits %lu)\n",
+                 ratio, static_cast<unsigned long>(items), cached_s,
+                 static_cast<unsigned long>((*cached)[1].hits));
+    for (Mode m :
+         {Mode::kClock, Mode::kMinio, Mode::kBelady, Mode::kBeladyPrefetch}) {
+      absl::StatusOr<std::vector<EpochResult>> r =
+          Run(m, arena_bytes, items, orders);
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: %s\n", Name(m),
+                     r.status().ToString().c_str());
+        return 1;
+      }
+      for (uint32_t e = 0; e < epochs; ++e) {
+        const EpochResult& er = (*r)[e];
+        const double kept = 1.0 - 1.0 * er.source_reads / er.items;
+        const double best = 1.0 * opt[e] / items;
+        absl::StrAppend(&md, "| ", absl::StrFormat("%.1f", ratio), " | ",
+                        Name(m), " | ", e + 1, " | ", F3(kept), " | ", F3(best),
+                        " | ", best > 0 ? F3(kept / best) : "-", " | ",
+                        F3(1.0 * er.hits / er.items), " | ",
+                        F2(er.seconds / cached_s), " |\n");
+        std::fprintf(stderr, "ratio %.1f %s epoch %u: %.3fs kept %.3f\n", ratio,
+                     Name(m), e + 1, er.seconds, kept);
+      }
+    }
+  }
+  const std::string header = absl::StrCat(
+      "Arena ", absl::GetFlag(FLAGS_arena_mib),
+      " MiB, chunk = item = ", absl::GetFlag(FLAGS_chunk_kib), " KiB, ", epochs,
+      " shuffled epochs (the same orders for every row); source: ",
+      absl::GetFlag(FLAGS_latency_ms), " ms per file, ",
+      absl::GetFlag(FLAGS_source_mbps), " MB/s; consumer: batches of ",
+      absl::GetFlag(FLAGS_batch), ", ", absl::GetFlag(FLAGS_compute_us),
+      " us per item; look-ahead ", absl::GetFlag(FLAGS_lookahead),
+      " positions, ", absl::GetFlag(FLAGS_in_flight),
+      " fills in flight; machine: ", DescribeMachine(), "; load ",
+      LoadAverage(), "; ",
+      absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
+      ".\n\n");
+  std::printf("%s%s", header.c_str(), md.c_str());
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    std::ofstream out(absl::GetFlag(FLAGS_out));
+    out << header << md;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlcache::bench
+
+int main(int argc, char** argv) { return dlcache::bench::Main(argc, argv); }
