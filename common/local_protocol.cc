@@ -486,6 +486,22 @@ absl::Status DecodePrefetchReply(absl::string_view payload,
   return absl::OkStatus();
 }
 
+// ---- RegisterPlan ---------------------------------------------------------
+
+absl::Status DecodeRegisterPlan(absl::string_view payload, uint32_t max_keys,
+                                RegisterPlanRequest* out) {
+  Reader r(payload);
+  if (!r.Bytes(&out->dataset) || !r.Bytes(&out->plan) || !r.U64(&out->epoch) ||
+      !r.U64(&out->offset) || !r.U32(&out->flags)) {
+    return Malformed("register plan");
+  }
+  if ((out->flags & ~kPlanReset) != 0) return Malformed("register plan flags");
+  absl::Status s = DecodeKeys(r, max_keys, &out->keys);
+  if (!s.ok()) return s;
+  if (!r.done()) return Malformed("register plan");
+  return absl::OkStatus();
+}
+
 // ---- Error ----------------------------------------------------------------
 
 std::string EncodeError(const absl::Status& status) {

@@ -23,12 +23,12 @@
 // connection closes, whatever the reason). It then asks for segment fds
 // with kGetSegments (answered by kSegments with the fds attached as
 // SCM_RIGHTS) and sends any number of kGetBatch / kRelease / kStat /
-// kPrefetch requests, each with a request_id of its choice (unique among
-// its requests in flight), without waiting for answers. Each request gets
-// exactly one answer frame with the same request_id: its reply type, or
-// kError when the request failed as a whole. Answers may come in any order
-// (a batch that waits for fills does not hold up later hits). A frame that
-// cannot be parsed, or one over the server's limit, is answered by kError
+// kPrefetch / kRegisterPlan requests, each with a request_id of its choice
+// (unique among its requests in flight), without waiting for answers. Each
+// request gets exactly one answer frame with the same request_id: its reply
+// type, or kError when the request failed as a whole. Answers may come in any
+// order (a batch that waits for fills does not hold up later hits). A frame
+// that cannot be parsed, or one over the server's limit, is answered by kError
 // with request_id 0 and the connection is closed.
 //
 // What dlcached (server/rpc/data_server) answers, precisely:
@@ -41,7 +41,9 @@
 //  * GetBatch failed as a whole (unknown dataset NOT_FOUND, bad name
 //    INVALID_ARGUMENT, PERMISSION_DENIED, reply over max_frame_bytes
 //    RESOURCE_EXHAUSTED): kBatch with that code; Stat likewise kStatReply
-//    with the code; Prefetch: kError with the code;
+//    with the code; Prefetch and RegisterPlan: kError with the code (a
+//    plan over its limits RESOURCE_EXHAUSTED, epoch plans off
+//    UNIMPLEMENTED);
 //  * items fail on their own inside kBatch (NOT_FOUND, INVALID_ARGUMENT,
 //    UNAVAILABLE, RESOURCE_EXHAUSTED for a full arena or a session over
 //    --session_lease_share / --max_leases_per_session);
@@ -66,6 +68,9 @@
 //   kStatReply:  i32 code, bytes message, then (code 0) the packed stats
 //   kPrefetch:   bytes dataset, keys
 //   kPrefetchReply: u32 accepted
+//   kRegisterPlan: bytes dataset, bytes plan, u64 epoch, u64 offset,
+//                u32 flags (bit 0: reset), keys (ranges ignored)
+//   kRegisterPlanReply: (empty)
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -105,6 +110,8 @@ enum class MsgType : uint16_t {
   kPrefetch = 11,
   kPrefetchReply = 12,
   kError = 13,
+  kRegisterPlan = 14,
+  kRegisterPlanReply = 15,
 };
 
 struct FrameHeader {
@@ -448,6 +455,39 @@ absl::Status DecodePrefetch(absl::string_view payload, uint32_t max_keys,
                             StatRequest* out);
 std::string EncodePrefetchReply(uint32_t accepted);
 absl::Status DecodePrefetchReply(absl::string_view payload, uint32_t* accepted);
+
+// ---- RegisterPlan (issue 14: epoch plans) ---------------------------------
+
+// Keys [offset, offset + n) of epoch `epoch` of the session's plan `plan`
+// over `dataset` (server/plan/plan_registry.h); a request with no keys
+// only attaches the session to the plan.
+struct RegisterPlanRequest {
+  absl::string_view dataset;
+  absl::string_view plan;
+  uint64_t epoch = 0;
+  uint64_t offset = 0;
+  uint32_t flags = 0;
+  KeysView keys;
+};
+inline constexpr uint32_t kPlanReset = 1;
+template <typename KeyAt>
+std::string EncodeRegisterPlan(absl::string_view dataset,
+                               absl::string_view plan, uint64_t epoch,
+                               uint64_t offset, uint32_t flags, size_t n,
+                               KeyAt key_at) {
+  std::string out;
+  Writer w(&out);
+  w.Bytes(dataset);
+  w.Bytes(plan);
+  w.U64(epoch);
+  w.U64(offset);
+  w.U32(flags);
+  EncodeKeys(n, key_at, &out);
+  return out;
+}
+// INVALID_ARGUMENT when malformed, over max_keys or with unknown flags.
+absl::Status DecodeRegisterPlan(absl::string_view payload, uint32_t max_keys,
+                                RegisterPlanRequest* out);
 
 // ---- Error ----------------------------------------------------------------
 

@@ -188,6 +188,32 @@ TEST(LocalProtocolTest, GetBatchRoundTripWithAndWithoutRanges) {
   }
 }
 
+TEST(LocalProtocolTest, RegisterPlanRoundTripAndErrors) {
+  const std::vector<std::string> keys = SomeKeys();
+  std::string p =
+      EncodeRegisterPlan("imagenet", "job-7/rank-0", 3, 4096, kPlanReset,
+                         keys.size(), [&](size_t i) { return Key{keys[i]}; });
+  RegisterPlanRequest r;
+  ASSERT_TRUE(DecodeRegisterPlan(p, kNoLimit, &r).ok());
+  EXPECT_EQ(r.dataset, "imagenet");
+  EXPECT_EQ(r.plan, "job-7/rank-0");
+  EXPECT_EQ(r.epoch, 3u);
+  EXPECT_EQ(r.offset, 4096u);
+  EXPECT_EQ(r.flags, kPlanReset);
+  ASSERT_EQ(r.keys.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(r.keys.at(i).path, keys[i]);
+  }
+  EveryTruncationFails(p, [](absl::string_view s) {
+    RegisterPlanRequest x;
+    return DecodeRegisterPlan(s, kNoLimit, &x);
+  });
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeRegisterPlan(p, 3, &r)));
+  std::string bad =
+      EncodeRegisterPlan("d", "p", 0, 0, 2, 0, [](size_t) { return Key{}; });
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeRegisterPlan(bad, kNoLimit, &r)));
+}
+
 TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {
   const std::vector<std::string> keys = SomeKeys();
   std::string p = EncodeGetBatch("ds", std::vector<uint64_t>{1, 2}, keys.size(),
