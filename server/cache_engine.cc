@@ -338,10 +338,15 @@ absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
 }
 
 void CacheEngine::FillFileAsync(uint32_t dataset_id, std::string path,
-                                absl::AnyInvocable<void(absl::Status)> done) {
+                                absl::AnyInvocable<void(absl::Status)> done,
+                                std::function<bool()> wanted) {
   fill_pool_.Schedule(
-      [this, dataset_id, path = std::move(path),
+      [this, dataset_id, path = std::move(path), wanted = std::move(wanted),
        done = std::make_shared<decltype(done)>(std::move(done))]() mutable {
+        if (wanted && !wanted()) {
+          (*done)(absl::OkStatus());
+          return;
+        }
         Pinned pinned;
         absl::Status s = PinChunks(dataset_id, path, 0, 0, backend_, &pinned);
         if (s.ok()) {

@@ -168,10 +168,13 @@ class CacheEngine {
 
   // Fills every chunk of `path` (normalised) of dataset `dataset_id`
   // (DatasetId) on the fill pool without leasing it, then calls `done`
-  // there with the fill's status. Never blocks. The epoch-plan look-ahead
-  // (server/plan/plan_prefetcher) bounds how many are in flight.
+  // there with the fill's status. Never blocks. `wanted` (if set) is asked
+  // on the fill thread first: false skips the fill (done gets OK), e.g. a
+  // look-ahead read the consumer overtook meanwhile. The epoch-plan
+  // look-ahead (server/plan/plan_prefetcher) bounds how many are in flight.
   void FillFileAsync(uint32_t dataset_id, std::string path,
-                     absl::AnyInvocable<void(absl::Status)> done);
+                     absl::AnyInvocable<void(absl::Status)> done,
+                     std::function<bool()> wanted = nullptr);
 
   // The blocking form of GetBatchAsync (in-process callers and tests).
   // Must not be called on a fill-pool thread.

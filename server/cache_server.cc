@@ -28,6 +28,7 @@
 #include "server/cluster/placement.h"
 #include "server/fill/job_progress.h"
 #include "server/memory/arena.h"
+#include "server/memory/belady_eviction_policy.h"
 #include "server/metrics/http_endpoint.h"
 #include "server/metrics/prometheus_text.h"
 #include "server/rpc/admin_listener.h"
@@ -251,6 +252,16 @@ absl::Status CacheServer::Init() {
     }
     tier_->SetBorrowedShare(config_.borrowed_share);
   }
+  if (config_.epoch_plans) {
+    PlanLimits limits;
+    limits.max_positions_per_plan = config_.max_plan_keys;
+    limits.max_total_positions = 4 * config_.max_plan_keys;
+    limits.max_plans_per_session = config_.max_plans_per_session;
+    plans_ = std::make_unique<PlanRegistry>(limits);
+    tier_->SetEvictionPolicy([this](int classes) {
+      return std::make_unique<BeladyEvictionPolicy>(classes, plans_.get());
+    });
+  }
   if (manifest.ok() && arena_->adopted()) {
     AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names);
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
@@ -291,6 +302,25 @@ absl::Status CacheServer::Init() {
       FileSizeLimit::ForArena(arena_->segment_sizes(), config_.chunk_size);
   engine_ = std::make_unique<CacheEngine>(names, tier_.get(), *chain,
                                           sources_.get(), engine_options);
+  if (plans_) {
+    PlanPrefetcher::Options po;
+    // Bounded by the arena: a look-ahead must not evict what it fetched.
+    const uint64_t slots = tier_->Stats().arena_bytes / config_.chunk_size;
+    po.lookahead = std::max<uint64_t>(
+        1,
+        std::min(config_.plan_lookahead_bytes / config_.chunk_size, slots / 4));
+    po.max_in_flight = std::max<uint32_t>(1, config_.plan_prefetch_in_flight);
+    plan_prefetcher_ = std::make_unique<PlanPrefetcher>(
+        plans_.get(),
+        [engine = engine_.get()](uint32_t ds, std::string path,
+                                 absl::AnyInvocable<void(absl::Status)> done,
+                                 std::function<bool()> wanted) {
+          engine->FillFileAsync(ds, std::move(path), std::move(done),
+                                std::move(wanted));
+        },
+        po);
+    plans_->SetOnChange([p = plan_prefetcher_.get()] { p->Wake(); });
+  }
   if (membership_) {
     if (absl::Status s = StartPeerService(local); !s.ok()) return s;
   }
@@ -401,8 +431,8 @@ absl::Status CacheServer::Init() {
     o.max_release_per_request = static_cast<uint32_t>(
         std::min<uint64_t>(config_.max_leases_per_session, UINT32_MAX));
     o.chunk_size = config_.chunk_size;
-    absl::StatusOr<std::unique_ptr<DataServer>> data =
-        DataServer::Start(o, engine_.get(), arena_.get(), &policy_);
+    absl::StatusOr<std::unique_ptr<DataServer>> data = DataServer::Start(
+        o, engine_.get(), arena_.get(), &policy_, plans_.get());
     if (!data.ok()) return data.status();
     data_server_ = *std::move(data);
     data_server_ptr_.store(data_server_.get(), std::memory_order_release);
@@ -638,6 +668,8 @@ void CacheServer::Shutdown() {
   if (peer_data_server_) peer_data_server_->Shutdown();
   // Closes every data connection and so every session and its leases.
   if (data_server_) data_server_->Stop();
+  // No session is left, so no plan: its fills in flight end here.
+  plan_prefetcher_.reset();
   if (recovery_.joinable()) recovery_.join();
   metrics_.reset();
   if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());

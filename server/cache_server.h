@@ -12,6 +12,8 @@
 #include "absl/time/time.h"
 #include "server/auth/access_policy.h"
 #include "server/cache_engine.h"
+#include "server/plan/plan_prefetcher.h"
+#include "server/plan/plan_registry.h"
 #include "server/server_config.h"
 #include "server/server_status.h"
 
@@ -58,6 +60,8 @@ class CacheServer {
 
   const ServerConfig& config() const { return config_; }
   CacheEngine& engine() { return *engine_; }
+  // Epoch plans; null with --epoch_plans=false.
+  PlanRegistry* plans() { return plans_.get(); }
   // The local data path (stats for tests and metrics).
   DataServer& data_server() { return *data_server_; }
   SourceBackend& sources() { return *sources_; }
@@ -96,6 +100,8 @@ class CacheServer {
   ServerConfig config_;
   absl::Time start_time_;
   std::unique_ptr<Arena> arena_;
+  // Epoch plans (null when off); outlive the tier, whose policy asks them.
+  std::unique_ptr<PlanRegistry> plans_;
   std::unique_ptr<MemoryTier> tier_;
   std::unique_ptr<SourceBackend> sources_;
   std::unique_ptr<SsdTier> ssd_;
@@ -110,6 +116,8 @@ class CacheServer {
   std::unique_ptr<PeerConnector> connector_;
   std::unique_ptr<PeerRouter> router_;
   std::unique_ptr<CacheEngine> engine_;
+  // Fills through engine_, so it goes first.
+  std::unique_ptr<PlanPrefetcher> plan_prefetcher_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<PeerDataServer> peer_data_server_;

@@ -116,6 +116,21 @@ ABSL_FLAG(std::vector<std::string>, eviction_policy, {"clock"},
           "POLICY is clock (recently used stay) or minio (what is cached "
           "stays, later misses pass through: for shuffled epochs larger "
           "than the arena)");
+ABSL_FLAG(bool, epoch_plans, true,
+          "Accept clients' epoch plans (their coming read order): evict by "
+          "Belady's rule and fill the next planned reads ahead");
+ABSL_FLAG(dlcache::ByteSize, plan_lookahead_bytes,
+          dlcache::ByteSize{64ull << 20},
+          "How far ahead of its consumers each epoch plan is filled (capped "
+          "at a quarter of the arena)");
+ABSL_FLAG(uint32_t, plan_prefetch_in_flight, 8,
+          "Epoch-plan fills in flight at once (all plans; they run on the "
+          "fill pool)");
+ABSL_FLAG(uint64_t, max_plan_keys, uint64_t{1} << 22,
+          "Keys one epoch plan may hold (about 16 bytes each plus its "
+          "paths; the node holds at most 4x this)");
+ABSL_FLAG(uint32_t, max_plans_per_session, 8,
+          "Epoch plans one client session may register or attach to");
 ABSL_FLAG(
     std::string, peer_address, "",
     "Serve peers on this TCP host:port (multi-node); empty = single node");
@@ -222,6 +237,11 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
         "--borrowed_share=", c.borrowed_share, " must be between 0 and 1"));
   }
   c.eviction_policy = absl::GetFlag(FLAGS_eviction_policy);
+  c.epoch_plans = absl::GetFlag(FLAGS_epoch_plans);
+  c.plan_lookahead_bytes = absl::GetFlag(FLAGS_plan_lookahead_bytes).bytes;
+  c.plan_prefetch_in_flight = absl::GetFlag(FLAGS_plan_prefetch_in_flight);
+  c.max_plan_keys = absl::GetFlag(FLAGS_max_plan_keys);
+  c.max_plans_per_session = absl::GetFlag(FLAGS_max_plans_per_session);
   c.peer_address = absl::GetFlag(FLAGS_peer_address);
   c.node_id = absl::GetFlag(FLAGS_node_id);
   c.peers = absl::GetFlag(FLAGS_peers);

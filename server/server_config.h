@@ -108,6 +108,15 @@ struct ServerConfig {
   // (ParseEvictionPolicies in server/tier/memory_tier.h).
   std::vector<std::string> eviction_policy = {"clock"};
 
+  // Epoch plans (issue 14, docs/epoch_plans.md): clients register the
+  // order of their coming epochs; the arena then evicts by Belady's rule
+  // and the look-ahead fills the next planned reads.
+  bool epoch_plans = true;
+  uint64_t plan_lookahead_bytes = 64ull << 20;  // per plan
+  uint32_t plan_prefetch_in_flight = 8;
+  uint64_t max_plan_keys = uint64_t{1} << 22;  // per plan
+  uint32_t max_plans_per_session = 8;
+
   // Cluster (issue 5): empty peer list = single node.
   std::string node_id;             // default: hostname
   std::string peer_address;        // "host:port" this node serves peers on

@@ -53,7 +53,17 @@ void PlanPrefetcher::Loop() {
       if (next.size() == room) wake_ = true;
     }
     for (PlanRegistry::Pending& p : next) {
-      fetch_(p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); });
+      // A fill that waited in the pool while the consumers passed its key
+      // would read an item now used (and so first in line for eviction):
+      // skip it once it is no longer ahead within the look-ahead.
+      std::function<bool()> wanted = [plans = plans_, ds = p.dataset,
+                                      path = p.path,
+                                      window = options_.lookahead] {
+        return plans->NextUse(ds, path) < window;
+      };
+      fetch_(
+          p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); },
+          std::move(wanted));
     }
   }
 }

@@ -31,9 +31,13 @@ class PlanPrefetcher {
     uint32_t max_in_flight = 16;
   };
   // Starts a fill of every chunk of `path`, calling `done` exactly once
-  // when it ends (on any thread); must not block.
-  using FetchFn = std::function<void(uint32_t dataset, std::string path,
-                                     absl::AnyInvocable<void(absl::Status)>)>;
+  // when it ends (on any thread); must not block. The fill should ask
+  // `wanted` when it starts and skip the read when false: the consumers
+  // overtook it (CacheEngine::FillFileAsync does).
+  using FetchFn =
+      std::function<void(uint32_t dataset, std::string path,
+                         absl::AnyInvocable<void(absl::Status)> done,
+                         std::function<bool()> wanted)>;
 
   PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options);
   ~PlanPrefetcher();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/fd_passing.h"
 #include "common/frame_socket.h"
+#include "common/key.h"
 #include "common/local_protocol.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
@@ -64,6 +66,7 @@ struct DataServer::Shared {
   CacheEngine* engine = nullptr;
   const Arena* arena = nullptr;
   const AccessPolicy* policy = nullptr;
+  PlanRegistry* plans = nullptr;  // null: epoch plans off
   UniqueFd listener;
   std::vector<UniqueFd> segment_fds;  // O_RDONLY, opened once at start
   std::vector<uint64_t> segment_sizes;
@@ -491,6 +494,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       // Every lease of the connection goes with it; fills still running
       // for it find the session closed and lease nothing.
       shared_->engine->CloseSession(c->session);
+      // Its epoch plans go with it once no other session shares them.
+      if (shared_->plans != nullptr) shared_->plans->CloseSession(c->session);
     }
     c->out.clear();
     c->out_bytes = 0;
@@ -544,6 +549,9 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         return;
       case MsgType::kPrefetch:
         HandlePrefetch(c, h, payload);
+        return;
+      case MsgType::kRegisterPlan:
+        HandleRegisterPlan(c, h, payload);
         return;
       default:
         ReplyError(c, h.request_id,
@@ -662,13 +670,18 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       return;
     }
     std::vector<BatchKey> keys = Keys(req.keys);
+    std::function<void()> observe = PlanObserver(c->session, req.dataset, keys);
     ++c->inflight;
     shared_->inflight.fetch_add(1);
     engine->GetBatchAsync(
         c->session, req.dataset, keys,
         [self = shared_from_this(), c, id = h.request_id, engine,
-         session = c->session, max_frame = shared_->options.max_frame_bytes](
-            absl::StatusOr<BatchResult> r) mutable {
+         session = c->session, max_frame = shared_->options.max_frame_bytes,
+         observe = std::move(observe)](absl::StatusOr<BatchResult> r) mutable {
+          // Progress counts once the items are leased: marked used
+          // earlier, an item a look-ahead fill just brought in would be
+          // the eviction's first pick before the batch pins it.
+          if (observe) observe();
           // Encoded where the result is ready (a fill thread for misses).
           std::string frame = EncodeBatch(id, std::move(r), engine, session,
                                           max_frame, self->shared_.get());
@@ -786,6 +799,70 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         });
   }
 
+  // The plans' progress comes from what their sessions ask for: no frame
+  // of its own, and nothing at all (null) while no plan exists. The
+  // closure owns copies of the paths.
+  std::function<void()> PlanObserver(uint64_t session,
+                                     absl::string_view dataset,
+                                     absl::Span<const BatchKey> keys) {
+    PlanRegistry* plans = shared_->plans;
+    if (plans == nullptr || !plans->active()) return nullptr;
+    absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(dataset);
+    if (!ds.ok()) return nullptr;
+    std::vector<std::string> paths;
+    paths.reserve(keys.size());
+    for (const BatchKey& k : keys) paths.emplace_back(k.path);
+    return [plans, session, ds = *ds, paths = std::move(paths)] {
+      std::vector<absl::string_view> views(paths.begin(), paths.end());
+      plans->Observe(session, ds, views);
+    };
+  }
+
+  void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
+                          const local::FrameHeader& h,
+                          const std::string& payload) {
+    local::RegisterPlanRequest req;
+    if (absl::Status s = local::DecodeRegisterPlan(payload, kNoLimit, &req);
+        !s.ok()) {
+      Fatal(c, s);
+      return;
+    }
+    absl::Status s = CheckKeys(req.keys.size());
+    if (s.ok()) s = shared_->policy->CheckRead(c->creds, req.dataset);
+    if (s.ok() && shared_->plans == nullptr) {
+      s = absl::UnimplementedError("epoch plans are off (--epoch_plans)");
+    }
+    absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(req.dataset);
+    if (s.ok() && !ds.ok()) s = ds.status();
+    // Paths as GetBatch keys are matched: normalised.
+    std::deque<std::string> owned;  // stable: views point into it
+    std::vector<absl::string_view> paths;
+    paths.reserve(req.keys.size());
+    for (size_t i = 0; s.ok() && i < req.keys.size(); ++i) {
+      absl::string_view p = req.keys.at(i).path;
+      if (!IsNormalKeyPath(p)) {
+        absl::StatusOr<std::string> n = NormalizeKeyPath(p);
+        if (!n.ok()) {
+          s = n.status();
+          break;
+        }
+        owned.push_back(*std::move(n));
+        p = owned.back();
+      }
+      paths.push_back(p);
+    }
+    if (s.ok()) {
+      s = shared_->plans->Register(c->session, *ds, req.plan, req.epoch,
+                                   req.offset, paths,
+                                   (req.flags & local::kPlanReset) != 0);
+    }
+    if (!s.ok()) {
+      ReplyError(c, h.request_id, s);
+      return;
+    }
+    Reply(c, MsgType::kRegisterPlanReply, h.request_id, std::string());
+  }
+
   void HandlePrefetch(const std::shared_ptr<Conn>& c,
                       const local::FrameHeader& h, const std::string& payload) {
     local::StatRequest req;
@@ -830,7 +907,7 @@ DataServer::DataServer(std::shared_ptr<Shared> shared)
 
 absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
     const Options& options, CacheEngine* engine, const Arena* arena,
-    const AccessPolicy* policy) {
+    const AccessPolicy* policy, PlanRegistry* plans) {
   if (options.event_loops == 0 || options.event_loops > 64) {
     return absl::InvalidArgumentError("data server: 1 to 64 event loops");
   }
@@ -851,6 +928,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
   shared->engine = engine;
   shared->arena = arena;
   shared->policy = policy;
+  shared->plans = plans;
   for (uint32_t i = 0; i < arena->segment_count(); ++i) {
     absl::StatusOr<UniqueFd> fd = arena->OpenReadOnly(i);
     if (!fd.ok()) return fd.status();

@@ -12,6 +12,7 @@
 #include "server/auth/access_policy.h"
 #include "server/cache_engine.h"
 #include "server/memory/arena.h"
+#include "server/plan/plan_registry.h"
 
 namespace dlcache {
 
@@ -79,13 +80,16 @@ class DataServer {
     uint64_t reply_limit_refusals = 0;    // reply over max_frame_bytes
   };
 
+  // `plans` (null = epoch plans off, kRegisterPlan is UNIMPLEMENTED): the
+  // registry kRegisterPlan adds to; GetBatch keys report progress to it
+  // and a connection's end detaches its session (issue 14).
   // Listens on options.socket_path (mode 0666: access is decided per
   // request by SO_PEERCRED and the policy) and starts the loops.
   // INVALID_ARGUMENT for bad options, UNAVAILABLE / FAILED_PRECONDITION if
   // the socket cannot be made, or a segment cannot be opened read-only.
   static absl::StatusOr<std::unique_ptr<DataServer>> Start(
       const Options& options, CacheEngine* engine, const Arena* arena,
-      const AccessPolicy* policy);
+      const AccessPolicy* policy, PlanRegistry* plans = nullptr);
   ~DataServer();
   DataServer(const DataServer&) = delete;
   DataServer& operator=(const DataServer&) = delete;
