@@ -143,6 +143,13 @@ absl::Status Client::Prefetch(absl::string_view dataset,
   return core_->Prefetch(dataset, paths);
 }
 
+absl::Status Client::RegisterPlan(absl::string_view dataset,
+                                  absl::string_view plan, uint64_t epoch,
+                                  absl::Span<const std::string> paths,
+                                  uint64_t offset, bool reset) {
+  return core_->RegisterPlan(dataset, plan, epoch, paths, offset, reset);
+}
+
 absl::StatusOr<std::vector<FileStatus>> Client::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   return core_->Stat(dataset, paths);

@@ -432,6 +432,22 @@ int dlc_prefetch(dlc_client* client, const char* dataset,
   });
 }
 
+int dlc_register_plan(dlc_client* client, const char* dataset, const char* plan,
+                      uint64_t epoch, uint64_t offset, const char* const* paths,
+                      size_t num_paths, int reset) {
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (plan == nullptr) return Errors::NullArg("plan");
+    std::vector<std::string> keys;
+    if (int rc = ToPaths(paths, num_paths, &keys); rc != DLC_OK) return rc;
+    absl::Status st = client->client->RegisterPlan(dataset, plan, epoch, keys,
+                                                   offset, reset != 0);
+    if (!st.ok()) return Errors::Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 size_t dlc_batch_size(const dlc_batch* batch) {
   return batch == nullptr ? 0 : batch->batch.size();
 }

@@ -760,6 +760,41 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
   return absl::OkStatus();
 }
 
+absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
+                                      absl::string_view plan, uint64_t epoch,
+                                      absl::Span<const std::string> paths,
+                                      uint64_t offset, bool reset) {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
+  if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  absl::StatusOr<std::shared_ptr<Conn>> conn =
+      AwaitConn(deadline, "RegisterPlan");
+  if (!conn.ok()) return conn.status();
+  const size_t per_request =
+      std::max<size_t>(1, KeysPerRequest(**conn, paths.size()));
+  // No keys: one frame that only attaches the session to the plan.
+  size_t begin = 0;
+  do {
+    const size_t n = std::min(paths.size() - begin, per_request);
+    const uint32_t flags = reset && begin == 0 ? local::kPlanReset : 0;
+    std::string payload = local::EncodeRegisterPlan(
+        dataset, plan, epoch, offset + begin, flags, n, [&](size_t i) {
+          return local::Key{paths[begin + i], 0, 0};
+        });
+    absl::StatusOr<local::Frame> frame =
+        Roundtrip(**conn, local::MsgType::kRegisterPlan, payload, deadline,
+                  "RegisterPlan");
+    if (!frame.ok()) return frame.status();
+    if (frame->type() != local::MsgType::kRegisterPlanReply) {
+      return RpcError("RegisterPlan",
+                      absl::DataLossError(absl::StrCat(
+                          "answered with message type ", frame->header.type)));
+    }
+    begin += n;
+  } while (begin < paths.size());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;

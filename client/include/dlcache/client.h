@@ -269,6 +269,23 @@ class Client {
   absl::Status Prefetch(absl::string_view dataset,
                         absl::Span<const std::string> paths);
 
+  // Epoch plans (issue 14, docs/epoch_plans.md): tells the server in which
+  // order this loader will read `dataset`: keys [offset, offset +
+  // paths.size()) of epoch `epoch`'s order, added to the plan named `plan`
+  // (a job/rank id). Every session that registers or attaches to the same
+  // name (empty `paths`: attach only; e.g. each DataLoader worker) shares
+  // the plan, and its GetBatch calls count as the plan's progress. Register
+  // epoch e + 1 while e runs: the server then evicts by Belady's rule and
+  // fills the next planned reads ahead. Resent parts are ignored; `reset`
+  // starts the plan afresh (an epoch restarted). A plan ends with the last
+  // session attached to it; after a reconnect, register again. Blocks; long
+  // lists go as several frames. RESOURCE_EXHAUSTED over the server's plan
+  // limits, UNIMPLEMENTED when the server has plans off, INVALID_ARGUMENT
+  // for a bad name or key.
+  absl::Status RegisterPlan(absl::string_view dataset, absl::string_view plan,
+                            uint64_t epoch, absl::Span<const std::string> paths,
+                            uint64_t offset = 0, bool reset = false);
+
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);
 

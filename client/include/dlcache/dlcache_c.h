@@ -114,6 +114,15 @@ int dlc_get_batch(dlc_client* client, const char* dataset,
                   const char* const* paths, size_t num_paths, dlc_batch** out);
 int dlc_prefetch(dlc_client* client, const char* dataset,
                  const char* const* paths, size_t num_paths);
+/* Epoch plans (issue 14, dlcache::Client::RegisterPlan): keys
+ * [offset, offset + num_paths) of epoch `epoch`'s read order, added to the
+ * plan named `plan` shared by every session that registers or attaches to
+ * it (num_paths 0: attach only). reset != 0 starts the plan afresh.
+ * DLC_RESOURCE_EXHAUSTED over the server's plan limits, DLC_UNIMPLEMENTED
+ * when the server has plans off. */
+int dlc_register_plan(dlc_client* client, const char* dataset, const char* plan,
+                      uint64_t epoch, uint64_t offset, const char* const* paths,
+                      size_t num_paths, int reset);
 
 size_t dlc_batch_size(const dlc_batch* batch);
 int dlc_batch_item(const dlc_batch* batch, size_t item, dlc_item_info* out);

@@ -680,6 +680,27 @@ class Client:
         _, arr = _encode_keys(keys)
         _check(self._lib.dlc_prefetch(ptr, dataset.encode(), arr, len(keys)))
 
+    def register_plan(self, dataset, plan, epoch, keys, offset=0,
+                      reset=False):
+        """Epoch plans (docs/epoch_plans.md): tells the server that this
+        loader reads `keys` in this order as keys [offset, offset + len) of
+        epoch `epoch`, in the plan named `plan`, shared with every session
+        that registers or attaches to that name (keys=[]: attach only).
+        The server then evicts by Belady's rule and fills the next planned
+        keys ahead; GetBatch calls count as progress. Register epoch e + 1
+        while e runs. reset=True starts the plan afresh. Raises
+        DlcacheError (RESOURCE_EXHAUSTED over the server's plan limits,
+        UNIMPLEMENTED when plans are off or the library predates them)."""
+        ptr = self._client()
+        fn = getattr(self._lib, "dlc_register_plan", None)
+        if fn is None:
+            raise DlcacheError(UNIMPLEMENTED,
+                              "libdlcache_c.so has no epoch plans")
+        keys = _key_list(keys)
+        _, arr = _encode_keys(keys)
+        _check(fn(ptr, dataset.encode(), plan.encode(), int(epoch),
+                  int(offset), arr, len(keys), 1 if reset else 0))
+
     def segments(self):
         """The mapped shared-memory segments (read-only), e.g. to register
         them with CUDA."""

@@ -165,6 +165,9 @@ def _declare(lib):
         "dlc_options_init": (None, [P(Options)]),
         "dlc_connect_with_options": (c_int, [P(Options), P(c_void_p)]),
         "dlc_pci_numa_node": (c_int, [c_char_p, P(c_int)]),
+        "dlc_register_plan": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64,
+                                      c_uint64, P(c_char_p), c_size_t,
+                                      c_int]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

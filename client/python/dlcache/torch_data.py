@@ -34,11 +34,12 @@ num_workers=0 and a transform that decodes them (never write to them).
 
 import os
 import random
+import warnings
 
 import torch
 import torch.utils.data
 
-from ._client import OK, Client
+from ._client import OK, UNIMPLEMENTED, Client, DlcacheError
 
 try:
     import numpy as _np
@@ -274,6 +275,15 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
     down to one; so every rank runs the same number of steps.
 
     Failed items raise DlcacheError, or are skipped with skip_errors.
+
+    Epoch plans (plan=True, the default; docs/epoch_plans.md): the order is
+    known from the seed, so at the start of each pass the rank's read order
+    for this epoch and the next is registered with the server, as the
+    DataLoader's workers will ask for it (their batches in turn). Every
+    worker of the rank shares one plan (the first registers, the others
+    attach); the server evicts by Belady's rule and fills the next planned
+    keys ahead of the workers. The plan ends with the workers' sessions.
+    Without server support it is silently off.
     """
 
     def __init__(self, keys, dataset="default", socket=None, transform=None,
@@ -281,7 +291,7 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                  shuffle=True, seed=0, drop_last=False, return_keys=False,
                  skip_errors=False, rank=None, world_size=None,
                  collate_fn=None, client_name="torch", connect_timeout=10.0,
-                 rpc_timeout=60.0, socket_path=None):
+                 rpc_timeout=60.0, socket_path=None, plan=True):
         super().__init__()
         if isinstance(keys, str) and not isinstance(dataset, str):
             # Older form: CacheIterableDataset(dataset, keys, socket_path=).
@@ -309,6 +319,10 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.collate_fn = collate_fn
+        self.plan = plan
+        # Names the job's plans: the process that made the dataset.
+        self._plan_owner = "%s-%d" % (client_name, os.getpid())
+        self._plan_state = None  # (pid, last epoch registered from there)
         self._epoch = 0
         self._passes = 0
         # [epoch, generation] shared with the DataLoader's workers.
@@ -402,8 +416,56 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
             return n // self.batch_size
         return (n + self.batch_size - 1) // self.batch_size
 
+    def plan_order(self, epoch, num_workers=None):
+        """The order in which this rank's DataLoader reads `epoch`: each
+        worker's batches (fetches) in turn, as the DataLoader yields them."""
+        if num_workers is None:
+            info = torch.utils.data.get_worker_info()
+            num_workers = info.num_workers if info is not None else 1
+        rank_order = self.shard(self.epoch_order(epoch), 0, 1)
+        parts = [rank_order[w::num_workers] for w in range(num_workers)]
+        step = self.batch_size or self.fetch_size
+        out = []
+        longest = max((len(p) for p in parts), default=0)
+        for start in range(0, longest, step):
+            for p in parts:
+                out.extend(p[start:start + step])
+        return out
+
+    def _register_plan(self, epoch):
+        """Registers this epoch's and the next one's order (worker 0) or
+        attaches to the rank's plan (other workers). Never fails the
+        loader: a refused plan is a warning, none on the server is silent."""
+        if not self.plan:
+            return
+        pid = os.getpid()
+        state = self.__dict__.get("_plan_state")
+        last = state[1] if state is not None and state[0] == pid else None
+        info = torch.utils.data.get_worker_info()
+        worker = info.id if info is not None else 0
+        rank = self._rank()[0]
+        name = "%s/rank%d" % (self._plan_owner, rank)
+        # The same or an earlier epoch again: a restart, start afresh.
+        reset = last is not None and epoch <= last
+        client = self._get_client()
+        try:
+            if worker == 0:
+                client.register_plan(self.dataset, name, epoch,
+                                     self.plan_order(epoch), reset=reset)
+                client.register_plan(self.dataset, name, epoch + 1,
+                                     self.plan_order(epoch + 1))
+            else:
+                client.register_plan(self.dataset, name, epoch, [])
+        except DlcacheError as e:
+            if e.code == UNIMPLEMENTED:
+                self.plan = False
+            else:
+                warnings.warn("dlcache: epoch plan not registered: %s" % e)
+        self._plan_state = (pid, epoch)
+
     def __iter__(self):
         epoch = self._next_epoch()
+        self._register_plan(epoch)
         mine = self.shard(self.epoch_order(epoch))
         if self.batch_size is None:
             return self._iter_samples(mine)
