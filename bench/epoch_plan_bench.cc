@@ -251,8 +251,10 @@ absl::StatusOr<std::vector<EpochResult>> Run(
     prefetcher = std::make_unique<PlanPrefetcher>(
         &plans,
         [&engine](uint32_t ds, std::string path,
-                  absl::AnyInvocable<void(absl::Status)> done) {
-          engine.FillFileAsync(ds, std::move(path), std::move(done));
+                  absl::AnyInvocable<void(absl::Status)> done,
+                  std::function<bool()> wanted) {
+          engine.FillFileAsync(ds, std::move(path), std::move(done),
+                               std::move(wanted));
         },
         po);
     plans.SetOnChange([p = prefetcher.get()] { p->Wake(); });
@@ -285,7 +287,6 @@ absl::StatusOr<std::vector<EpochResult>> Run(
         keys.push_back(BatchKey{p, 0, 0});
         views.push_back(p);
       }
-      if (planned) plans.Observe(session, 0, views);
       absl::Notification done;
       absl::StatusOr<BatchResult> result;
       engine.GetBatchAsync(session, kDataset, keys,
@@ -294,6 +295,8 @@ absl::StatusOr<std::vector<EpochResult>> Run(
                              done.Notify();
                            });
       done.WaitForNotification();
+      // As the data server does: progress once the batch is leased.
+      if (planned) plans.Observe(session, 0, views);
       if (!result.ok()) {
         failure = result.status();
         break;

@@ -1,0 +1,206 @@
+// Epoch plans end to end (issue 14): a client registers its coming read
+// order over the local protocol to an in-process dlcached whose arena is
+// half the dataset; the plan drives eviction and the look-ahead; it is
+// shared by sessions, dies with them and is bounded.
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "dlcache/client.h"
+#include "gtest/gtest.h"
+#include "server/plan/plan_registry.h"
+#include "tests/testing/counting_source.h"
+#include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
+
+namespace dlcache {
+namespace {
+
+constexpr uint64_t kChunk = 256 << 10;
+constexpr uint64_t kArena = 16 << 20;  // 64 items
+constexpr int kItems = 128;            // twice the arena
+
+class EpochPlanTest : public ::testing::Test {
+ protected:
+  void Start(std::function<void(ServerConfig*)> edit = nullptr) {
+    testing::TestServer::Options o;
+    o.arena_bytes = kArena;
+    o.segment_bytes = kArena;
+    o.chunk_size = kChunk;
+    o.wrap_source = [this](const std::string&, std::shared_ptr<Source> in) {
+      auto c = std::make_shared<testing::CountingSource>(std::move(in));
+      counting_ = c.get();
+      return c;
+    };
+    o.edit_config = std::move(edit);
+    auto s = testing::TestServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    for (int i = 0; i < kItems; ++i) {
+      keys_.push_back(absl::StrCat("f/", i));
+      server_->WriteFile("ds", keys_.back(), std::string(kChunk, 'a' + i % 26));
+    }
+  }
+
+  std::unique_ptr<Client> Connect() {
+    ClientOptions o;
+    o.socket_path = server_->socket_path();
+    o.client_name = "epoch-plan-test";
+    auto c = Client::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  std::vector<std::string> Order(int epoch) {
+    std::vector<std::string> o = keys_;
+    std::mt19937_64 rng(100 + epoch);
+    std::shuffle(o.begin(), o.end(), rng);
+    return o;
+  }
+
+  // Reads `order` in batches of 8, checking every byte.
+  void ReadEpoch(Client& c, const std::vector<std::string>& order) {
+    for (size_t i = 0; i < order.size(); i += 8) {
+      std::vector<std::string> part(
+          order.begin() + i, order.begin() + std::min(order.size(), i + 8));
+      absl::StatusOr<Batch> b = c.GetBatch("ds", part);
+      ASSERT_TRUE(b.ok()) << b.status();
+      for (size_t j = 0; j < part.size(); ++j) {
+        const Item& item = (*b)[j];
+        ASSERT_TRUE(item.status().ok()) << item.status();
+        const int n = std::stoi(part[j].substr(2));
+        std::string got(item.size(), '\0');
+        ASSERT_TRUE(
+            item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()),
+                                       got.size()))
+                .ok());
+        ASSERT_EQ(got, std::string(kChunk, 'a' + n % 26)) << part[j];
+      }
+    }
+  }
+
+  PlanRegistry& plans() { return *server_->server().plans(); }
+
+  std::unique_ptr<testing::TestServer> server_;
+  testing::CountingSource* counting_ = nullptr;
+  std::vector<std::string> keys_;
+};
+
+TEST_F(EpochPlanTest, PlanKeepsWhatTheNextEpochReadsFirst) {
+  Start();
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<std::string> e0 = Order(0), e1 = Order(1);
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0).ok());
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 1, e1).ok());
+  // Epoch 2 known too: items read in epoch 1 then have a next use (the
+  // case where marking a batch used before it was leased let the eviction
+  // take the look-ahead's fresh fills).
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 2, Order(2)).ok());
+  ReadEpoch(*c, e0);
+  // Belady: what epoch 1 reads first stays (the look-ahead fetches the
+  // very first ones); a recency policy would keep epoch 0's last reads.
+  const std::vector<std::string> head(e1.begin(), e1.begin() + 24);
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        absl::StatusOr<std::vector<FileStatus>> st = c->Stat("ds", head);
+        if (!st.ok()) return false;
+        for (const FileStatus& f : *st) {
+          if (f.cached_chunks != 1) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)));
+  const uint64_t before = counting_->reads();
+  ReadEpoch(*c, e1);
+  const uint64_t epoch1_reads = counting_->reads() - before;
+  RecordProperty("epoch1_source_reads", static_cast<int>(epoch1_reads));
+  // The optimum reads kItems - 64 = 64 (measured: 64); CLOCK about 105
+  // (docs/eviction_benchmark.md); the look-ahead into epoch 2 may add a
+  // few of epoch 2's first items.
+  EXPECT_LE(epoch1_reads, 72u);
+  EXPECT_GE(plans().stats().consumed, 2u * kItems - 8);
+}
+
+TEST_F(EpochPlanTest, SessionsShareThePlanAndItDiesWithTheLast) {
+  Start();
+  std::unique_ptr<Client> a = Connect(), b = Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::vector<std::string> e0 = Order(0);
+  ASSERT_TRUE(a->RegisterPlan("ds", "job", 0, e0).ok());
+  ASSERT_TRUE(b->RegisterPlan("ds", "job", 0, {}).ok());  // attach
+  EXPECT_EQ(plans().stats().plans, 1u);
+  // b (a worker) reads; its reads are the shared plan's progress.
+  std::vector<std::string> first(e0.begin(), e0.begin() + 16);
+  ReadEpoch(*b, first);
+  EXPECT_EQ(plans().stats().consumed, 16u);
+  a.reset();  // one consumer stops early
+  EXPECT_TRUE(testing::Eventually([&] { return plans().stats().plans == 1; },
+                                  absl::Seconds(10)));
+  b.reset();  // the last one goes: nothing of the plan is left
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        PlanRegistry::Stats s = plans().stats();
+        return s.plans == 0 && s.live_positions == 0;
+      },
+      absl::Seconds(10)));
+  EXPECT_FALSE(plans().active());
+  // Every lease went with the sessions: the arena can be evicted whole.
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return server_->server().StatusNow().leases() == 0; },
+      absl::Seconds(10)));
+}
+
+TEST_F(EpochPlanTest, RestartedEpochResetsThePlan) {
+  Start();
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<std::string> e0 = Order(0);
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0).ok());
+  std::vector<std::string> half(e0.begin(), e0.begin() + kItems / 2);
+  ReadEpoch(*c, half);
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0, 0, /*reset=*/true).ok());
+  EXPECT_EQ(plans().NextUse(0, e0[0]), 0u);
+  EXPECT_EQ(plans().stats().live_positions, static_cast<uint64_t>(kItems));
+}
+
+TEST_F(EpochPlanTest, HostileInputIsBounded) {
+  Start([](ServerConfig* c) {
+    c->max_plan_keys = 100;
+    c->max_plans_per_session = 2;
+  });
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->RegisterPlan("ds", "p1", 0, keys_).code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(c->RegisterPlan("ds", "p2", 0, {}).ok());
+  EXPECT_EQ(c->RegisterPlan("ds", "p3", 0, {}).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c->RegisterPlan("nope", "p1", 0, {}).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->RegisterPlan("ds", "", 0, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<std::string> bad = {"../etc/passwd"};
+  EXPECT_EQ(c->RegisterPlan("ds", "p1", 0, bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The session still works.
+  ReadEpoch(*c, {keys_[0]});
+}
+
+TEST_F(EpochPlanTest, PlansOffIsUnimplemented) {
+  Start([](ServerConfig* c) { c->epoch_plans = false; });
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->RegisterPlan("ds", "job", 0, keys_).code(),
+            absl::StatusCode::kUnimplemented);
+  ReadEpoch(*c, {keys_[0], keys_[1]});
+}
+
+}  // namespace
+}  // namespace dlcache
