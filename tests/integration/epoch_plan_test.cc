@@ -25,7 +25,7 @@ constexpr uint64_t kChunk = 256 << 10;
 constexpr uint64_t kArena = 16 << 20;  // 64 items
 constexpr int kItems = 128;            // twice the arena
 
-class EpochPlanTest : public ::testing::Test {
+class EpochPlanServerTest : public ::testing::Test {
  protected:
   void Start(std::function<void(ServerConfig*)> edit = nullptr) {
     testing::TestServer::Options o;
@@ -91,7 +91,7 @@ class EpochPlanTest : public ::testing::Test {
   std::vector<std::string> keys_;
 };
 
-TEST_F(EpochPlanTest, PlanKeepsWhatTheNextEpochReadsFirst) {
+TEST_F(EpochPlanServerTest, PlanKeepsWhatTheNextEpochReadsFirst) {
   Start();
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
@@ -127,7 +127,7 @@ TEST_F(EpochPlanTest, PlanKeepsWhatTheNextEpochReadsFirst) {
   EXPECT_GE(plans().stats().consumed, 2u * kItems - 8);
 }
 
-TEST_F(EpochPlanTest, SessionsShareThePlanAndItDiesWithTheLast) {
+TEST_F(EpochPlanServerTest, SessionsShareThePlanAndItDiesWithTheLast) {
   Start();
   std::unique_ptr<Client> a = Connect(), b = Connect();
   ASSERT_NE(a, nullptr);
@@ -157,7 +157,7 @@ TEST_F(EpochPlanTest, SessionsShareThePlanAndItDiesWithTheLast) {
       absl::Seconds(10)));
 }
 
-TEST_F(EpochPlanTest, RestartedEpochResetsThePlan) {
+TEST_F(EpochPlanServerTest, RestartedEpochResetsThePlan) {
   Start();
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
@@ -170,7 +170,7 @@ TEST_F(EpochPlanTest, RestartedEpochResetsThePlan) {
   EXPECT_EQ(plans().stats().live_positions, static_cast<uint64_t>(kItems));
 }
 
-TEST_F(EpochPlanTest, HostileInputIsBounded) {
+TEST_F(EpochPlanServerTest, HostileInputIsBounded) {
   Start([](ServerConfig* c) {
     c->max_plan_keys = 100;
     c->max_plans_per_session = 2;
@@ -193,7 +193,7 @@ TEST_F(EpochPlanTest, HostileInputIsBounded) {
   ReadEpoch(*c, {keys_[0]});
 }
 
-TEST_F(EpochPlanTest, PlansOffIsUnimplemented) {
+TEST_F(EpochPlanServerTest, PlansOffIsUnimplemented) {
   Start([](ServerConfig* c) { c->epoch_plans = false; });
   std::unique_ptr<Client> c = Connect();
   ASSERT_NE(c, nullptr);
