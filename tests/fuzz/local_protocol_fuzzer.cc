@@ -1,8 +1,8 @@
 // Fuzz target: the packed-key decoders of the local data protocol
 // (common/local_protocol.h): DecodeGetBatch, DecodeKeys, DecodeBatchReply,
-// plus the small Hello/Segments decoders. The first input byte picks the
-// decoder, the rest is the payload. Whatever decodes OK is then read in
-// full (every key, column value and handle), so a view that points past
+// DecodeRegisterPlan, plus the small Hello/Segments decoders. The first input
+// byte picks the decoder, the rest is the payload. Whatever decodes OK is then
+// read in full (every key, column value and handle), so a view that points past
 // the payload shows up under AddressSanitizer. Built as a libFuzzer target
 // with clang; with other compilers fuzz_replay_main.cc drives it.
 #include <cstdint>
@@ -96,6 +96,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       lp::GetSegments get;
       if (lp::DecodeSegmentsReply(payload, &reply).ok()) Touch(reply.message);
       (void)lp::DecodeGetSegments(payload, &get);
+      // Shares the case: a new selector value would remap the corpus.
+      lp::RegisterPlanRequest plan;
+      if (lp::DecodeRegisterPlan(payload, 4096, &plan).ok()) {
+        Touch(plan.dataset);
+        Touch(plan.plan);
+        sink = sink + plan.epoch + plan.offset;
+        TouchKeys(plan.keys);
+      }
     }
   }
   return 0;
