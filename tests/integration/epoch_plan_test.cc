@@ -153,7 +153,7 @@ TEST_F(EpochPlanServerTest, SessionsShareThePlanAndItDiesWithTheLast) {
   EXPECT_FALSE(plans().active());
   // Every lease went with the sessions: the arena can be evicted whole.
   EXPECT_TRUE(testing::Eventually(
-      [&] { return server_->server().StatusNow().leases() == 0; },
+      [&] { return server_->server().Status().memory->leases == 0; },
       absl::Seconds(10)));
 }
 
