@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/tier/memory_tier.h"
+#include "server/tier/file_record.h"
 
 namespace dlcache {
 
@@ -166,7 +166,7 @@ void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
   for (size_t i = 0; i < entries.size(); ++i) {
     const ChunkEntry* e = entries[i];
     out[i] = e->file == nullptr ? kUnplanned
-                                : NextUseLocked(e->dataset, e->file->path);
+                                : NextUseLocked(e->dataset, e->file->path());
   }
 }
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/tier/memory_tier.h"
+#include "server/tier/file_record.h"
 
 namespace dlcache {
 namespace {
@@ -98,11 +98,13 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   PlanRegistry r;
   const std::vector<std::string> keys = {"a", "b"};
   ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
-  FileRecord fa{0, "a", {}, {}}, fb{0, "b", {}, {}}, fx{0, "x", {}, {}};
+  FileRecord* fa = FileRecord::Create(0, "a", FileInfo{}, 1);
+  FileRecord* fb = FileRecord::Create(0, "b", FileInfo{}, 1);
+  FileRecord* fx = FileRecord::Create(0, "x", FileInfo{}, 1);
   ChunkEntry ea, eb, ex, gone;
-  ea.file = &fa;
-  eb.file = &fb;
-  ex.file = &fx;
+  ea.file = fa;
+  eb.file = fb;
+  ex.file = fx;
   std::vector<ChunkEntry*> entries = {&ea, &eb, &ex, &gone};
   std::vector<uint64_t> d(4);
   r.Distances(entries, absl::MakeSpan(d));
@@ -110,6 +112,7 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   EXPECT_EQ(d[1], 1u);
   EXPECT_EQ(d[2], NextUseOracle::kUnplanned);
   EXPECT_EQ(d[3], NextUseOracle::kUnplanned);
+  for (FileRecord* f : {fa, fb, fx}) FileRecord::Destroy(f);
 }
 
 }  // namespace
