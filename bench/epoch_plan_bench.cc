@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/synthetic_items.h"
 #include "bench/temp_dir.h"
 #include "common/checksum.h"
 #include "server/backend/chunk_backend.h"
@@ -72,72 +73,6 @@ namespace dlcache::bench {
 namespace {
 
 constexpr char kDataset[] = "bench";
-
-// Items "i<n>" of one chunk each, byte b of item n = (n * 131 + b) & 0xff.
-// Every read waits the latency (concurrent reads overlap) and its share of
-// the bandwidth (reads queue for it). Thread-safe.
-class SlowSource : public ChunkBackend {
- public:
-  SlowSource(uint64_t items, uint64_t item_bytes, absl::Duration latency,
-             double bytes_per_second)
-      : items_(items),
-        item_bytes_(item_bytes),
-        latency_(latency),
-        bytes_per_second_(bytes_per_second) {}
-
-  static std::string Path(uint64_t n) { return absl::StrCat("i", n); }
-
-  absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
-                                    absl::string_view path) override {
-    uint64_t n;
-    if (dataset != kDataset || path.size() < 2 ||
-        !absl::SimpleAtoi(path.substr(1), &n) || n >= items_) {
-      return absl::NotFoundError(path);
-    }
-    return FileInfo{item_bytes_, 1};
-  }
-  absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum,
-                         ChunkOrigin* origin) override {
-    uint64_t n;
-    if (!absl::SimpleAtoi(id.path.substr(1), &n) || id.chunk != 0) {
-      return absl::NotFoundError(id.path);
-    }
-    absl::Time done;
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Time now = absl::Now();
-      next_free_ = std::max(next_free_, now) +
-                   absl::Seconds(dst.size() / bytes_per_second_);
-      done = std::max(next_free_, now + latency_);
-    }
-    absl::SleepFor(done - absl::Now());
-    // The pattern repeats every 256 bytes: copied, not computed per byte,
-    // so the source costs little CPU (the bench measures the cache).
-    char pattern[256];
-    for (int b = 0; b < 256; ++b) {
-      pattern[b] = static_cast<char>((n * 131 + b) & 0xff);
-    }
-    for (uint64_t b = 0; b < dst.size(); b += sizeof(pattern)) {
-      std::memcpy(dst.data() + b, pattern,
-                  std::min<uint64_t>(sizeof(pattern), dst.size() - b));
-    }
-    *checksum = Checksum(dst.data(), dst.size());
-    if (origin != nullptr) *origin = ChunkOrigin::kLocal;
-    reads_.fetch_add(1, std::memory_order_relaxed);
-    return absl::OkStatus();
-  }
-  uint64_t reads() const { return reads_.load(); }
-
- private:
-  const uint64_t items_;
-  const uint64_t item_bytes_;
-  const absl::Duration latency_;
-  const double bytes_per_second_;
-  absl::Mutex mu_;
-  absl::Time next_free_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::atomic<uint64_t> reads_{0};
-};
 
 enum class Mode { kClock, kMinio, kBelady, kBeladyPrefetch };
 
@@ -217,7 +152,7 @@ absl::Status RegisterEpoch(PlanRegistry& plans, uint64_t session,
                            uint64_t epoch, const std::vector<uint64_t>& order) {
   std::vector<std::string> names;
   names.reserve(order.size());
-  for (uint64_t n : order) names.push_back(SlowSource::Path(n));
+  for (uint64_t n : order) names.push_back(SyntheticItems::Path(n));
   std::vector<absl::string_view> views(names.begin(), names.end());
   return plans.Register(session, 0, "bench-job", epoch, 0, views, false);
 }
@@ -245,9 +180,12 @@ absl::StatusOr<std::vector<EpochResult>> Run(
       return std::make_unique<BeladyEvictionPolicy>(classes, &plans);
     });
   }
-  SlowSource source(items, chunk,
-                    absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
-                    absl::GetFlag(FLAGS_source_mbps) * 1e6);
+  SyntheticItems source(
+      {.dataset = kDataset,
+       .items = items,
+       .item_bytes = chunk,
+       .latency = absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
+       .bytes_per_second = absl::GetFlag(FLAGS_source_mbps) * 1e6});
   CacheEngine::Options eo;
   eo.fill_threads = 16;
   CacheEngine engine({kDataset}, &tier, &source, nullptr, eo);
@@ -287,7 +225,7 @@ absl::StatusOr<std::vector<EpochResult>> Run(
     for (size_t i = 0; i < order.size() && failure.ok(); i += batch) {
       std::vector<std::string> paths;
       for (size_t j = i; j < std::min<size_t>(order.size(), i + batch); ++j) {
-        paths.push_back(SlowSource::Path(order[j]));
+        paths.push_back(SyntheticItems::Path(order[j]));
       }
       std::vector<BatchKey> keys;
       std::vector<absl::string_view> views;

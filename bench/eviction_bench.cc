@@ -41,6 +41,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/synthetic_items.h"
 #include "bench/temp_dir.h"
 #include "common/checksum.h"
 #include "server/backend/chunk_backend.h"
@@ -60,50 +61,6 @@ namespace dlcache::bench {
 namespace {
 
 constexpr char kDataset[] = "bench";
-
-// Items "i<n>" of one chunk each; byte b of item n is (n * 131 + b) & 0xff,
-// cheap to make and to check. Counts reads and bytes. Thread-safe.
-class SyntheticSource : public ChunkBackend {
- public:
-  SyntheticSource(uint64_t items, uint64_t item_bytes)
-      : items_(items), item_bytes_(item_bytes) {}
-
-  static std::string Path(uint64_t n) { return absl::StrCat("i", n); }
-  static char Byte(uint64_t n, uint64_t b) {
-    return static_cast<char>((n * 131 + b) & 0xff);
-  }
-
-  absl::StatusOr<FileInfo> StatFile(absl::string_view dataset,
-                                    absl::string_view path) override {
-    uint64_t n;
-    if (dataset != kDataset || path.size() < 2 ||
-        !absl::SimpleAtoi(path.substr(1), &n) || n >= items_) {
-      return absl::NotFoundError(path);
-    }
-    return FileInfo{item_bytes_, 1};
-  }
-  absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
-                         absl::Span<char> dst, uint64_t* checksum,
-                         ChunkOrigin* origin) override {
-    uint64_t n;
-    if (!absl::SimpleAtoi(id.path.substr(1), &n) || id.chunk != 0) {
-      return absl::NotFoundError(id.path);
-    }
-    for (uint64_t b = 0; b < dst.size(); ++b) dst[b] = Byte(n, b);
-    *checksum = Checksum(dst.data(), dst.size());
-    if (origin != nullptr) *origin = ChunkOrigin::kLocal;
-    reads_.fetch_add(1, std::memory_order_relaxed);
-    bytes_.fetch_add(dst.size(), std::memory_order_relaxed);
-    return absl::OkStatus();
-  }
-  uint64_t bytes() const { return bytes_.load(); }
-
- private:
-  const uint64_t items_;
-  const uint64_t item_bytes_;
-  std::atomic<uint64_t> reads_{0};
-  std::atomic<uint64_t> bytes_{0};
-};
 
 struct Config {
   std::string name;
@@ -151,7 +108,8 @@ absl::StatusOr<Result> Run(const Config& c) {
   const uint64_t items = static_cast<uint64_t>(
       c.ratio * static_cast<double>(r.arena_bytes / chunk) + 0.5);
   r.dataset_bytes = items * chunk;
-  SyntheticSource source(items, chunk);
+  SyntheticItems source(
+      {.dataset = kDataset, .items = items, .item_bytes = chunk});
 
   std::unique_ptr<ScopedTempDir> ssd_dir;
   std::unique_ptr<SsdTier> ssd;
@@ -189,7 +147,7 @@ absl::StatusOr<Result> Run(const Config& c) {
     EpochResult er;
     const uint64_t before = source.bytes();
     for (uint64_t n : order) {
-      const std::string path = SyntheticSource::Path(n);
+      const std::string path = SyntheticItems::Path(n);
       const FileInfo info{chunk, 1};
       if (!tier.LookupFile(0, path)) tier.PutFile(0, path, info);
       absl::StatusOr<MemoryTier::Acquisition> acq =
@@ -211,7 +169,7 @@ absl::StatusOr<Result> Run(const Config& c) {
       }
       const char* data = tier.Data(entry);
       for (uint64_t b = 0; b < chunk; ++b) {
-        if (data[b] != SyntheticSource::Byte(n, b)) {
+        if (data[b] != SyntheticItems::Byte(n, b)) {
           return absl::DataLossError(absl::StrCat("wrong bytes in ", path));
         }
       }
