@@ -96,6 +96,11 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         "no datasets: give --source=DIR or --dataset=NAME=DIR");
   }
+  if (c.datasets.size() > MemoryTier::kMaxDatasets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.datasets.size(), " datasets; at most ",
+                     MemoryTier::kMaxDatasets, " per server"));
+  }
   for (size_t i = 0; i < c.datasets.size(); ++i) {
     if (absl::Status s = ValidateDatasetName(c.datasets[i].name); !s.ok()) {
       return s;

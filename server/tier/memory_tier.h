@@ -119,7 +119,8 @@ class MemoryTier {
  public:
   static constexpr uint32_t kMaxDatasets = FileRecord::kMaxDataset + 1;
 
-  // dataset_count <= kMaxDatasets (aborts otherwise).
+  // dataset_count <= kMaxDatasets (aborts otherwise; CacheServer's config
+  // check refuses more with INVALID_ARGUMENT first).
   MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
   ~MemoryTier();
 

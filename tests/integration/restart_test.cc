@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "server/cache_server.h"
 #include "server/source/posix_source.h"
+#include "server/tier/memory_tier.h"
 #include "server/tier/ssd_tier.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/dlcached_process.h"
@@ -295,6 +296,24 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   EXPECT_EQ(counting->reads(), 0u)
       << "reads during and after recovery must come from the SSD tier";
   EXPECT_GT((*s)->Status().ssd->stats.hits, 0u);
+}
+
+// The memory tier keeps a dataset's index in 16 bits: more datasets than
+// it can name are a configuration error at start, never an abort.
+TEST_F(RestartTest, TooManyDatasetsIsInvalidArgument) {
+  std::shared_ptr<testing::CountingSource> counting;
+  ServerConfig c = InProcessConfig("arena-many", "ssd-many", &counting);
+  c.ssd_dir.clear();
+  c.datasets.clear();
+  for (uint32_t i = 0; i <= MemoryTier::kMaxDatasets; ++i) {
+    c.datasets.push_back({absl::StrCat("d", i), data_.path()});
+  }
+  auto s = CacheServer::Start(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
+      << s.status();
+  EXPECT_NE(s.status().message().find("at most 65536"), std::string::npos)
+      << s.status();
 }
 
 }  // namespace
