@@ -5,6 +5,7 @@
 // installed. Each test boots its own cluster (~30 s), so the checks are
 // grouped into few tests.
 #include <atomic>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/source/source_factory.h"
 #include "tests/testing/ceph_cluster.h"
@@ -34,8 +36,17 @@ class CephFsClusterTest : public ::testing::Test {
     auto c = CephCluster::Start();
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = *std::move(c);
-    std::printf("CephFS cluster up in %s\n",
-                absl::FormatDuration(absl::Now() - start).c_str());
+    Step(absl::StrCat("CephFS cluster up in ",
+                      absl::FormatDuration(absl::Now() - start)));
+  }
+  // Progress on stderr (unbuffered): when ctest kills a test at its
+  // timeout, the log shows which step it was in.
+  void Step(absl::string_view what) {
+    std::fprintf(
+        stderr, "[%s] %.*s\n",
+        absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone())
+            .c_str(),
+        static_cast<int>(what.size()), what.data());
   }
   std::unique_ptr<CephCluster> cluster_;
 };
@@ -51,6 +62,7 @@ std::map<std::string, FileInfo> ListAll(Source& s, absl::string_view prefix,
 }
 
 TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
+  Step("writing 305 files");
   const std::string a = testing::PathContent("a.bin", 300000);
   ASSERT_TRUE(cluster_->WriteFile("/ds/a.bin", a).ok());
   ASSERT_TRUE(cluster_->WriteFile("/ds/sub/deep/b.bin", "bee").ok());
@@ -62,11 +74,13 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
         cluster_->WriteFile(absl::StrCat("/ds/many/f", i), std::string(i, 'x'))
             .ok());
   }
+  Step("opening the source");
   auto opened = OpenSource(cluster_->Url("/ds", "timeout_ms=5000"));
   ASSERT_TRUE(opened.ok()) << opened.status();
   Source& src = **opened;
   EXPECT_EQ(src.Describe(), "cephfs://cephfs/ds");
 
+  Step("stat and range reads");
   // Stat and range reads.
   absl::StatusOr<FileInfo> info = src.Stat("a.bin");
   ASSERT_TRUE(info.ok()) << info.status();
@@ -98,6 +112,7 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
   s = src.ReadAt("sub", 0, absl::MakeSpan(buf, 4));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 
+  Step("listing");
   // Listing: regular files only, sizes and mtimes as Stat sees them.
   absl::Status ls;
   std::map<std::string, FileInfo> all = ListAll(src, "", &ls);
@@ -116,6 +131,7 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
   ListAll(src, "nope", &ls);
   EXPECT_EQ(ls.code(), absl::StatusCode::kNotFound);
 
+  Step("through the cache");
   // Through the cache: a changed mtime (same size) is seen by revalidate.
   testing::TestServer::Options o;
   o.chunk_size = 1ull << 20;
@@ -138,6 +154,7 @@ TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
   absl::StatusOr<RevalidateResult> rresp = engine.RevalidateMemory("ds", "");
   ASSERT_TRUE(rresp.ok()) << rresp.status();
   EXPECT_EQ(rresp->files_changed, 0u);
+  Step("changing an mtime, revalidating");
   ASSERT_TRUE(cluster_->SetMtime("/ds/sub/deep/b.bin", 2000000000).ok());
   absl::StatusOr<FileInfo> after = src.Stat("sub/deep/b.bin");
   ASSERT_TRUE(after.ok());

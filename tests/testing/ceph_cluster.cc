@@ -131,7 +131,23 @@ absl::Status CephCluster::Boot(absl::Duration timeout) {
          << "run_dir = " << d << "\n"
          << "admin_socket = " << d << "/$name.asok\n"
          << "pid_file = \n"
-         << "keyring = /dev/null\n";
+         << "keyring = /dev/null\n"
+         // A loaded test machine (ctest -j, CPU hogs) can stall a daemon
+         // for many seconds. With the default graces the monitor then marks
+         // the only MDS laggy (15 s) or the only OSD down, and with no
+         // standby the client waits forever: a test that hangs instead of
+         // one that is slow. One daemon of each kind has nobody to fail
+         // over to, so the graces only ever hurt here.
+         << "mds_beacon_grace = 600\n"
+         << "mds_heartbeat_grace = 600\n"
+         << "mon_osd_report_timeout = 1200\n"
+         << "osd_heartbeat_grace = 600\n"
+         << "osd_op_thread_suicide_timeout = 0\n"
+         << "mds_session_autoclose = 1200\n"
+         // Client-side bounds: a request the cluster does not answer fails
+         // the test with an error instead of outliving ctest's timeout.
+         << "rados_osd_op_timeout = 120\n"
+         << "rados_mon_op_timeout = 120\n";
     if (!conf) return absl::InternalError("cannot write ceph.conf");
   }
   CommandResult r = RunCommand(absl::StrCat(
