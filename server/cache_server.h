@@ -74,8 +74,11 @@ class CacheServer {
   PeerRouter* peer_router() { return router_.get(); }
   // Null without --ssd_dir, and while the SSD tier is still recovering.
   SsdTier* ssd() { return ssd_ptr_.load(std::memory_order_acquire); }
-  // Blocks until the SSD tier (if any) has finished recovering.
-  void WaitRecovered() { recovered_.WaitForNotification(); }
+  // Blocks until the SSD tier (if any) has finished recovering or
+  // `timeout` passed; true when it has.
+  bool WaitRecovered(absl::Duration timeout) {
+    return recovered_.WaitForNotificationWithTimeout(timeout);
+  }
   // What the admin Status call answers (server/rpc/status_report
   // translates it), as of now.
   StatusReport Status() const;

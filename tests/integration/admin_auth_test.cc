@@ -27,6 +27,7 @@
 #include "server/rpc/admin_service.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
+#include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
@@ -169,26 +170,30 @@ TEST_F(AdminAuthTest, ConcurrentWarmupsAreBounded) {
   // An in-process warm-up holds the only slot until `release`: its final
   // progress callback blocks.
   absl::Notification holding, release;
-  std::thread first([&] {
+  testing::ThreadGuard first;
+  first.OnStop([&] {
+    if (!release.HasBeenNotified()) release.Notify();
+  });
+  first.Spawn([&] {
     WarmupSpec spec;
     spec.dataset = "ds";
     absl::Status s =
         server_->server().engine().Warmup(spec, [&](const JobProgress& p) {
           if (p.done) {
             holding.Notify();
-            release.WaitForNotification();
+            release.WaitForNotificationWithTimeout(absl::Seconds(120));
           }
           return true;
         });
     EXPECT_TRUE(s.ok()) << s;
   });
-  holding.WaitForNotification();
+  ASSERT_TRUE(holding.WaitForNotificationWithTimeout(absl::Seconds(60)));
   auto stub = RootStub(*server_);
   grpc::Status s = Warmup(*stub, 4);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("--max_concurrent_warmups"));
   release.Notify();
-  first.join();
+  first.JoinAll();
   EXPECT_TRUE(Warmup(*stub, 4).ok());
 }
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -243,8 +244,14 @@ Child StartLeaseHolder(const std::string& socket, bool exit_now,
   argv.push_back(nullptr);
   // fork + exec at once: only async-signal-safe calls before execv (this
   // process runs the in-process server's threads).
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
+    // Dies with the test process even when that is killed (ctest timeout):
+    // a holder left behind would pin its leases and sleep forever.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // died before the prctl
     ::dup2(fds[1], STDOUT_FILENO);
     ::execv(argv[0], argv.data());
     ::_exit(127);

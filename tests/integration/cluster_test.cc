@@ -468,18 +468,15 @@ TEST(ClusterTest, ClusterWarmupOnOneNodeIsThePlainWarmup) {
   EXPECT_EQ(counting->reads(), data.chunks());
 }
 
-// Runs dlcachectl and returns its stdout.
+// Runs dlcachectl and returns its stdout; a dlcachectl that does not exit
+// within 120 s is killed (the checks on its output then fail).
 std::string RunCtl(const std::string& socket, const std::string& args) {
-  std::string cmd = absl::StrCat(DLCACHECTL_BINARY, " --socket=", socket,
-                                 " --json ", args, " 2>/dev/null");
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = ::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  ::pclose(f);
-  return out;
+  // Its own shell, so that only stdout (the JSON) is captured.
+  return testing::RunCommand(
+             absl::StrCat("sh -c '", DLCACHECTL_BINARY, " --socket=", socket,
+                          " --json ", args, " 2>/dev/null'"),
+             absl::Seconds(120))
+      .output;
 }
 
 uint64_t JsonNumber(const std::string& json, const std::string& field) {
@@ -591,23 +588,15 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
                           << "in " << rounds << " rounds";
 }
 
-// Runs dlcachectl (plain output) and returns its stdout and exit code.
+// Runs dlcachectl (plain output) and returns its output and exit code
+// (124/137 when it had to be killed after 120 s).
 std::string RunCtlText(const std::string& socket, const std::string& args,
                        int* rc) {
-  std::string cmd =
-      absl::StrCat(DLCACHECTL_BINARY, " --socket=", socket, " ", args, " 2>&1");
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) {
-    *rc = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = ::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int status = ::pclose(f);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  testing::CommandResult r = testing::RunCommand(
+      absl::StrCat(DLCACHECTL_BINARY, " --socket=", socket, " ", args),
+      absl::Seconds(120));
+  *rc = r.exit_code;
+  return r.output;
 }
 
 // `dlcachectl warmup --cluster` against one of three real dlcached

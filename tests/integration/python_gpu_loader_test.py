@@ -41,10 +41,9 @@ if __name__ == "__main__":
     _reexec_with_torch()
 
 import random  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket as socketlib  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import unittest  # noqa: E402
 import urllib.request  # noqa: E402
@@ -54,9 +53,11 @@ import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+sys.path.insert(0, HERE)
 
 from dlcache import torch_gpu  # noqa: E402
 from dlcache.torch_gpu import GpuLoader, VarBatch  # noqa: E402
+from python_server import die_with_parent, private_dir, wait_for  # noqa: E402
 
 CHUNK = 1 << 20
 HAVE_CUDA = torch.cuda.is_available() and torch_gpu.cuda_upload_available()[0]
@@ -67,14 +68,6 @@ except ImportError:
     HAVE_TV = False
 
 
-def free_port():
-    s = socketlib.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class Server:
     """dlcached on a temporary socket, arena and source directory."""
 
@@ -82,8 +75,9 @@ class Server:
         binary = os.environ.get("DLCACHED")
         if not binary or not os.access(binary, os.X_OK):
             raise unittest.SkipTest("DLCACHED (the dlcached binary) not set")
-        self.root = tempfile.mkdtemp(prefix="dlc_gpu_py_")
-        self.shm = tempfile.mkdtemp(prefix="dlc_gpu_py_", dir="/dev/shm")
+        # dlc-PID-* dirs: swept by the next run if this process is killed.
+        self.root = private_dir()
+        self.shm = private_dir("/dev/shm")
         specs = []
         for name, files in datasets.items():
             src = os.path.join(self.root, name)
@@ -94,14 +88,27 @@ class Server:
                     f.write(data)
             specs.append("%s=%s" % (name, src))
         self.socket = os.path.join(self.root, "d.sock")
-        self.metrics = "127.0.0.1:%d" % free_port()
-        self.log = open(os.path.join(self.root, "dlcached.log"), "wb")
+        self.log_path = os.path.join(self.root, "dlcached.log")
+        self.log = open(self.log_path, "wb")
+        # Port 0: the kernel picks a free port (no bind-close-reuse race
+        # under ctest -j); the server logs the one it got. Own session and
+        # PDEATHSIG: dlcached dies with this process even when it is killed.
         self.proc = subprocess.Popen(
             [binary, "--socket=" + self.socket, "--shm_dir=" + self.shm,
              "--arena_bytes=256MiB", "--segment_bytes=32MiB",
              "--chunk_size=1MiB", "--dataset=" + ",".join(specs),
-             "--metrics_address=" + self.metrics, "--keep_arena=false"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+             "--metrics_address=127.0.0.1:0", "--keep_arena=false"],
+            stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent)
+        self.metrics = wait_for(self._metrics_address, 30,
+                                "dlcached's metrics address in its log")
+
+    def _metrics_address(self):
+        with open(self.log_path, "rb") as f:
+            m = re.search(rb"metrics: http://(127\.0\.0\.1:[0-9]+)", f.read())
+        if m is None and self.proc.poll() is not None:
+            raise AssertionError("dlcached exited (%s)" % self.proc.returncode)
+        return m.group(1).decode() if m else None
 
     def leases(self):
         with urllib.request.urlopen("http://%s/metrics" % self.metrics,

@@ -239,7 +239,9 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
     ServerConfig c = InProcessConfig("arena3", "ssd3", &counting);
     c.ssd_verify_on_start = verify;
     if (verify) {
-      c.before_ssd_verify = [&] { verify_gate.WaitForNotification(); };
+      c.before_ssd_verify = [&] {
+        verify_gate.WaitForNotificationWithTimeout(absl::Seconds(120));
+      };
     }
     return CacheServer::Start(std::move(c));
   };
@@ -258,6 +260,12 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
 
   auto s = start(true);
   ASSERT_TRUE(s.ok()) << s.status();
+  // What the reader thread uses is declared before the guard, so it
+  // outlives the join whatever ASSERT returns early.
+  std::unique_ptr<Client> c;
+  std::atomic<int> reader_tid{0};
+  std::atomic<bool> read_done{false};
+  absl::StatusOr<Batch> read = absl::UnknownError("not run");
   // Whatever fails below, the recovery thread must be let go before the
   // server (destroyed after this guard) joins it.
   testing::ThreadGuard threads;
@@ -268,11 +276,8 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   EXPECT_FALSE((*s)->Status().ssd.has_value());
   EXPECT_EQ((*s)->ssd(), nullptr);
 
-  std::unique_ptr<Client> c = Connect();
+  c = Connect();
   ASSERT_NE(c, nullptr);
-  std::atomic<int> reader_tid{0};
-  std::atomic<bool> read_done{false};
-  absl::StatusOr<Batch> read = absl::UnknownError("not run");
   threads.Spawn([&] {
     reader_tid = testing::CurrentThreadId();
     read = c->GetBatch("default", {paths_[1]});
@@ -285,7 +290,7 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   EXPECT_EQ((*s)->Status().state, "RECOVERING");
 
   verify_gate.Notify();
-  (*s)->WaitRecovered();
+  ASSERT_TRUE((*s)->WaitRecovered(absl::Seconds(120)));
   threads.JoinAll();
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_TRUE((*read)[0].ok()) << (*read)[0].status();

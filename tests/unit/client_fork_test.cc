@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "dlcache/client.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
 #include "tests/unit/client_fake_server.h"
 
 namespace dlcache {
@@ -209,7 +210,10 @@ TEST(ClientForkTest, ForkWhileABatchOfMissesIsInFlightInAnotherThread) {
   auto client = Client::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<Batch> slow = absl::UnknownError("not run");
-  std::thread in_flight([&] {
+  // Joined at scope exit too, so a failed ASSERT below returns instead of
+  // destroying a joinable thread (std::terminate, no cleanup).
+  testing::ThreadGuard in_flight;
+  in_flight.Spawn([&] {
     slow = (*client)->GetBatch("ds", std::vector<std::string>{"slow"});
   });
   ASSERT_TRUE(WaitFor([&] { return server.get_batch_calls() == 1; }));
@@ -221,7 +225,7 @@ TEST(ClientForkTest, ForkWhileABatchOfMissesIsInFlightInAnotherThread) {
   const std::string report = RunInChild(
       [&] { return ChildChecks(*client, Options(server), "f", "hit"); });
   EXPECT_EQ(report, "");
-  in_flight.join();
+  in_flight.JoinAll();
   ASSERT_TRUE(slow.ok()) << slow.status();
   EXPECT_EQ(ItemBytes((*slow)[0]), "filled late");
 }

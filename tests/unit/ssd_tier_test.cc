@@ -49,6 +49,29 @@ class SsdTierTest : public ::testing::Test {
   }
   void Open() { Open(Options()); }
 
+  // A before_write hook that holds the writer until ReleaseWrites(). The
+  // gate belongs to the fixture, not to a test's locals, and TearDown
+  // opens it before the tier closes: a failed ASSERT that returns early
+  // cannot leave the writer blocked (or waiting on a destroyed local), so
+  // ~SsdTier's join always returns. The wait also has a deadline.
+  std::function<void()> HoldWrites() {
+    return [w = writing_, r = release_] {
+      if (!w->HasBeenNotified()) w->Notify();
+      r->WaitForNotificationWithTimeout(absl::Seconds(120));
+    };
+  }
+  void ReleaseWrites() {
+    if (!release_->HasBeenNotified()) release_->Notify();
+  }
+  // True once the writer is inside a held hook (within the deadline).
+  bool AwaitWriting() {
+    return writing_->WaitForNotificationWithTimeout(absl::Seconds(60));
+  }
+  void TearDown() override {
+    ReleaseWrites();
+    tier_.reset();
+  }
+
   static uint64_t Len(const FileInfo& info, uint32_t c) {
     return std::min<uint64_t>(kChunk, info.size - uint64_t{c} * kChunk);
   }
@@ -98,6 +121,10 @@ class SsdTierTest : public ::testing::Test {
   TempDir dir_;
   FakeChunkBackend backend_{kChunk};
   std::unique_ptr<SsdTier> tier_;  // destroyed first: it uses backend_
+  std::shared_ptr<absl::Notification> writing_ =
+      std::make_shared<absl::Notification>();
+  std::shared_ptr<absl::Notification> release_ =
+      std::make_shared<absl::Notification>();
 };
 
 TEST_F(SsdTierTest, MissIsWrittenBehindThenServedFromSsd) {
@@ -488,14 +515,9 @@ TEST_F(SsdTierTest, DemoteWritesOnceAndRefusesBadBytes) {
 }
 
 TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
-  absl::Notification release;
-  absl::Notification writing;
   SsdTierOptions o = Options();
   o.write_queue_depth = 2;
-  o.before_write = [&] {
-    if (!writing.HasBeenNotified()) writing.Notify();
-    release.WaitForNotification();
-  };
+  o.before_write = HoldWrites();
   Open(o);
   std::vector<std::string> bytes;
   for (int i = 0; i < 5; ++i)
@@ -506,13 +528,13 @@ TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
                          Checksum(bytes[i].data(), bytes[i].size()));
   };
   EXPECT_TRUE(demote(0));
-  writing.WaitForNotification();  // the writer holds f0, the queue is free
+  ASSERT_TRUE(AwaitWriting());  // the writer holds f0, the queue is free
   EXPECT_TRUE(demote(1));
   EXPECT_FALSE(demote(2));
   EXPECT_FALSE(demote(3));
   EXPECT_EQ(tier_->Stats().write_drops, 2u);
   EXPECT_EQ(tier_->Stats().queued, 2u);
-  release.Notify();
+  ReleaseWrites();
   tier_->Flush();
   EXPECT_EQ(tier_->Stats().chunks, 2u);
   EXPECT_TRUE(demote(4));
@@ -521,14 +543,9 @@ TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
 }
 
 TEST_F(SsdTierTest, WriteQueueIsBoundedInBytesToo) {
-  absl::Notification release;
-  absl::Notification writing;
   SsdTierOptions o = Options();
   o.write_queue_bytes = 2 * kChunk;
-  o.before_write = [&] {
-    if (!writing.HasBeenNotified()) writing.Notify();
-    release.WaitForNotification();
-  };
+  o.before_write = HoldWrites();
   Open(o);
   std::string big = Put("big", 3 * kChunk, 1);
   std::string small = Put("small", 100, 2);
@@ -540,7 +557,7 @@ TEST_F(SsdTierTest, WriteQueueIsBoundedInBytesToo) {
                          Checksum(b.data(), b.size()));
   };
   EXPECT_TRUE(demote_big(0));
-  writing.WaitForNotification();
+  ASSERT_TRUE(AwaitWriting());
   EXPECT_TRUE(demote_big(1));
   EXPECT_FALSE(demote_big(2));  // 3 chunks > 2 chunks of bytes
   EXPECT_EQ(tier_->Stats().queued_bytes, 2 * kChunk);
@@ -548,18 +565,17 @@ TEST_F(SsdTierTest, WriteQueueIsBoundedInBytesToo) {
                              backend_.Info(kDs, "small"), small,
                              Checksum(small.data(), small.size())));
   EXPECT_EQ(tier_->Stats().write_drops, 2u);
-  release.Notify();
+  ReleaseWrites();
   tier_->Flush();
   EXPECT_EQ(tier_->Stats().chunks, 2u);
   EXPECT_EQ(tier_->Stats().queued_bytes, 0u);
 }
 
 TEST_F(SsdTierTest, WriteBehindOfAnOutdatedVersionIsDropped) {
-  // Shared with the hook: the tier may run it again after this body
+  // The fixture's gate: the tier may run the hook again after this body
   // returns (the last ReadFile below queues another write-behind).
-  auto release = std::make_shared<absl::Notification>();
   SsdTierOptions o = Options();
-  o.before_write = [release] { release->WaitForNotification(); };
+  o.before_write = HoldWrites();
   Put("f", kChunk, 1, 100);
   Open(o);
   FileInfo old_info = *tier_->StatFile(kDs, "f");
@@ -568,7 +584,7 @@ TEST_F(SsdTierTest, WriteBehindOfAnOutdatedVersionIsDropped) {
   SsdRevalidateResult r;
   ASSERT_TRUE(tier_->Revalidate(kDs, "", backend_.source(kDs), false, &r).ok());
   EXPECT_EQ(r.files_changed, 1u);
-  release->Notify();
+  ReleaseWrites();
   tier_->Flush();
   EXPECT_EQ(tier_->Stats().stale_write_drops, 1u);
   EXPECT_EQ(tier_->Stats().chunks, 0u);
