@@ -60,6 +60,10 @@ const char* const kFamilies[] = {
     "dlcache_cached_bytes",
     "dlcache_cached_chunks",
     "dlcache_leased_bytes",
+    // Admission and demotion (memory tier).
+    "dlcache_borrowed_bytes",
+    "dlcache_passthrough_total",
+    "dlcache_demotions_total",
     // The local data path.
     "dlcache_data_connections",
     "dlcache_data_connections_accepted_total",
@@ -308,6 +312,9 @@ TEST_F(MetricsProcessTest, EveryFamilyIsExportedAndTrafficMovesItsCounters) {
   EXPECT_GE(after.Get("dlcache_ssd_hits_total"), 4);
   EXPECT_GE(after.Get("dlcache_ssd_hit_bytes_total"), 4 * kFileBytes);
   EXPECT_EQ(after.Get("dlcache_ssd_corruptions_total"), 0);
+  // One node, CLOCK: nothing borrowed from peers, every miss kept.
+  EXPECT_EQ(after.Get("dlcache_borrowed_bytes"), 0);
+  EXPECT_EQ(after.Get("dlcache_passthrough_total"), 0);
   EXPECT_EQ(
       after.Get("dlcache_data_refusals_total{limit=\"max_keys_per_batch\"}"),
       1);
