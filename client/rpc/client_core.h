@@ -3,22 +3,20 @@
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/mapping/segment_map.h"
-#include "common/frame_socket.h"
+#include "client/rpc/connection.h"
+#include "client/rpc/release_queue.h"
+#include "client/rpc/session_link.h"
 #include "common/local_protocol.h"
 #include "dlcache/client.h"
 
@@ -38,18 +36,16 @@ struct LeaseOwner {
   uint64_t generation = 0;
 };
 
-// The state behind a dlcache::Client: the current connection to dlcached's
-// data socket (local protocol, common/local_protocol.h; one session per
-// connection) with its reader thread, the read-only segment mappings, the
-// queue of leases waiting to be released (with a flusher thread), and a
-// supervisor thread that reconnects with backoff when the connection is
-// lost. No gRPC anywhere.
+// The state behind a dlcache::Client: composes the link to dlcached's data
+// socket (session_link.h: the current Connection, connection.h, and the
+// reconnect supervisor), the queue of leases waiting to be released
+// (release_queue.h, with its flusher thread), and does the calls. No gRPC
+// anywhere.
 //
-// Calls: a caller encodes its request, registers it under a fresh request
-// id, writes the frame under the connection's writer lock, and waits (up
-// to its deadline) for the reader thread to hand it the answer with that
-// id; so any number of threads may have requests in flight, answered in
-// any order.
+// Calls: a caller encodes its request and sends it on the current
+// connection, which hands it the answer with its request id (up to its
+// deadline); so any number of threads may have requests in flight,
+// answered in any order.
 //
 // Sessions are numbered by a client-side generation (a restarted server
 // may reuse session and lease ids): leases queued for an older generation
@@ -129,37 +125,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   const ClientOptions& options() const { return options_; }
 
  private:
-  struct Conn;  // one connection = one session: socket, reader, geometry
-  struct Call;  // a request waiting for its answer
-
   explicit ClientCore(const ClientOptions& options);
-
-  // Connects and opens a session, and maps its segments (or reuses
-  // `previous`'s mappings when the server's arena is the same); starts the
-  // conn's reader. With `wait_for_server` the connect may take until
-  // `deadline` (a server still starting); without, a socket nobody
-  // listens on fails at once. On failure nothing of the attempt is left.
-  absl::StatusOr<std::shared_ptr<Conn>> OpenConn(
-      absl::Time deadline, const std::shared_ptr<Conn>& previous,
-      bool wait_for_server);
-  // Closes a conn that was never installed and joins its reader.
-  void Abandon(const std::shared_ptr<Conn>& conn);
-  // Makes `conn` the current session. False if it ended meanwhile.
-  bool Install(const std::shared_ptr<Conn>& conn, bool new_mapping);
-  // The reader thread of a conn: hands answers to their callers by request
-  // id; on the connection's end fails the callers still waiting and tells
-  // the supervisor.
-  void ReadLoop(Conn* conn);
-  // Waits for a lost session and reconnects with backoff.
-  void SuperviseLoop();
-  void FlushLoop();
-
-  // The current session, waiting up to `deadline` while it is lost (or
-  // while it is `lost`, a session a call just saw end).
-  absl::StatusOr<std::shared_ptr<Conn>> AwaitConn(absl::Time deadline,
-                                                  absl::string_view what,
-                                                  const Conn* lost = nullptr);
-  bool Lost(Conn& conn) const;
 
   // key_at(i) returns the i-th local::Key. Retries on the next session
   // when the session is lost under the call.
@@ -168,7 +134,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                    KeyAt key_at);
   // One kGetBatch for keys [begin, end) on `conn`.
   template <typename KeyAt>
-  absl::StatusOr<std::vector<Item>> GetBatchSlice(Conn& conn,
+  absl::StatusOr<std::vector<Item>> GetBatchSlice(Connection& conn,
                                                   absl::string_view dataset,
                                                   size_t begin, size_t end,
                                                   KeyAt key_at, bool piggyback,
@@ -176,63 +142,39 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Items from a kBatch answer for n keys, pointing into conn's mapping.
   // Leases of items refused here (handle outside the mapping, checksum
   // mismatch) and of a malformed answer are queued for release.
-  absl::StatusOr<std::vector<Item>> DecodeItems(Conn& conn,
+  absl::StatusOr<std::vector<Item>> DecodeItems(Connection& conn,
                                                 const local::BatchReply& reply,
                                                 size_t n);
   // Sends a request and waits for its answer frame (a kError answer
-  // becomes its status). UNAVAILABLE if the session ends first,
-  // DEADLINE_EXCEEDED at `deadline`.
-  absl::StatusOr<local::Frame> Roundtrip(Conn& conn, local::MsgType type,
+  // becomes its status). INVALID_ARGUMENT over the server's frame limit,
+  // UNAVAILABLE if the session ends first, DEADLINE_EXCEEDED at
+  // `deadline`.
+  absl::StatusOr<local::Frame> Roundtrip(Connection& conn, local::MsgType type,
                                          absl::string_view payload,
                                          absl::Time deadline,
                                          absl::string_view what);
-  // Breaks `conn` (a failed or partial write leaves the stream unusable):
-  // the reader sees the end and the supervisor reconnects.
-  static void Break(Conn& conn);
 
   // Wraps a failed call's status with the server address.
   absl::Status RpcError(absl::string_view what, absl::Status st) const;
-  absl::Status LostError(absl::string_view what) const;
-  std::vector<uint64_t> TakePending(uint64_t generation)
-      ABSL_LOCKS_EXCLUDED(mu_);
   // Keys per request: the server's announced limit, else all.
-  static size_t KeysPerRequest(const Conn& conn, size_t n);
+  static size_t KeysPerRequest(const Connection& conn, size_t n);
 
   // FAILED_PRECONDITION in a fork()ed child.
   absl::Status CheckProcess() const;
   bool Forked() const;
 
   const ClientOptions options_;
-  const std::string target_;  // "unix:<socket_path>"
   // The process that created the core, and the fork count there
   // (pthread_atfork); the count differs in a forked child, which is
   // cheaper to check than getpid() per call.
   const pid_t creator_pid_;
   const uint64_t fork_generation_;
 
-  // Lock order: mu_ before a Conn's mu; a Conn's write_mu before its mu.
-  mutable absl::Mutex mu_;
-  // The current session; replaced by the supervisor after a reconnect.
-  std::shared_ptr<Conn> conn_ ABSL_GUARDED_BY(mu_);
-  // conn_ is open and usable.
-  bool up_ ABSL_GUARDED_BY(mu_) = false;
-  // conn_ ended; for the supervisor.
-  bool conn_ended_ ABSL_GUARDED_BY(mu_) = false;
-  // Why the session is down (while !up_).
-  absl::Status down_status_ ABSL_GUARDED_BY(mu_);
-  // reconnect is off and the session was lost: for good.
-  bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
-  // A conn being opened, so that the destructor can break it.
-  std::shared_ptr<Conn> opening_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t mapping_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t sessions_opened_ ABSL_GUARDED_BY(mu_) = 0;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // Leases of conn_'s session waiting to be released.
-  std::vector<uint64_t> pending_ ABSL_GUARDED_BY(mu_);
-
-  std::thread supervisor_thread_;
-  std::thread flush_thread_;
+  // Set up by Connect() and constant after; the link calls into the queue
+  // (session changes), so the queue is declared first and outlives it.
+  // Leaked in a fork()ed child.
+  std::unique_ptr<ReleaseQueue> releases_;
+  std::unique_ptr<SessionLink> link_;
 };
 
 }  // namespace internal
