@@ -1,6 +1,8 @@
 // Builds without CUDA (DLCACHE_WITH_CUDA=OFF): no CUDA runtime, so
 // UploadEngine::Create fails with UNAVAILABLE; engines over other runtimes
-// (UploadEngine::CreateForTesting) work as with CUDA.
+// (UploadEngine::CreateForTesting) work as with CUDA. Options are checked
+// by the one ValidateEngineOptions (upload_planner.h) before CudaAvailable,
+// so bad options are INVALID_ARGUMENT here too.
 
 #include "client/cuda/device_runtime.h"
 #include "dlcache/cuda/upload_engine.h"

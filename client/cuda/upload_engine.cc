@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <utility>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/cuda/device_runtime.h"
 #include "client/cuda/gather_piece.h"
+#include "client/cuda/upload_planner.h"
 
 namespace dlcache::cuda {
 namespace internal {
@@ -261,42 +261,12 @@ struct MarkState {
   }
 };
 
-namespace {
-
-// A copy source resolved to both address spaces.
-struct Src {
-  uintptr_t host = 0;
-  uintptr_t dev = 0;
-  int region = 0;  // registered region id; -1 = staging buffer
-};
-
-struct Run {
-  Src src;
-  uint64_t size = 0;
-  uint64_t dst_offset = 0;
-};
-
-// True if some op's destination intersects [lo, hi). `by_dst` holds the
-// ops' (dst_offset, end) pairs sorted by dst_offset. Ops are expected not to
-// overlap each other, so the last op starting before `hi` decides.
-bool DstGapUsed(const std::vector<std::pair<uint64_t, uint64_t>>& by_dst,
-                uint64_t lo, uint64_t hi) {
-  if (lo >= hi) return false;
-  auto it = std::lower_bound(by_dst.begin(), by_dst.end(),
-                             std::make_pair(hi, uint64_t{0}));
-  if (it == by_dst.begin()) return false;
-  return std::prev(it)->second > lo;
-}
-
-}  // namespace
 }  // namespace internal
 
 using internal::EngineCore;
 using internal::Event;
 using internal::PinnedBuffer;
 using internal::Region;
-using internal::Run;
-using internal::Src;
 
 absl::string_view UploadMethodName(UploadMethod method) {
   switch (method) {
@@ -388,7 +358,9 @@ UploadEngine::~UploadEngine() = default;
 
 absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::Create(
     const EngineOptions& options) {
-  if (absl::Status st = CheckOptions(options); !st.ok()) return st;
+  if (absl::Status st = internal::ValidateEngineOptions(options); !st.ok()) {
+    return st;
+  }
   if (absl::Status st = CudaAvailable(options.device); !st.ok()) return st;
   return CreateOver(options, internal::CudaRuntime());
 }
@@ -399,17 +371,10 @@ absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::CreateForTesting(
   if (runtime == nullptr) {
     return absl::InvalidArgumentError("CreateForTesting: null runtime");
   }
-  if (absl::Status st = CheckOptions(options); !st.ok()) return st;
-  return CreateOver(options, std::move(runtime));
-}
-
-absl::Status UploadEngine::CheckOptions(const EngineOptions& options) {
-  if (options.gather_threads <= 0 || options.gather_threads > 1024 ||
-      options.gather_threads % 32 != 0 || options.gather_blocks_per_sm <= 0 ||
-      options.gather_piece_bytes < 16 || options.gather_piece_bytes % 16 != 0) {
-    return absl::InvalidArgumentError("bad gather kernel options");
+  if (absl::Status st = internal::ValidateEngineOptions(options); !st.ok()) {
+    return st;
   }
-  return absl::OkStatus();
+  return CreateOver(options, std::move(runtime));
 }
 
 absl::StatusOr<std::unique_ptr<UploadEngine>> UploadEngine::CreateOver(
@@ -451,15 +416,8 @@ const EngineOptions& UploadEngine::options() const { return core_->options; }
 
 UploadMethod UploadEngine::ResolveMethod(UploadMethod requested, uint64_t runs,
                                          uint64_t run_bytes) const {
-  UploadMethod m =
-      requested != UploadMethod::kAuto ? requested : core_->options.method;
-  if (m == UploadMethod::kAuto) {
-    m = runs <= 1 ? UploadMethod::kMemcpy : UploadMethod::kMemcpyBatch;
-  }
-  if (m == UploadMethod::kGatherKernel && !core_->can_map_host) {
-    m = UploadMethod::kMemcpy;
-  }
-  return m;
+  return internal::ResolveUploadMethod(requested, core_->options.method, runs,
+                                       core_->can_map_host);
 }
 
 absl::StatusOr<DeviceBuffer> UploadEngine::AllocateDevice(uint64_t bytes) {
@@ -516,145 +474,39 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
     absl::Span<const CopyOp> ops, void* dst, uint64_t dst_size,
     const EnqueueOptions& options) {
   const EngineOptions& eo = core_->options;
-  if (dst == nullptr && !ops.empty()) {
-    return absl::InvalidArgumentError("Enqueue: null destination");
-  }
-  UploadStats stats;
-  stats.ops = ops.size();
-
-  // Resolve every source; unregistered ones are staged below.
-  std::vector<Run> runs;
-  runs.reserve(ops.size());
-  std::vector<size_t> staged;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const CopyOp& op = ops[i];
-    if (op.size == 0) continue;
-    if (op.src == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Enqueue: op ", i, " has a null source"));
-    }
-    if (op.dst_offset > dst_size || op.size > dst_size - op.dst_offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Enqueue: op ", i, " [", op.dst_offset, ", +", op.size,
-                       ") is outside the ", dst_size, "-byte destination"));
-    }
-    stats.bytes += op.size;
-    Run run;
-    run.size = op.size;
-    run.dst_offset = op.dst_offset;
-    run.src.host = reinterpret_cast<uintptr_t>(op.src);
-    Region region;
-    if (core_->Lookup(run.src.host, op.size, &region)) {
-      run.src.dev = region.dev;
-      run.src.region = region.id;
-    } else {
-      run.src.region = -1;
-      staged.push_back(runs.size());
-    }
-    runs.push_back(run);
-  }
+  absl::StatusOr<internal::UploadPlan> plan = internal::PlanUpload(
+      ops, dst != nullptr, dst_size, eo,
+      [this](uintptr_t host, uint64_t size, internal::RegisteredRange* out) {
+        Region region;
+        if (!core_->Lookup(host, size, &region)) return false;
+        *out = {region.id, region.dev};
+        return true;
+      });
+  if (!plan.ok()) return plan.status();
+  const std::vector<internal::PlannedRun>& runs = plan->runs;
 
   auto state = std::make_unique<internal::TicketState>();
   state->core = core_;
-
-  // Staging: lay the staged ops out in dst order, keeping small dst gaps so
-  // that they still coalesce, and keeping each op's address congruent to its
-  // destination modulo 256 so the gather kernel can use 16-byte accesses.
-  if (!staged.empty()) {
-    std::sort(staged.begin(), staged.end(), [&](size_t a, size_t b) {
-      return runs[a].dst_offset < runs[b].dst_offset;
-    });
-    std::vector<uint64_t> at(staged.size());
-    uint64_t end = 0, prev_dst_end = 0;
-    for (size_t k = 0; k < staged.size(); ++k) {
-      const Run& r = runs[staged[k]];
-      uint64_t off;
-      if (k > 0 && r.dst_offset >= prev_dst_end &&
-          r.dst_offset - prev_dst_end <= eo.coalesce_gap) {
-        off = end + (r.dst_offset - prev_dst_end);
-      } else {
-        off = internal::AlignUp(end, 256) + r.dst_offset % 256;
-      }
-      at[k] = off;
-      end = off + r.size;
-      prev_dst_end = r.dst_offset + r.size;
-    }
-    absl::StatusOr<PinnedBuffer> buf = core_->AcquirePinned(end);
+  if (plan->staging_bytes > 0) {
+    absl::StatusOr<PinnedBuffer> buf =
+        core_->AcquirePinned(plan->staging_bytes);
     if (!buf.ok()) return buf.status();
     state->pinned.push_back(*buf);
-    for (size_t k = 0; k < staged.size(); ++k) {
-      Run& r = runs[staged[k]];
-      std::memcpy(static_cast<char*>(buf->host) + at[k],
-                  reinterpret_cast<const void*>(r.src.host), r.size);
-      r.src.host = reinterpret_cast<uintptr_t>(buf->host) + at[k];
-      r.src.dev = reinterpret_cast<uintptr_t>(buf->dev) + at[k];
-      stats.staged_bytes += r.size;
+    for (const internal::StagingCopy& c : plan->staging) {
+      std::memcpy(static_cast<char*>(buf->host) + c.offset, c.src, c.size);
     }
+    internal::PlaceStaging(*plan, reinterpret_cast<uintptr_t>(buf->host),
+                           reinterpret_cast<uintptr_t>(buf->dev));
   }
-
-  // Coalesce runs that are adjacent (up to an equal gap) in both source and
-  // destination, unless the destination gap belongs to another op.
-  if (eo.coalesce && runs.size() > 1) {
-    std::vector<std::pair<uint64_t, uint64_t>> by_dst;
-    by_dst.reserve(runs.size());
-    for (const Run& r : runs)
-      by_dst.emplace_back(r.dst_offset, r.dst_offset + r.size);
-    std::sort(by_dst.begin(), by_dst.end());
-    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
-      if (a.src.region != b.src.region) return a.src.region < b.src.region;
-      return a.src.host < b.src.host;
-    });
-    std::vector<Run> merged;
-    merged.reserve(runs.size());
-    for (const Run& r : runs) {
-      if (!merged.empty()) {
-        Run& m = merged.back();
-        const uint64_t src_end = m.src.host + m.size;
-        const uint64_t dst_end = m.dst_offset + m.size;
-        if (m.src.region == r.src.region && r.src.host >= src_end &&
-            r.dst_offset >= dst_end &&
-            r.src.host - src_end == r.dst_offset - dst_end &&
-            r.dst_offset - dst_end <= eo.coalesce_gap &&
-            !internal::DstGapUsed(by_dst, dst_end, r.dst_offset)) {
-          m.size = r.dst_offset + r.size - m.dst_offset;
-          continue;
-        }
-      }
-      merged.push_back(r);
-    }
-    runs = std::move(merged);
-  }
-  stats.runs = runs.size();
-  for (const Run& r : runs) stats.copied_bytes += r.size;
+  UploadStats stats = plan->stats;
   stats.method = ResolveMethod(options.method, stats.runs, stats.copied_bytes);
 
   // The gather kernel reads its descriptors through the device mapping of a
   // pinned buffer, so a launch costs no extra copy.
   std::vector<internal::GatherPiece> pieces;
   if (stats.method == UploadMethod::kGatherKernel) {
-    const uintptr_t dbase = reinterpret_cast<uintptr_t>(dst);
-    for (const Run& r : runs) {
-      uint64_t s = r.src.dev, d = dbase + r.dst_offset, left = r.size;
-      if ((s & 15) != (d & 15)) {
-        // Misaligned against each other: bytewise, in pieces.
-        while (left > 0) {
-          uint64_t n = std::min(left, eo.gather_piece_bytes);
-          pieces.push_back({s, d, n});
-          s += n, d += n, left -= n;
-        }
-        continue;
-      }
-      if ((s & 15) != 0) {
-        uint64_t head = std::min<uint64_t>(left, 16 - (s & 15));
-        pieces.push_back({s, d, head});
-        s += head, d += head, left -= head;
-      }
-      while (left > 0) {
-        uint64_t n = std::min(left, eo.gather_piece_bytes);
-        pieces.push_back({s, d, n});
-        s += n, d += n, left -= n;
-      }
-    }
+    pieces = internal::CutGatherPieces(runs, reinterpret_cast<uintptr_t>(dst),
+                                       eo.gather_piece_bytes);
     if (!pieces.empty()) {
       absl::StatusOr<PinnedBuffer> desc =
           core_->AcquirePinned(pieces.size() * sizeof(internal::GatherPiece));
@@ -680,16 +532,20 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
       submit = rt.StreamWaitEvent(stream, options.after->state_->event);
     }
     char* d = static_cast<char*>(dst);
+    auto copy_each = [&] {
+      for (const internal::PlannedRun& r : runs) {
+        absl::Status st = rt.CopyToDevice(
+            d + r.dst_offset, reinterpret_cast<const void*>(r.src_host), r.size,
+            stream);
+        if (!st.ok()) return st;
+      }
+      return absl::OkStatus();
+    };
     if (submit.ok()) {
       switch (stats.method) {
         case UploadMethod::kAuto:  // resolved above
         case UploadMethod::kMemcpy:
-          for (const Run& r : runs) {
-            submit = rt.CopyToDevice(d + r.dst_offset,
-                                     reinterpret_cast<const void*>(r.src.host),
-                                     r.size, stream);
-            if (!submit.ok()) break;
-          }
+          submit = copy_each();
           break;
         case UploadMethod::kMemcpyBatch: {
           if (runs.empty()) break;
@@ -698,7 +554,7 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
           std::vector<size_t> sizes(runs.size());
           for (size_t i = 0; i < runs.size(); ++i) {
             dsts[i] = d + runs[i].dst_offset;
-            srcs[i] = reinterpret_cast<const void*>(runs[i].src.host);
+            srcs[i] = reinterpret_cast<const void*>(runs[i].src_host);
             sizes[i] = runs[i].size;
           }
           absl::Status batch =
@@ -706,12 +562,7 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
           if (absl::IsUnimplemented(batch)) {
             // Older drivers: one copy per run does the same.
             state->stats.method = UploadMethod::kMemcpy;
-            for (const Run& r : runs) {
-              submit = rt.CopyToDevice(
-                  d + r.dst_offset, reinterpret_cast<const void*>(r.src.host),
-                  r.size, stream);
-              if (!submit.ok()) break;
-            }
+            submit = copy_each();
           } else {
             submit = batch;
           }
@@ -719,14 +570,13 @@ absl::StatusOr<UploadTicket> UploadEngine::Enqueue(
         }
         case UploadMethod::kGatherKernel: {
           if (pieces.empty()) break;
-          const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(
-              pieces.size(), static_cast<uint64_t>(core_->sm_count) *
-                                 eo.gather_blocks_per_sm));
-          submit =
-              rt.LaunchGather(static_cast<const internal::GatherPiece*>(
-                                  state->pinned.back().dev),
-                              static_cast<uint32_t>(pieces.size()), blocks,
-                              static_cast<uint32_t>(eo.gather_threads), stream);
+          submit = rt.LaunchGather(
+              static_cast<const internal::GatherPiece*>(
+                  state->pinned.back().dev),
+              static_cast<uint32_t>(pieces.size()),
+              internal::GatherBlocks(pieces.size(), core_->sm_count,
+                                     eo.gather_blocks_per_sm),
+              static_cast<uint32_t>(eo.gather_threads), stream);
           break;
         }
       }

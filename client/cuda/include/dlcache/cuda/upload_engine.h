@@ -247,7 +247,6 @@ class UploadEngine {
                              uint64_t run_bytes) const;
 
  private:
-  static absl::Status CheckOptions(const EngineOptions& options);
   static absl::StatusOr<std::unique_ptr<UploadEngine>> CreateOver(
       const EngineOptions& options,
       std::shared_ptr<internal::DeviceRuntime> runtime);
