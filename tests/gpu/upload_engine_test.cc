@@ -39,6 +39,17 @@ TEST(UploadEngineNoDeviceTest, CreateReportsUnavailable) {
   EXPECT_FALSE(engine.status().message().empty());
 }
 
+// Options are checked (ValidateEngineOptions) before the device, so the
+// answer is the same with a GPU, without one and in a build without CUDA.
+TEST(UploadEngineNoDeviceTest, BadOptionsAreInvalidArgumentEverywhere) {
+  EngineOptions options;
+  options.gather_threads = 48;
+  absl::StatusOr<std::unique_ptr<UploadEngine>> engine =
+      UploadEngine::Create(options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(UploadMethodTest, NamesRoundTrip) {
   for (UploadMethod m :
        {UploadMethod::kAuto, UploadMethod::kMemcpy, UploadMethod::kMemcpyBatch,
