@@ -6,6 +6,7 @@
 // grouped into few tests.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,7 +49,29 @@ class CephFsClusterTest : public ::testing::Test {
             .c_str(),
         static_cast<int>(what.size()), what.data());
   }
+  // A call into libcephfs that never returns cannot be interrupted: after
+  // `after`, the watchdog prints what the cluster and its clients wait for
+  // and ends the process, so the log says why instead of ctest's timeout
+  // saying only that it hung. Started after the cluster is up.
+  void StartWatchdog(absl::Duration after) {
+    watchdog_.Spawn([this, after] {
+      if (done_.WaitForNotificationWithTimeout(after)) return;
+      Step(absl::StrCat("watchdog: no progress for ",
+                        absl::FormatDuration(after), ", cluster state:"));
+      const std::string report = cluster_->Diagnose();
+      std::fprintf(stderr, "%s\n", report.c_str());
+      std::fflush(stderr);
+      std::_Exit(3);
+    });
+  }
+  void TearDown() override {
+    done_.Notify();
+    watchdog_.JoinAll();
+  }
+
   std::unique_ptr<CephCluster> cluster_;
+  absl::Notification done_;
+  testing::ThreadGuard watchdog_;
 };
 
 std::map<std::string, FileInfo> ListAll(Source& s, absl::string_view prefix,
@@ -62,6 +85,7 @@ std::map<std::string, FileInfo> ListAll(Source& s, absl::string_view prefix,
 }
 
 TEST_F(CephFsClusterTest, ConformanceAndRevalidateThroughTheCache) {
+  StartWatchdog(absl::Seconds(150));
   Step("writing 305 files");
   const std::string a = testing::PathContent("a.bin", 300000);
   ASSERT_TRUE(cluster_->WriteFile("/ds/a.bin", a).ok());

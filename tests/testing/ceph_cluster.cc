@@ -12,9 +12,12 @@
 // clang-format on
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/testing/daemon_child.h"
@@ -304,6 +307,34 @@ std::string CephCluster::LogTail(size_t bytes) const {
   return FileTails({d + "mon.out", d + "osd.out", d + "mds.out"}, bytes / 2) +
          "\n--- osd.0.log:\n" + FileTails({d + "osd.0.log"}, bytes / 2) +
          "\n--- mds.a.log:\n" + FileTails({d + "mds.a.log"}, bytes / 4);
+}
+
+std::string CephCluster::Diagnose() {
+  std::string report;
+  for (const char* args : {"-s", "health detail", "fs dump"}) {
+    std::string out;
+    Ceph(args, &out).IgnoreError();  // the output says what failed
+    absl::StrAppend(&report, "--- ceph ", args, ":\n", out, "\n");
+  }
+  // One admin socket per daemon and per client (`admin_socket` in the
+  // conf): what each is waiting for.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::EndsWith(name, ".asok")) continue;
+    const bool client = absl::StartsWith(name, "client");
+    for (const char* cmd :
+         client ? std::vector<const char*>{"mds_requests", "objecter_requests"}
+                : std::vector<const char*>{"dump_ops_in_flight", "status"}) {
+      CommandResult r = RunCommand(absl::StrCat("/usr/bin/ceph --admin-daemon ",
+                                                e.path().string(), " ", cmd),
+                                   absl::Seconds(20));
+      absl::StrAppend(&report, "--- ", name, " ", cmd, " (exit ", r.exit_code,
+                      "):\n", r.output, "\n");
+    }
+  }
+  absl::StrAppend(&report, "--- logs:\n", LogTail(20000));
+  return report;
 }
 
 }  // namespace dlcache::testing

@@ -61,6 +61,13 @@ class CephCluster {
 
   std::string LogTail(size_t bytes = 6000) const;
 
+  // For a test that hangs inside libcephfs: the cluster's state (ceph -s,
+  // health, fs dump), the requests in flight of every admin socket (the
+  // daemons' ops, the clients' MDS and OSD requests) and the log tails.
+  // Runs CLI commands only (each bounded), so a watchdog thread may call
+  // it while the test's thread is blocked in a call of the writer.
+  std::string Diagnose();
+
  private:
   CephCluster() = default;
   absl::Status Boot(absl::Duration timeout);
