@@ -18,7 +18,9 @@ struct SlotRef {
 // in the memory tier's side tables: the status of a failed fill, the
 // links of the borrowed list. The slab slot is derived from (segment,
 // offset) (SlabAllocator::RefAt). Owned by MemoryTier (ChunkEntryPool);
-// all fields are guarded by the MemoryTier mutex.
+// all fields are guarded by the MemoryTier mutex: written only while it is
+// held exclusively, except `pins`, which hits and releases change under
+// the shared lock through std::atomic_ref (MemoryTier::ServeHits, Release).
 struct ChunkEntry {
   enum class State : uint8_t { kFilling, kReady, kFailed };
 
@@ -29,7 +31,8 @@ struct ChunkEntry {
   uint32_t chunk = 0;
   uint32_t segment = 0;
   // Leases, fillers and waiters: a pinned entry is never evicted or freed.
-  uint32_t pins = 0;
+  // Aligned for std::atomic_ref (see above).
+  alignas(4) uint32_t pins = 0;
   uint16_t dataset = 0;  // MemoryTier allows at most kMaxDatasets
   State state = State::kFilling;
   bool has_slot : 1 = false;    // false for empty chunks

@@ -16,7 +16,9 @@ namespace dlcache {
 // records themselves, so a path is stored once. Owns the records: they
 // stay at their address until erased (or the index is destroyed).
 //
-// Not thread-safe: the owner (MemoryTier, under its lock) serialises.
+// Not thread-safe: the owner (MemoryTier, under its lock) serialises
+// changes. Const calls (Find, Prefetch, ForEach) may run concurrently with
+// each other (the memory tier's hits under its shared lock).
 class FileIndex {
  public:
   FileIndex() = default;

@@ -1,6 +1,7 @@
 #include "server/tier/memory_tier.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "absl/status/status.h"
@@ -26,6 +27,15 @@ uint64_t SlabSize(uint64_t chunk_size) {
 bool UnderPrefix(absl::string_view path, absl::string_view prefix) {
   if (prefix.empty() || path == prefix) return true;
   return absl::StartsWith(path, prefix) && path[prefix.size()] == '/';
+}
+
+// Hits and releases change pins under the shared lock; everything else
+// reads and writes them plainly under the exclusive lock, which orders it
+// after them.
+std::atomic_ref<uint32_t> Pins(ChunkEntry* e) {
+  static_assert(alignof(ChunkEntry) >=
+                std::atomic_ref<uint32_t>::required_alignment);
+  return std::atomic_ref<uint32_t>(e->pins);
 }
 
 absl::StatusOr<DatasetEviction> ParsePolicy(absl::string_view name) {
@@ -94,21 +104,44 @@ uint64_t MemoryTier::ChunkLength(const FileInfo& info, uint32_t chunk) const {
 uint64_t MemoryTier::OpenSession(int numa_node) {
   absl::MutexLock lock(&mu_);
   uint64_t id = next_session_++;
-  sessions_[id].numa_node = numa_node;
+  sessions_[id] = std::make_unique<Session>(numa_node);
   return id;
 }
 
+MemoryTier::Session* MemoryTier::FindSession(uint64_t id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+void MemoryTier::Session::AddDatasetBytes(uint32_t dataset, uint64_t delta) {
+  for (auto& [ds, bytes] : dataset_bytes) {
+    if (ds == dataset) {
+      bytes += delta;
+      return;
+    }
+  }
+  dataset_bytes.emplace_back(dataset, delta);
+}
+
 int MemoryTier::SessionNumaNode(uint64_t session) const {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(session);
-  return it == sessions_.end() ? kNoNumaNode : it->second.numa_node;
+  absl::ReaderMutexLock lock(&mu_);
+  Session* s = FindSession(session);
+  return s == nullptr ? kNoNumaNode : s->numa_node;
 }
 
 void MemoryTier::CloseSession(uint64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  for (auto& [lease, entry] : it->second.leases) Unlease(it->second, entry);
+  Session& s = *it->second;
+  {
+    absl::MutexLock session_lock(&s.mu);
+    for (auto& [lease, entry] : s.leases) {
+      UnleaseAccount(s, entry);
+      UnpinLocked(entry);
+    }
+    s.leases.clear();
+  }
   sessions_.erase(it);
 }
 
@@ -118,23 +151,24 @@ void MemoryTier::SetSessionLimits(const SessionLimits& limits) {
 }
 
 MemoryTier::SessionUsage MemoryTier::Usage(uint64_t session) const {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return {};
-  return {it->second.leases.size(), it->second.leased_bytes};
+  absl::ReaderMutexLock lock(&mu_);
+  Session* s = FindSession(session);
+  if (s == nullptr) return {};
+  absl::MutexLock session_lock(&s->mu);
+  return {s->leases.size(), s->leased_bytes};
 }
 
 absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
-                                     uint64_t leases, uint64_t bytes) {
+                                     uint64_t leases, uint64_t bytes) const {
   if (s.leases.size() + leases > limits_.max_leases) {
-    ++limit_refusals_;
+    limit_refusals_.fetch_add(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
         "session ", id, " holds ", s.leases.size(), " leases and this item ",
         "needs ", leases, " more; the limit is ", limits_.max_leases,
         " (--max_leases_per_session); release leases first"));
   }
   if (s.leased_bytes + bytes > limits_.max_leased_bytes) {
-    ++limit_refusals_;
+    limit_refusals_.fetch_add(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
         "session ", id, " holds ", s.leased_bytes, " leased bytes and this ",
         "item needs ", bytes, " more; the limit is ", limits_.max_leased_bytes,
@@ -144,31 +178,49 @@ absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
 }
 
 bool MemoryTier::HasSession(uint64_t session) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   return sessions_.contains(session);
 }
 
 size_t MemoryTier::Release(uint64_t session,
                            absl::Span<const uint64_t> leases) {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return 0;
   size_t released = 0;
-  for (uint64_t lease : leases) {
-    auto l = it->second.leases.find(lease);
-    if (l == it->second.leases.end()) continue;
-    Unlease(it->second, l->second);
-    it->second.leases.erase(l);
-    ++released;
+  // Entries already out of the index whose last pin may go here: freeing
+  // them (slot, pool) needs the exclusive lock. Until then they keep a
+  // pin, so no eviction policy can pick them meanwhile.
+  std::vector<ChunkEntry*> detached;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    Session* s = FindSession(session);
+    if (s == nullptr) return 0;
+    absl::MutexLock session_lock(&s->mu);
+    for (uint64_t lease : leases) {
+      auto l = s->leases.find(lease);
+      if (l == s->leases.end()) continue;
+      ChunkEntry* e = l->second;
+      s->leases.erase(l);
+      UnleaseAccount(*s, e);
+      ++released;
+      // `file` only changes under the exclusive lock, and never back from
+      // null; an entry still in the index may reach 0 pins here (it stays,
+      // evictable, as under the exclusive lock).
+      if (e->file == nullptr) {
+        detached.push_back(e);
+      } else {
+        Pins(e).fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (!detached.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (ChunkEntry* e : detached) UnpinLocked(e);
   }
   return released;
 }
 
-void MemoryTier::Unlease(Session& s, ChunkEntry* entry) {
-  --lease_count_;
+void MemoryTier::UnleaseAccount(Session& s, const ChunkEntry* entry) {
   s.leased_bytes -= entry->length;
-  stats_[entry->dataset].leased_bytes -= entry->length;
-  UnpinLocked(entry);
+  s.AddDatasetBytes(entry->dataset, -entry->length);
 }
 
 FileRecord* MemoryTier::FindFile(uint32_t dataset,
@@ -187,7 +239,7 @@ ChunkEntry* MemoryTier::BorrowedNext(ChunkEntry* entry) const {
 
 absl::optional<FileInfo> MemoryTier::LookupFile(uint32_t dataset,
                                                 absl::string_view path) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) return absl::nullopt;
   return rec->info;
@@ -216,9 +268,27 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
                                    absl::Span<HitRequest> requests,
                                    std::vector<std::vector<LeasedChunk>>* out,
                                    std::vector<bool>* served) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    absl::StatusOr<bool> done =
+        ServeHitsLocked(session, dataset, requests, out, served, false);
+    if (!done.ok()) return done.status();
+    if (*done) return absl::OkStatus();
+  }
+  // Some entry's CLOCK bit is clear (the hand passed it while evicting):
+  // setting it needs the exclusive lock. The whole batch is looked up
+  // again; nothing was leased by the shared attempt.
   absl::MutexLock lock(&mu_);
-  auto sit = sessions_.find(session);
-  if (sit == sessions_.end()) {
+  return ServeHitsLocked(session, dataset, requests, out, served, true)
+      .status();
+}
+
+absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
+    uint64_t session, uint32_t dataset, absl::Span<HitRequest> requests,
+    std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served,
+    bool exclusive) {
+  Session* s = FindSession(session);
+  if (s == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("unknown or closed session ", session));
   }
@@ -235,33 +305,53 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
       if (e != nullptr) __builtin_prefetch(e);
     }
   }
+  // Which requests are all cached (their end chunk; -1 = not served), and
+  // whether any of their entries needs its CLOCK bit set.
+  std::vector<int64_t> ends(requests.size(), -1);
+  uint64_t wanted = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
-    HitRequest& r = requests[i];
-    FileRecord* rec = recs[i];
+    const HitRequest& r = requests[i];
+    const FileRecord* rec = recs[i];
     if (rec == nullptr) continue;
     const absl::Span<ChunkEntry* const> rec_chunks = rec->chunks();
     const uint32_t count = rec_chunks.size();
     if (r.first_chunk > count || (r.first_chunk == count && count > 0)) {
       continue;  // out of range: the slow path words the error
     }
-    uint32_t end =
+    const uint32_t end =
         r.max_chunks == 0
             ? count
             : std::min<uint64_t>(count, uint64_t{r.first_chunk} + r.max_chunks);
     bool all = true;
+    bool unreferenced = false;
     for (uint32_t c = r.first_chunk; c < end && all; ++c) {
-      ChunkEntry* e = rec_chunks[c];
+      const ChunkEntry* e = rec_chunks[c];
       all = e != nullptr && e->state == ChunkEntry::State::kReady;
+      unreferenced = unreferenced || (all && !e->referenced);
     }
     if (!all) continue;
+    if (unreferenced && !exclusive) return false;
+    ends[i] = end;
+    wanted += end - r.first_chunk;
+  }
+  // One reservation of lease ids for the batch: the counter's cache line
+  // is shared by every session.
+  uint64_t next_id = next_lease_.fetch_add(wanted, std::memory_order_relaxed);
+  uint64_t leased_bytes = 0;
+  absl::MutexLock session_lock(&s->mu);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (ends[i] < 0) continue;
+    HitRequest& r = requests[i];
+    FileRecord* rec = recs[i];
+    const absl::Span<ChunkEntry* const> rec_chunks = rec->chunks();
+    const uint32_t end = static_cast<uint32_t>(ends[i]);
     uint64_t bytes = 0;
     for (uint32_t c = r.first_chunk; c < end; ++c) {
       bytes += rec_chunks[c]->length;
     }
-    if (absl::Status s =
-            CheckLimits(session, sit->second, end - r.first_chunk, bytes);
-        !s.ok()) {
-      r.refused = std::move(s);
+    if (absl::Status st = CheckLimits(session, *s, end - r.first_chunk, bytes);
+        !st.ok()) {
+      r.refused = std::move(st);
       (*served)[i] = true;
       continue;
     }
@@ -269,23 +359,23 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
     chunks.reserve(end - r.first_chunk);
     for (uint32_t c = r.first_chunk; c < end; ++c) {
       ChunkEntry* e = rec_chunks[c];
-      ++e->pins;
-      e->referenced = true;
-      chunks.push_back(LeaseLocked(sit->second, e));
+      Pins(e).fetch_add(1, std::memory_order_relaxed);
+      if (exclusive) e->referenced = true;
+      chunks.push_back(LeaseLocked(*s, e, next_id++));
     }
+    leased_bytes += bytes;
     r.file_size = rec->info.size;
-    r.chunk_count = count;
+    r.chunk_count = rec_chunks.size();
     (*served)[i] = true;
   }
-  return absl::OkStatus();
+  if (leased_bytes > 0) s->AddDatasetBytes(dataset, leased_bytes);
+  return true;
 }
 
-LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry) {
-  uint64_t id = next_lease_++;
+LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry,
+                                    uint64_t id) {
   s.leases.emplace(id, entry);
   s.leased_bytes += entry->length;
-  ++lease_count_;
-  stats_[entry->dataset].leased_bytes += entry->length;
   LeasedChunk out = Locate(entry);
   out.lease = id;
   return out;
@@ -564,41 +654,38 @@ absl::Status MemoryTier::WaitFilled(ChunkEntry* entry) {
 
 absl::StatusOr<LeasedChunk> MemoryTier::Lease(uint64_t session,
                                               ChunkEntry* entry) {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) {
-    UnpinLocked(entry);
-    return absl::FailedPreconditionError(
-        absl::StrCat("unknown or closed session ", session));
-  }
-  if (absl::Status s = CheckLimits(session, it->second, 1, entry->length);
-      !s.ok()) {
-    UnpinLocked(entry);
-    return s;
-  }
-  return LeaseLocked(it->second, entry);
+  absl::StatusOr<std::vector<LeasedChunk>> one =
+      LeaseAll(session, absl::MakeConstSpan(&entry, 1));
+  if (!one.ok()) return one.status();
+  return one->front();
 }
 
 absl::StatusOr<std::vector<LeasedChunk>> MemoryTier::LeaseAll(
     uint64_t session, absl::Span<ChunkEntry* const> entries) {
+  // Exclusive: an error drops the pins, which may free entries.
   absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(session);
-  absl::Status s;
-  if (it == sessions_.end()) {
-    s = absl::FailedPreconditionError(
-        absl::StrCat("unknown or closed session ", session));
-  } else {
-    uint64_t bytes = 0;
-    for (ChunkEntry* e : entries) bytes += e->length;
-    s = CheckLimits(session, it->second, entries.size(), bytes);
-  }
-  if (!s.ok()) {
+  Session* s = FindSession(session);
+  if (s == nullptr) {
     for (ChunkEntry* e : entries) UnpinLocked(e);
-    return s;
+    return absl::FailedPreconditionError(
+        absl::StrCat("unknown or closed session ", session));
   }
+  absl::MutexLock session_lock(&s->mu);
+  uint64_t bytes = 0;
+  for (ChunkEntry* e : entries) bytes += e->length;
+  if (absl::Status st = CheckLimits(session, *s, entries.size(), bytes);
+      !st.ok()) {
+    for (ChunkEntry* e : entries) UnpinLocked(e);
+    return st;
+  }
+  uint64_t next_id =
+      next_lease_.fetch_add(entries.size(), std::memory_order_relaxed);
   std::vector<LeasedChunk> out;
   out.reserve(entries.size());
-  for (ChunkEntry* e : entries) out.push_back(LeaseLocked(it->second, e));
+  for (ChunkEntry* e : entries) {
+    out.push_back(LeaseLocked(*s, e, next_id++));
+    s->AddDatasetBytes(e->dataset, e->length);
+  }
   return out;
 }
 
@@ -676,7 +763,7 @@ MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
 
 std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
     uint32_t dataset, absl::string_view prefix) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   std::vector<std::pair<std::string, FileInfo>> out;
   files_[dataset].ForEach([&](const FileRecord& rec) {
     if (UnderPrefix(rec.path(), prefix)) {
@@ -688,7 +775,7 @@ std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
 
 uint32_t MemoryTier::CachedChunks(uint32_t dataset,
                                   absl::string_view path) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) return 0;
   uint32_t n = 0;
@@ -699,13 +786,12 @@ uint32_t MemoryTier::CachedChunks(uint32_t dataset,
 }
 
 TierStats MemoryTier::Stats() const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   TierStats s;
   s.arena_bytes = allocator_.capacity_bytes();
   s.used_bytes = allocator_.used_bytes();
-  s.leases = lease_count_;
   s.sessions = sessions_.size();
-  s.session_limit_refusals = limit_refusals_;
+  s.session_limit_refusals = limit_refusals_.load(std::memory_order_relaxed);
   s.borrowed_bytes = borrowed_bytes_;
   s.borrowed_limit = std::min(borrowed_limit_, allocator_.capacity_bytes());
   s.sticky_bytes = sticky_bytes_;
@@ -715,7 +801,14 @@ TierStats MemoryTier::Stats() const {
   s.numa_remote_fills = allocator_.numa_remote_allocations();
   s.cached_chunks = cached_chunks_;
   s.datasets = stats_;
-  for (const TierDatasetStats& d : stats_) s.leased_bytes += d.leased_bytes;
+  for (const auto& [id, session] : sessions_) {
+    absl::MutexLock session_lock(&session->mu);
+    s.leases += session->leases.size();
+    s.leased_bytes += session->leased_bytes;
+    for (const auto& [ds, bytes] : session->dataset_bytes) {
+      s.datasets[ds].leased_bytes += bytes;
+    }
+  }
   return s;
 }
 

@@ -1,6 +1,7 @@
 #ifndef DLCACHE_SERVER_TIER_MEMORY_TIER_H_
 #define DLCACHE_SERVER_TIER_MEMORY_TIER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,7 +37,8 @@ struct LeasedChunk {
   uint64_t lease = 0;
 };
 
-// Per-dataset gauges and counters kept under the tier's lock.
+// Per-dataset gauges and counters (leased_bytes summed over the sessions
+// when Stats() is called).
 struct TierDatasetStats {
   uint64_t cached_bytes = 0;
   uint64_t cached_chunks = 0;
@@ -112,9 +114,18 @@ struct TierStats {
 // entries need (a failed fill's status, the borrowed list's links) lies
 // in side tables. Records and entries never move while they exist.
 //
-// Thread-safe; one mutex. WaitFilled blocks (on another thread's fill);
-// with an eviction sink, Acquire blocks while the sink copies the chunks
-// it evicts (outside the lock).
+// Thread-safe. One reader/writer mutex: hits (ServeHits) and releases take
+// it shared, so sessions do not serialise on each other's batches; they
+// change only entry pins (atomically) and their own session's lease table
+// (under that session's mutex). Everything else (misses, fills, eviction,
+// admission, administration) takes it exclusively. A hit on an entry
+// whose CLOCK bit is clear, and a release that drops the last pin of an
+// entry already out of the index, are done under the exclusive lock
+// (rare: the bit is only cleared while evicting).
+//
+// WaitFilled blocks (on another thread's fill); with an eviction sink,
+// Acquire blocks while the sink copies the chunks it evicts (outside the
+// lock).
 class MemoryTier {
  public:
   static constexpr uint32_t kMaxDatasets = FileRecord::kMaxDataset + 1;
@@ -182,7 +193,8 @@ class MemoryTier {
   // cached, leases them for `session` and appends them to out[i], setting
   // served[i] (or sets served[i] and requests[i].refused when the session's
   // limits do not allow them). Others are left for the slow path.
-  // FAILED_PRECONDITION if the session is unknown.
+  // FAILED_PRECONDITION if the session is unknown. Takes the tier's lock
+  // shared (exclusively, once more, when an entry's CLOCK bit must be set).
   absl::Status ServeHits(uint64_t session, uint32_t dataset,
                          absl::Span<HitRequest> requests,
                          std::vector<std::vector<LeasedChunk>>* out,
@@ -285,10 +297,21 @@ class MemoryTier {
                 std::vector<bool>* adopted);
 
  private:
+  // A session's leases. Its mutex is taken inside the tier's (shared or
+  // exclusive), never the other way round; hits and releases of different
+  // sessions share no lock but the tier's shared one.
   struct Session {
-    absl::flat_hash_map<uint64_t, ChunkEntry*> leases;
-    uint64_t leased_bytes = 0;
-    int numa_node = kNoNumaNode;
+    explicit Session(int node) : numa_node(node) {}
+    const int numa_node;
+    absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, ChunkEntry*> leases ABSL_GUARDED_BY(mu);
+    uint64_t leased_bytes ABSL_GUARDED_BY(mu) = 0;
+    // Leased bytes per dataset (few: usually one), summed by Stats().
+    std::vector<std::pair<uint32_t, uint64_t>> dataset_bytes
+        ABSL_GUARDED_BY(mu);
+    // Adds `delta` (mod 2^64) to the dataset's leased bytes.
+    void AddDatasetBytes(uint32_t dataset, uint64_t delta)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };
 
   // A victim detached from the index and pinned, to be copied to the
@@ -315,7 +338,15 @@ class MemoryTier {
   };
 
   FileRecord* FindFile(uint32_t dataset, absl::string_view path) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  Session* FindSession(uint64_t id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ServeHits with the lock held. `exclusive`: the caller holds it
+  // exclusively and the CLOCK bits of the leased entries are set. Shared:
+  // returns false, having changed nothing, when a bit would have to be set.
+  absl::StatusOr<bool> ServeHitsLocked(
+      uint64_t session, uint32_t dataset, absl::Span<HitRequest> requests,
+      std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served,
+      bool exclusive) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool AdoptLocked(const ReadyChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next entry of the borrowed list (null at its end).
   ChunkEntry* BorrowedNext(ChunkEntry* entry) const
@@ -344,13 +375,16 @@ class MemoryTier {
   void EvictVictim(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unlease(Session& s, ChunkEntry* entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a lease `id` of an entry the caller pinned for it.
+  LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry, uint64_t id)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Undoes a lease's accounting (not its pin).
+  void UnleaseAccount(Session& s, const ChunkEntry* entry)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // OK if `session` may take `leases` more leases of `bytes` in all.
   absl::Status CheckLimits(uint64_t id, const Session& s, uint64_t leases,
-                           uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           uint64_t bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
   Arena* const arena_;
   const uint64_t chunk_size_;
@@ -362,10 +396,13 @@ class MemoryTier {
   // Status of entries whose fill failed, until they are freed.
   absl::flat_hash_map<const ChunkEntry*, absl::Status> fill_failures_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Boxed: a session's mutex must not move when the map grows.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t lease_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lease ids are unique across sessions (a client's stale id from an
+  // earlier session finds nothing); taken a batch at a time.
+  std::atomic<uint64_t> next_lease_{1};
   uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   SessionLimits limits_ ABSL_GUARDED_BY(mu_);
   EvictionSink* eviction_sink_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -382,7 +419,7 @@ class MemoryTier {
   absl::flat_hash_map<const ChunkEntry*, BorrowedLinks> borrowed_links_
       ABSL_GUARDED_BY(mu_);
   uint64_t undemoted_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t limit_refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::atomic<uint64_t> limit_refusals_{0};
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
 };
 
