@@ -74,8 +74,7 @@ absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
     s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out,
                       numa_node);
   }
-  if (!s.ok())
-    counters_[ds]->fill_errors.fetch_add(1, std::memory_order_relaxed);
+  if (!s.ok()) counters_[ds]->fill_errors.Add(1);
   return s;
 }
 
@@ -114,11 +113,11 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   for (size_t i = 0; i < acquired.size(); ++i) {
     MemoryTier::Acquisition& a = acquired[i];
     if (a.kind == MemoryTier::Acquired::kReady) {
-      counters.hits.fetch_add(1, std::memory_order_relaxed);
+      counters.hits.Add(1);
       continue;
     }
     out->hit = false;
-    counters.misses.fetch_add(1, std::memory_order_relaxed);
+    counters.misses.Add(1);
     if (a.kind == MemoryTier::Acquired::kMustWait) continue;
     absl::Status fill;
     uint64_t checksum = 0;
@@ -172,7 +171,7 @@ void CacheEngine::FillItem(uint64_t session, uint32_t ds,
   out->chunks = *std::move(leased);
   uint64_t bytes = 0;
   for (const LeasedChunk& c : out->chunks) bytes += c.length;
-  counters_[ds]->bytes_served.fetch_add(bytes, std::memory_order_relaxed);
+  counters_[ds]->bytes_served.Add(bytes);
 }
 
 namespace {
@@ -252,8 +251,8 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
     hit_chunks += leased[h].size();
     out.chunks = std::move(leased[h]);
   }
-  counters.hits.fetch_add(hit_chunks, std::memory_order_relaxed);
-  counters.bytes_served.fetch_add(hit_bytes, std::memory_order_relaxed);
+  counters.hits.Add(hit_chunks);
+  counters.bytes_served.Add(hit_bytes);
   if (misses.empty()) {
     done(std::move(result));
     return;
@@ -564,10 +563,10 @@ absl::StatusOr<std::vector<DatasetStats>> CacheEngine::Stats(
     DatasetStats& d = out.emplace_back();
     const Counters& c = *counters_[i];
     d.dataset = datasets_[i];
-    d.hits = c.hits.load();
-    d.misses = c.misses.load();
-    d.bytes_served = c.bytes_served.load();
-    d.fill_errors = c.fill_errors.load();
+    d.hits = c.hits.Load();
+    d.misses = c.misses.Load();
+    d.bytes_served = c.bytes_served.Load();
+    d.fill_errors = c.fill_errors.Load();
     d.evictions = tier.datasets[i].evictions;
     d.leased_bytes = tier.datasets[i].leased_bytes;
     d.cached_bytes = tier.datasets[i].cached_bytes;

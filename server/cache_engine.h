@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/striped_counter.h"
 #include "server/backend/chunk_backend.h"
 #include "server/fill/job_progress.h"
 #include "server/fill/thread_pool.h"
@@ -248,11 +249,12 @@ class CacheEngine {
                              fn);
 
  private:
+  // Striped: every session's batches add to them (issue 10).
   struct Counters {
-    std::atomic<uint64_t> hits{0};
-    std::atomic<uint64_t> misses{0};
-    std::atomic<uint64_t> bytes_served{0};
-    std::atomic<uint64_t> fill_errors{0};
+    StripedCounter hits;
+    StripedCounter misses;
+    StripedCounter bytes_served;
+    StripedCounter fill_errors;
   };
   struct Pinned {
     std::vector<ChunkEntry*> entries;

@@ -27,6 +27,7 @@
 #include "common/local_protocol.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "common/striped_counter.h"
 #include "server/auth/peer_credentials.h"
 
 namespace dlcache {
@@ -75,11 +76,14 @@ struct DataServer::Shared {
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> slow_readers{0};
-  std::atomic<uint64_t> inflight{0};
-  std::atomic<uint64_t> frames_received{0};
-  std::atomic<uint64_t> frames_sent{0};
-  std::atomic<uint64_t> bytes_received{0};
-  std::atomic<uint64_t> bytes_sent{0};
+  // Per frame, from every loop: striped (issue 10). A request's inflight
+  // add and sub both run on its connection's loop thread (one stripe), so
+  // a concurrent Load never sees the sub without the add.
+  StripedCounter inflight;
+  StripedCounter frames_received;
+  StripedCounter frames_sent;
+  StripedCounter bytes_received;
+  StripedCounter bytes_sent;
   std::atomic<uint64_t> keys_limit_refusals{0};
   std::atomic<uint64_t> release_limit_refusals{0};
   std::atomic<uint64_t> reply_limit_refusals{0};
@@ -358,7 +362,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     while (!c->closed && WantRead(*c) && budget > 0) {
       ssize_t n = ::read(c->raw_fd, buf, sizeof(buf));
       if (n > 0) {
-        shared_->bytes_received.fetch_add(n, std::memory_order_relaxed);
+        shared_->bytes_received.Add(n);
         c->in.Append(buf, static_cast<size_t>(n));
         budget -= std::min(budget, static_cast<size_t>(n));
         ProcessFrames(c);
@@ -388,7 +392,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         if (!error.ok()) Fatal(c, error);
         break;
       }
-      shared_->frames_received.fetch_add(1, std::memory_order_relaxed);
+      shared_->frames_received.Add(1);
       Dispatch(c, h, payload);
     }
     c->processing = false;
@@ -429,7 +433,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       CloseConn(c);
       return;
     }
-    shared_->frames_sent.fetch_add(1, std::memory_order_relaxed);
+    shared_->frames_sent.Add(1);
     c->out_bytes += frame.size();
     c->out.push_back(OutFrame{std::move(frame), std::move(fds), 0});
   }
@@ -472,7 +476,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         return;
       }
       size_t left = static_cast<size_t>(n);
-      shared_->bytes_sent.fetch_add(left, std::memory_order_relaxed);
+      shared_->bytes_sent.Add(left);
       c->out_bytes -= left;
       while (left > 0) {
         OutFrame& f = c->out.front();
@@ -505,7 +509,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   // A reply computed off the loop (or inline) for a request in flight.
   void Complete(const std::shared_ptr<Conn>& c, std::string frame) {
-    shared_->inflight.fetch_sub(1);
+    shared_->inflight.Add(-uint64_t{1});
     if (c->closed) return;  // its leases went with the session
     --c->inflight;
     Enqueue(c, std::move(frame), {});
@@ -672,7 +676,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     std::vector<BatchKey> keys = Keys(req.keys);
     std::function<void()> observe = PlanObserver(c->session, req.dataset, keys);
     ++c->inflight;
-    shared_->inflight.fetch_add(1);
+    shared_->inflight.Add(1);
     engine->GetBatchAsync(
         c->session, req.dataset, keys,
         [self = shared_from_this(), c, id = h.request_id, engine,
@@ -768,7 +772,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     }
     std::vector<BatchKey> keys = Keys(req.keys);
     ++c->inflight;
-    shared_->inflight.fetch_add(1);
+    shared_->inflight.Add(1);
     shared_->engine->StatAsync(
         req.dataset, keys,
         [self = shared_from_this(), c,
@@ -978,11 +982,11 @@ DataServer::Stats DataServer::stats() const {
   s.refused = shared_->refused.load();
   s.protocol_errors = shared_->protocol_errors.load();
   s.slow_readers = shared_->slow_readers.load();
-  s.inflight_requests = shared_->inflight.load();
-  s.frames_received = shared_->frames_received.load();
-  s.frames_sent = shared_->frames_sent.load();
-  s.bytes_received = shared_->bytes_received.load();
-  s.bytes_sent = shared_->bytes_sent.load();
+  s.inflight_requests = shared_->inflight.Load();
+  s.frames_received = shared_->frames_received.Load();
+  s.frames_sent = shared_->frames_sent.Load();
+  s.bytes_received = shared_->bytes_received.Load();
+  s.bytes_sent = shared_->bytes_sent.Load();
   s.keys_limit_refusals = shared_->keys_limit_refusals.load();
   s.release_limit_refusals = shared_->release_limit_refusals.load();
   s.reply_limit_refusals = shared_->reply_limit_refusals.load();
