@@ -3,10 +3,12 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "client/rpc/item_decoder.h"
 
 namespace dlcache::internal {
@@ -25,6 +27,21 @@ bool SameGeometry(const std::vector<SegmentSpec>& a,
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].id != b[i].id || a[i].size != b[i].size) return false;
+  }
+  return true;
+}
+
+// Polls `n` for up to `spin` (ClientOptions::reply_spin), never past
+// `deadline`; true once it is notified.
+bool SpinUntilNotified(const absl::Notification& n, absl::Duration spin,
+                       absl::Time deadline) {
+  if (spin <= absl::ZeroDuration()) return false;
+  const absl::Time until = std::min(absl::Now() + spin, deadline);
+  while (!n.HasBeenNotified()) {
+    if (absl::Now() >= until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
   return true;
 }
@@ -71,6 +88,7 @@ absl::Status Connection::Open(const ClientOptions& options, absl::Time deadline,
     }
   }
   next_request_id_.store(next_id);
+  reply_spin_ = options.reply_spin;
   // From now on the reader waits as long as the connection lives (it is
   // woken by shutdown()); a write that stalls for rpc_timeout breaks it.
   SetReceiveDeadline(sock_.get(), absl::InfiniteFuture());
@@ -175,7 +193,8 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
   // A frame that was not written whole cannot be taken back.
   if (!sent.ok()) Break();
   const bool answered =
-      sent.ok() && call.done.WaitForNotificationWithDeadline(deadline);
+      sent.ok() && (SpinUntilNotified(call.done, reply_spin_, deadline) ||
+                    call.done.WaitForNotificationWithDeadline(deadline));
   if (!answered) {
     bool mine;
     {

@@ -75,7 +75,8 @@ class Connection {
   // the frame could not be written); DEADLINE_EXCEEDED at `deadline`, or
   // when the write stalled (the connection is then broken). A call given
   // up on is forgotten: its late answer goes to orphan_leases if it is a
-  // kBatch.
+  // kBatch. With options.reply_spin (as Open got it), polls for the answer
+  // that long (never past `deadline`) before it blocks.
   absl::StatusOr<local::Frame> Call(local::MsgType type,
                                     absl::string_view payload,
                                     absl::Time deadline);
@@ -108,6 +109,8 @@ class Connection {
   std::thread reader_;
   SessionInfo info_;
   std::shared_ptr<const SegmentMap> map_;
+  // Set by Open(); constant after.
+  absl::Duration reply_spin_ = absl::ZeroDuration();
   std::atomic<uint64_t> next_request_id_{1};
 
   // One writer at a time: frames must not interleave on the stream.

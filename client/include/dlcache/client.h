@@ -107,6 +107,12 @@ struct ClientOptions {
   // item with DATA_LOSS on a mismatch (costs ~1 ms per 28 MB; off by
   // default because the server verifies on fill).
   bool verify_checksums = false;
+  // Before a call blocks for its answer, the calling thread polls for it
+  // this long: a busy wait that costs a core while it lasts, and saves the
+  // wake-up of the caller when the answer comes within it. Zero (the
+  // default) blocks at once; docs/benchmarks.md ("Hot path: shared hit
+  // lock") has what it measured.
+  absl::Duration reply_spin = absl::ZeroDuration();
   // Reconnect by itself after the session is lost. Attempts are spaced by
   // a jittered delay that starts at reconnect_initial_backoff and doubles
   // up to reconnect_max_backoff; each attempt waits at most
