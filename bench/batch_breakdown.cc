@@ -15,13 +15,22 @@
 // "other" is the end-to-end mean minus the stages: the client's batch
 // objects, epoll, wake-ups and scheduling.
 //
+// Two more tables (issue 10): the end to end again with a client that
+// polls for its answer (ClientOptions::reply_spin) before it blocks, its
+// batches alternating with the plain client's; and the engine's lookup +
+// lease + release on K threads at once, each with its own session, as
+// aggregate keys/s against K = 1 (what the memory tier's lock costs when
+// sessions share it).
+//
 //   batch_breakdown [--files=4096] [--batch=256] [--iterations=3000]
+//                   [--reply_spin_us=20] [--lookup_threads=1,2,4]
 //                   [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
 
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -35,6 +44,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/dataset_gen.h"
@@ -55,6 +65,11 @@ ABSL_FLAG(uint32_t, iterations, 3000, "batches per measurement");
 ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
 ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+ABSL_FLAG(uint32_t, reply_spin_us, 20,
+          "ClientOptions::reply_spin of the second client (0 = no second)");
+ABSL_FLAG(std::vector<std::string>, lookup_threads,
+          std::vector<std::string>({"1", "2"}),
+          "engine lookup + release threads at once (one table row each)");
 
 namespace dlcache::bench {
 namespace {
@@ -77,6 +92,21 @@ struct Row {
   std::string stage;
   double us;
 };
+
+struct Latency {
+  double mean = 0, p50 = 0, p99 = 0;
+};
+
+Latency Summarize(std::vector<double> us) {
+  Latency l;
+  if (us.empty()) return l;
+  std::sort(us.begin(), us.end());
+  for (double v : us) l.mean += v;
+  l.mean /= us.size();
+  l.p50 = us[us.size() / 2];
+  l.p99 = us[us.size() * 99 / 100];
+  return l;
+}
 
 int Run() {
   const uint32_t batch = std::max<uint32_t>(1, absl::GetFlag(FLAGS_batch));
@@ -101,6 +131,14 @@ int Run() {
   co.client_name = "batch_breakdown";
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(co);
   if (!client.ok()) return fail("connect", client.status());
+  const uint32_t spin_us = absl::GetFlag(FLAGS_reply_spin_us);
+  std::unique_ptr<Client> spinner;
+  if (spin_us > 0) {
+    co.reply_spin = absl::Microseconds(spin_us);
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
+    if (!c.ok()) return fail("connect", c.status());
+    spinner = *std::move(c);
+  }
 
   // Key batches: a shuffled pass over the files, cut into batches.
   std::vector<std::string> paths;
@@ -122,25 +160,29 @@ int Run() {
     return batches[i % batches.size()];
   };
 
-  // --- end to end, through the client ---
-  std::vector<double> e2e;
+  // --- end to end, through the client (and the spinning one, its
+  // batches alternating with the plain client's) ---
+  std::vector<double> e2e, e2e_spin;
   e2e.reserve(iters);
+  e2e_spin.reserve(iters);
   for (uint32_t i = 0; i < iters + iters / 10; ++i) {
-    const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<Batch> b = (*client)->GetBatch("ds", keys_of(i));
-    const double us = Us(Clock::now() - t0);
-    if (!b.ok()) return fail("GetBatch", b.status());
-    if (!(*b)[0].ok() || !(*b)[0].hit()) {
-      return fail("GetBatch", absl::InternalError("not a warm hit"));
+    for (Client* c : {client->get(), spinner.get()}) {
+      if (c == nullptr) continue;
+      const Clock::time_point t0 = Clock::now();
+      absl::StatusOr<Batch> b = c->GetBatch("ds", keys_of(i));
+      const double us = Us(Clock::now() - t0);
+      if (!b.ok()) return fail("GetBatch", b.status());
+      if (!(*b)[0].ok() || !(*b)[0].hit()) {
+        return fail("GetBatch", absl::InternalError("not a warm hit"));
+      }
+      if (i >= iters / 10) (c == spinner.get() ? e2e_spin : e2e).push_back(us);
     }
-    if (i >= iters / 10) e2e.push_back(us);
   }
-  std::sort(e2e.begin(), e2e.end());
-  double e2e_mean = 0;
-  for (double v : e2e) e2e_mean += v;
-  e2e_mean /= e2e.size();
-  const double p50 = e2e[e2e.size() / 2];
-  const double p99 = e2e[e2e.size() * 99 / 100];
+  const Latency plain = Summarize(e2e);
+  const Latency spin = Summarize(e2e_spin);
+  const double e2e_mean = plain.mean;
+  const double p50 = plain.p50;
+  const double p99 = plain.p99;
 
   // --- stages, each alone ---
   std::vector<Row> rows;
@@ -224,6 +266,56 @@ int Run() {
   rows.push_back({"release (engine)", release_us / iters});
   engine.CloseSession(session);
 
+  // Lookup + lease + release on K threads at once, each its own session.
+  struct Contended {
+    uint32_t threads;
+    double keys_per_s;
+  };
+  std::vector<Contended> contended;
+  for (const std::string& t : absl::GetFlag(FLAGS_lookup_threads)) {
+    uint32_t k = 0;
+    if (!absl::SimpleAtoi(t, &k) || k == 0) {
+      return fail("--lookup_threads", absl::InvalidArgumentError(t));
+    }
+    std::vector<std::thread> threads;
+    std::atomic<uint32_t> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<double> seconds(k);
+    for (uint32_t th = 0; th < k; ++th) {
+      threads.emplace_back([&, th] {
+        const uint64_t s = engine.OpenSession();
+        std::vector<BatchKey> bk(batch);
+        std::vector<uint64_t> l;
+        auto one = [&](uint32_t i) {
+          const auto& keys = keys_of(i + th * 7);
+          for (size_t j = 0; j < keys.size(); ++j) bk[j].path = keys[j];
+          l.clear();
+          engine.GetBatchAsync(s, "ds", bk, [&](absl::StatusOr<BatchResult> r) {
+            if (!r.ok()) std::abort();
+            for (const BatchItem& it : r->items) {
+              for (const LeasedChunk& c : it.chunks) l.push_back(c.lease);
+            }
+          });
+          engine.Release(s, l);
+        };
+        for (uint32_t i = 0; i < iters / 10; ++i) one(i);
+        ready.fetch_add(1);
+        while (!go.load()) {
+        }
+        const Clock::time_point t0 = Clock::now();
+        for (uint32_t i = 0; i < iters; ++i) one(i);
+        seconds[th] = Us(Clock::now() - t0) / 1e6;
+        engine.CloseSession(s);
+      });
+    }
+    while (ready.load() < k) std::this_thread::yield();
+    go.store(true);
+    for (std::thread& th : threads) th.join();
+    // Aggregate rate over the slowest thread's time: all ran at once.
+    const double slowest = *std::max_element(seconds.begin(), seconds.end());
+    contended.push_back({k, static_cast<double>(k) * iters * batch / slowest});
+  }
+
   // Transport: request and reply frames of the real sizes, ping-pong.
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -277,6 +369,33 @@ int Run() {
                         "| %.0f | 100%% |\n\nEnd to end p50 %.1f us, p99 "
                         "%.1f us.\n",
                         e2e_mean, e2e_mean * 1000 / batch, p50, p99);
+  if (spinner != nullptr) {
+    absl::StrAppendFormat(
+        &md,
+        "\nReply spin (ClientOptions::reply_spin = %u us), batches "
+        "alternating with the plain client's:\n\n"
+        "| client | mean us | p50 us | p99 us |\n|---|---:|---:|---:|\n"
+        "| blocks at once | %.1f | %.1f | %.1f |\n"
+        "| spins %u us first | %.1f | %.1f | %.1f |\n"
+        "| spin / plain | %.2fx | %.2fx | %.2fx |\n",
+        spin_us, plain.mean, plain.p50, plain.p99, spin_us, spin.mean, spin.p50,
+        spin.p99, spin.mean / plain.mean, spin.p50 / plain.p50,
+        spin.p99 / plain.p99);
+  }
+  if (!contended.empty()) {
+    absl::StrAppendFormat(
+        &md,
+        "\nEngine lookup + lease + release, K threads at once (own "
+        "sessions, same keys), %u batches each:\n\n"
+        "| threads | keys/s | ns per key per thread | vs first row |\n"
+        "|---:|---:|---:|---:|\n",
+        iters);
+    for (const Contended& c : contended) {
+      absl::StrAppendFormat(&md, "| %u | %.0f | %.0f | %.2fx |\n", c.threads,
+                            c.keys_per_s, 1e9 * c.threads / c.keys_per_s,
+                            c.keys_per_s / contended.front().keys_per_s);
+    }
+  }
   std::printf("%s", md.c_str());
   if (sink == 42) std::printf(" ");
   if (!absl::GetFlag(FLAGS_out).empty()) {
