@@ -23,7 +23,7 @@
 // sessions share it).
 //
 //   batch_breakdown [--files=4096] [--batch=256] [--iterations=3000]
-//                   [--reply_spin_us=20] [--lookup_threads=1,2,4]
+//                   [--reply_spin_us=0] [--lookup_threads=1,2]
 //                   [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
 
 #include <sys/socket.h>
@@ -65,8 +65,9 @@ ABSL_FLAG(uint32_t, iterations, 3000, "batches per measurement");
 ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
 ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
-ABSL_FLAG(uint32_t, reply_spin_us, 20,
-          "ClientOptions::reply_spin of the second client (0 = no second)");
+ABSL_FLAG(uint32_t, reply_spin_us, 0,
+          "ClientOptions::reply_spin of a second client whose batches "
+          "alternate with the plain one's (0 = no second client)");
 ABSL_FLAG(std::vector<std::string>, lookup_threads,
           std::vector<std::string>({"1", "2"}),
           "engine lookup + release threads at once (one table row each)");
