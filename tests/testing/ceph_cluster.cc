@@ -169,9 +169,16 @@ absl::Status CephCluster::Boot(absl::Duration timeout) {
   // The OSD is created with the uuid its store is made with: without one
   // the OSD's own "osd create" at boot races the monitor and is refused
   // now and then ("wrong fsid"), and the OSD exits.
+  // Retried until the deadline: a monitor that has just started can still
+  // refuse commands ("EPERM: problem getting command descriptions from
+  // mon", 1 of 15 boots under two CPU hogs); with the same uuid a repeated
+  // "osd create" answers the same id.
   const std::string osd_uuid = NewUuid();
-  if (absl::Status s = Ceph("osd create " + osd_uuid, &out); !s.ok()) {
-    return s;
+  for (absl::Status s;;) {
+    s = Ceph("osd create " + osd_uuid, &out);
+    if (s.ok()) break;
+    if (absl::Now() >= deadline) return s;
+    absl::SleepFor(absl::Milliseconds(500));  // nothing to wait on: poll
   }
   r = RunCommand(absl::StrCat("/usr/bin/ceph-osd -c ", conf_path_,
                               " -i 0 --mkfs --osd-uuid ", osd_uuid,
