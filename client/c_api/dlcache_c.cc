@@ -540,4 +540,13 @@ int dlc_mapping_generation(const dlc_client* client, uint64_t* generation) {
   });
 }
 
+int dlc_sessions_opened(const dlc_client* client, uint64_t* sessions) {
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (sessions == nullptr) return Errors::NullArg("sessions");
+    *sessions = client->client->sessions_opened();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 }  // extern "C"

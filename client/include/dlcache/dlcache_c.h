@@ -219,6 +219,12 @@ int dlc_segments(const dlc_client* client, dlc_segment* out, size_t max,
  * before keep reading their old mapping. */
 int dlc_mapping_generation(const dlc_client* client, uint64_t* generation);
 
+/* Sessions the client opened so far: 1 after connecting, +1 per reconnect
+ * (dlcache::Client::sessions_opened). What a session registered (epoch
+ * plans) ends with it: a loader that sees this change registers again.
+ * 0 in a fork()ed child. */
+int dlc_sessions_opened(const dlc_client* client, uint64_t* sessions);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -701,6 +701,20 @@ class Client:
         _check(fn(ptr, dataset.encode(), plan.encode(), int(epoch),
                   int(offset), arr, len(keys), 1 if reset else 0))
 
+    @property
+    def sessions_opened(self):
+        """Sessions opened with dlcached so far: 1 after connecting, +1
+        each time the Client reconnected by itself (a dlcached restart).
+        What a session registered (epoch plans) ended with it: register
+        again when this changes. 0 when the library predates it."""
+        ptr = self._client()
+        fn = getattr(self._lib, "dlc_sessions_opened", None)
+        if fn is None:
+            return 0
+        n = ctypes.c_uint64()
+        _check(fn(ptr, ctypes.byref(n)))
+        return n.value
+
     def segments(self):
         """The mapped shared-memory segments (read-only), e.g. to register
         them with CUDA."""

@@ -168,6 +168,7 @@ def _declare(lib):
         "dlc_register_plan": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64,
                                       c_uint64, P(c_char_p), c_size_t,
                                       c_int]),
+        "dlc_sessions_opened": (c_int, [c_void_p, P(c_uint64)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
