@@ -673,10 +673,11 @@ void CacheServer::Shutdown() {
   if (peer_data_server_) peer_data_server_->Shutdown();
   // Closes every data connection and so every session and its leases.
   if (data_server_) data_server_->Stop();
+  // The endpoint's Status() reads the prefetcher: stop it first.
+  metrics_.reset();
   // No session is left, so no plan: its fills in flight end here.
   plan_prefetcher_.reset();
   if (recovery_.joinable()) recovery_.join();
-  metrics_.reset();
   if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
     absl::Status saved = SaveArenaManifest(
@@ -735,6 +736,18 @@ StatusReport CacheServer::Status() const {
       c.service->bytes_sent += d.bytes_sent;
       c.service->stats += d.stats;
       c.service->unauthenticated += d.unauthenticated;
+    }
+  }
+  if (plans_) {
+    StatusReport::Plans& p = r.plans.emplace();
+    p.registry = plans_->stats();
+    if (plan_prefetcher_) p.lookahead = plan_prefetcher_->stats();
+    for (PlanRegistry::PlanInfo& info : plans_->Describe()) {
+      // Dataset ids are indices into the configured datasets.
+      std::string name = info.dataset < config_.datasets.size()
+                             ? config_.datasets[info.dataset].name
+                             : absl::StrCat("#", info.dataset);
+      p.list.push_back({std::move(name), std::move(info)});
     }
   }
   for (const DatasetConfig& d : config_.datasets) {

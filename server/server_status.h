@@ -9,6 +9,8 @@
 #include "absl/types/optional.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
+#include "server/plan/plan_prefetcher.h"
+#include "server/plan/plan_registry.h"
 #include "server/tier/memory_tier.h"
 #include "server/tier/ssd_tier.h"
 
@@ -39,6 +41,16 @@ struct StatusReport {
     absl::optional<PeerServiceImpl::Stats> service;
   };
   absl::optional<Cluster> cluster;  // absent on a single node
+  struct Plans {
+    PlanRegistry::Stats registry;
+    PlanPrefetcher::Stats lookahead;
+    struct Entry {
+      std::string dataset;
+      PlanRegistry::PlanInfo info;
+    };
+    std::vector<Entry> list;
+  };
+  absl::optional<Plans> plans;  // absent with --epoch_plans=false
   struct Dataset {
     std::string name;
     std::string source;

@@ -270,6 +270,20 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
   kv.AddRow({"sessions", absl::StrCat(s.sessions(), " open, ",
                                       FormatCount(s.leases()), " leases")});
   kv.AddRow({"datasets", absl::StrCat(s.datasets_size())});
+  if (s.plans().enabled()) {
+    const v1::PlanStatus& p = s.plans();
+    kv.AddRow({"epoch plans",
+               absl::StrCat(p.plans(), " (", FormatCount(p.planned_positions()),
+                            " planned reads held), ", FormatCount(p.consumed()),
+                            " reads consumed, ", FormatCount(p.refusals()),
+                            " refused")});
+    kv.AddRow(
+        {"look-ahead",
+         absl::StrCat(FormatCount(p.lookahead_issued()), " fills issued, ",
+                      FormatCount(p.lookahead_skipped()), " skipped, ",
+                      FormatCount(p.lookahead_failed()), " failed, ",
+                      p.lookahead_in_flight(), " in flight")});
+  }
   ctx.out() << kv.Render(false);
   if (s.datasets_size() > 0) {
     Table ds({"  NAME", "SOURCE"});
@@ -278,6 +292,18 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
                  TerminalSafe(d.source())});
     }
     ctx.out() << "\n" << ds.Render();
+  }
+  if (s.plans().plan_list_size() > 0) {
+    using A = Table::Align;
+    Table pl({"  PLAN", "DATASET", "SESSIONS", "FRONTIER", "END", "HELD"},
+             {A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight});
+    for (const v1::PlanInfo& p : s.plans().plan_list()) {
+      pl.AddRow({absl::StrCat("  ", TerminalSafe(p.name())),
+                 TerminalSafe(p.dataset()), absl::StrCat(p.sessions()),
+                 absl::StrCat(p.frontier()), absl::StrCat(p.end()),
+                 absl::StrCat(p.planned_positions())});
+    }
+    ctx.out() << "\n" << pl.Render();
   }
   return kExitOk;
 }

@@ -70,6 +70,49 @@ void Cluster(std::string* out, const v1::ClusterStatus& c) {
         "Chunk fetches from peers being answered now", c.serving_in_flight());
 }
 
+// Epoch plans, only with --epoch_plans. Per-plan series are bounded by
+// the node's plan limit (256).
+void Plans(std::string* out, const v1::PlanStatus& p) {
+  IntGauge(out, "dlcache_plans", "Epoch plans registered", p.plans());
+  IntGauge(out, "dlcache_plan_positions",
+           "Planned reads held over all epoch plans", p.planned_positions());
+  Counter(out, "dlcache_plan_consumed_total",
+          "Reads that advanced an epoch plan", p.consumed());
+  Counter(out, "dlcache_plan_refusals_total",
+          "Plan registrations refused by a limit", p.refusals());
+  Counter(out, "dlcache_plan_lookahead_issued_total",
+          "Look-ahead fills of planned reads handed to the fill pool",
+          p.lookahead_issued());
+  Counter(out, "dlcache_plan_lookahead_skipped_total",
+          "Look-ahead fills skipped: the consumers were there first",
+          p.lookahead_skipped());
+  Counter(out, "dlcache_plan_lookahead_failed_total",
+          "Look-ahead fills that failed", p.lookahead_failed());
+  IntGauge(out, "dlcache_plan_lookahead_in_flight",
+           "Look-ahead fills running now", p.lookahead_in_flight());
+  struct Family {
+    const char* name;
+    const char* help;
+    uint64_t (*get)(const v1::PlanInfo&);
+  };
+  const Family families[] = {
+      {"dlcache_plan_frontier", "Consumption frontier of a plan (position)",
+       [](const v1::PlanInfo& i) { return i.frontier(); }},
+      {"dlcache_plan_end", "One past the last planned position of a plan",
+       [](const v1::PlanInfo& i) { return i.end(); }},
+      {"dlcache_plan_sessions", "Sessions attached to a plan",
+       [](const v1::PlanInfo& i) { return uint64_t{i.sessions()}; }},
+  };
+  for (const Family& f : families) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " gauge\n");
+    for (const v1::PlanInfo& i : p.plan_list()) {
+      absl::StrAppend(out, f.name, "{dataset=\"", Escape(i.dataset()),
+                      "\",plan=\"", Escape(i.name()), "\"} ", f.get(i), "\n");
+    }
+  }
+}
+
 void PerDataset(std::string* out, const v1::StatsResponse& stats,
                 const char* name, const char* type, const char* help,
                 const std::function<uint64_t(const v1::DatasetStats&)>& get) {
@@ -129,6 +172,7 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
              "Bytes pinned by leases",
              [](const D& d) { return d.leased_bytes(); });
   if (status.cluster().enabled()) Cluster(&out, status.cluster());
+  if (status.plans().enabled()) Plans(&out, status.plans());
   return out;
 }
 

@@ -56,10 +56,10 @@ void PlanPrefetcher::Loop() {
       // A fill that waited in the pool while the consumers passed its key
       // would read an item now used (and so first in line for eviction):
       // skip it once it is no longer ahead within the look-ahead.
-      std::function<bool()> wanted = [plans = plans_, ds = p.dataset,
-                                      path = p.path,
-                                      window = options_.lookahead] {
-        return plans->NextUse(ds, path) < window;
+      std::function<bool()> wanted = [this, ds = p.dataset, path = p.path] {
+        if (plans_->NextUse(ds, path) < options_.lookahead) return true;
+        skipped_.fetch_add(1, std::memory_order_relaxed);
+        return false;
       };
       fetch_(
           p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); },
@@ -76,7 +76,8 @@ void PlanPrefetcher::Done(const absl::Status& status) {
 
 PlanPrefetcher::Stats PlanPrefetcher::stats() const {
   absl::MutexLock lock(&mu_);
-  return Stats{issued_, failed_, in_flight_};
+  return Stats{issued_, skipped_.load(std::memory_order_relaxed), failed_,
+               in_flight_};
 }
 
 }  // namespace dlcache

@@ -1,6 +1,7 @@
 #ifndef DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
 #define DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -48,6 +49,7 @@ class PlanPrefetcher {
 
   struct Stats {
     uint64_t issued = 0;
+    uint64_t skipped = 0;  // of issued: `wanted` said no (overtaken)
     uint64_t failed = 0;
     uint32_t in_flight = 0;
   };
@@ -66,6 +68,8 @@ class PlanPrefetcher {
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped on fill threads without mu_ (the fill pool must not wait on it).
+  std::atomic<uint64_t> skipped_{0};
   std::thread thread_;
 };
 

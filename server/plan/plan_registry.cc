@@ -1,6 +1,7 @@
 #include "server/plan/plan_registry.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "server/tier/file_record.h"
@@ -178,6 +179,23 @@ PlanRegistry::Stats PlanRegistry::stats() const {
   s.consumed = consumed_;
   s.refusals = refusals_;
   return s;
+}
+
+std::vector<PlanRegistry::PlanInfo> PlanRegistry::Describe() const {
+  std::vector<PlanInfo> out;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    out.reserve(plans_.size());
+    for (const auto& [key, p] : plans_) {
+      out.push_back(PlanInfo{
+          p->dataset, p->name, static_cast<uint32_t>(p->sessions.size()),
+          p->plan->frontier(), p->plan->end(), p->plan->live_positions()});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const PlanInfo& a, const PlanInfo& b) {
+    return std::tie(a.dataset, a.name) < std::tie(b.dataset, b.name);
+  });
+  return out;
 }
 
 }  // namespace dlcache

@@ -102,6 +102,18 @@ class PlanRegistry : public NextUseOracle {
   };
   Stats stats() const;
 
+  // One plan as the admin API shows it.
+  struct PlanInfo {
+    uint32_t dataset = 0;
+    std::string name;
+    uint32_t sessions = 0;
+    uint64_t frontier = 0;
+    uint64_t end = 0;
+    uint64_t live_positions = 0;
+  };
+  // Every plan (at most PlanLimits::max_plans), by dataset and name.
+  std::vector<PlanInfo> Describe() const;
+
  private:
   struct Plan {
     Plan(uint32_t dataset, std::string name, const PlanLimits& l)

@@ -65,6 +65,28 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
       c->set_serving_in_flight(ps.in_flight);
     }
   }
+  if (report.plans.has_value()) {
+    const StatusReport::Plans& pl = *report.plans;
+    v1::PlanStatus* out = r.mutable_plans();
+    out->set_enabled(true);
+    out->set_plans(pl.registry.plans);
+    out->set_planned_positions(pl.registry.live_positions);
+    out->set_consumed(pl.registry.consumed);
+    out->set_refusals(pl.registry.refusals);
+    out->set_lookahead_issued(pl.lookahead.issued);
+    out->set_lookahead_skipped(pl.lookahead.skipped);
+    out->set_lookahead_failed(pl.lookahead.failed);
+    out->set_lookahead_in_flight(pl.lookahead.in_flight);
+    for (const StatusReport::Plans::Entry& e : pl.list) {
+      v1::PlanInfo* p = out->add_plan_list();
+      p->set_dataset(e.dataset);
+      p->set_name(e.info.name);
+      p->set_sessions(e.info.sessions);
+      p->set_frontier(e.info.frontier);
+      p->set_end(e.info.end);
+      p->set_planned_positions(e.info.live_positions);
+    }
+  }
   for (const StatusReport::Dataset& d : report.datasets) {
     v1::DatasetInfo* info = r.add_datasets();
     info->set_name(d.name);

@@ -14,6 +14,7 @@
 #include "dlcache/client.h"
 #include "gtest/gtest.h"
 #include "server/plan/plan_registry.h"
+#include "server/server_status.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/test_server.h"
 #include "tests/testing/test_util.h"
@@ -193,6 +194,86 @@ TEST_F(EpochPlanServerTest, HostileInputIsBounded) {
   ReadEpoch(*c, {keys_[0]});
 }
 
+// The value of the sample line `name` (with its labels) in Prometheus
+// text, or -1 if there is none.
+double Sample(const std::string& text, const std::string& name) {
+  const std::string at = "\n" + name + " ";
+  size_t i = text.find(at);
+  if (i == std::string::npos) return -1;
+  return std::stod(text.substr(i + at.size()));
+}
+
+TEST_F(EpochPlanServerTest, PlanStatsMoveInStatusAndMetrics) {
+  // Room for one epoch in a plan, not two.
+  Start([](ServerConfig* c) { c->max_plan_keys = kItems + kItems / 2; });
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto plan_stats = [&] { return *server_->server().Status().plans; };
+  auto metrics = [&] {
+    absl::StatusOr<std::string> r =
+        testing::HttpGet(server_->server().metrics_port(), "/metrics");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::string();
+  };
+  ASSERT_TRUE(server_->server().Status().plans.has_value());
+  EXPECT_EQ(Sample(metrics(), "dlcache_plans"), 0);
+  const std::vector<std::string> e0 = Order(0);
+  ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0).ok());
+  // The look-ahead: a quarter of the 64 slots.
+  constexpr uint64_t kLookahead = 16;
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        StatusReport::Plans p = plan_stats();
+        return p.lookahead.issued >= kLookahead && p.lookahead.in_flight == 0;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(plan_stats().lookahead.issued, kLookahead);
+  ReadEpoch(*c, std::vector<std::string>(e0.begin(), e0.begin() + 16));
+  StatusReport::Plans p = plan_stats();
+  EXPECT_EQ(p.registry.plans, 1u);
+  EXPECT_EQ(p.registry.consumed, 16u);
+  EXPECT_EQ(p.registry.live_positions, static_cast<uint64_t>(kItems));
+  ASSERT_EQ(p.list.size(), 1u);
+  EXPECT_EQ(p.list[0].dataset, "ds");
+  EXPECT_EQ(p.list[0].info.name, "job");
+  EXPECT_EQ(p.list[0].info.sessions, 1u);
+  EXPECT_EQ(p.list[0].info.frontier, 16u);
+  EXPECT_EQ(p.list[0].info.end, static_cast<uint64_t>(kItems));
+  // The frontier moved: the look-ahead follows it.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        StatusReport::Plans q = plan_stats();
+        return q.lookahead.issued >= 2 * kLookahead &&
+               q.lookahead.in_flight == 0;
+      },
+      absl::Seconds(20)));
+  const std::string text = metrics();
+  EXPECT_EQ(Sample(text, "dlcache_plans"), 1) << text;
+  EXPECT_EQ(Sample(text, "dlcache_plan_positions"), kItems);
+  EXPECT_EQ(Sample(text, "dlcache_plan_consumed_total"), 16);
+  EXPECT_EQ(Sample(text, "dlcache_plan_refusals_total"), 0);
+  EXPECT_GE(Sample(text, "dlcache_plan_lookahead_issued_total"),
+            2 * kLookahead);
+  EXPECT_GE(Sample(text, "dlcache_plan_lookahead_skipped_total"), 0);
+  EXPECT_EQ(Sample(text, "dlcache_plan_lookahead_failed_total"), 0);
+  EXPECT_EQ(Sample(text, "dlcache_plan_lookahead_in_flight"), 0);
+  EXPECT_EQ(Sample(text, "dlcache_plan_frontier{dataset=\"ds\",plan=\"job\"}"),
+            16);
+  EXPECT_EQ(Sample(text, "dlcache_plan_end{dataset=\"ds\",plan=\"job\"}"),
+            kItems);
+  EXPECT_EQ(Sample(text, "dlcache_plan_sessions{dataset=\"ds\",plan=\"job\"}"),
+            1);
+  // A refused registration counts.
+  EXPECT_EQ(c->RegisterPlan("ds", "job", 1, Order(1)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Sample(metrics(), "dlcache_plan_refusals_total"), 1);
+  c.reset();  // the plan ends with its session
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return Sample(metrics(), "dlcache_plans") == 0; },
+      absl::Seconds(10)));
+  EXPECT_TRUE(plan_stats().list.empty());
+}
+
 TEST_F(EpochPlanServerTest, PlansOffIsUnimplemented) {
   Start([](ServerConfig* c) { c->epoch_plans = false; });
   std::unique_ptr<Client> c = Connect();
@@ -200,6 +281,12 @@ TEST_F(EpochPlanServerTest, PlansOffIsUnimplemented) {
   EXPECT_EQ(c->RegisterPlan("ds", "job", 0, keys_).code(),
             absl::StatusCode::kUnimplemented);
   ReadEpoch(*c, {keys_[0], keys_[1]});
+  // No plan stats at all (the metrics have no dlcache_plan* family).
+  EXPECT_FALSE(server_->server().Status().plans.has_value());
+  absl::StatusOr<std::string> text =
+      testing::HttpGet(server_->server().metrics_port(), "/metrics");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->find("dlcache_plan"), std::string::npos);
 }
 
 }  // namespace
