@@ -393,7 +393,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         break;
       }
       shared_->frames_received.Add(1);
-      Dispatch(c, h, payload);
+      Dispatch(c, h, &payload);
     }
     c->processing = false;
   }
@@ -523,8 +523,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     }
   }
 
+  // `frame` (the payload) may be taken, moved from, by the handler.
   void Dispatch(const std::shared_ptr<Conn>& c, const local::FrameHeader& h,
-                const std::string& payload) {
+                std::string* frame) {
+    const std::string& payload = *frame;
     const MsgType type = static_cast<MsgType>(h.type);
     if (c->session == 0) {
       if (type != MsgType::kHello) {
@@ -543,7 +545,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         HandleGetSegments(c, h, payload);
         return;
       case MsgType::kGetBatch:
-        HandleGetBatch(c, h, payload);
+        HandleGetBatch(c, h, frame);
         return;
       case MsgType::kRelease:
         HandleRelease(c, h, payload);
@@ -647,7 +649,15 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   void HandleGetBatch(const std::shared_ptr<Conn>& c,
-                      const local::FrameHeader& h, const std::string& payload) {
+                      const local::FrameHeader& h, std::string* frame) {
+    // While a plan exists, its progress is recorded after the answer, from
+    // the keys: the observer keeps the frame (moved, not copied) that the
+    // decoded keys point into, rather than a copy of every path.
+    std::shared_ptr<const std::string> kept;
+    if (shared_->plans != nullptr && shared_->plans->active()) {
+      kept = std::make_shared<const std::string>(std::move(*frame));
+    }
+    const std::string& payload = kept ? *kept : *frame;
     local::GetBatchRequest req;
     if (absl::Status s =
             local::DecodeGetBatch(payload, kNoLimit, kNoLimit, &req);
@@ -674,7 +684,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       return;
     }
     std::vector<BatchKey> keys = Keys(req.keys);
-    std::function<void()> observe = PlanObserver(c->session, req.dataset, keys);
+    std::function<void()> observe =
+        PlanObserver(c->session, req.dataset, keys, std::move(kept));
     ++c->inflight;
     shared_->inflight.Add(1);
     engine->GetBatchAsync(
@@ -804,22 +815,22 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   // The plans' progress comes from what their sessions ask for: no frame
-  // of its own, and nothing at all (null) while no plan exists. The
-  // closure owns copies of the paths.
+  // of its own, and nothing at all (null) while no plan exists or `frame`
+  // (the payload the keys' paths point into) was not kept. The closure
+  // owns the frame.
   std::function<void()> PlanObserver(uint64_t session,
                                      absl::string_view dataset,
-                                     absl::Span<const BatchKey> keys) {
+                                     absl::Span<const BatchKey> keys,
+                                     std::shared_ptr<const std::string> frame) {
     PlanRegistry* plans = shared_->plans;
-    if (plans == nullptr || !plans->active()) return nullptr;
+    if (frame == nullptr || plans == nullptr) return nullptr;
     absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(dataset);
     if (!ds.ok()) return nullptr;
-    std::vector<std::string> paths;
+    std::vector<absl::string_view> paths;
     paths.reserve(keys.size());
-    for (const BatchKey& k : keys) paths.emplace_back(k.path);
-    return [plans, session, ds = *ds, paths = std::move(paths)] {
-      std::vector<absl::string_view> views(paths.begin(), paths.end());
-      plans->Observe(session, ds, views);
-    };
+    for (const BatchKey& k : keys) paths.push_back(k.path);
+    return [plans, session, ds = *ds, frame = std::move(frame),
+            paths = std::move(paths)] { plans->Observe(session, ds, paths); };
   }
 
   void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
