@@ -94,6 +94,41 @@ class EpochPlanTest(unittest.TestCase):
         for r in reads[1:]:
             self.assertLessEqual(r, int(0.7 * N), reads)
 
+    def test_restart_mid_epoch_registers_the_plan_again(self):
+        ds = CacheIterableDataset(KEYS, dataset="ds", socket=SERVER.socket,
+                                  batch_size=8, seed=4, output="bytes",
+                                  return_keys=True, rpc_timeout=20.0,
+                                  connect_timeout=20.0)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=None, num_workers=2, persistent_workers=True,
+            multiprocessing_context="fork", timeout=LOADER_TIMEOUT_S,
+            worker_init_fn=worker_init)
+        ds.set_epoch(0)
+        seen = []
+        restarted = False
+        for keys, samples in loader:
+            for k, s in zip(keys, samples):
+                self.assertEqual(bytes(s), FILES[k], k)
+            seen.extend(keys)
+            if not restarted and len(seen) >= N // 4:
+                SERVER.restart()
+                restarted = True
+        self.assertTrue(restarted)
+        self.assertEqual(sorted(seen), sorted(KEYS))
+        # On the new server: worker 0 registered the rest of the epoch (and
+        # the next one), worker 1 attached again; their reads moved it.
+        name = ds._plan_owner + "/rank0"
+        plans = SERVER.status()["plans"]
+        mine = [p for p in plans["plan_list"] if p["name"] == name]
+        self.assertEqual(len(mine), 1, plans)
+        p = mine[0]
+        self.assertEqual(p["sessions"], 2, p)
+        self.assertGreater(p["frontier"], 0, p)
+        self.assertGreaterEqual(p["end"], N, p)
+        self.assertLess(p["end"], 2 * N, p)
+        self.assertGreater(plans["consumed"], 0, plans)
+        del loader
+
     def test_register_plan_errors_and_limits(self):
         with dlcache.Client(SERVER.socket) as c:
             c.register_plan("ds", "mine", 0, KEYS)

@@ -10,7 +10,8 @@
 
 For PyTorch DataLoaders: dlcache.torch_data.CacheDataset (map-style) and
 CacheIterableDataset (sharded by worker and rank, per-epoch shuffle,
-batched reads). A Client does not cross fork(): make one per process (the
+batched reads); PlannedSampler (DistributedSampler's order, registered
+with dlcached as an epoch plan). A Client does not cross fork(): make one per process (the
 datasets do).
 
 Uses libdlcache_c.so through ctypes (no compile step); set DLCACHE_LIB to
@@ -26,7 +27,7 @@ from ._client import (ABORTED, ALREADY_EXISTS, CANCELLED, DATA_LOSS,
 
 __all__ = [
     "Batch", "Client", "DlcacheError", "Item", "Segment", "status_name",
-    "CacheDataset", "CacheIterableDataset", "collate",
+    "CacheDataset", "CacheIterableDataset", "PlannedSampler", "collate",
 ]
 
 __version__ = "0.1.0"
@@ -34,7 +35,8 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # torch is imported only when the dataset is asked for.
-    if name in ("CacheDataset", "CacheIterableDataset", "collate"):
+    if name in ("CacheDataset", "CacheIterableDataset", "PlannedSampler",
+                "collate"):
         from . import torch_data
         return getattr(torch_data, name)
     raise AttributeError("module 'dlcache' has no attribute %r" % name)

@@ -7,6 +7,15 @@ or by passing a list of indices, e.g. with a BatchSampler as sampler):
                       transform=decode)
     loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=8)
 
+    # Or with epoch plans (docs/epoch_plans.md): PlannedSampler is torch's
+    # DistributedSampler (same order) that tells dlcached each epoch's
+    # order, so it evicts by Belady's rule and reads ahead of the workers.
+    sampler = PlannedSampler(ds, shuffle=True, seed=0)
+    loader = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=8)
+    for epoch in range(90):
+        sampler.set_epoch(epoch)
+        for x in loader: ...
+
 Iterable (sharded by DataLoader worker and by torch.distributed rank,
 reshuffled per epoch, one get_batch per step):
 
@@ -40,6 +49,7 @@ import torch
 import torch.utils.data
 
 from ._client import OK, UNIMPLEMENTED, Client, DlcacheError
+from .planned_sampler import PlannedSampler  # noqa: F401 (re-exported)
 
 try:
     import numpy as _np
@@ -215,6 +225,10 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
       output: "tensor" | "numpy" | "bytes".
       copy: copy into fresh memory (default) or zero-copy read-only views.
       return_keys: samples are (key, data).
+
+    With a PlannedSampler, each process's Client attaches its session to
+    the sampler's epoch plan before its first read (and again after a
+    reconnect), so the reads count as the plan's progress.
     """
 
     def __init__(self, keys, dataset="default", socket=None, transform=None,
@@ -233,6 +247,7 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
 
     def __getitems__(self, indices):
         keys = [self.keys[i] for i in indices]
+        self._attach_plan()
         kept, samples = self._read(keys, skip_errors=False)
         return [self._sample(k, s) for k, s in zip(kept, samples)]
 
@@ -240,8 +255,28 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
         if isinstance(index, (list, tuple)):
             return self.__getitems__(index)
         key = self.keys[index]
+        self._attach_plan()
         _, samples = self._read([key], skip_errors=False)
         return self._sample(key, samples[0])
+
+    def _attach_plan(self):
+        """Attaches this process's session (once per session: again after
+        a reconnect) to the epoch plan a PlannedSampler registers for this
+        dataset, so that its reads count as the plan's progress."""
+        name = self.__dict__.get("_plan_name")
+        if name is None:
+            return
+        client = self._get_client()
+        try:
+            session = (os.getpid(), id(client), client.sessions_opened)
+            if self.__dict__.get("_plan_attached") == session:
+                return
+            client.register_plan(self.dataset, name, 0, [])
+            self._plan_attached = session
+        except DlcacheError as e:
+            if e.code == UNIMPLEMENTED:
+                self._plan_name = None
+            # Else (dlcached restarting, say): again on the next read.
 
 
 class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
@@ -432,10 +467,11 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 out.extend(p[start:start + step])
         return out
 
-    def _register_plan(self, epoch):
-        """Registers this epoch's and the next one's order (worker 0) or
-        attaches to the rank's plan (other workers). Never fails the
-        loader: a refused plan is a warning, none on the server is silent."""
+    def _register_plan(self, epoch, offset=0):
+        """Registers this epoch's order from `offset` on and the next
+        epoch's (worker 0) or attaches to the rank's plan (other workers).
+        Never fails the loader: a refused plan is a warning, none on the
+        server is silent."""
         if not self.plan:
             return
         pid = os.getpid()
@@ -445,17 +481,21 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         worker = info.id if info is not None else 0
         rank = self._rank()[0]
         name = "%s/rank%d" % (self._plan_owner, rank)
-        # The same or an earlier epoch again: a restart, start afresh.
-        reset = last is not None and epoch <= last
+        # The same or an earlier epoch again: a restart, start afresh; so
+        # does a new session registering the rest of the epoch.
+        reset = offset > 0 or (last is not None and epoch <= last)
         client = self._get_client()
         try:
+            session = (pid, id(client), client.sessions_opened)
             if worker == 0:
                 client.register_plan(self.dataset, name, epoch,
-                                     self.plan_order(epoch), reset=reset)
+                                     self.plan_order(epoch)[offset:],
+                                     offset=offset, reset=reset)
                 client.register_plan(self.dataset, name, epoch + 1,
                                      self.plan_order(epoch + 1))
             else:
                 client.register_plan(self.dataset, name, epoch, [])
+            self._plan_session = session
         except DlcacheError as e:
             if e.code == UNIMPLEMENTED:
                 self.plan = False
@@ -463,27 +503,49 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 warnings.warn("dlcache: epoch plan not registered: %s" % e)
         self._plan_state = (pid, epoch)
 
+    def _replan_on_new_session(self, epoch, done):
+        """After a reconnect (dlcached restarted: the plan went with the
+        old session) registers the rest of the epoch again, from where
+        this worker is (`done` of its keys read), or attaches again."""
+        if not self.plan:
+            return
+        seen = self.__dict__.get("_plan_session")
+        client = self._get_client()
+        try:
+            now = (os.getpid(), id(client), client.sessions_opened)
+        except DlcacheError:
+            return
+        if seen is None or seen == now:
+            return
+        info = torch.utils.data.get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        # Workers take turns by batches: worker 0's next key sits about
+        # `done * workers` into the rank's plan order.
+        self._register_plan(epoch, offset=done * workers)
+
     def __iter__(self):
         epoch = self._next_epoch()
         self._register_plan(epoch)
         mine = self.shard(self.epoch_order(epoch))
         if self.batch_size is None:
-            return self._iter_samples(mine)
-        return self._iter_batches(mine)
+            return self._iter_samples(mine, epoch)
+        return self._iter_batches(mine, epoch)
 
-    def _iter_samples(self, mine):
+    def _iter_samples(self, mine, epoch):
         step = self.fetch_size
         for start in range(0, len(mine), step):
+            self._replan_on_new_session(epoch, start)
             kept, samples = self._read(mine[start:start + step],
                                        self.skip_errors)
             for key, data in zip(kept, samples):
                 yield self._sample(key, data)
             del kept, samples
 
-    def _iter_batches(self, mine):
+    def _iter_batches(self, mine, epoch):
         step = self.batch_size
         fast = self.transform is None and self.collate_fn is None
         for start in range(0, len(mine), step):
+            self._replan_on_new_session(epoch, start)
             keys = mine[start:start + step]
             if self.drop_last and len(keys) < step:
                 break

@@ -1,0 +1,229 @@
+"""PlannedSampler: a DistributedSampler that tells dlcache the epoch's order.
+
+    ds = CacheDataset(keys, dataset="imagenet", socket=SOCK)
+    sampler = PlannedSampler(ds, shuffle=True, seed=0)  # rank from dist
+    loader = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=8)
+    for epoch in range(start, 90):
+        sampler.set_epoch(epoch)
+        for x in loader: ...
+
+The order is torch's DistributedSampler's, index for index (the same
+permutation of seed + epoch, the same padding or cut, the same shard), so
+it replaces one without changing what a rank reads. With no process group
+and no rank/world_size it is a plain (shuffling) sampler of one rank.
+
+Epoch plans (docs/epoch_plans.md): when a pass starts, the main process
+registers this rank's keys in the sampler's order with dlcached, for this
+epoch and, once set_epoch is in use, the next one; the DataLoader's workers
+attach their sessions to the same plan on their first read (the dataset
+learns the plan's name from the sampler), so their reads are the plan's
+progress. dlcached then evicts by Belady's rule and fills the next planned
+keys ahead of the workers. The plan lives as long as a session attached to
+it (the main process's Client: until dataset.close() or exit). After a
+dlcached restart the Client reconnects by itself with a new session, which
+has no plan: the sampler registers the rest of the epoch again, the workers
+attach again. A server with plans off (UNIMPLEMENTED) is read without them;
+other registration errors are a warning, never a failed epoch.
+
+Fork safety: registration uses the dataset's per-process Client in the
+main process (where DataLoaders iterate samplers); workers never touch it
+(see CacheDataset).
+"""
+
+import math
+import os
+import warnings
+
+import torch
+import torch.utils.data
+
+from ._client import UNIMPLEMENTED, DlcacheError
+
+# How many indices the sampler hands out between looks at the Client's
+# session count (a reconnect means: register again).
+_SESSION_CHECK_EVERY = 8
+
+
+def _dist_rank():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class PlannedSampler(torch.utils.data.Sampler):
+    """Sampler of a CacheDataset (or any dataset with .keys, .dataset and
+    the CacheDataset Client settings) that registers each epoch's order as
+    an epoch plan.
+
+    Args:
+      dataset: the CacheDataset the DataLoader reads.
+      shuffle, seed, drop_last: as torch's DistributedSampler (the
+        permutation of epoch e is torch.randperm with seed + e).
+      rank, world_size: default: torch.distributed's, else 0 and 1.
+      plan: register epoch plans (False: a plain DistributedSampler).
+      plan_name: the plan's name on the node (default: the client name,
+        the process id and the rank); ranks need distinct names.
+
+    Thread-compatible; iterate it in one process (the DataLoader's main
+    process) at a time.
+    """
+
+    def __init__(self, dataset, shuffle=True, seed=0, rank=None,
+                 world_size=None, drop_last=False, plan=True,
+                 plan_name=None):
+        if rank is None or world_size is None:
+            dist_rank, dist_world = _dist_rank()
+            rank = dist_rank if rank is None else rank
+            world_size = dist_world if world_size is None else world_size
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError("rank %r not in [0, %r)" % (rank, world_size))
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        n = len(dataset)
+        if drop_last and n % world_size:
+            # Cut to a multiple of world_size rather than padded up.
+            self.num_samples = n // world_size
+        else:
+            self.num_samples = math.ceil(n / world_size)
+        self.total_size = self.num_samples * world_size
+        self.plan = plan
+        if plan_name is None:
+            plan_name = "%s-%d/sampler/rank%d" % (
+                getattr(dataset, "client_name", "torch"), os.getpid(), rank)
+        self.plan_name = plan_name
+        if plan:
+            # The workers attach to it on their first read.
+            dataset._plan_name = plan_name
+        self._epoch_set = False
+        # After a completed pass: (pid, epoch of the next pass as guessed
+        # then, the plan epoch it was registered as, the Client's session
+        # count then).
+        self._next = None
+        self._plan_epoch = 0
+        self._warned = False
+
+    def set_epoch(self, epoch):
+        """The epoch whose order the next pass gives (as
+        DistributedSampler.set_epoch: call it before each epoch)."""
+        self.epoch = int(epoch)
+        self._epoch_set = True
+
+    def __len__(self):
+        return self.num_samples
+
+    def indices(self, epoch):
+        """This rank's dataset indices of `epoch`, in order."""
+        n = len(self.dataset)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        if self.total_size > n and order:
+            # Pad by repeating from the start (as often as needed).
+            order = (order * math.ceil(self.total_size / n))[:self.total_size]
+        else:
+            order = order[:self.total_size]
+        return order[self.rank:self.total_size:self.world_size]
+
+    def plan_order(self, epoch):
+        """This rank's keys of `epoch` in the order they will be read."""
+        keys = self.dataset.keys
+        return [keys[i] for i in self.indices(epoch)]
+
+    def __iter__(self):
+        epoch = self.epoch
+        indices = self.indices(epoch)
+        return self._iter(epoch, indices)
+
+    def _iter(self, epoch, indices):
+        client = self._register_pass(epoch)
+        seen = self._sessions(client)
+        for pos, i in enumerate(indices):
+            if (client is not None and self.plan and pos > 0
+                    and pos % _SESSION_CHECK_EVERY == 0):
+                now = self._sessions(client)
+                if now != seen and self._register_rest(epoch, indices, pos,
+                                                       client):
+                    seen = now
+            yield i
+        if client is not None:
+            self._next = (os.getpid(), self._guess_next(epoch),
+                          self._plan_epoch + 1, seen)
+
+    # -- registration ------------------------------------------------------
+
+    def _guess_next(self, epoch):
+        return epoch + 1 if self._epoch_set else epoch
+
+    def _sessions(self, client):
+        if client is None:
+            return None
+        try:
+            return client.sessions_opened
+        except DlcacheError:
+            return None
+
+    def _register_pass(self, epoch):
+        """Registers this pass (unless the last pass registered it as its
+        successor) and the next one. Returns the Client, or None when
+        plans are off."""
+        if not self.plan:
+            return None
+        nxt = self._next
+        self._next = None
+        try:
+            client = self.dataset._get_client()
+            # The plan has this pass already if the last pass ran to its
+            # end, guessed this epoch and no reconnect lost the plan since.
+            continued = (nxt is not None and nxt[0] == os.getpid() and
+                         nxt[1] == epoch and
+                         nxt[3] == self._sessions(client))
+            if continued:
+                self._plan_epoch = nxt[2]
+            else:
+                # First pass, a pass left unfinished, or an epoch other
+                # than the one planned next: start the plan afresh.
+                self._plan_epoch += 1
+                client.register_plan(self.dataset.dataset, self.plan_name,
+                                     self._plan_epoch, self.plan_order(epoch),
+                                     reset=True)
+            client.register_plan(self.dataset.dataset, self.plan_name,
+                                 self._plan_epoch + 1,
+                                 self.plan_order(self._guess_next(epoch)))
+            return client
+        except DlcacheError as e:
+            return self._failed(e)
+
+    def _register_rest(self, epoch, indices, pos, client):
+        """A new session (dlcached restarted): the plan is gone; registers
+        the epoch from `pos` on and the next one. True when done."""
+        keys = self.dataset.keys
+        try:
+            client.register_plan(self.dataset.dataset, self.plan_name,
+                                 self._plan_epoch,
+                                 [keys[i] for i in indices[pos:]],
+                                 offset=pos, reset=True)
+            client.register_plan(self.dataset.dataset, self.plan_name,
+                                 self._plan_epoch + 1,
+                                 self.plan_order(self._guess_next(epoch)))
+            return True
+        except DlcacheError as e:
+            self._failed(e)
+            return False
+
+    def _failed(self, e):
+        if e.code == UNIMPLEMENTED:
+            self.plan = False
+            self.dataset._plan_name = None
+        elif not self._warned:
+            self._warned = True
+            warnings.warn("dlcache: epoch plan not registered: %s" % e)
+        return None
