@@ -323,7 +323,10 @@ absl::Status CacheServer::Init() {
           engine->FillFileAsync(ds, std::move(path), std::move(done),
                                 std::move(wanted));
         },
-        po);
+        po,
+        [tier = tier_.get()](uint32_t ds, absl::string_view path) {
+          return tier->FullyCached(ds, path);
+        });
     plans_->SetOnChange([p = plan_prefetcher_.get()] { p->Wake(); });
   }
   if (membership_) {

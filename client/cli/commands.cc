@@ -279,7 +279,9 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
                             " refused")});
     kv.AddRow(
         {"look-ahead",
-         absl::StrCat(FormatCount(p.lookahead_issued()), " fills issued, ",
+         absl::StrCat(FormatCount(p.lookahead_cached()),
+                      " planned reads found cached, ",
+                      FormatCount(p.lookahead_issued()), " fills issued, ",
                       FormatCount(p.lookahead_skipped()), " skipped, ",
                       FormatCount(p.lookahead_failed()), " failed, ",
                       p.lookahead_in_flight(), " in flight")});

@@ -1,13 +1,17 @@
 #include "server/plan/plan_prefetcher.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
 namespace dlcache {
 
 PlanPrefetcher::PlanPrefetcher(PlanRegistry* plans, FetchFn fetch,
-                               const Options& options)
-    : plans_(plans), fetch_(std::move(fetch)), options_(options) {
+                               const Options& options, CachedFn cached)
+    : plans_(plans),
+      fetch_(std::move(fetch)),
+      cached_(std::move(cached)),
+      options_(options) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -44,13 +48,26 @@ void PlanPrefetcher::Loop() {
     }
     std::vector<PlanRegistry::Pending> next =
         plans_->TakeLookahead(options_.lookahead, room);
+    const size_t taken = next.size();
+    // A planned read of what is cached needs no fill: skipping it here
+    // spares the fill pool a task (and a thread hand-off) per planned
+    // read, most of them on a warm cache.
+    if (cached_) {
+      next.erase(std::remove_if(next.begin(), next.end(),
+                                [this](const PlanRegistry::Pending& p) {
+                                  return cached_(p.dataset, p.path);
+                                }),
+                 next.end());
+    }
     {
       absl::MutexLock lock(&mu_);
+      cached_count_ += taken - next.size();
       in_flight_ += next.size();
       issued_ += next.size();
       // All the room was used: there may be more to take once a fill ends
-      // (Done wakes us), whether or not a plan changes meanwhile.
-      if (next.size() == room) wake_ = true;
+      // (Done wakes us), or now if some were cached, whether or not a plan
+      // changes meanwhile.
+      if (taken == room) wake_ = true;
     }
     for (PlanRegistry::Pending& p : next) {
       // A fill that waited in the pool while the consumers passed its key
@@ -76,8 +93,8 @@ void PlanPrefetcher::Done(const absl::Status& status) {
 
 PlanPrefetcher::Stats PlanPrefetcher::stats() const {
   absl::MutexLock lock(&mu_);
-  return Stats{issued_, skipped_.load(std::memory_order_relaxed), failed_,
-               in_flight_};
+  return Stats{cached_count_, issued_, skipped_.load(std::memory_order_relaxed),
+               failed_, in_flight_};
 }
 
 }  // namespace dlcache

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/plan/plan_registry.h"
 
@@ -40,7 +41,13 @@ class PlanPrefetcher {
                          absl::AnyInvocable<void(absl::Status)> done,
                          std::function<bool()> wanted)>;
 
-  PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options);
+  // Whether `path` is cached whole already: then the planned read needs
+  // no fill (asked on the prefetcher's thread; must be cheap, not block).
+  using CachedFn = std::function<bool(uint32_t dataset, absl::string_view)>;
+
+  // `cached` may be null (every planned read is fetched).
+  PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options,
+                 CachedFn cached = nullptr);
   ~PlanPrefetcher();
   PlanPrefetcher(const PlanPrefetcher&) = delete;
   PlanPrefetcher& operator=(const PlanPrefetcher&) = delete;
@@ -48,6 +55,7 @@ class PlanPrefetcher {
   void Wake();
 
   struct Stats {
+    uint64_t cached = 0;  // planned reads found cached: no fill issued
     uint64_t issued = 0;
     uint64_t skipped = 0;  // of issued: `wanted` said no (overtaken)
     uint64_t failed = 0;
@@ -61,6 +69,7 @@ class PlanPrefetcher {
 
   PlanRegistry* const plans_;
   const FetchFn fetch_;
+  const CachedFn cached_;
   const Options options_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -68,6 +77,7 @@ class PlanPrefetcher {
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cached_count_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped on fill threads without mu_ (the fill pool must not wait on it).
   std::atomic<uint64_t> skipped_{0};
   std::thread thread_;

@@ -785,6 +785,16 @@ uint32_t MemoryTier::CachedChunks(uint32_t dataset,
   return n;
 }
 
+bool MemoryTier::FullyCached(uint32_t dataset, absl::string_view path) const {
+  absl::MutexLock lock(&mu_);
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr || rec->chunks().empty()) return false;
+  for (ChunkEntry* e : rec->chunks()) {
+    if (e == nullptr || e->state != ChunkEntry::State::kReady) return false;
+  }
+  return true;
+}
+
 TierStats MemoryTier::Stats() const {
   absl::ReaderMutexLock lock(&mu_);
   TierStats s;

@@ -275,6 +275,8 @@ class MemoryTier {
       uint32_t dataset, absl::string_view prefix) const;
   // Cached chunks of a file (0 if unknown).
   uint32_t CachedChunks(uint32_t dataset, absl::string_view path) const;
+  // Whether every chunk of a file is cached (false if unknown).
+  bool FullyCached(uint32_t dataset, absl::string_view path) const;
   TierStats Stats() const;
 
   // --- re-adoption across a server restart (server/tier/arena_manifest) ---
