@@ -19,7 +19,7 @@ uint64_t EpochPlan::Add(uint64_t epoch, uint64_t offset,
   for (size_t i = skip; i < paths.size(); ++i) {
     auto it = keys_.try_emplace(std::string(paths[i])).first;
     it->second.positions.push_back(end());
-    order_.push_back(&it->first);
+    order_.push_back(&*it);
   }
   const uint64_t added = paths.size() - skip;
   epoch_added_ += added;
@@ -65,15 +65,14 @@ uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
 
 void EpochPlan::Trim() {
   while (!order_.empty() && base_ + skew_ < frontier_) {
-    const std::string* name = order_.front();
+    KeyMap::value_type* node = order_.front();
     order_.pop_front();
     ++base_;
-    auto it = keys_.find(*name);
-    KeyUses& k = it->second;
+    KeyUses& k = node->second;
     // Positions leave in ascending order, so this key's first is the one.
     k.positions.erase(k.positions.begin());
     if (k.next > 0) --k.next;
-    if (k.positions.empty()) keys_.erase(it);
+    if (k.positions.empty()) keys_.erase(node->first);
   }
 }
 

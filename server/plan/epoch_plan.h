@@ -59,7 +59,9 @@ class EpochPlan {
   uint64_t end() const { return base_ + order_.size(); }
   uint64_t frontier() const { return frontier_; }
   // The path planned at position `pos` (base() <= pos < end()).
-  absl::string_view At(uint64_t pos) const { return *order_[pos - base_]; }
+  absl::string_view At(uint64_t pos) const {
+    return order_[pos - base_]->first;
+  }
   uint64_t base() const { return base_; }
 
  private:
@@ -75,8 +77,11 @@ class EpochPlan {
 
   const uint64_t skew_;
   const uint32_t resync_after_;
-  absl::node_hash_map<std::string, KeyUses> keys_;
-  std::deque<const std::string*> order_;  // position base_ + i
+  using KeyMap = absl::node_hash_map<std::string, KeyUses>;
+  KeyMap keys_;
+  // Position base_ + i: its key's node (stable in a node_hash_map), so
+  // trimming needs no second lookup.
+  std::deque<KeyMap::value_type*> order_;
   uint64_t base_ = 0;
   uint64_t frontier_ = 0;
   uint32_t out_of_window_ = 0;  // consecutive
