@@ -1,0 +1,214 @@
+// Does an epoch plan make a warm hit slower (issue 14)? Warm GetBatch end to
+// end through the real client and an in-process dlcached, in three cases
+// measured in turn, round after round, in the same run:
+//
+//   no plan         no plan on the node (the baseline)
+//   other's plan    a plan exists, this session is not attached to it
+//   own plan        this session's plan covers the keys in the order read
+//                   (every batch is the plan's progress; the look-ahead
+//                   runs beside it, finding everything cached)
+//
+// Reported: the median and the minimum over rounds of each case's mean,
+// and their ratios to the baseline's.
+//
+//   plan_hit_bench [--files=4096] [--batch=256] [--batches=400]
+//                  [--rounds=11] [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "bench/dataset_gen.h"
+#include "bench/machine_info.h"
+#include "bench/small_files_setup.h"
+#include "common/logging.h"
+#include "dlcache/client.h"
+#include "server/cache_server.h"
+
+ABSL_FLAG(uint32_t, files, 4096, "number of ~110 KB files");
+ABSL_FLAG(uint64_t, file_bytes, 110'000, "mean file size, bytes");
+ABSL_FLAG(uint32_t, batch, 256, "keys per batch");
+ABSL_FLAG(uint32_t, batches, 400, "batches per case and round");
+ABSL_FLAG(uint32_t, rounds, 11, "rounds (each measures every case)");
+ABSL_FLAG(uint64_t, plan_lookahead_bytes, 64ull << 20,
+          "dlcached --plan_lookahead_bytes (0: one position)");
+ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
+ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
+ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+
+namespace dlcache::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket) {
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "plan_hit_bench";
+  return Client::Connect(o);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Run() {
+  const uint32_t batch = std::max<uint32_t>(1, absl::GetFlag(FLAGS_batch));
+  const uint32_t n = std::max<uint32_t>(10, absl::GetFlag(FLAGS_batches));
+  const uint32_t rounds = std::max<uint32_t>(1, absl::GetFlag(FLAGS_rounds));
+  auto fail = [](const char* what, const absl::Status& s) {
+    std::fprintf(stderr, "plan_hit_bench: %s: %s\n", what,
+                 s.ToString().c_str());
+    return 1;
+  };
+  absl::StatusOr<SmallFilesSetup> setup = SetUpSmallFiles(
+      absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_shm_dir), "plan-hit-bench-",
+      absl::GetFlag(FLAGS_files), absl::GetFlag(FLAGS_file_bytes));
+  if (!setup.ok()) return fail("set up", setup.status());
+  ServerConfig config = setup->ServerConfigFor();
+  config.plan_lookahead_bytes = absl::GetFlag(FLAGS_plan_lookahead_bytes);
+  absl::StatusOr<std::unique_ptr<CacheServer>> server =
+      CacheServer::Start(config);
+  if (!server.ok()) return fail("start dlcached", server.status());
+  absl::StatusOr<std::unique_ptr<Client>> reader = Connect(setup->socket_path);
+  if (!reader.ok()) return fail("connect", reader.status());
+
+  std::vector<std::string> order;
+  for (const DatasetFile& f : setup->dataset.files) order.push_back(f.path);
+  std::mt19937_64 rng(7);
+  std::shuffle(order.begin(), order.end(), rng);
+  const size_t per_epoch = order.size() / batch;
+  if (per_epoch == 0) {
+    return fail("dataset",
+                absl::InvalidArgumentError("fewer files than --batch"));
+  }
+  order.resize(per_epoch * batch);
+  // The same order every epoch; the plan lists as many as a round reads.
+  const uint64_t epochs = n / per_epoch + 2;
+  std::vector<std::vector<std::string>> batches;
+  for (size_t at = 0; at < order.size(); at += batch) {
+    batches.emplace_back(order.begin() + at, order.begin() + at + batch);
+  }
+  // Mean microseconds per GetBatch of `n` batches read in order by `c`.
+  auto measure = [&](Client& c) -> absl::StatusOr<double> {
+    const Clock::time_point t0 = Clock::now();
+    for (uint32_t i = 0; i < n; ++i) {
+      absl::StatusOr<Batch> b = c.GetBatch("ds", batches[i % batches.size()]);
+      if (!b.ok()) return b.status();
+      if (!(*b)[0].ok() || !(*b)[0].hit()) {
+        return absl::InternalError("not a warm hit");
+      }
+    }
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0)
+               .count() /
+           n;
+  };
+  for (const auto& keys : batches) {  // fill the arena
+    absl::StatusOr<Batch> b = (*reader)->GetBatch("ds", keys);
+    if (!b.ok()) return fail("fill", b.status());
+  }
+  if (absl::StatusOr<double> w = measure(**reader); !w.ok()) {
+    return fail("warm-up", w.status());
+  }
+  PlanRegistry* plans = (*server)->plans();
+  if (plans == nullptr) {
+    return fail("plans", absl::FailedPreconditionError("epoch plans off"));
+  }
+  std::vector<double> none, other, own;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    absl::StatusOr<double> us = measure(**reader);
+    if (!us.ok()) return fail("no plan", us.status());
+    none.push_back(*us);
+    {
+      // Another session's plan: the node is planning, this reader is not.
+      absl::StatusOr<std::unique_ptr<Client>> planner =
+          Connect(setup->socket_path);
+      if (!planner.ok()) return fail("connect", planner.status());
+      for (uint64_t e = 0; e < epochs; ++e) {
+        absl::Status s = (*planner)->RegisterPlan("ds", "other", e, order);
+        if (!s.ok()) return fail("register", s);
+      }
+      us = measure(**reader);
+      if (!us.ok()) return fail("other's plan", us.status());
+      other.push_back(*us);
+    }
+    // The reader's own plan, afresh each round, in the order it reads.
+    for (uint64_t e = 0; e < epochs; ++e) {
+      absl::Status s =
+          (*reader)->RegisterPlan("ds", "own", e, order, 0, /*reset=*/e == 0);
+      if (!s.ok()) return fail("register", s);
+    }
+    us = measure(**reader);
+    if (!us.ok()) return fail("own plan", us.status());
+    own.push_back(*us);
+    // Progress really was recorded (else the case measured nothing).
+    if (plans->stats().consumed == 0) {
+      return fail("own plan", absl::InternalError("no progress recorded"));
+    }
+    // The plan ends with its session: reconnect for the next round's
+    // baseline without a plan.
+    reader->reset();
+    reader = Connect(setup->socket_path);
+    if (!reader.ok()) return fail("connect", reader.status());
+    // A new session's first batches are slower (fresh mappings): not
+    // part of any case.
+    if (absl::StatusOr<double> w = measure(**reader); !w.ok()) {
+      return fail("warm-up", w.status());
+    }
+    if (plans->stats().plans != 0) {
+      return fail("plans", absl::InternalError("a plan outlived its session"));
+    }
+  }
+  // Medians and minima of the rounds' means: on a shared machine the
+  // minimum is the least disturbed round.
+  const double base = Median(none);
+  const double base_min = *std::min_element(none.begin(), none.end());
+  std::string md = absl::StrFormat(
+      "%s\n\nWarm %u-key GetBatch end to end, in-process dlcached, %zu "
+      "files read in one order; %u batches per case and round, %u rounds; "
+      "load %s.\n\n"
+      "| case | median us per batch | / no plan | min us per batch "
+      "| / no plan |\n|---|---:|---:|---:|---:|\n",
+      DescribeMachine(), batch, order.size(), n, rounds, LoadAverage());
+  const struct {
+    const char* name;
+    const std::vector<double>* us;
+  } rows[] = {{"no plan on the node", &none},
+              {"another session's plan", &other},
+              {"own plan (progress every batch)", &own}};
+  for (const auto& row : rows) {
+    const double med = Median(*row.us);
+    const double min = *std::min_element(row.us->begin(), row.us->end());
+    absl::StrAppendFormat(&md, "| %s | %.1f | %.3f | %.1f | %.3f |\n", row.name,
+                          med, med / base, min, min / base_min);
+  }
+  std::printf("%s", md.c_str());
+  if (!absl::GetFlag(FLAGS_out).empty()) {
+    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dlcache::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Warm GetBatch with and without epoch plans (see the header of "
+      "bench/plan_hit_bench.cc).\n  plan_hit_bench [--files=4096] "
+      "[--batch=256] [--batches=400] [--rounds=11] [--out=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  dlcache::SetMinLogLevel(dlcache::LogLevel::kWarning);
+  return dlcache::bench::Run();
+}
