@@ -32,7 +32,7 @@ if HAVE_TORCH:
     from dlcache.torch_data import CacheIterableDataset
 
 TEST_DEADLINE_S = 180
-LOADER_TIMEOUT_S = 60
+LOADER_TIMEOUT_S = 90
 SIZE = 256 << 10  # one chunk each
 N = 128           # twice the arena (16 MiB / 256 KiB = 64)
 KEYS = ["p/%03d.bin" % i for i in range(N)]
@@ -95,10 +95,11 @@ class EpochPlanTest(unittest.TestCase):
             self.assertLessEqual(r, int(0.7 * N), reads)
 
     def test_restart_mid_epoch_registers_the_plan_again(self):
+        # rpc_timeout: a restart on a loaded machine may take over 20 s.
         ds = CacheIterableDataset(KEYS, dataset="ds", socket=SERVER.socket,
                                   batch_size=8, seed=4, output="bytes",
-                                  return_keys=True, rpc_timeout=20.0,
-                                  connect_timeout=20.0)
+                                  return_keys=True, rpc_timeout=60.0,
+                                  connect_timeout=60.0)
         loader = torch.utils.data.DataLoader(
             ds, batch_size=None, num_workers=2, persistent_workers=True,
             multiprocessing_context="fork", timeout=LOADER_TIMEOUT_S,

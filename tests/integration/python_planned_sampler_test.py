@@ -37,7 +37,10 @@ if HAVE_TORCH:
     from dlcache.torch_data import CacheDataset, PlannedSampler
 
 TEST_DEADLINE_S = 240
-LOADER_TIMEOUT_S = 60
+LOADER_TIMEOUT_S = 90
+# A restart of dlcached on a loaded machine can take longer than 20 s:
+# the Clients wait that long for their reconnect.
+RPC_TIMEOUT_S = 60.0
 SIZE = 256 << 10  # one chunk each
 N = 128           # twice the arena (16 MiB / 256 KiB = 64 slots)
 LOOKAHEAD = 16    # a quarter of the arena's slots
@@ -67,8 +70,9 @@ def as_list(batch):
 
 def dataset(**kw):
     return CacheDataset(KEYS, dataset="ds", socket=SERVER.socket,
-                        output="bytes", return_keys=True, rpc_timeout=20.0,
-                        connect_timeout=20.0, **kw)
+                        output="bytes", return_keys=True,
+                        rpc_timeout=RPC_TIMEOUT_S,
+                        connect_timeout=RPC_TIMEOUT_S, **kw)
 
 
 def loader(ds, sampler, workers=2):
