@@ -693,17 +693,16 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         [self = shared_from_this(), c, id = h.request_id, engine,
          session = c->session, max_frame = shared_->options.max_frame_bytes,
          observe = std::move(observe)](absl::StatusOr<BatchResult> r) mutable {
+          // Progress counts once the items are leased: marked used
+          // earlier, an item a look-ahead fill just brought in would be
+          // the eviction's first pick before the batch pins it.
+          if (observe) observe();
           // Encoded where the result is ready (a fill thread for misses).
           std::string frame = EncodeBatch(id, std::move(r), engine, session,
                                           max_frame, self->shared_.get());
           self->RunOrPost([self, c, frame = std::move(frame)]() mutable {
             self->Complete(c, std::move(frame));
           });
-          // Progress counts once the items are leased (marked used
-          // earlier, an item a look-ahead fill just brought in would be
-          // the eviction's first pick before the batch pins it), and after
-          // the answer is on its way: off the hit's latency.
-          if (observe) observe();
         });
   }
 
