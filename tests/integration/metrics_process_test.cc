@@ -76,6 +76,20 @@ const char* const kFamilies[] = {
     "dlcache_data_frames_sent_total",
     "dlcache_data_bytes_received_total",
     "dlcache_data_bytes_sent_total",
+    // Epoch plans (on by default; the per-plan families have no sample
+    // while there is no plan).
+    "dlcache_plans",
+    "dlcache_plan_positions",
+    "dlcache_plan_consumed_total",
+    "dlcache_plan_refusals_total",
+    "dlcache_plan_lookahead_cached_total",
+    "dlcache_plan_lookahead_issued_total",
+    "dlcache_plan_lookahead_skipped_total",
+    "dlcache_plan_lookahead_failed_total",
+    "dlcache_plan_lookahead_in_flight",
+    "dlcache_plan_frontier",
+    "dlcache_plan_end",
+    "dlcache_plan_sessions",
     // The SSD tier.
     "dlcache_ssd_capacity_bytes",
     "dlcache_ssd_free_bytes",
