@@ -786,7 +786,8 @@ uint32_t MemoryTier::CachedChunks(uint32_t dataset,
 }
 
 bool MemoryTier::FullyCached(uint32_t dataset, absl::string_view path) const {
-  absl::MutexLock lock(&mu_);
+  // Shared, as CachedChunks: the look-ahead must not stall hits.
+  absl::ReaderMutexLock lock(&mu_);
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr || rec->chunks().empty()) return false;
   for (ChunkEntry* e : rec->chunks()) {
