@@ -205,6 +205,14 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
       if (sent.ok() || sent.code() == absl::StatusCode::kDeadlineExceeded) {
         return absl::DeadlineExceededError("no answer in time");
       }
+      // The frame could not be written: the connection is broken, and
+      // Break() above wakes the reader, which marks it ended. Wait for that
+      // before answering, so that a caller that sees this error also sees
+      // ended() and asks the next session; returned at once, the caller
+      // raced the reader and gave up on a reconnect that was under way
+      // (DataLoader workers across a dlcached restart, under load).
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(absl::Condition(&ended_), deadline);
       return absl::UnavailableError(sent.message());
     }
     // The reader took the call: its answer (or the connection's end) is
