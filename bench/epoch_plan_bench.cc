@@ -241,8 +241,22 @@ absl::StatusOr<std::vector<EpochResult>> Run(
                              done.Notify();
                            });
       done.WaitForNotification();
-      // As the data server does: progress once the batch is leased.
-      if (planned) plans.Observe(session, 0, views);
+      // As the data server does: progress once the batch is leased,
+      // queued for the prefetcher's thread to apply (applied at once
+      // without one).
+      if (prefetcher != nullptr) {
+        ProgressQueue::Report r{session, 0, nullptr, {}};
+        auto frame = std::make_shared<std::string>();
+        for (const std::string& p : paths) frame->append(p);
+        for (size_t at = 0; const std::string& p : paths) {
+          r.paths.push_back(absl::string_view(*frame).substr(at, p.size()));
+          at += p.size();
+        }
+        r.frame = std::move(frame);
+        plans.Report(std::move(r));
+      } else if (planned) {
+        plans.Observe(session, 0, views);
+      }
       if (!result.ok()) {
         failure = result.status();
         break;

@@ -326,7 +326,8 @@ absl::Status CacheServer::Init() {
         po,
         [tier = tier_.get()](uint32_t ds, absl::string_view path) {
           return tier->FullyCached(ds, path);
-        });
+        },
+        [tier = tier_.get()] { return tier->removal_generation(); });
     plans_->SetOnChange([p = plan_prefetcher_.get()] { p->Wake(); });
   }
   if (membership_) {

@@ -63,6 +63,11 @@ uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
   return pos >= frontier_ ? pos - frontier_ : 0;
 }
 
+void EpochPlan::NoteCached(absl::string_view path, uint64_t generation) {
+  auto it = keys_.find(path);
+  if (it != keys_.end()) it->second.cached_generation = generation;
+}
+
 void EpochPlan::Trim() {
   while (!order_.empty() && base_ + skew_ < frontier_) {
     KeyMap::value_type* node = order_.front();

@@ -64,10 +64,22 @@ class EpochPlan {
   }
   uint64_t base() const { return base_; }
 
+  // The look-ahead's memo of what is cached (so that a window of hits is
+  // not asked of the tier position by position): `path` was cached whole
+  // when the cache's removal generation was `generation` (non-zero).
+  void NoteCached(absl::string_view path, uint64_t generation);
+  // Whether the path at `pos` was noted cached at `generation`, i.e. with
+  // nothing removed from the cache since (base() <= pos < end()).
+  bool KnownCached(uint64_t pos, uint64_t generation) const {
+    return generation != 0 &&
+           order_[pos - base_]->second.cached_generation == generation;
+  }
+
  private:
   struct KeyUses {
     std::vector<uint64_t> positions;  // ascending
     size_t next = 0;                  // first outstanding
+    uint64_t cached_generation = 0;   // NoteCached; 0: not known
   };
 
   // First outstanding position of `k` at or after the frontier less skew.

@@ -1,25 +1,26 @@
 #include "server/plan/plan_prefetcher.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace dlcache {
 
 PlanPrefetcher::PlanPrefetcher(PlanRegistry* plans, FetchFn fetch,
-                               const Options& options, CachedFn cached)
+                               const Options& options, CachedFn cached,
+                               GenerationFn generation)
     : plans_(plans),
       fetch_(std::move(fetch)),
       cached_(std::move(cached)),
+      generation_(std::move(generation)),
       options_(options) {
   thread_ = std::thread([this] { Loop(); });
 }
 
 PlanPrefetcher::~PlanPrefetcher() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
+  stop_.store(true);
+  Wake();
   thread_.join();
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
@@ -27,68 +28,96 @@ PlanPrefetcher::~PlanPrefetcher() {
 }
 
 void PlanPrefetcher::Wake() {
-  absl::MutexLock lock(&mu_);
-  wake_ = true;
+  wakes_.fetch_add(1, std::memory_order_release);
+  wakes_.notify_one();
 }
 
 void PlanPrefetcher::Loop() {
   for (;;) {
+    // Read before looking: a Wake from here on ends the wait below.
+    const uint32_t seen = wakes_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    // The hit path only queued its progress; it is applied here.
+    plans_->ApplyProgress();
     size_t room = 0;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](PlanPrefetcher* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return p->stop_ ||
-                   (p->wake_ && p->in_flight_ < p->options_.max_in_flight);
-          },
-          this));
-      if (stop_) return;
-      wake_ = false;
       room = options_.max_in_flight - in_flight_;
     }
-    std::vector<PlanRegistry::Pending> next =
-        plans_->TakeLookahead(options_.lookahead, room);
-    const size_t taken = next.size();
-    // A planned read of what is cached needs no fill: skipping it here
-    // spares the fill pool a task (and a thread hand-off) per planned
-    // read, most of them on a warm cache.
-    if (cached_) {
-      next.erase(std::remove_if(next.begin(), next.end(),
-                                [this](const PlanRegistry::Pending& p) {
-                                  return cached_(p.dataset, p.path);
-                                }),
-                 next.end());
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      cached_count_ += taken - next.size();
-      in_flight_ += next.size();
-      issued_ += next.size();
-      // All the room was used: there may be more to take once a fill ends
-      // (Done wakes us), or now if some were cached, whether or not a plan
-      // changes meanwhile.
-      if (taken == room) wake_ = true;
-    }
-    for (PlanRegistry::Pending& p : next) {
-      // A fill that waited in the pool while the consumers passed its key
-      // would read an item now used (and so first in line for eviction):
-      // skip it once it is no longer ahead within the look-ahead.
-      std::function<bool()> wanted = [this, ds = p.dataset, path = p.path] {
-        if (plans_->NextUse(ds, path) < options_.lookahead) return true;
-        skipped_.fetch_add(1, std::memory_order_relaxed);
-        return false;
-      };
-      fetch_(
-          p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); },
-          std::move(wanted));
-    }
+    if (room > 0 && TakeAndFetch(room)) continue;
+    // Nothing to do until a plan changes, progress is queued or a fill
+    // ends (each Wakes).
+    wakes_.wait(seen, std::memory_order_acquire);
   }
+}
+
+bool PlanPrefetcher::TakeAndFetch(size_t room) {
+  // Read before the tier is asked: a removal after that changes it, and
+  // the memo below is void.
+  const uint64_t generation = generation_ ? generation_() : 0;
+  uint64_t known_cached = 0;
+  std::vector<PlanRegistry::Pending> next = plans_->TakeLookahead(
+      options_.lookahead, room, generation, &known_cached);
+  const size_t taken = next.size();
+  // A planned read of what is cached needs no fill: skipping it here
+  // spares the fill pool a task (and a thread hand-off) per planned read,
+  // most of them on a warm cache. Noted, so that the next epoch's reads of
+  // the same paths are passed over without asking.
+  std::vector<std::string> cached;
+  if (cached_) {
+    auto fetch_end = std::stable_partition(
+        next.begin(), next.end(), [this](const PlanRegistry::Pending& p) {
+          return !cached_(p.dataset, p.path);
+        });
+    if (generation != 0 && fetch_end != next.end()) {
+      // Grouped by dataset for NoteCached (one dataset nearly always).
+      std::sort(
+          fetch_end, next.end(),
+          [](const PlanRegistry::Pending& a, const PlanRegistry::Pending& b) {
+            return a.dataset < b.dataset;
+          });
+      for (auto it = fetch_end; it != next.end();) {
+        const uint32_t ds = it->dataset;
+        cached.clear();
+        for (; it != next.end() && it->dataset == ds; ++it) {
+          cached.push_back(std::move(it->path));
+        }
+        plans_->NoteCached(ds, cached, generation);
+      }
+    }
+    next.erase(fetch_end, next.end());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    cached_count_ += known_cached + (taken - next.size());
+    in_flight_ += next.size();
+    issued_ += next.size();
+  }
+  for (PlanRegistry::Pending& p : next) {
+    // A fill that waited in the pool while the consumers passed its key
+    // would read an item now used (and so first in line for eviction):
+    // skip it once it is no longer ahead within the look-ahead.
+    std::function<bool()> wanted = [this, ds = p.dataset, path = p.path] {
+      if (plans_->NextUse(ds, path) < options_.lookahead) return true;
+      skipped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    };
+    fetch_(
+        p.dataset, std::move(p.path), [this](absl::Status s) { Done(s); },
+        std::move(wanted));
+  }
+  // All the room was used: there may be more to take now (if some were
+  // cached) or once a fill ends.
+  return taken == room;
 }
 
 void PlanPrefetcher::Done(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   --in_flight_;
   if (!status.ok()) ++failed_;
+  // Under mu_: the destructor, waiting for in_flight_ to reach 0, must not
+  // free wakes_ before this.
+  Wake();
 }
 
 PlanPrefetcher::Stats PlanPrefetcher::stats() const {

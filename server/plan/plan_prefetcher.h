@@ -1,7 +1,7 @@
 #ifndef DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
 #define DLCACHE_SERVER_PLAN_PLAN_PREFETCHER_H_
 
-#include <atomic>
+#include <atomic>  // wait/notify: C++20
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,10 +22,12 @@ namespace dlcache {
 // not swamped. Each planned read is fetched once (a fill that fails is not
 // retried: the consumer's own read will).
 //
-// One thread of its own; it wakes when a plan changes (PlanRegistry's
-// on_change, which the owner points at Wake) or a fill completes.
-// Thread-safe. The destructor stops the thread and waits for the fills in
-// flight, so `fetch`'s completions must keep running until then.
+// One thread of its own; it wakes when a plan changes or progress is
+// queued (PlanRegistry's on_change, which the owner points at Wake) or a
+// fill completes. It applies the registry's queued progress (off the hit
+// path) before it looks ahead. Thread-safe; Wake takes no lock. The destructor
+// stops the thread and waits for the fills in flight, so `fetch`'s completions
+// must keep running until then.
 class PlanPrefetcher {
  public:
   struct Options {
@@ -45,13 +47,20 @@ class PlanPrefetcher {
   // no fill (asked on the prefetcher's thread; must be cheap, not block).
   using CachedFn = std::function<bool(uint32_t dataset, absl::string_view)>;
 
-  // `cached` may be null (every planned read is fetched).
+  // A number that changes whenever something cached may have left the
+  // cache (MemoryTier::removal_generation): a read found cached at one
+  // value is not asked about again while it stays. Must be cheap.
+  using GenerationFn = std::function<uint64_t()>;
+
+  // `cached` may be null (every planned read is fetched); `generation`
+  // may be null (`cached` is asked for every planned read).
   PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options,
-                 CachedFn cached = nullptr);
+                 CachedFn cached = nullptr, GenerationFn generation = nullptr);
   ~PlanPrefetcher();
   PlanPrefetcher(const PlanPrefetcher&) = delete;
   PlanPrefetcher& operator=(const PlanPrefetcher&) = delete;
 
+  // Lock-free (an atomic and a futex wake): callable on the hit path.
   void Wake();
 
   struct Stats {
@@ -65,15 +74,20 @@ class PlanPrefetcher {
 
  private:
   void Loop();
+  // Takes up to `room` planned reads and starts their fills; true if all
+  // the room was used (there may be more).
+  bool TakeAndFetch(size_t room);
   void Done(const absl::Status& status);
 
   PlanRegistry* const plans_;
   const FetchFn fetch_;
   const CachedFn cached_;
+  const GenerationFn generation_;
   const Options options_;
+  // Bumped by Wake; the thread sleeps until it moves.
+  std::atomic<uint32_t> wakes_{0};
+  std::atomic<bool> stop_{false};
   mutable absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool wake_ ABSL_GUARDED_BY(mu_) = true;
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;

@@ -8,7 +8,9 @@
 
 namespace dlcache {
 
-PlanRegistry::PlanRegistry(const PlanLimits& limits) : limits_(limits) {}
+PlanRegistry::PlanRegistry(const PlanLimits& limits,
+                           const ProgressQueueLimits& queue_limits)
+    : limits_(limits), progress_(queue_limits) {}
 
 PlanRegistry::~PlanRegistry() = default;
 
@@ -22,6 +24,9 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
   }
   {
     absl::MutexLock lock(&mu_);
+    // What the session read before this registration (a reset above all)
+    // belongs to the plan as it was.
+    ApplyProgressLocked();
     PlanKey key{dataset, std::string(name)};
     auto it = plans_.find(key);
     Plan* p = it == plans_.end() ? nullptr : it->second.get();
@@ -78,25 +83,67 @@ void PlanRegistry::Observe(uint64_t session, uint32_t dataset,
   bool progressed = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = by_session_.find(session);
-    if (it == by_session_.end()) return;
-    for (Plan* p : it->second) {
-      if (p->dataset != dataset) continue;
-      const uint64_t before = p->plan->live_positions();
-      for (absl::string_view path : paths) {
-        if (p->plan->Consume(path)) {
-          ++consumed_;
-          progressed = true;
-        }
-      }
-      total_positions_ -= before - p->plan->live_positions();
-    }
+    progressed = ApplyProgressLocked();
+    progressed |= ObserveLocked(session, dataset, paths);
   }
   if (progressed) Changed();
 }
 
+bool PlanRegistry::Report(ProgressQueue::Report report) {
+  if (!active()) return true;  // nothing to make progress
+  switch (progress_.Push(std::move(report))) {
+    case ProgressQueue::Pushed::kDropped:
+      return false;
+    case ProgressQueue::Pushed::kFirst:
+      // Later reports find the applier already woken.
+      Changed();
+      return true;
+    case ProgressQueue::Pushed::kQueued:
+      return true;
+  }
+  return true;
+}
+
+bool PlanRegistry::ApplyProgress() {
+  absl::MutexLock lock(&mu_);
+  return ApplyProgressLocked();
+}
+
+bool PlanRegistry::ApplyProgressLocked() {
+  // Taken under mu_, so that reports are applied in the order queued even
+  // when several threads apply.
+  progress_.TakeAll(&applying_);
+  bool progressed = false;
+  for (const ProgressQueue::Report& r : applying_) {
+    progressed |= ObserveLocked(r.session, r.dataset, r.paths);
+  }
+  applying_.clear();
+  return progressed;
+}
+
+bool PlanRegistry::ObserveLocked(uint64_t session, uint32_t dataset,
+                                 absl::Span<const absl::string_view> paths) {
+  auto it = by_session_.find(session);
+  if (it == by_session_.end()) return false;
+  bool progressed = false;
+  for (Plan* p : it->second) {
+    if (p->dataset != dataset) continue;
+    const uint64_t before = p->plan->live_positions();
+    for (absl::string_view path : paths) {
+      if (p->plan->Consume(path)) {
+        ++consumed_;
+        progressed = true;
+      }
+    }
+    total_positions_ -= before - p->plan->live_positions();
+  }
+  return progressed;
+}
+
 void PlanRegistry::CloseSession(uint64_t session) {
   absl::MutexLock lock(&mu_);
+  // The session's last batches count for the plans it shares with others.
+  ApplyProgressLocked();
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return;
   for (Plan* p : it->second) {
@@ -116,7 +163,8 @@ void PlanRegistry::DropPlanLocked(Plan* p) {
 }
 
 std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
-    uint64_t lookahead, size_t max) {
+    uint64_t lookahead, size_t max, uint64_t cache_generation,
+    uint64_t* known_cached) {
   std::vector<Pending> out;
   absl::MutexLock lock(&mu_);
   std::vector<Plan*> all;
@@ -129,8 +177,15 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
     for (size_t n = 0; n < all.size() && out.size() < max; ++n) {
       Plan* p = all[(round_robin_ + n) % all.size()];
       const EpochPlan& plan = *p->plan;
-      const uint64_t start = std::max(p->handed_out, plan.frontier());
+      uint64_t start = std::max(p->handed_out, plan.frontier());
       const uint64_t stop = std::min(plan.end(), plan.frontier() + lookahead);
+      // A window of hits costs a pointer check per new position, not a
+      // question to the tier.
+      while (start < stop && plan.KnownCached(start, cache_generation)) {
+        ++start;
+        if (known_cached != nullptr) ++*known_cached;
+      }
+      p->handed_out = std::max(p->handed_out, start);
       if (start >= stop) continue;
       out.push_back(Pending{p->dataset, std::string(plan.At(start))});
       p->handed_out = start + 1;
@@ -139,6 +194,19 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
   }
   ++round_robin_;
   return out;
+}
+
+void PlanRegistry::NoteCached(uint32_t dataset,
+                              absl::Span<const std::string> paths,
+                              uint64_t cache_generation) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_dataset_.find(dataset);
+  if (it == by_dataset_.end()) return;
+  for (Plan* p : it->second) {
+    for (const std::string& path : paths) {
+      p->plan->NoteCached(path, cache_generation);
+    }
+  }
 }
 
 uint64_t PlanRegistry::NextUse(uint32_t dataset, absl::string_view path) const {
@@ -171,20 +239,23 @@ void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
   }
 }
 
-PlanRegistry::Stats PlanRegistry::stats() const {
-  absl::ReaderMutexLock lock(&mu_);
+PlanRegistry::Stats PlanRegistry::stats() {
+  absl::MutexLock lock(&mu_);
+  ApplyProgressLocked();
   Stats s;
   s.plans = static_cast<uint32_t>(plans_.size());
   s.live_positions = total_positions_;
   s.consumed = consumed_;
   s.refusals = refusals_;
+  s.progress_dropped = progress_.stats().dropped;
   return s;
 }
 
-std::vector<PlanRegistry::PlanInfo> PlanRegistry::Describe() const {
+std::vector<PlanRegistry::PlanInfo> PlanRegistry::Describe() {
   std::vector<PlanInfo> out;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock lock(&mu_);
+    ApplyProgressLocked();
     out.reserve(plans_.size());
     for (const auto& [key, p] : plans_) {
       out.push_back(PlanInfo{

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "server/memory/belady_eviction_policy.h"
 #include "server/plan/epoch_plan.h"
+#include "server/plan/progress_queue.h"
 
 namespace dlcache {
 
@@ -37,26 +38,34 @@ struct PlanLimits {
 // is shared by the sessions attached to it (the DataLoader workers of one
 // rank register or attach the same name) and dies with the last of them:
 // a consumer that stops, restarts or dies leaves nothing behind. Progress
-// is derived from the paths attached sessions ask for (Observe).
+// is derived from the paths attached sessions ask for: reported from the
+// hit path into a bounded queue (Report) and applied off it (ApplyProgress,
+// on the prefetcher's thread), or applied at once (Observe).
 //
 // Serves the Belady eviction policy (NextUseOracle: the distance of an
 // entry is the smallest over the plans of its dataset) and the prefetcher
 // (TakeLookahead).
 //
 // Thread-safe; one mutex, taken under the memory tier's lock by Distances
-// and never held while calling out (on_change runs outside it).
+// and never held while calling out (on_change runs outside it). Report
+// takes only the progress queue's own mutex, never this one.
 class PlanRegistry : public NextUseOracle {
  public:
-  explicit PlanRegistry(const PlanLimits& limits = PlanLimits());
+  explicit PlanRegistry(
+      const PlanLimits& limits = PlanLimits(),
+      const ProgressQueueLimits& queue_limits = ProgressQueueLimits());
   ~PlanRegistry() override;
 
-  // Called (outside the lock) when a plan gained keys or progressed, so
-  // that the prefetcher looks again. Set before use.
+  // Called (outside the lock) when a plan gained keys or progressed, or
+  // progress was queued, so that the prefetcher looks again (and applies
+  // the progress). Must not block (it may run on the hit path). Set before
+  // use.
   void SetOnChange(std::function<void()> fn) { on_change_ = std::move(fn); }
 
   // Attaches `session` to `dataset`'s plan `name` (creating it) and adds
   // keys [offset, offset + paths.size()) of its epoch `epoch`
-  // (EpochPlan::Add; paths normalised, as GetBatch keys are). `reset`
+  // (EpochPlan::Add; paths normalised, as GetBatch keys are). Progress
+  // queued before is applied first. `reset`
   // first forgets what the plan held (a consumer restarting its epoch).
   // INVALID_ARGUMENT: name empty or over 128 bytes. RESOURCE_EXHAUSTED
   // (nothing added): the session has max_plans_per_session plans, the node
@@ -67,21 +76,46 @@ class PlanRegistry : public NextUseOracle {
                         absl::Span<const absl::string_view> paths, bool reset);
 
   // `session` asked `dataset` for these paths: progress of its plans on
-  // that dataset. Cheap when the node has no plan.
+  // that dataset, applied now (after the progress queued before it). Cheap
+  // when the node has no plan.
   void Observe(uint64_t session, uint32_t dataset,
                absl::Span<const absl::string_view> paths);
 
-  // Detaches the session; plans left without a session are dropped.
+  // The same progress, queued for ApplyProgress (the hit path: takes only
+  // the queue's mutex, then calls on_change if the queue was empty). The
+  // report owns the frame its paths point into. Returns false if the
+  // report was dropped: the queue is at its limit (counted).
+  bool Report(ProgressQueue::Report report);
+
+  // Applies the queued progress, oldest first (the prefetcher does, before
+  // it takes the look-ahead). Returns whether a plan progressed; calls no
+  // on_change (the caller looks at the look-ahead next).
+  bool ApplyProgress();
+
+  // Detaches the session (after applying the progress queued so far:
+  // nothing of the session is left); plans left without a session are
+  // dropped.
   void CloseSession(uint64_t session);
 
   // Up to `max` planned reads within `lookahead` positions of their plan's
   // frontier not handed out before, round-robin over plans; they count as
-  // handed out from now on.
+  // handed out from now on. Reads noted cached at `cache_generation`
+  // (NoteCached; 0 = none) are passed over, as handed out, without counting
+  // towards `max`; `*known_cached` (if set) is increased by their number.
   struct Pending {
     uint32_t dataset = 0;
     std::string path;
   };
-  std::vector<Pending> TakeLookahead(uint64_t lookahead, size_t max);
+  std::vector<Pending> TakeLookahead(uint64_t lookahead, size_t max,
+                                     uint64_t cache_generation = 0,
+                                     uint64_t* known_cached = nullptr);
+
+  // The look-ahead found these paths of `dataset` cached whole while the
+  // cache's removal generation was `cache_generation` (read before it
+  // looked): TakeLookahead passes over their planned reads while the
+  // generation stays the same.
+  void NoteCached(uint32_t dataset, absl::Span<const std::string> paths,
+                  uint64_t cache_generation);
 
   // Smallest distance over `dataset`'s plans (EpochPlan::NextUse), or
   // kNoFurtherUse / kUnplanned.
@@ -94,13 +128,16 @@ class PlanRegistry : public NextUseOracle {
   void Distances(absl::Span<ChunkEntry* const> entries,
                  absl::Span<uint64_t> out) const override;
 
+  // stats() and Describe() apply the queued progress first: what they show
+  // includes every batch answered before.
   struct Stats {
     uint32_t plans = 0;
     uint64_t live_positions = 0;
-    uint64_t consumed = 0;  // reads that advanced a plan
-    uint64_t refusals = 0;  // Register calls refused by a limit
+    uint64_t consumed = 0;          // reads that advanced a plan
+    uint64_t refusals = 0;          // Register calls refused by a limit
+    uint64_t progress_dropped = 0;  // reports dropped by the full queue
   };
-  Stats stats() const;
+  Stats stats();
 
   // One plan as the admin API shows it.
   struct PlanInfo {
@@ -112,7 +149,12 @@ class PlanRegistry : public NextUseOracle {
     uint64_t live_positions = 0;
   };
   // Every plan (at most PlanLimits::max_plans), by dataset and name.
-  std::vector<PlanInfo> Describe() const;
+  std::vector<PlanInfo> Describe();
+
+  // The queue as it is (nothing applied): for tests.
+  ProgressQueue::Stats progress_queue_stats() const {
+    return progress_.stats();
+  }
 
  private:
   struct Plan {
@@ -131,6 +173,11 @@ class PlanRegistry : public NextUseOracle {
   uint64_t NextUseLocked(uint32_t dataset, absl::string_view path) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void DropPlanLocked(Plan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns whether a plan progressed.
+  bool ObserveLocked(uint64_t session, uint32_t dataset,
+                     absl::Span<const absl::string_view> paths)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ApplyProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() const {
     if (on_change_) on_change_();
   }
@@ -138,7 +185,10 @@ class PlanRegistry : public NextUseOracle {
   const PlanLimits limits_;
   std::function<void()> on_change_;
   std::atomic<uint32_t> plan_count_{0};
+  ProgressQueue progress_;
   mutable absl::Mutex mu_;
+  // ApplyProgressLocked's buffer (its capacity is reused).
+  std::vector<ProgressQueue::Report> applying_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_
       ABSL_GUARDED_BY(mu_);
   // Plans by dataset, for the eviction oracle.

@@ -105,6 +105,9 @@ struct Conn {
   bool processing = false;  // inside ProcessFrames (no re-entry)
   uint32_t events = 0;      // what epoll watches now
   uint32_t inflight = 0;
+  // Attached to an epoch plan (a registration succeeded): its batches are
+  // the plans' progress. A session leaves its plans only when it closes.
+  bool in_plan = false;
   local::FrameAssembler in;
   std::deque<OutFrame> out;
   uint64_t out_bytes = 0;
@@ -650,11 +653,11 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   void HandleGetBatch(const std::shared_ptr<Conn>& c,
                       const local::FrameHeader& h, std::string* frame) {
-    // While a plan exists, its progress is recorded after the answer, from
-    // the keys: the observer keeps the frame (moved, not copied) that the
-    // decoded keys point into, rather than a copy of every path.
+    // A session in a plan reports its keys as progress: the report keeps
+    // the frame (moved, not copied) that the decoded keys point into,
+    // rather than a copy of every path. Other sessions pay nothing.
     std::shared_ptr<const std::string> kept;
-    if (shared_->plans != nullptr && shared_->plans->active()) {
+    if (c->in_plan && shared_->plans != nullptr) {
       kept = std::make_shared<const std::string>(std::move(*frame));
     }
     const std::string& payload = kept ? *kept : *frame;
@@ -695,7 +698,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
          observe = std::move(observe)](absl::StatusOr<BatchResult> r) mutable {
           // Progress counts once the items are leased: marked used
           // earlier, an item a look-ahead fill just brought in would be
-          // the eviction's first pick before the batch pins it.
+          // the eviction's first pick before the batch pins it. Only
+          // queued here; applied off the hit path.
           if (observe) observe();
           // Encoded where the result is ready (a fill thread for misses).
           std::string frame = EncodeBatch(id, std::move(r), engine, session,
@@ -815,9 +819,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   // The plans' progress comes from what their sessions ask for: no frame
-  // of its own, and nothing at all (null) while no plan exists or `frame`
-  // (the payload the keys' paths point into) was not kept. The closure
-  // owns the frame.
+  // of its own, and nothing at all (null) when `frame` (the payload the
+  // keys' paths point into) was not kept. The closure owns the frame and
+  // queues it with the paths (PlanRegistry::Report: the queue's lock only;
+  // a full queue drops the report and counts it).
   std::function<void()> PlanObserver(uint64_t session,
                                      absl::string_view dataset,
                                      absl::Span<const BatchKey> keys,
@@ -830,7 +835,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     paths.reserve(keys.size());
     for (const BatchKey& k : keys) paths.push_back(k.path);
     return [plans, session, ds = *ds, frame = std::move(frame),
-            paths = std::move(paths)] { plans->Observe(session, ds, paths); };
+            paths = std::move(paths)]() mutable {
+      plans->Report(ProgressQueue::Report{session, ds, std::move(frame),
+                                          std::move(paths)});
+    };
   }
 
   void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
@@ -867,6 +875,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       paths.push_back(p);
     }
     if (s.ok()) {
+      // Attached even when a position limit refuses the keys.
+      c->in_plan = true;
       s = shared_->plans->Register(c->session, *ds, req.plan, req.epoch,
                                    req.offset, paths,
                                    (req.flags & local::kPlanReset) != 0);

@@ -706,6 +706,7 @@ void MemoryTier::FreeEntry(ChunkEntry* entry) {
 }
 
 void MemoryTier::DropEntry(ChunkEntry* entry) {
+  removals_.fetch_add(1, std::memory_order_release);
   FileRecord* rec = entry->file;
   UnaccountLocked(entry);
   if (entry->state == ChunkEntry::State::kReady) {
@@ -726,6 +727,7 @@ void MemoryTier::SetEvictionSink(EvictionSink* sink) {
 void MemoryTier::EvictVictim(ChunkEntry* entry) {
   // The allocator reuses the victim's slot, so it must not be freed here.
   // The sink is only called outside the lock (Acquire's demotion rounds).
+  removals_.fetch_add(1, std::memory_order_release);
   FileRecord* rec = entry->file;
   if (eviction_sink_ != nullptr && !entry->borrowed) ++undemoted_;
   UnaccountLocked(entry);

@@ -277,6 +277,12 @@ class MemoryTier {
   uint32_t CachedChunks(uint32_t dataset, absl::string_view path) const;
   // Whether every chunk of a file is cached (false if unknown).
   bool FullyCached(uint32_t dataset, absl::string_view path) const;
+  // Changes whenever a cached chunk leaves the tier (evicted or dropped),
+  // never otherwise; never 0. What FullyCached said after this value was
+  // read still holds while it is unchanged. Lock-free.
+  uint64_t removal_generation() const {
+    return removals_.load(std::memory_order_acquire) + 1;
+  }
   TierStats Stats() const;
 
   // --- re-adoption across a server restart (server/tier/arena_manifest) ---
@@ -422,6 +428,8 @@ class MemoryTier {
       ABSL_GUARDED_BY(mu_);
   uint64_t undemoted_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<uint64_t> limit_refusals_{0};
+  // Chunks evicted or dropped (removal_generation); bumped under mu_.
+  std::atomic<uint64_t> removals_{0};
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,6 @@
 #include "server/plan/plan_registry.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,138 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   EXPECT_EQ(d[2], NextUseOracle::kUnplanned);
   EXPECT_EQ(d[3], NextUseOracle::kUnplanned);
   for (FileRecord* f : {fa, fb, fx}) FileRecord::Destroy(f);
+}
+
+// A report as the data server makes one: the paths point into a frame the
+// report owns.
+ProgressQueue::Report MakeReport(uint64_t session,
+                                 const std::vector<std::string>& paths) {
+  auto frame = std::make_shared<std::string>();
+  for (const std::string& p : paths) frame->append(p);
+  ProgressQueue::Report r{session, 0, nullptr, {}};
+  size_t at = 0;
+  for (const std::string& p : paths) {
+    r.paths.push_back(absl::string_view(*frame).substr(at, p.size()));
+    at += p.size();
+  }
+  r.frame = std::move(frame);
+  return r;
+}
+
+TEST(PlanRegistryTest, ReportedProgressIsAppliedLaterInOrder) {
+  PlanRegistry r;
+  int changes = 0;
+  r.SetOnChange([&] { ++changes; });
+  EXPECT_TRUE(r.Report(MakeReport(1, {"a"})));  // no plan: nothing queued
+  EXPECT_EQ(r.progress_queue_stats().accepted, 0u);
+  const std::vector<std::string> keys = {"a", "b", "c", "d"};
+  ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  changes = 0;
+  EXPECT_TRUE(r.Report(MakeReport(1, {"a"})));
+  EXPECT_TRUE(r.Report(MakeReport(1, {"b"})));
+  // The applier is woken once, by the report that found the queue empty.
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(r.progress_queue_stats().queued, 2u);
+  EXPECT_EQ(r.NextUse(0, "c"), 2u);  // not applied yet
+  EXPECT_TRUE(r.ApplyProgress());
+  EXPECT_EQ(r.NextUse(0, "c"), 0u);
+  EXPECT_EQ(r.progress_queue_stats().queued, 0u);
+  EXPECT_FALSE(r.ApplyProgress());  // nothing left
+  // Stats apply what is queued: they include every batch reported.
+  EXPECT_TRUE(r.Report(MakeReport(1, {"c"})));
+  EXPECT_EQ(r.stats().consumed, 3u);
+  EXPECT_EQ(r.Describe()[0].frontier, 3u);
+}
+
+TEST(PlanRegistryTest, AFloodOfReportsIsBoundedAndCounted) {
+  ProgressQueueLimits q;
+  q.max_reports = 4;
+  q.max_keys = 6;
+  q.max_bytes = 1000;
+  PlanRegistry r(PlanLimits(), q);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back("k" + std::to_string(i));
+  ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  int accepted = 0;
+  for (int i = 0; i < 50; ++i) accepted += r.Report(MakeReport(1, {keys[i]}));
+  EXPECT_EQ(accepted, 4);  // by reports
+  ProgressQueue::Stats s = r.progress_queue_stats();
+  EXPECT_EQ(s.queued, 4u);
+  EXPECT_EQ(s.dropped, 46u);
+  ASSERT_TRUE(r.ApplyProgress());
+  // By keys, then by bytes.
+  EXPECT_FALSE(r.Report(MakeReport(1, std::vector<std::string>(7, "k60"))));
+  EXPECT_TRUE(r.Report(MakeReport(1, {"k60", "k61", "k62"})));
+  EXPECT_FALSE(r.Report(MakeReport(1, {"k63", "k64", "k65", "k66"})));
+  EXPECT_FALSE(r.Report(MakeReport(1, {std::string(1000, 'x')})));
+  EXPECT_EQ(r.progress_queue_stats().queued, 1u);
+  // Dropped progress is counted; the frontier follows the later reports.
+  const PlanRegistry::Stats st = r.stats();
+  EXPECT_EQ(st.progress_dropped, 49u);
+  EXPECT_EQ(st.consumed, 7u);
+  EXPECT_EQ(r.Describe()[0].frontier, 63u);
+}
+
+TEST(PlanRegistryTest, SessionEndAppliesItsReportsAndLeavesNothing) {
+  PlanRegistry r;
+  const std::vector<std::string> keys = {"a", "b", "c"};
+  ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  ASSERT_TRUE(r.Register(2, 0, "job", 0, 0, {}, false).ok());
+  ProgressQueue::Report report = MakeReport(2, {"a", "b"});
+  std::weak_ptr<const std::string> frame = report.frame;
+  ASSERT_TRUE(r.Report(std::move(report)));
+  // A worker's last batch still counts for the plan it shared.
+  r.CloseSession(2);
+  EXPECT_EQ(r.progress_queue_stats().queued, 0u);
+  EXPECT_TRUE(frame.expired());
+  EXPECT_EQ(r.NextUse(0, "c"), 0u);
+  report = MakeReport(1, {"c"});
+  frame = report.frame;
+  ASSERT_TRUE(r.Report(std::move(report)));
+  r.CloseSession(1);
+  // The last session took the plan, its queued report and its frame.
+  EXPECT_TRUE(frame.expired());
+  EXPECT_EQ(r.progress_queue_stats().queued, 0u);
+  const PlanRegistry::Stats st = r.stats();
+  EXPECT_EQ(st.plans, 0u);
+  EXPECT_EQ(st.live_positions, 0u);
+  EXPECT_EQ(st.consumed, 3u);
+}
+
+TEST(PlanRegistryTest, ReportsBeforeAResetBelongToTheOldPlan) {
+  PlanRegistry r;
+  const std::vector<std::string> keys = {"a", "b", "c"};
+  ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  ASSERT_TRUE(r.Report(MakeReport(1, {"a", "b"})));
+  ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), true).ok());
+  // Applied to the plan as it was, not to the fresh one.
+  EXPECT_EQ(r.NextUse(0, "a"), 0u);
+  EXPECT_EQ(r.NextUse(0, "c"), 2u);
+  EXPECT_EQ(r.progress_queue_stats().queued, 0u);
+}
+
+TEST(PlanRegistryTest, LookaheadPassesOverReadsNotedCached) {
+  const std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
+  const std::vector<std::string> cached = {"b", "c"};
+  for (uint64_t generation : {7u, 8u}) {
+    PlanRegistry r;
+    ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+    r.NoteCached(0, cached, 7);
+    uint64_t known = 0;
+    std::vector<PlanRegistry::Pending> got =
+        r.TakeLookahead(4, 10, generation, &known);
+    std::vector<std::string> paths;
+    for (const PlanRegistry::Pending& p : got) paths.push_back(p.path);
+    if (generation == 7) {
+      EXPECT_EQ(paths, (std::vector<std::string>{"a", "d"}));
+      EXPECT_EQ(known, 2u);
+    } else {
+      // Something left the cache since: asked again.
+      EXPECT_EQ(paths, (std::vector<std::string>{"a", "b", "c", "d"}));
+      EXPECT_EQ(known, 0u);
+    }
+    EXPECT_TRUE(r.TakeLookahead(4, 10, generation, &known).empty());
+  }
 }
 
 }  // namespace
