@@ -273,10 +273,14 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
   if (s.plans().enabled()) {
     const v1::PlanStatus& p = s.plans();
     kv.AddRow({"epoch plans",
-               absl::StrCat(p.plans(), " (", FormatCount(p.planned_positions()),
-                            " planned reads held), ", FormatCount(p.consumed()),
-                            " reads consumed, ", FormatCount(p.refusals()),
-                            " refused")});
+               absl::StrCat(
+                   p.plans(), " (", FormatCount(p.planned_positions()),
+                   " planned reads held), ", FormatCount(p.consumed()),
+                   " reads consumed, ", FormatCount(p.refusals()), " refused",
+                   p.progress_dropped() == 0
+                       ? ""
+                       : absl::StrCat(", ", FormatCount(p.progress_dropped()),
+                                      " progress reports dropped"))});
     kv.AddRow(
         {"look-ahead",
          absl::StrCat(FormatCount(p.lookahead_cached()),

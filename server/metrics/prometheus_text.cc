@@ -80,6 +80,9 @@ void Plans(std::string* out, const v1::PlanStatus& p) {
           "Reads that advanced an epoch plan", p.consumed());
   Counter(out, "dlcache_plan_refusals_total",
           "Plan registrations refused by a limit", p.refusals());
+  Counter(out, "dlcache_plan_progress_dropped_total",
+          "Batches' plan progress dropped by the full progress queue",
+          p.progress_dropped());
   Counter(out, "dlcache_plan_lookahead_cached_total",
           "Planned reads the look-ahead found cached (no fill)",
           p.lookahead_cached());

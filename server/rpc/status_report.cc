@@ -74,6 +74,7 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
     out->set_consumed(pl.registry.consumed);
     out->set_refusals(pl.registry.refusals);
     out->set_lookahead_cached(pl.lookahead.cached);
+    out->set_progress_dropped(pl.registry.progress_dropped);
     out->set_lookahead_issued(pl.lookahead.issued);
     out->set_lookahead_skipped(pl.lookahead.skipped);
     out->set_lookahead_failed(pl.lookahead.failed);

@@ -252,6 +252,7 @@ TEST_F(EpochPlanServerTest, PlanStatsMoveInStatusAndMetrics) {
   EXPECT_EQ(Sample(text, "dlcache_plan_positions"), kItems);
   EXPECT_EQ(Sample(text, "dlcache_plan_consumed_total"), 16);
   EXPECT_EQ(Sample(text, "dlcache_plan_refusals_total"), 0);
+  EXPECT_EQ(Sample(text, "dlcache_plan_progress_dropped_total"), 0);
   EXPECT_GE(Sample(text, "dlcache_plan_lookahead_issued_total"),
             2 * kLookahead);
   EXPECT_GE(Sample(text, "dlcache_plan_lookahead_skipped_total"), 0);

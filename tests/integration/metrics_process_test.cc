@@ -82,6 +82,7 @@ const char* const kFamilies[] = {
     "dlcache_plan_positions",
     "dlcache_plan_consumed_total",
     "dlcache_plan_refusals_total",
+    "dlcache_plan_progress_dropped_total",
     "dlcache_plan_lookahead_cached_total",
     "dlcache_plan_lookahead_issued_total",
     "dlcache_plan_lookahead_skipped_total",
