@@ -33,6 +33,23 @@ size_t EpochPlan::FirstLive(const KeyUses& k) const {
 }
 
 bool EpochPlan::Consume(absl::string_view path) {
+  // Consumers mostly read in the planned order: the read planned at the
+  // frontier needs no hash lookup (the same outcome as below: it is its
+  // key's first outstanding position).
+  if (frontier_ < end()) {
+    KeyMap::value_type* node = order_[frontier_ - base_];
+    if (node->first == path) {
+      KeyUses& k = node->second;
+      const size_t i = FirstLive(k);
+      if (i < k.positions.size() && k.positions[i] == frontier_) {
+        out_of_window_ = 0;
+        k.next = i + 1;
+        ++frontier_;
+        Trim();
+        return true;
+      }
+    }
+  }
   auto it = keys_.find(path);
   if (it == keys_.end()) return false;
   KeyUses& k = it->second;
@@ -75,9 +92,17 @@ void EpochPlan::Trim() {
     ++base_;
     KeyUses& k = node->second;
     // Positions leave in ascending order, so this key's first is the one.
-    k.positions.erase(k.positions.begin());
-    if (k.next > 0) --k.next;
-    if (k.positions.empty()) keys_.erase(node->first);
+    // Not erased one by one: a key planned for many epochs would move its
+    // whole list per position trimmed.
+    ++k.trimmed;
+    if (k.next < k.trimmed) k.next = k.trimmed;
+    if (k.trimmed == k.positions.size()) {
+      keys_.erase(node->first);
+    } else if (k.trimmed >= 16 && 2 * k.trimmed >= k.positions.size()) {
+      k.positions.erase(k.positions.begin(), k.positions.begin() + k.trimmed);
+      k.next -= k.trimmed;
+      k.trimmed = 0;
+    }
   }
 }
 

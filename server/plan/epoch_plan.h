@@ -78,7 +78,8 @@ class EpochPlan {
  private:
   struct KeyUses {
     std::vector<uint64_t> positions;  // ascending
-    size_t next = 0;                  // first outstanding
+    size_t trimmed = 0;               // positions before this are gone
+    size_t next = 0;                  // first outstanding (>= trimmed)
     uint64_t cached_generation = 0;   // NoteCached; 0: not known
   };
 

@@ -33,18 +33,37 @@ void PlanPrefetcher::Wake() {
 }
 
 void PlanPrefetcher::Loop() {
+  absl::Time next_apply = absl::InfinitePast();
   for (;;) {
     // Read before looking: a Wake from here on ends the wait below.
     const uint32_t seen = wakes_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    // The hit path only queued its progress; it is applied here.
-    plans_->ApplyProgress();
+    // The hit path only queued its progress; it is applied here, at most
+    // every progress_interval (reports meanwhile wake nobody: only the
+    // one that finds the queue empty does).
+    bool applied = false;
+    if (plans_->progress_pending()) {
+      const absl::Time now = absl::Now();
+      if (now >= next_apply) {
+        plans_->ApplyProgress();
+        next_apply = now + options_.progress_interval;
+        applied = true;
+      }
+    }
     size_t room = 0;
     {
       absl::MutexLock lock(&mu_);
       room = options_.max_in_flight - in_flight_;
     }
     if (room > 0 && TakeAndFetch(room)) continue;
+    if (applied || plans_->progress_pending()) {
+      // Consumers are reading: more progress comes. A timed sleep until
+      // it is due (a Wake meanwhile is seen after it) costs one wake-up
+      // per interval, where waiting for the next report's Wake would cost
+      // two.
+      absl::SleepFor(next_apply - absl::Now());
+      continue;
+    }
     // Nothing to do until a plan changes, progress is queued or a fill
     // ends (each Wakes).
     wakes_.wait(seen, std::memory_order_acquire);

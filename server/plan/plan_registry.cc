@@ -89,14 +89,18 @@ void PlanRegistry::Observe(uint64_t session, uint32_t dataset,
   if (progressed) Changed();
 }
 
-bool PlanRegistry::Report(ProgressQueue::Report report) {
+bool PlanRegistry::Report(ProgressQueue::Report report, bool* wake) {
   if (!active()) return true;  // nothing to make progress
   switch (progress_.Push(std::move(report))) {
     case ProgressQueue::Pushed::kDropped:
       return false;
     case ProgressQueue::Pushed::kFirst:
       // Later reports find the applier already woken.
-      Changed();
+      if (wake != nullptr) {
+        *wake = true;
+      } else {
+        Changed();
+      }
       return true;
     case ProgressQueue::Pushed::kQueued:
       return true;

@@ -82,15 +82,21 @@ class PlanRegistry : public NextUseOracle {
                absl::Span<const absl::string_view> paths);
 
   // The same progress, queued for ApplyProgress (the hit path: takes only
-  // the queue's mutex, then calls on_change if the queue was empty). The
-  // report owns the frame its paths point into. Returns false if the
-  // report was dropped: the queue is at its limit (counted).
-  bool Report(ProgressQueue::Report report);
+  // the queue's mutex). The report owns the frame its paths point into.
+  // Returns false if the report was dropped: the queue is at its limit
+  // (counted). If the queue was empty the applier must be woken: with
+  // `wake` null, Report calls on_change; else it sets `*wake` and the
+  // caller calls WakeApplier soon (the data server does once its answer
+  // is written, so that the woken thread does not delay it).
+  bool Report(ProgressQueue::Report report, bool* wake = nullptr);
+  void WakeApplier() const { Changed(); }
 
   // Applies the queued progress, oldest first (the prefetcher does, before
   // it takes the look-ahead). Returns whether a plan progressed; calls no
   // on_change (the caller looks at the look-ahead next).
   bool ApplyProgress();
+  // Whether progress is queued (lock-free, a hint).
+  bool progress_pending() const { return !progress_.empty(); }
 
   // Detaches the session (after applying the progress queued so far:
   // nothing of the session is left); plans left without a session are

@@ -18,12 +18,14 @@ ProgressQueue::Pushed ProgressQueue::Push(Report r) {
   bytes_ += bytes;
   ++accepted_;
   reports_.push_back(std::move(r));
+  size_.store(reports_.size(), std::memory_order_relaxed);
   return first ? Pushed::kFirst : Pushed::kQueued;
 }
 
 void ProgressQueue::TakeAll(std::vector<Report>* out) {
   absl::MutexLock lock(&mu_);
   out->swap(reports_);
+  size_.store(0, std::memory_order_relaxed);
   keys_ = 0;
   bytes_ = 0;
 }

@@ -1,6 +1,7 @@
 #ifndef DLCACHE_SERVER_PLAN_PROGRESS_QUEUE_H_
 #define DLCACHE_SERVER_PLAN_PROGRESS_QUEUE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -66,6 +67,9 @@ class ProgressQueue {
     uint64_t dropped = 0;   // reports dropped at a limit
   };
   Stats stats() const;
+  // Whether a report waits (lock-free; may be stale by the time it is
+  // used).
+  bool empty() const { return size_.load(std::memory_order_relaxed) == 0; }
 
  private:
   const ProgressQueueLimits limits_;
@@ -75,6 +79,7 @@ class ProgressQueue {
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> size_{0};  // reports_.size(), for empty()
 };
 
 }  // namespace dlcache

@@ -263,6 +263,12 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
         if ((ev & EPOLLIN) != 0 && !c->closed) OnReadable(c);
         if (!c->closed) UpdateInterest(c);
       }
+      // Once the answers are written: waking the plans' applier earlier
+      // would let it take this loop's core before they are.
+      if (plan_wake_) {
+        plan_wake_ = false;
+        shared_->plans->WakeApplier();
+      }
     }
   }
 
@@ -687,7 +693,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       return;
     }
     std::vector<BatchKey> keys = Keys(req.keys);
-    std::function<void()> observe =
+    std::function<void(bool*)> observe =
         PlanObserver(c->session, req.dataset, keys, std::move(kept));
     ++c->inflight;
     shared_->inflight.Add(1);
@@ -699,8 +705,19 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
           // Progress counts once the items are leased: marked used
           // earlier, an item a look-ahead fill just brought in would be
           // the eviction's first pick before the batch pins it. Only
-          // queued here; applied off the hit path.
-          if (observe) observe();
+          // queued here (before the answer: stats read after it see it);
+          // applied off the hit path.
+          if (observe) {
+            bool wake = false;
+            observe(&wake);
+            if (wake) {
+              if (current_loop == self.get()) {
+                self->plan_wake_ = true;  // a hit, answered on this loop
+              } else {
+                self->shared_->plans->WakeApplier();
+              }
+            }
+          }
           // Encoded where the result is ready (a fill thread for misses).
           std::string frame = EncodeBatch(id, std::move(r), engine, session,
                                           max_frame, self->shared_.get());
@@ -823,10 +840,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   // keys' paths point into) was not kept. The closure owns the frame and
   // queues it with the paths (PlanRegistry::Report: the queue's lock only;
   // a full queue drops the report and counts it).
-  std::function<void()> PlanObserver(uint64_t session,
-                                     absl::string_view dataset,
-                                     absl::Span<const BatchKey> keys,
-                                     std::shared_ptr<const std::string> frame) {
+  std::function<void(bool* wake)> PlanObserver(
+      uint64_t session, absl::string_view dataset,
+      absl::Span<const BatchKey> keys,
+      std::shared_ptr<const std::string> frame) {
     PlanRegistry* plans = shared_->plans;
     if (frame == nullptr || plans == nullptr) return nullptr;
     absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(dataset);
@@ -835,9 +852,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     paths.reserve(keys.size());
     for (const BatchKey& k : keys) paths.push_back(k.path);
     return [plans, session, ds = *ds, frame = std::move(frame),
-            paths = std::move(paths)]() mutable {
+            paths = std::move(paths)](bool* wake) mutable {
       plans->Report(ProgressQueue::Report{session, ds, std::move(frame),
-                                          std::move(paths)});
+                                          std::move(paths)},
+                    wake);
     };
   }
 
@@ -925,6 +943,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   absl::flat_hash_map<int, std::shared_ptr<Conn>> conns_;
   bool listener_paused_ = false;
   size_t last_full_ = 0;
+  // A hit queued plan progress: wake the applier after this round's writes.
+  bool plan_wake_ = false;
 };
 
 DataServer::DataServer(std::shared_ptr<Shared> shared)
