@@ -81,8 +81,9 @@ class DataServer {
   };
 
   // `plans` (null = epoch plans off, kRegisterPlan is UNIMPLEMENTED): the
-  // registry kRegisterPlan adds to; GetBatch keys report progress to it
-  // and a connection's end detaches its session (issue 14).
+  // registry kRegisterPlan adds to; the GetBatch keys of a session in a
+  // plan are queued to it as progress (PlanRegistry::Report, applied off
+  // the loop) and a connection's end detaches its session (issue 14).
   // Listens on options.socket_path (mode 0666: access is decided per
   // request by SO_PEERCRED and the policy) and starts the loops.
   // INVALID_ARGUMENT for bad options, UNAVAILABLE / FAILED_PRECONDITION if
