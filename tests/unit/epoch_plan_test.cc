@@ -53,6 +53,37 @@ TEST(EpochPlanTest, ToleratesReorderingWithinSkew) {
   EXPECT_EQ(plan.NextUse("a"), EpochPlan::kNever);
 }
 
+// The in-order path (a read planned at the frontier, nothing outstanding
+// behind it) and the lookup agree: reordered reads, in order again, then a
+// key whose next planned read is not the frontier's.
+TEST(EpochPlanTest, InOrderAndReorderedReadsAgree) {
+  EpochPlan plan(/*skew=*/8, /*resync_after=*/100);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e", "f"};
+  const std::vector<std::string> e1 = {"f", "e", "d", "c", "b", "a"};
+  plan.Add(0, 0, Views(e0));
+  plan.Add(1, 0, Views(e1));
+  EXPECT_TRUE(plan.Consume("a"));  // in order
+  EXPECT_TRUE(plan.Consume("c"));  // b still outstanding behind it
+  EXPECT_EQ(plan.frontier(), 3u);
+  EXPECT_EQ(plan.NextUse("b"), 0u);
+  EXPECT_EQ(plan.NextUse("c"), 6u);  // its epoch-1 read, position 9
+  EXPECT_TRUE(plan.Consume("d"));
+  EXPECT_TRUE(plan.Consume("b"));  // closes the gap
+  EXPECT_EQ(plan.frontier(), 4u);
+  EXPECT_TRUE(plan.Consume("e"));  // in order again
+  EXPECT_TRUE(plan.Consume("f"));
+  EXPECT_EQ(plan.frontier(), 6u);
+  EXPECT_EQ(plan.NextUse("a"), 5u);  // position 11
+  EXPECT_EQ(plan.NextUse("f"), 0u);  // position 6
+  // "a" again now: its next outstanding read is 11, not the frontier's.
+  EXPECT_TRUE(plan.Consume("a"));
+  EXPECT_EQ(plan.frontier(), 12u);
+  EXPECT_EQ(plan.NextUse("a"), EpochPlan::kNever);
+  EXPECT_EQ(plan.NextUse("f"), 0u);  // 6 is outstanding (within skew)
+  EXPECT_TRUE(plan.Consume("f"));
+  EXPECT_EQ(plan.NextUse("f"), EpochPlan::kNever);
+}
+
 TEST(EpochPlanTest, SkippedPositionsAreForgotten) {
   EpochPlan plan(/*skew=*/1, /*resync_after=*/100);
   const std::vector<std::string> e0 = {"a", "b", "c", "d", "e"};
