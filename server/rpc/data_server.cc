@@ -105,8 +105,9 @@ struct Conn {
   bool processing = false;  // inside ProcessFrames (no re-entry)
   uint32_t events = 0;      // what epoll watches now
   uint32_t inflight = 0;
-  // Attached to an epoch plan (a registration succeeded): its batches are
-  // the plans' progress. A session leaves its plans only when it closes.
+  // Asked the registry to attach it to an epoch plan (even if a limit
+  // refused the keys, it may be attached): its batches are reported as the
+  // plans' progress. A session leaves its plans only when it closes.
   bool in_plan = false;
   local::FrameAssembler in;
   std::deque<OutFrame> out;
