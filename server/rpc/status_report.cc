@@ -35,6 +35,7 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
     out->set_disk_full_events(st.disk_full_events);
     out->set_disk_full(st.disk_full);
     out->set_writes(st.writes);
+    out->set_recovering(st.recovering);
   }
   if (report.cluster.has_value()) {
     const StatusReport::Cluster& cl = *report.cluster;

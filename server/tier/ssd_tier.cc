@@ -81,7 +81,9 @@ absl::StatusOr<FileInfo> SsdTier::StatFile(absl::string_view dataset,
     }
     return fresh.status();
   }
-  // Best effort: without a record the next stat simply asks again.
+  // Best effort: without a record the next stat simply asks again (so
+  // while recovering, when the record would wait for the scan).
+  if (recovering()) return fresh;
   absl::StatusOr<uint64_t> recorded = RecordFile(dataset, path, *fresh);
   if (!recorded.ok() && !absl::IsResourceExhausted(recorded.status())) {
     DLC_LOG(WARNING) << "ssd tier: " << LogEscape(recorded.status().message());
@@ -147,7 +149,9 @@ absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
                          << (corrupt ? "corruptions" : "read errors")
                          << " so far: " << n << ")";
       }
-      DropChunkIfSame(id.dataset, id.path, id.chunk, m);
+      // While recovering the entry stays (it fails again when read); the
+      // drop would wait for the scan.
+      if (!recovering()) DropChunkIfSame(id.dataset, id.path, id.chunk, m);
     }
   }
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
@@ -539,7 +543,8 @@ SsdTierStats SsdTier::Stats() const {
   SsdTierStats s;
   s.capacity_bytes = capacity_;
   s.index_reset = index_reset_;
-  {
+  s.recovering = recovering();
+  if (!s.recovering) {
     absl::MutexLock lock(&mu_);
     s.bytes = live_bytes_;
     s.chunks = live_chunks_;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
@@ -57,6 +59,17 @@ struct SsdTierOptions {
   // Read and checksum every chunk at Open (else each chunk is checked when
   // read, which happens on every read anyway).
   bool verify_on_open = false;
+  // Rebuild the accounting (live bytes per data file: a scan of every
+  // chunk entry, seconds per million chunks) on a thread of its own, so
+  // that Open returns once the index is open. Ignored with verify_on_open.
+  // Until the scan is done (Stats().recovering) reads are served (point
+  // lookups, checksummed) while everything that changes the index or needs
+  // the accounting waits for it: write-behind and demoted copies (the
+  // writer thread waits; the bounded queue drops what does not fit),
+  // Sync, Revalidate, Evict, capacity and min-free eviction. The best-effort
+  // records of the read path (a new file's metadata, dropping a chunk that
+  // failed its checksum) are skipped meanwhile.
+  bool recover_in_background = false;
   // true: datasets do not change between revalidations; StatFile answers
   // from the index and reads never ask the source. false: every ReadChunk
   // first stats the file through `next` and drops stale chunks.
@@ -76,6 +89,10 @@ struct SsdTierOptions {
   // Test hook: called by the writer thread before each write-behind copy
   // is stored (a test blocks it to hold the queue full).
   std::function<void()> before_write;
+  // Test hook: called on the recovery thread (recover_in_background) with
+  // the tier's mutex held, before the scan (a test blocks it to act while
+  // the tier recovers).
+  std::function<void()> before_recovery_scan;
 };
 
 struct SsdTierStats {
@@ -107,6 +124,9 @@ struct SsdTierStats {
   uint64_t queued_bytes = 0;
   bool disk_full = false;    // writes paused now
   bool index_reset = false;  // started empty after a corrupt index
+  // The background recovery scan is running: bytes, chunks, files and
+  // disk_full are not known yet (reported as 0).
+  bool recovering = false;
 };
 
 // Mirrors v1::RevalidateResponse.
@@ -166,7 +186,8 @@ class SsdTier : public ChunkBackend {
   // beyond repair and !reset_corrupt_index.
   static absl::StatusOr<std::unique_ptr<SsdTier>> Open(
       const SsdTierOptions& options, ChunkBackend* next);
-  // Drains the write-behind queue, then syncs and closes. No other call
+  // Stops a background recovery scan (it then changes nothing more),
+  // drains the write-behind queue, then syncs and closes. No other call
   // may be in progress.
   ~SsdTier() override;
   SsdTier(const SsdTier&) = delete;
@@ -227,7 +248,11 @@ class SsdTier : public ChunkBackend {
   absl::StatusOr<SsdEvictResult> Evict(absl::string_view dataset,
                                        absl::string_view prefix);
 
+  // Never blocks on a background recovery scan.
   SsdTierStats Stats() const;
+  // Blocks until the background recovery scan (if any) is done, or
+  // `timeout` passed; returns whether it is done.
+  bool WaitRecovered(absl::Duration timeout = absl::InfiniteDuration()) const;
   // Where a chunk lies (for tests and diagnostics). NOT_FOUND if absent.
   absl::StatusOr<SsdChunkMeta> Locate(const ChunkId& id) const;
   const SsdTierOptions& options() const { return options_; }
@@ -247,8 +272,14 @@ class SsdTier : public ChunkBackend {
 
   SsdTier(const SsdTierOptions& options, ChunkBackend* next,
           std::unique_ptr<SsdIndex> index, std::unique_ptr<SsdStore> store);
-  // ssd_tier_recovery.cc: rebuilds the accounting from the index.
-  absl::Status Recover(bool verify);
+  // ssd_tier_recovery.cc: rebuilds the accounting from the index, then
+  // makes room (capacity, min free). Returns early (CANCELLED, having
+  // dropped nothing) once stop_recovery_ is set.
+  absl::Status RecoverLocked(bool verify) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The background recovery thread's body; holds mu_ throughout (taken
+  // before Open returns, see `locked`).
+  void RecoverInBackground(absl::Notification* locked);
+  bool recovering() const { return !recovered_.HasBeenNotified(); }
 
   // Write-behind: queues a copy (false and counted when the queue is
   // full); WriteOne stores one on the queue's writer thread.
@@ -357,6 +388,11 @@ class SsdTier : public ChunkBackend {
   // Set once at the end of Open, before the tier is handed out; stopped
   // first in the destructor.
   std::unique_ptr<SsdWriteQueue> queue_;
+  // Notified when the accounting is complete (at once without a
+  // background recovery).
+  absl::Notification recovered_;
+  std::atomic<bool> stop_recovery_{false};
+  std::thread recovery_;
 };
 
 }  // namespace dlcache

@@ -6,10 +6,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/byte_size.h"
 #include "common/checksum.h"
 #include "common/key.h"
@@ -117,15 +119,12 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   std::unique_ptr<SsdTier> tier(
       new SsdTier(options, next, std::move(opened->index), *std::move(store)));
   tier->index_reset_ = opened->reset;
-  if (absl::Status s = tier->Recover(options.verify_on_open); !s.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ssd tier: cannot read its index: ", s.message()));
-  }
 
   uint64_t capacity = options.capacity_bytes;
   if (capacity == 0) {
     // What the tier holds counts as available to it, or a restart of a
-    // full tier would size itself to nothing and evict everything.
+    // full tier would size itself to nothing and evict everything. (Data
+    // files recovery drops move from one term to the other: the sum holds.)
     const uint64_t free_bytes =
         tier->DataFreeBytes() + tier->store_->disk_bytes();
     capacity =
@@ -139,27 +138,59 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
     }
   }
   tier->capacity_ = capacity;
-  {
-    absl::MutexLock lock(&tier->mu_);
-    tier->EnsureSpaceLocked(0);
-    DLC_LOG(INFO) << "ssd tier " << options.dir << ": " << tier->live_chunks_
-                  << " chunks (" << FormatBytes(tier->live_bytes_) << ") of "
-                  << tier->file_count_ << " files in "
-                  << tier->store_->Files().size() << " data files; capacity "
-                  << FormatBytes(capacity) << "; opened in "
-                  << absl::FormatDuration(absl::Now() - start)
-                  << (options.verify_on_open ? " (checksums verified)" : "");
-  }
   SsdWriteQueue::Options queue_options;
   queue_options.max_items = options.write_queue_depth;
   queue_options.max_bytes = options.write_queue_bytes;
   tier->queue_ = std::make_unique<SsdWriteQueue>(
       queue_options,
       [t = tier.get()](SsdWriteItem& item) { t->WriteOne(item); });
+  if (options.recover_in_background && !options.verify_on_open) {
+    // The thread holds mu_ before Open returns, so nothing that needs the
+    // accounting can run before the scan.
+    // Shared: the thread may still be inside Notify() when Open returns.
+    auto locked = std::make_shared<absl::Notification>();
+    tier->recovery_ = std::thread(
+        [t = tier.get(), locked] { t->RecoverInBackground(locked.get()); });
+    locked->WaitForNotification();
+    return tier;
+  }
+  absl::MutexLock lock(&tier->mu_);
+  if (absl::Status s = tier->RecoverLocked(options.verify_on_open); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ssd tier: cannot read its index: ", s.message()));
+  }
+  tier->recovered_.Notify();
+  DLC_LOG(INFO) << "ssd tier " << options.dir << ": opened in "
+                << absl::FormatDuration(absl::Now() - start)
+                << (options.verify_on_open ? " (checksums verified)" : "");
   return tier;
 }
 
+void SsdTier::RecoverInBackground(absl::Notification* locked) {
+  absl::MutexLock lock(&mu_);
+  locked->Notify();
+  const absl::Time start = absl::Now();
+  if (options_.before_recovery_scan) options_.before_recovery_scan();
+  absl::Status s = RecoverLocked(/*verify=*/false);
+  if (!s.ok() && !absl::IsCancelled(s)) {
+    // The scan could not finish: the accounting undercounts, which only
+    // delays eviction; nothing is dropped on a partial view.
+    DLC_LOG(ERROR) << "ssd tier " << options_.dir
+                   << ": cannot read its index: " << LogEscape(s.message());
+  }
+  DLC_LOG(INFO) << "ssd tier " << options_.dir << ": accounting recovered in "
+                << absl::FormatDuration(absl::Now() - start)
+                << " in the background";
+  recovered_.Notify();
+}
+
+bool SsdTier::WaitRecovered(absl::Duration timeout) const {
+  return recovered_.WaitForNotificationWithTimeout(timeout);
+}
+
 SsdTier::~SsdTier() {
+  stop_recovery_.store(true, std::memory_order_relaxed);
+  if (recovery_.joinable()) recovery_.join();
   // Null when Open failed before starting it.
   if (queue_ != nullptr) queue_->Stop();
   store_->SyncSealed();
@@ -175,8 +206,7 @@ SsdTier::~SsdTier() {
   }
 }
 
-absl::Status SsdTier::Recover(bool verify) {
-  absl::MutexLock lock(&mu_);
+absl::Status SsdTier::RecoverLocked(bool verify) {
   if (index_reset_) {
     // The old index is gone, so nothing can find these bytes any more.
     for (const SsdStore::DataFile& f : store_->Files()) {
@@ -232,9 +262,13 @@ absl::Status SsdTier::Recover(bool verify) {
           doomed.push_back(
               Doomed{std::string(ds), std::string(path), chunk, m.data_file});
         }
-        return true;
+        return !stop_recovery_.load(std::memory_order_relaxed);
       });
   if (!scan.ok()) return scan;
+  if (stop_recovery_.load(std::memory_order_relaxed)) {
+    // Closing: a partial count must not drop data files it did not reach.
+    return absl::CancelledError("ssd tier: closed while recovering");
+  }
   counters_.corruptions.fetch_add(corrupt);
   for (size_t i = 0; i < doomed.size();) {
     SsdIndex::Batch batch;
@@ -261,6 +295,11 @@ absl::Status SsdTier::Recover(bool verify) {
       });
   if (!files.ok()) return files;
   ReclaimEmptyLocked();
+  EnsureSpaceLocked(0);
+  DLC_LOG(INFO) << "ssd tier " << options_.dir << ": " << live_chunks_
+                << " chunks (" << FormatBytes(live_bytes_) << ") of "
+                << file_count_ << " files in " << store_->Files().size()
+                << " data files; capacity " << FormatBytes(capacity_);
   return absl::OkStatus();
 }
 

@@ -146,6 +146,61 @@ TEST_F(SsdTierTest, MissIsWrittenBehindThenServedFromSsd) {
   EXPECT_EQ(tier_->Stats().hit_bytes, bytes.size());
 }
 
+// recover_in_background: Open returns before the accounting scan; reads
+// are served from SSD during it, writes and Evict wait for it and are
+// accounted exactly once after it.
+TEST_F(SsdTierTest, BackgroundRecoveryServesReadsAndHoldsWritesUntilDone) {
+  const std::string a = Put("keep/a", 2 * kChunk, 1);
+  Put("keep/b", kChunk + 10, 2);
+  const std::string fresh = Put("new", kChunk / 2, 3);
+  Open();
+  ReadFile("keep/a");
+  ReadFile("keep/b");
+  tier_->Flush();
+  ASSERT_EQ(tier_->Stats().chunks, 4u);
+  tier_.reset();
+
+  // The scan is held by a gate the fixture owns (TearDown opens it).
+  SsdTierOptions o = Options();
+  o.recover_in_background = true;
+  o.before_recovery_scan = HoldWrites();
+  Open(o);
+  ASSERT_TRUE(AwaitWriting()) << "the recovery scan never started";
+  SsdTierStats during = tier_->Stats();  // must not wait for the scan
+  EXPECT_TRUE(during.recovering);
+  EXPECT_EQ(during.chunks, 0u);
+  const uint64_t reads = backend_.reads();
+  EXPECT_EQ(ReadFile("keep/a"), a);
+  EXPECT_EQ(backend_.reads(), reads) << "served from SSD while recovering";
+  EXPECT_EQ(tier_->Stats().hits, 2u);
+  // A miss is served from below; its copy waits for the scan.
+  EXPECT_EQ(ReadFile("new"), fresh);
+  EXPECT_EQ(backend_.reads(), reads + 1);
+  EXPECT_EQ(tier_->Stats().writes, 0u);
+  absl::StatusOr<SsdEvictResult> evicted;
+  std::thread evict([&] { evicted = tier_->Evict(kDs, "keep/b"); });
+  EXPECT_FALSE(tier_->WaitRecovered(absl::ZeroDuration()));
+
+  ReleaseWrites();
+  ASSERT_TRUE(tier_->WaitRecovered(absl::Seconds(60)));
+  evict.join();
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_EQ(evicted->chunks, 2u);  // keep/b is 2 chunks
+  tier_->Flush();
+  SsdTierStats after = tier_->Stats();
+  EXPECT_FALSE(after.recovering);
+  EXPECT_EQ(after.writes, 1u);
+  EXPECT_EQ(after.chunks, 3u);  // keep/a's 2 + new's 1, each counted once
+  EXPECT_EQ(after.bytes, 2 * kChunk + kChunk / 2);
+  EXPECT_EQ(ReadFile("new"), fresh);
+  EXPECT_EQ(backend_.reads(), reads + 1) << "new was written behind";
+  // Restarting recounts the same from the index.
+  tier_.reset();
+  Open();
+  EXPECT_EQ(tier_->Stats().chunks, 3u);
+  EXPECT_EQ(tier_->Stats().bytes, 2 * kChunk + kChunk / 2);
+}
+
 TEST_F(SsdTierTest, ImmutableStatFileAnswersFromIndex) {
   Put("f", 10, 1);
   Open();
