@@ -267,11 +267,19 @@ absl::Status CacheServer::Init() {
       return std::make_unique<BeladyEvictionPolicy>(classes, plans_.get());
     });
   }
+  const bool verify_later =
+      config_.readopt_verify == ServerConfig::ReadoptVerify::kBackground;
   if (manifest.ok() && arena_->adopted()) {
-    AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names);
+    AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names,
+                                       /*verify=*/!verify_later);
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
-                  << " bytes) from the previous server; dropped " << r.dropped;
+                  << " bytes) from the previous server; dropped " << r.dropped
+                  << (verify_later ? "; checksums checked in the background"
+                                   : "");
   }
+  // The manifest's memory goes now, not at the end of Init.
+  manifest = absl::NotFoundError("adopted");
+  StartReadoptVerifiers();
   const double adopt_s = lap();
   sources_ =
       std::make_unique<SourceBackend>(std::move(datasets), config_.chunk_size);
@@ -453,6 +461,43 @@ absl::Status CacheServer::Init() {
   return absl::OkStatus();
 }
 
+void CacheServer::StartReadoptVerifiers() {
+  if (tier_->Stats().readopt_unverified == 0) {
+    readopt_verified_.Notify();
+    return;
+  }
+  // A few threads: the checks read every adopted byte (minor faults on the
+  // fresh mapping, then XXH3), while clients are served on the rest.
+  const unsigned threads =
+      std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
+  auto left = std::make_shared<std::atomic<unsigned>>(threads);
+  const absl::Time start = absl::Now();
+  for (unsigned t = 0; t < threads; ++t) {
+    readopt_verifiers_.emplace_back([this, left, start] {
+      if (config_.before_readopt_verify) config_.before_readopt_verify();
+      constexpr size_t kBatch = 1024;
+      while (!stop_readopt_verify_.load(std::memory_order_relaxed) &&
+             tier_->VerifyAdopted(kBatch) > 0) {
+      }
+      if (left->fetch_sub(1) == 1) {
+        const TierStats st = tier_->Stats();
+        DLC_LOG(INFO) << "re-adopted chunks checked in "
+                      << absl::FormatDuration(absl::Now() - start) << "; "
+                      << st.readopt_corrupt << " failed their checksum"
+                      << (st.readopt_unverified > 0 ? " (stopped early)" : "");
+        readopt_verified_.Notify();
+      }
+    });
+  }
+}
+
+bool CacheServer::WaitRecovered(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  if (!recovered_.WaitForNotificationWithDeadline(deadline)) return false;
+  SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire);
+  return ssd == nullptr || ssd->WaitRecovered(deadline - absl::Now());
+}
+
 absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   SsdTierOptions o;
   o.dir = config_.ssd_dir;
@@ -460,6 +505,10 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   o.capacity_bytes = config_.ssd_bytes;
   o.chunk_size = config_.chunk_size;
   o.verify_on_open = config_.ssd_verify_on_start;
+  // The accounting scan (seconds per million chunks) is not on the way to
+  // SERVING: reads are served meanwhile, writes wait for it.
+  o.recover_in_background = true;
+  o.before_recovery_scan = config_.before_ssd_recovery_scan;
   o.clock = config_.clock;
   auto open = [this, o, next]() -> absl::Status {
     absl::StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, next);
@@ -682,6 +731,11 @@ void CacheServer::Shutdown() {
   // No session is left, so no plan: its fills in flight end here.
   plan_prefetcher_.reset();
   if (recovery_.joinable()) recovery_.join();
+  // Before the manifest is written (chunks left unchecked go into it, and
+  // the next server checks them).
+  stop_readopt_verify_.store(true, std::memory_order_relaxed);
+  for (std::thread& t : readopt_verifiers_) t.join();
+  readopt_verifiers_.clear();
   if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
     absl::Status saved = SaveArenaManifest(

@@ -74,10 +74,15 @@ class CacheServer {
   PeerRouter* peer_router() { return router_.get(); }
   // Null without --ssd_dir, and while the SSD tier is still recovering.
   SsdTier* ssd() { return ssd_ptr_.load(std::memory_order_acquire); }
-  // Blocks until the SSD tier (if any) has finished recovering or
-  // `timeout` passed; true when it has.
-  bool WaitRecovered(absl::Duration timeout) {
-    return recovered_.WaitForNotificationWithTimeout(timeout);
+  // Blocks until the SSD tier (if any) has finished recovering, its
+  // accounting included (SsdTier::WaitRecovered), or `timeout` passed;
+  // true when it has.
+  bool WaitRecovered(absl::Duration timeout);
+  // Blocks until every chunk re-adopted at start has had its checksum
+  // checked (--readopt_verify=background; at once otherwise) or `timeout`
+  // passed; true when they have.
+  bool WaitReadoptVerified(absl::Duration timeout) {
+    return readopt_verified_.WaitForNotificationWithTimeout(timeout);
   }
   // What the admin Status call answers (server/rpc/status_report
   // translates it), as of now.
@@ -93,6 +98,9 @@ class CacheServer {
   // background (the server is RECOVERING until it is done). Returns the
   // layer to put in the chain.
   absl::StatusOr<ChunkBackend*> InitSsd(ChunkBackend* next);
+  // Checks the chunks adopted unverified on a few threads (stopped by
+  // Shutdown); notifies readopt_verified_ when done.
+  void StartReadoptVerifiers();
   absl::Status StartPeerService(ChunkBackend* local);
   // AdminService.Warmup with cluster = true: every node of the current
   // placement (this one included) fills the chunks it owns; their progress
@@ -114,6 +122,10 @@ class CacheServer {
   std::unique_ptr<DeferredBackend> deferred_;
   std::thread recovery_;
   absl::Notification recovered_;
+  // --readopt_verify=background: threads checking re-adopted chunks.
+  std::vector<std::thread> readopt_verifiers_;
+  std::atomic<bool> stop_readopt_verify_{false};
+  absl::Notification readopt_verified_;
   std::unique_ptr<Membership> membership_;
   std::string self_id_;  // this node's id in the placement (multi-node)
   std::unique_ptr<PeerConnector> connector_;

@@ -77,6 +77,12 @@ ABSL_FLAG(ByteSize, chunk_size, ByteSize{4ull << 20},
 ABSL_FLAG(bool, keep_arena, true,
           "At a clean shutdown keep the arena in --shm_dir for the next "
           "dlcached to re-adopt (warm restart)");
+ABSL_FLAG(std::string, readopt_verify, "background",
+          "When a warm restart checks the re-adopted arena's chunks against "
+          "their checksums: background (serve at once; a chunk asked for "
+          "before the background check reaches it is checked on that first "
+          "use, never served unchecked) or before_serving (all of them "
+          "before SERVING: seconds per GB of arena)");
 ABSL_FLAG(std::string, numa, "auto",
           "NUMA placement of the arena: auto (spread segments over the "
           "memory nodes when there are several; fills prefer the client "
@@ -202,6 +208,15 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.segment_bytes = absl::GetFlag(FLAGS_segment_bytes).bytes;
   c.chunk_size = absl::GetFlag(FLAGS_chunk_size).bytes;
   c.keep_arena = absl::GetFlag(FLAGS_keep_arena);
+  if (const std::string v = absl::GetFlag(FLAGS_readopt_verify);
+      v == "background") {
+    c.readopt_verify = dlcache::ServerConfig::ReadoptVerify::kBackground;
+  } else if (v == "before_serving") {
+    c.readopt_verify = dlcache::ServerConfig::ReadoptVerify::kBeforeServing;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--readopt_verify=", v, ": must be background or before_serving"));
+  }
   absl::StatusOr<dlcache::NumaMode> numa =
       dlcache::ParseNumaMode(absl::GetFlag(FLAGS_numa));
   if (!numa.ok()) return numa.status();

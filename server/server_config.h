@@ -57,6 +57,12 @@ struct ServerConfig {
   // At a clean shutdown, leave the segments in shm_dir with a manifest so
   // the next server on this node re-adopts them warm.
   bool keep_arena = true;
+  // --readopt_verify: when the re-adopted arena's chunks are checked
+  // against their checksums. Background: serve at once, check on a few
+  // threads, and any chunk asked for before that on its first use (never
+  // served unchecked). Before serving: every chunk before SERVING.
+  enum class ReadoptVerify { kBackground, kBeforeServing };
+  ReadoptVerify readopt_verify = ReadoptVerify::kBackground;
   // NUMA placement of the arena's segments (--numa, docs/numa.md): kAuto
   // spreads them over the memory nodes when the host has more than one
   // and fills prefer the asking client's GPU's node; kOff binds nothing.
@@ -139,6 +145,13 @@ struct ServerConfig {
   // Runs on the recovery thread before --ssd_verify_on_start verifies the
   // SSD tier (tests hold the server in RECOVERING with it).
   std::function<void()> before_ssd_verify;
+  // Runs on the SSD tier's background recovery thread, with the tier's
+  // mutex held, before its accounting scan (tests hold the scan with it;
+  // SsdTierOptions::before_recovery_scan).
+  std::function<void()> before_ssd_recovery_scan;
+  // Runs on each --readopt_verify=background thread before it checks
+  // anything (tests hold the background check with it).
+  std::function<void()> before_readopt_verify;
   // Binds the arena's segments to NUMA nodes; null = mbind(2). Not owned.
   MemoryBinder* numa_binder = nullptr;
 };

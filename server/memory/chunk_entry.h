@@ -47,6 +47,10 @@ struct ChunkEntry {
   // Not kept: served to the filler and its waiters, then freed (a MinIO
   // dataset that is full, a peer copy the borrowed share has no room for).
   bool transient : 1 = false;
+  // Re-adopted from the previous server's arena without its checksum
+  // checked yet (--readopt_verify=background): never leased as it is;
+  // MemoryTier checks it first (MemoryTier::VerifyAdopted, Acquire).
+  bool unverified : 1 = false;
 };
 
 }  // namespace dlcache

@@ -212,6 +212,19 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
       "dlcache_numa_fills_total{placement=\"local\"} ", t.numa_local_fills,
       "\n", "dlcache_numa_fills_total{placement=\"remote\"} ",
       t.numa_remote_fills, "\n");
+  absl::StrAppend(
+      out,
+      "# HELP dlcache_readopt_unverified_chunks Chunks re-adopted from the "
+      "previous server whose checksum is not checked yet "
+      "(--readopt_verify=background)\n"
+      "# TYPE dlcache_readopt_unverified_chunks gauge\n"
+      "dlcache_readopt_unverified_chunks ",
+      t.readopt_unverified, "\n",
+      "# HELP dlcache_readopt_corrupt_chunks_total Re-adopted chunks dropped "
+      "because their bytes failed their checksum\n"
+      "# TYPE dlcache_readopt_corrupt_chunks_total counter\n"
+      "dlcache_readopt_corrupt_chunks_total ",
+      t.readopt_corrupt, "\n");
   // Admission and demotion (issue 11).
   uint64_t passthrough = 0, demotions = 0;
   for (const TierDatasetStats& d : t.datasets) {
@@ -293,6 +306,9 @@ void AppendSsdMetrics(const SsdTierStats& s, std::string* out) {
   IntGauge(out, "dlcache_ssd_index_reset",
            "1 when the SSD tier started empty after a corrupt index",
            s.index_reset ? 1 : 0);
+  IntGauge(out, "dlcache_ssd_recovering",
+           "1 while the SSD tier rebuilds its accounting after a start",
+           s.recovering ? 1 : 0);
 }
 
 }  // namespace dlcache

@@ -172,7 +172,8 @@ absl::Status ValidateManifestChunk(const v1::ManifestChunk& c,
 
 AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
                                const Arena& arena, MemoryTier* tier,
-                               const std::vector<std::string>& datasets) {
+                               const std::vector<std::string>& datasets,
+                               bool verify) {
   absl::flat_hash_map<std::string, uint32_t> ids;
   for (uint32_t i = 0; i < datasets.size(); ++i) ids[datasets[i]] = i;
   const uint64_t chunk_size = tier->chunk_size();
@@ -218,25 +219,29 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
                             std::pair(b.chunk->segment(), b.chunk->offset());
                    });
   // 3. The pages were in tmpfs while no server watched them: trust the
-  // checksum, not the manifest. Every byte is read, so on several threads.
-  std::vector<char> intact(candidates.size());
-  auto verify = [&](size_t begin, size_t end) {
+  // checksum, not the manifest. Every byte is read, so on several threads;
+  // or later, by the tier (verify = false).
+  std::vector<char> intact(candidates.size(), 1);
+  auto check = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       const v1::ManifestChunk& c = *candidates[i].chunk;
       intact[i] = Checksum(arena.base(c.segment()) + c.offset(), c.length()) ==
                   c.checksum();
     }
   };
-  const size_t threads = std::clamp<size_t>(
-      std::min<size_t>(std::thread::hardware_concurrency(),
-                       candidates.size() / kChunksPerVerifyThread),
-      1, kMaxVerifyThreads);
+  const size_t threads =
+      !verify
+          ? 0
+          : std::clamp<size_t>(
+                std::min<size_t>(std::thread::hardware_concurrency(),
+                                 candidates.size() / kChunksPerVerifyThread),
+                1, kMaxVerifyThreads);
   std::vector<std::thread> workers;
   for (size_t t = 1; t < threads; ++t) {
-    workers.emplace_back(verify, candidates.size() * t / threads,
+    workers.emplace_back(check, candidates.size() * t / threads,
                          candidates.size() * (t + 1) / threads);
   }
-  verify(0, candidates.size() / threads);
+  if (threads > 0) check(0, candidates.size() / threads);
   for (std::thread& w : workers) w.join();
   // 4. Into the index under one lock.
   std::vector<MemoryTier::ReadyChunk> ready;
@@ -260,7 +265,7 @@ AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
     out.where.index = c.chunk();
   }
   std::vector<bool> adopted;
-  tier->AdoptAll(ready, &adopted);
+  tier->AdoptAll(ready, &adopted, /*verified=*/verify);
   for (size_t i = 0; i < ready.size(); ++i) {
     if (adopted[i]) {
       ++r.chunks;

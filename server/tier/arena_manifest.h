@@ -18,7 +18,8 @@ namespace dlcache {
 // clean shutdown SaveArenaManifest() writes where every ready chunk lies;
 // the next server reads it (ReadArenaManifest), reuses the segment files
 // (ArenaOptions::reuse_existing) and AdoptArenaManifest() re-indexes every
-// chunk whose bytes still match their checksum. The manifest is removed as
+// chunk whose bytes still match their checksum (checked before it returns,
+// or later, before each chunk's first use). The manifest is removed as
 // soon as it is read, so a crash of the new server can never re-adopt
 // bytes it has since overwritten. Functions block on file I/O.
 //
@@ -79,13 +80,18 @@ struct AdoptResult {
 };
 // Re-indexes every valid entry whose bytes still match their checksum.
 // Malformed entries are logged (the first few, escaped) and skipped.
-// Checksums are verified in arena order on several threads (started and
-// joined here); the entries go into the tier under one lock, in arena
-// order (of two entries for one file chunk, the one lower in the arena
-// wins). Call before serving starts.
+// With `verify`, checksums are verified in arena order on several threads
+// (started and joined here) and only intact entries are adopted. Without,
+// every valid entry is adopted unverified (MemoryTier::AdoptAll with
+// verified = false: never leased before its checksum is checked) and the
+// caller runs MemoryTier::VerifyAdopted, e.g. after serving started;
+// `dropped` then counts no checksum failures. The entries go into the tier
+// under one lock, in arena order (of two entries for one file chunk, the
+// one lower in the arena wins). Call before serving starts.
 AdoptResult AdoptArenaManifest(const v1::ArenaManifest& manifest,
                                const Arena& arena, MemoryTier* tier,
-                               const std::vector<std::string>& datasets);
+                               const std::vector<std::string>& datasets,
+                               bool verify = true);
 
 }  // namespace dlcache
 

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/logging.h"
 
 namespace dlcache {
 namespace {
@@ -326,7 +328,9 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     bool unreferenced = false;
     for (uint32_t c = r.first_chunk; c < end && all; ++c) {
       const ChunkEntry* e = rec_chunks[c];
-      all = e != nullptr && e->state == ChunkEntry::State::kReady;
+      // An unverified re-adopted chunk goes through Acquire, which checks it.
+      all = e != nullptr && e->state == ChunkEntry::State::kReady &&
+            !e->unverified;
       unreferenced = unreferenced || (all && !e->referenced);
     }
     if (!all) continue;
@@ -440,6 +444,9 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
         absl::StrCat("chunk ", chunk, " of ", path, " is past its end"));
   }
   ChunkEntry*& slot = rec->chunks()[chunk];
+  // A re-adopted chunk is checked on its first use; one that fails is
+  // dropped here (`slot` is then null) and filled anew below.
+  if (slot != nullptr && slot->unverified) VerifyLocked(slot);
   if (slot != nullptr) {
     ++slot->pins;
     slot->referenced = true;
@@ -813,6 +820,8 @@ TierStats MemoryTier::Stats() const {
   s.numa_local_fills = allocator_.numa_local_allocations();
   s.numa_remote_fills = allocator_.numa_remote_allocations();
   s.cached_chunks = cached_chunks_;
+  s.readopt_unverified = unverified_.size() - unverified_next_;
+  s.readopt_corrupt = readopt_corrupt_;
   s.datasets = stats_;
   for (const auto& [id, session] : sessions_) {
     absl::MutexLock session_lock(&session->mu);
@@ -847,11 +856,11 @@ void MemoryTier::ForEachReady(
 
 bool MemoryTier::Adopt(const ReadyChunk& c) {
   absl::MutexLock lock(&mu_);
-  return AdoptLocked(c);
+  return AdoptLocked(c, /*verified=*/true);
 }
 
 void MemoryTier::AdoptAll(absl::Span<const ReadyChunk> chunks,
-                          std::vector<bool>* adopted) {
+                          std::vector<bool>* adopted, bool verified) {
   absl::MutexLock lock(&mu_);
   // Grown once: a file's first chunk is usually chunk 0.
   std::vector<size_t> firsts(files_.size());
@@ -862,12 +871,71 @@ void MemoryTier::AdoptAll(absl::Span<const ReadyChunk> chunks,
     if (firsts[d] > 0) files_[d].Reserve(files_[d].size() + firsts[d]);
   }
   adopted->assign(chunks.size(), false);
+  if (!verified) unverified_.reserve(unverified_.size() + chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
-    (*adopted)[i] = AdoptLocked(chunks[i]);
+    (*adopted)[i] = AdoptLocked(chunks[i], verified);
   }
 }
 
-bool MemoryTier::AdoptLocked(const ReadyChunk& c) {
+uint64_t MemoryTier::VerifyAdopted(size_t max_chunks) {
+  std::vector<ChunkEntry*> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    while (batch.size() < max_chunks && unverified_next_ < unverified_.size()) {
+      const SlotRef ref = unverified_[unverified_next_++];
+      // The slot's entry now: the adopted one, or none or another one when
+      // it was evicted since (a slot of an unverified entry is never
+      // reused while that entry lives, and every unverified entry is in
+      // this list).
+      if (allocator_.slab_class(ref.slab) < 0) continue;
+      const absl::Span<ChunkEntry* const> slots =
+          allocator_.slab_slots(ref.slab);
+      if (ref.slot >= slots.size()) continue;
+      ChunkEntry* e = slots[ref.slot];
+      if (e == nullptr || !e->unverified) continue;
+      ++e->pins;  // its bytes stay put while read outside the lock
+      batch.push_back(e);
+    }
+  }
+  std::vector<char> intact(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    intact[i] =
+        Checksum(Data(batch[i]), batch[i]->length) == batch[i]->checksum;
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    // A first use may have checked it meanwhile.
+    if (batch[i]->unverified) SettleVerifiedLocked(batch[i], intact[i]);
+    UnpinLocked(batch[i]);
+  }
+  const uint64_t left = unverified_.size() - unverified_next_;
+  if (left == 0 && !unverified_.empty()) {
+    unverified_ = std::vector<SlotRef>();
+    unverified_next_ = 0;
+  }
+  return left;
+}
+
+bool MemoryTier::VerifyLocked(ChunkEntry* entry) {
+  const bool intact = Checksum(Data(entry), entry->length) == entry->checksum;
+  SettleVerifiedLocked(entry, intact);
+  return intact;
+}
+
+void MemoryTier::SettleVerifiedLocked(ChunkEntry* entry, bool intact) {
+  entry->unverified = false;
+  if (intact) return;
+  ++readopt_corrupt_;
+  if (readopt_corrupt_ <= 10) {
+    DLC_LOG(WARNING) << "re-adopted chunk " << entry->chunk << " at segment "
+                     << entry->segment << " offset " << entry->offset
+                     << " fails its checksum; dropped (filled anew when "
+                        "asked for)";
+  }
+  if (entry->file != nullptr) DropEntry(entry);
+}
+
+bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
   if (c.dataset >= files_.size()) return false;
   FileRecord* rec = FindFile(c.dataset, c.path);
   if (rec == nullptr) {
@@ -896,6 +964,10 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c) {
   entry->offset = c.where.offset;
   entry->length = c.where.length;
   entry->checksum = c.where.checksum;
+  if (!verified) {
+    entry->unverified = true;
+    unverified_.push_back(ref);
+  }
   if (eviction_[c.dataset] == DatasetEviction::kMinio &&
       sticky_bytes_ + allocator_.SlotBytes(c.where.length) <= sticky_limit_) {
     entry->sticky = true;

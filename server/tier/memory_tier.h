@@ -92,6 +92,11 @@ struct TierStats {
   uint64_t numa_local_fills = 0;
   uint64_t numa_remote_fills = 0;
   uint64_t cached_chunks = 0;
+  // Re-adoption with background verification (AdoptAll with
+  // verified = false): adopted chunks not yet looked at by VerifyAdopted,
+  // and adopted chunks dropped because their bytes failed their checksum.
+  uint64_t readopt_unverified = 0;
+  uint64_t readopt_corrupt = 0;
   std::vector<TierDatasetStats> datasets;
 };
 
@@ -301,8 +306,19 @@ class MemoryTier {
   bool Adopt(const ReadyChunk& chunk);
   // Adopt() of many chunks under one lock, the indexes grown once for
   // them first; (*adopted)[i] says whether chunks[i] was (same checks).
-  void AdoptAll(absl::Span<const ReadyChunk> chunks,
-                std::vector<bool>* adopted);
+  // With `verified` false the caller has not checked the bytes against
+  // their checksums: the chunks are indexed (found by misses, counted as
+  // cached, evictable) but never leased before their checksum is checked,
+  // by VerifyAdopted or by the first Acquire of the chunk, whichever comes
+  // first; one that fails is dropped (readopt_corrupt) and filled anew.
+  void AdoptAll(absl::Span<const ReadyChunk> chunks, std::vector<bool>* adopted,
+                bool verified = true);
+  // Checks the checksums of up to `max_chunks` unverified adopted chunks,
+  // in the order they were adopted, outside the tier's lock (they are
+  // pinned meanwhile). Returns how many remain to be looked at (0: all
+  // done). Thread-safe; several threads may call it at once. Blocks on
+  // reading the arena.
+  uint64_t VerifyAdopted(size_t max_chunks);
 
  private:
   // A session's leases. Its mutex is taken inside the tier's (shared or
@@ -355,7 +371,14 @@ class MemoryTier {
       uint64_t session, uint32_t dataset, absl::Span<HitRequest> requests,
       std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served,
       bool exclusive) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  bool AdoptLocked(const ReadyChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AdoptLocked(const ReadyChunk& chunk, bool verified)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks an unverified entry's bytes (under the lock: one chunk, on a
+  // first use); false when they failed and the entry was dropped.
+  bool VerifyLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Clears `entry`'s unverified bit after a check; drops it when !intact.
+  void SettleVerifiedLocked(ChunkEntry* entry, bool intact)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next entry of the borrowed list (null at its end).
   ChunkEntry* BorrowedNext(ChunkEntry* entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -427,6 +450,11 @@ class MemoryTier {
   absl::flat_hash_map<const ChunkEntry*, BorrowedLinks> borrowed_links_
       ABSL_GUARDED_BY(mu_);
   uint64_t undemoted_ ABSL_GUARDED_BY(mu_) = 0;
+  // Slots of chunks adopted unverified, in arena order, and how far
+  // VerifyAdopted got; released when it is done.
+  std::vector<SlotRef> unverified_ ABSL_GUARDED_BY(mu_);
+  size_t unverified_next_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t readopt_corrupt_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<uint64_t> limit_refusals_{0};
   // Chunks evicted or dropped (removal_generation); bumped under mu_.
   std::atomic<uint64_t> removals_{0};
