@@ -237,10 +237,19 @@ TEST_F(DlcachedFlagsTest, KillNineAfterAWarmRestartServesIdenticalBytes) {
                                        kDataset, "\"}")),
             0)
       << "the warm restart read the source";
+  // The adopting server removed the manifest as it read it: the kill
+  // leaves none, so the next server starts cold.
+  EXPECT_NE(::access((shm_.path() + "/arena/manifest.pb").c_str(), F_OK), 0);
   warm->Kill();
 
   auto after_crash = Start("s", Flags("arena"));
   ASSERT_NE(after_crash, nullptr);
+  absl::StatusOr<int> crash_port = after_crash->WaitForMetricsPort();
+  ASSERT_TRUE(crash_port.ok()) << crash_port.status();
+  EXPECT_EQ(Metric(*crash_port, absl::StrCat("dlcache_cached_chunks{dataset=\"",
+                                             kDataset, "\"}")),
+            0)
+      << "a stale arena was re-adopted after the kill";
   EXPECT_EQ(ReadAll(after_crash->socket_path()), 0);
   EXPECT_EQ(after_crash->Stop(), 0);
 }
