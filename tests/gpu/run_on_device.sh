@@ -31,6 +31,11 @@
 # RUN_CLUSTER=1 (bench/cluster_bench: 3 nodes on loopback, cluster vs
 # independent caches, on this machine's quiet cores; CLUSTER_FLAGS are
 # passed to it)  -> cluster_bench.log, cluster_benchmark.md
+# RUN_SCALE=1 (bench/scale_bench, issue 17: SCALE_ITEMS files, default
+# 10000,100000,1300000, generated under a temp dir on this machine's disk,
+# the arena in /dev/shm; warm-up, RAM per item, restarts; SCALE_CPUS=0,1
+# pins it with taskset like a small node; SCALE_FLAGS are passed to it;
+# SCALE_TIMEOUT seconds, default 570)  -> scale_bench.log, scale_benchmark.md
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -141,6 +146,24 @@ if [ -n "$RUN_CLUSTER" ] && [ -x "$here/bin/cluster_bench" ]; then
   rm -rf "$cdir"
   tail -30 "$out/cluster_bench.log"
   if [ $r -eq 0 ]; then note "ok   cluster_bench"; else note "FAIL cluster_bench ($r)"; rc=1; fi
+fi
+
+# Opt-in: the scale benchmark (issue 17): item counts up to ImageNet's.
+if [ -n "$RUN_SCALE" ] && [ -x "$here/bin/scale_bench" ]; then
+  echo "=== scale_bench ${SCALE_ITEMS:-10000,100000,1300000}"
+  sdir=$(mktemp -d /tmp/dlc_scale.XXXXXX)
+  pin=()
+  [ -n "${SCALE_CPUS:-}" ] && pin=(taskset -c "$SCALE_CPUS")
+  binenv timeout "${SCALE_TIMEOUT:-570}" "${pin[@]}" "$here/bin/scale_bench" \
+    --items="${SCALE_ITEMS:-10000,100000,1300000}" --dir="$sdir" \
+    --dlcachectl="$here/bin/dlcachectl.sh" --log_info \
+    --out="$out/scale_benchmark.md" ${SCALE_FLAGS:-} > "$out/scale_bench.log" 2>&1
+  r=$?
+  rm -rf "$sdir"
+  grep -E "start-up|checked in|accounting recovered" "$out/scale_bench.log" | tail -20
+  tail -12 "$out/scale_bench.log"
+  if [ $r -eq 0 ]; then note "ok   scale_bench (table: scale_benchmark.md)"
+  else note "FAIL scale_bench ($r)"; rc=1; fi
 fi
 
 # Opt-in: end to end through a real dlcached.
