@@ -227,6 +227,69 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   EXPECT_GT((*s)->Status().ssd->stats.hits, 0u);
 }
 
+// Without --ssd_verify_on_start the SSD tier's accounting scan runs after
+// SERVING: held here by its hook, the server serves every file from the
+// SSD (never the source) while an SSD evict waits for the scan, and the
+// accounting after the scan counts what the evict left, once.
+TEST_F(RestartTest, SsdAccountingScanRunsAfterServing) {
+  std::shared_ptr<testing::CountingSource> counting;
+  auto entered = std::make_shared<absl::Notification>();
+  auto release = std::make_shared<absl::Notification>();
+  auto start = [&](bool hold) -> absl::StatusOr<std::unique_ptr<CacheServer>> {
+    ServerConfig c = InProcessConfig("arena4", "ssd4", &counting);
+    if (hold) {
+      c.before_ssd_recovery_scan = [entered, release] {
+        entered->Notify();
+        release->WaitForNotificationWithTimeout(absl::Seconds(120));
+      };
+    }
+    return CacheServer::Start(std::move(c));
+  };
+  uint64_t chunks = 0;
+  {
+    auto s = start(false);
+    ASSERT_TRUE(s.ok()) << s.status();
+    WarmupSpec req;
+    req.dataset = "default";
+    ASSERT_TRUE((*s)->engine()
+                    .Warmup(req, [](const JobProgress&) { return true; })
+                    .ok());
+    ASSERT_NE((*s)->ssd(), nullptr);
+    (*s)->ssd()->Flush();
+    chunks = (*s)->Status().ssd->stats.chunks;
+    ASSERT_GT(chunks, 0u);
+    (*s)->Shutdown();
+  }
+  auto s = start(true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<SsdEvictResult> evicted = absl::UnknownError("not run");
+  testing::ThreadGuard threads;
+  threads.OnStop([release] {
+    if (!release->HasBeenNotified()) release->Notify();
+  });
+  ASSERT_TRUE(entered->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  StatusReport during = (*s)->Status();
+  EXPECT_EQ(during.state, "SERVING");
+  ASSERT_TRUE(during.ssd.has_value());
+  EXPECT_TRUE(during.ssd->stats.recovering);
+  std::unique_ptr<Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  ExpectAllFilesIdentical(*c);
+  EXPECT_EQ(counting->reads(), 0u) << "served from the SSD during the scan";
+  EXPECT_GT((*s)->Status().ssd->stats.hits, 0u);
+  threads.Spawn([&] { evicted = (*s)->ssd()->Evict("default", paths_[0]); });
+  EXPECT_FALSE((*s)->WaitRecovered(absl::ZeroDuration()));
+
+  release->Notify();
+  ASSERT_TRUE((*s)->WaitRecovered(absl::Seconds(120)));
+  threads.JoinAll();
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_GT(evicted->chunks, 0u);
+  const SsdTierStats after = (*s)->Status().ssd->stats;
+  EXPECT_FALSE(after.recovering);
+  EXPECT_EQ(after.chunks, chunks - evicted->chunks);
+}
+
 // --ssd_verify_on_start, in process: while the SSD tier is verified the
 // server says RECOVERING and has no SSD tier to offer; a read that misses
 // memory waits for the tier instead of going to the source, and once
