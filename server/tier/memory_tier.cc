@@ -403,6 +403,17 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
   // index lookup), then freeing them. Other threads may take the freed
   // slots, so this is tried a few times before evicting without a copy.
   constexpr int kDemotionRounds = 4;
+  // A re-adopted chunk not checked yet is checked here, pinned and outside
+  // the lock, so that a large chunk's checksum does not hold every other
+  // batch; AcquireLocked then finds it checked, or dropped.
+  if (has_unverified_.load(std::memory_order_acquire)) {
+    if (ChunkEntry* e = PinUnverified(dataset, path, chunk)) {
+      const bool intact = Checksum(Data(e), e->length) == e->checksum;
+      absl::MutexLock lock(&mu_);
+      if (e->unverified) SettleVerifiedLocked(e, intact);
+      UnpinLocked(e);
+    }
+  }
   for (int round = 0;; ++round) {
     Demotions demotions;
     EvictionSink* sink;
@@ -871,7 +882,10 @@ void MemoryTier::AdoptAll(absl::Span<const ReadyChunk> chunks,
     if (firsts[d] > 0) files_[d].Reserve(files_[d].size() + firsts[d]);
   }
   adopted->assign(chunks.size(), false);
-  if (!verified) unverified_.reserve(unverified_.size() + chunks.size());
+  if (!verified) {
+    unverified_.reserve(unverified_.size() + chunks.size());
+    has_unverified_.store(true, std::memory_order_release);
+  }
   for (size_t i = 0; i < chunks.size(); ++i) {
     (*adopted)[i] = AdoptLocked(chunks[i], verified);
   }
@@ -912,8 +926,21 @@ uint64_t MemoryTier::VerifyAdopted(size_t max_chunks) {
   if (left == 0 && !unverified_.empty()) {
     unverified_ = std::vector<SlotRef>();
     unverified_next_ = 0;
+    has_unverified_.store(false, std::memory_order_release);
   }
   return left;
+}
+
+ChunkEntry* MemoryTier::PinUnverified(uint32_t dataset, absl::string_view path,
+                                      uint32_t chunk) {
+  absl::ReaderMutexLock lock(&mu_);
+  if (dataset >= files_.size()) return nullptr;
+  FileRecord* rec = FindFile(dataset, path);
+  if (rec == nullptr || chunk >= rec->chunk_count()) return nullptr;
+  ChunkEntry* e = rec->chunks()[chunk];
+  if (e == nullptr || !e->unverified) return nullptr;
+  Pins(e).fetch_add(1, std::memory_order_relaxed);
+  return e;
 }
 
 bool MemoryTier::VerifyLocked(ChunkEntry* entry) {

@@ -373,9 +373,14 @@ class MemoryTier {
       bool exclusive) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool AdoptLocked(const ReadyChunk& chunk, bool verified)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks an unverified entry's bytes (under the lock: one chunk, on a
-  // first use); false when they failed and the entry was dropped.
+  // Checks an unverified entry's bytes under the lock (Acquire's fallback:
+  // it checks them outside the lock first); false when they failed and
+  // the entry was dropped.
   bool VerifyLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The chunk's entry, pinned (under the shared lock), if it is an
+  // unverified re-adopted one; null otherwise.
+  ChunkEntry* PinUnverified(uint32_t dataset, absl::string_view path,
+                            uint32_t chunk);
   // Clears `entry`'s unverified bit after a check; drops it when !intact.
   void SettleVerifiedLocked(ChunkEntry* entry, bool intact)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -455,6 +460,9 @@ class MemoryTier {
   std::vector<SlotRef> unverified_ ABSL_GUARDED_BY(mu_);
   size_t unverified_next_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t readopt_corrupt_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether unverified_ may still hold entries: Acquire's check outside
+  // the lock is skipped once they are all checked.
+  std::atomic<bool> has_unverified_{false};
   mutable std::atomic<uint64_t> limit_refusals_{0};
   // Chunks evicted or dropped (removal_generation); bumped under mu_.
   std::atomic<uint64_t> removals_{0};
