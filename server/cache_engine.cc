@@ -147,6 +147,61 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   return absl::OkStatus();
 }
 
+absl::Status CacheEngine::WarmFile(uint32_t ds, absl::string_view path,
+                                   const FileInfo& info, bool* skipped) {
+  *skipped = false;
+  absl::Status s;
+  std::vector<MemoryTier::Acquisition> acquired;
+  // FAILED_PRECONDITION: the file changed while the tier's lock was let go
+  // for demotions; as in PinChunks, one retry.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    s = tier_->PutFileAndAcquire(ds, path, info, kNoNumaNode, &acquired);
+    if (s.ok() && acquired.empty()) {
+      *skipped = true;
+      return s;
+    }
+    s = FillAndUnpin(ds, path, info, acquired, std::move(s));
+    if (s.code() != absl::StatusCode::kFailedPrecondition) break;
+  }
+  if (!s.ok()) counters_[ds]->fill_errors.Add(1);
+  return s;
+}
+
+absl::Status CacheEngine::FillAndUnpin(
+    uint32_t ds, absl::string_view path, const FileInfo& info,
+    absl::Span<const MemoryTier::Acquisition> acquired, absl::Status status) {
+  Counters& counters = *counters_[ds];
+  for (const MemoryTier::Acquisition& a : acquired) {
+    if (a.kind == MemoryTier::Acquired::kReady) {
+      counters.hits.Add(1);
+      tier_->Unpin(a.entry);
+      continue;
+    }
+    counters.misses.Add(1);
+    if (a.kind == MemoryTier::Acquired::kMustWait) continue;
+    absl::Status fill;
+    uint64_t checksum = 0;
+    ChunkOrigin origin = ChunkOrigin::kLocal;
+    if (status.ok()) {
+      ChunkId id{datasets_[ds], path, a.entry->chunk};
+      fill = backend_->ReadChunk(
+          id, info, absl::MakeSpan(tier_->Data(a.entry), a.entry->length),
+          &checksum, &origin);
+    } else {
+      fill = absl::AbortedError("an earlier chunk of the file failed");
+    }
+    tier_->CompleteFillAndUnpin(a.entry, fill, checksum, origin);
+    if (!fill.ok() && status.ok()) status = fill;
+  }
+  for (const MemoryTier::Acquisition& a : acquired) {
+    if (a.kind != MemoryTier::Acquired::kMustWait) continue;
+    absl::Status w = tier_->WaitFilled(a.entry);
+    tier_->Unpin(a.entry);
+    if (!w.ok() && status.ok()) status = w;
+  }
+  return status;
+}
+
 void CacheEngine::FillItem(uint64_t session, uint32_t ds,
                            absl::string_view path, uint32_t first_chunk,
                            uint32_t max_chunks, BatchItem* out) {
@@ -454,10 +509,10 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
                     const std::atomic<bool>& cancelled) {
     ListedPartResult r;
     // The listing is fresher than what the tier knows: a changed file has
-    // its stale chunks dropped here.
-    tier_->PutFile(*ds, f.path, f.info);
-    const uint32_t count = tier_->ChunkCount(f.info.size);
+    // its stale chunks dropped here (PutFile, or WarmFile's).
     if (by_owner) {
+      tier_->PutFile(*ds, f.path, f.info);
+      const uint32_t count = tier_->ChunkCount(f.info.size);
       // Chunk by chunk: the owned ones are scattered over the file. A
       // cached chunk is a hit, nothing is read for it.
       r.skipped = true;
@@ -478,14 +533,7 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
       }
       return r;
     }
-    if (tier_->CachedChunks(*ds, f.path) == count) {
-      r.skipped = true;
-      r.bytes = f.info.size;
-      return r;
-    }
-    Pinned pinned;
-    r.status = PinChunks(*ds, f.path, 0, 0, backend_, &pinned);
-    for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
+    r.status = WarmFile(*ds, f.path, f.info, &r.skipped);
     if (r.status.ok()) r.bytes = f.info.size;
     return r;
   };

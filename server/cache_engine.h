@@ -275,6 +275,20 @@ class CacheEngine {
   absl::Status PinChunksOnce(uint32_t ds, absl::string_view path,
                              uint32_t first_chunk, uint32_t max_chunks,
                              ChunkBackend* backend, Pinned* out, int numa_node);
+  // Warm-up of one whole file, nothing kept pinned (issue 17: one tier call
+  // to record and pin it, one per chunk to complete and unpin, instead of
+  // PutFile, CachedChunks and PinChunks' lookups). *skipped: every chunk
+  // was cached already. A file changed meanwhile is tried once more.
+  absl::Status WarmFile(uint32_t ds, absl::string_view path,
+                        const FileInfo& info, bool* skipped);
+  // Fills what `acquired` (from the tier, in chunk order) must fill and
+  // waits for the rest, unpinning each; `status`: the acquisition's error
+  // (the chunks it got are then completed as failed). Returns the first
+  // error.
+  absl::Status FillAndUnpin(uint32_t ds, absl::string_view path,
+                            const FileInfo& info,
+                            absl::Span<const MemoryTier::Acquisition> acquired,
+                            absl::Status status);
   // Slow path for one item: pin (filling), then lease for `session`.
   void FillItem(uint64_t session, uint32_t ds, absl::string_view path,
                 uint32_t first_chunk, uint32_t max_chunks, BatchItem* out);

@@ -31,6 +31,11 @@ class ChunkEntryPool {
 
   // Entries handed out and not deleted.
   size_t live() const { return live_; }
+  // Heap bytes of the blocks and the free list.
+  size_t Bytes() const {
+    return blocks_.size() * kBlockEntries * sizeof(ChunkEntry) +
+           free_.capacity() * sizeof(ChunkEntry*);
+  }
 
  private:
   std::vector<std::unique_ptr<ChunkEntry[]>> blocks_;

@@ -41,6 +41,11 @@ class FileIndex {
   // Room for `n` records without rehashing (bulk inserts).
   void Reserve(size_t n) { set_.reserve(n); }
   size_t size() const { return set_.size(); }
+  // Bytes of the hash table itself (slots and control bytes), not the
+  // records.
+  size_t TableBytes() const {
+    return set_.capacity() * (sizeof(FileRecord*) + 1);
+  }
 
  private:
   struct Hash {

@@ -1,10 +1,18 @@
 #include "server/tier/file_record.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 namespace dlcache {
+namespace {
+
+size_t MallocChunk(size_t bytes) {
+  return std::max<size_t>(32, (bytes + sizeof(size_t) + 15) & ~size_t{15});
+}
+
+}  // namespace
 
 FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
                                const FileInfo& info, uint32_t chunk_count) {
@@ -32,6 +40,12 @@ FileRecord::FileRecord(uint32_t dataset, absl::string_view path,
 
 FileRecord::~FileRecord() {
   if (chunk_count_ > 1) delete[] many_;
+}
+
+size_t FileRecord::HeapBytes() const {
+  return MallocChunk(sizeof(FileRecord) + path_size_) +
+         (chunk_count_ > 1 ? MallocChunk(chunk_count_ * sizeof(ChunkEntry*))
+                           : 0);
 }
 
 void FileRecord::Reset(const FileInfo& new_info, uint32_t chunk_count) {

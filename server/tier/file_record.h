@@ -52,6 +52,15 @@ class FileRecord {
   // New metadata and `chunk_count` null pointers (the caller dropped the
   // entries first).
   void Reset(const FileInfo& info, uint32_t chunk_count);
+  // Bytes this record asked the heap for: the record with its path, and
+  // the chunk table of a file of several chunks.
+  size_t RequestedBytes() const {
+    return sizeof(FileRecord) + path_size_ +
+           (chunk_count_ > 1 ? chunk_count_ * sizeof(ChunkEntry*) : 0);
+  }
+  // The same as the heap holds it: each block with a malloc header and
+  // rounded as glibc does (16-byte steps, 32 bytes at least).
+  size_t HeapBytes() const;
 
   FileInfo info;
 

@@ -250,6 +250,11 @@ absl::optional<FileInfo> MemoryTier::LookupFile(uint32_t dataset,
 bool MemoryTier::PutFile(uint32_t dataset, absl::string_view path,
                          const FileInfo& info) {
   absl::MutexLock lock(&mu_);
+  return PutFileLocked(dataset, path, info);
+}
+
+bool MemoryTier::PutFileLocked(uint32_t dataset, absl::string_view path,
+                               const FileInfo& info) {
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) {
     files_[dataset].Insert(
@@ -425,20 +430,66 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::Acquire(
       if (demotions.victims.empty()) return a;
       sink = eviction_sink_;
     }
-    for (const Demotion& d : demotions.victims) {
-      if (!d.demote || sink == nullptr) continue;
-      EvictedChunk out;
-      out.dataset = d.dataset;
-      out.path = d.path;
-      out.chunk = d.chunk;
-      out.info = d.info;
-      out.bytes = d.bytes;
-      out.checksum = d.checksum;
-      sink->OnEvict(out);
-    }
+    HandToSink(demotions, sink);
     absl::MutexLock lock(&mu_);
     FinishDemotionsLocked(demotions);
   }
+}
+
+void MemoryTier::HandToSink(const Demotions& demotions, EvictionSink* sink) {
+  for (const Demotion& d : demotions.victims) {
+    if (!d.demote || sink == nullptr) continue;
+    EvictedChunk out;
+    out.dataset = d.dataset;
+    out.path = d.path;
+    out.chunk = d.chunk;
+    out.info = d.info;
+    out.bytes = d.bytes;
+    out.checksum = d.checksum;
+    sink->OnEvict(out);
+  }
+}
+
+absl::Status MemoryTier::PutFileAndAcquire(uint32_t dataset,
+                                           absl::string_view path,
+                                           const FileInfo& info, int numa_node,
+                                           std::vector<Acquisition>* out) {
+  out->clear();
+  const uint32_t count = ChunkCount(info.size);
+  mu_.Lock();
+  PutFileLocked(dataset, path, info);
+  if (CachedChunksLocked(dataset, path) == count) {
+    mu_.Unlock();
+    return absl::OkStatus();
+  }
+  out->reserve(count);
+  // Acquire's demotion rounds, per chunk (see there).
+  constexpr int kDemotionRounds = 4;
+  int round = 0;
+  for (uint32_t chunk = 0; chunk < count;) {
+    Demotions demotions;
+    absl::StatusOr<Acquisition> a =
+        AcquireLocked(dataset, path, info, chunk, numa_node,
+                      round < kDemotionRounds ? &demotions : nullptr);
+    if (demotions.victims.empty()) {
+      if (!a.ok()) {
+        mu_.Unlock();
+        return a.status();
+      }
+      out->push_back(*a);
+      ++chunk;
+      round = 0;
+      continue;
+    }
+    EvictionSink* sink = eviction_sink_;
+    mu_.Unlock();
+    HandToSink(demotions, sink);
+    mu_.Lock();
+    FinishDemotionsLocked(demotions);
+    ++round;
+  }
+  mu_.Unlock();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
@@ -623,6 +674,20 @@ char* MemoryTier::Data(const ChunkEntry* entry) const {
 void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
                               uint64_t checksum, ChunkOrigin origin) {
   absl::MutexLock lock(&mu_);
+  CompleteFillLocked(entry, status, checksum, origin);
+}
+
+void MemoryTier::CompleteFillAndUnpin(ChunkEntry* entry,
+                                      const absl::Status& status,
+                                      uint64_t checksum, ChunkOrigin origin) {
+  absl::MutexLock lock(&mu_);
+  CompleteFillLocked(entry, status, checksum, origin);
+  UnpinLocked(entry);
+}
+
+void MemoryTier::CompleteFillLocked(ChunkEntry* entry,
+                                    const absl::Status& status,
+                                    uint64_t checksum, ChunkOrigin origin) {
   if (status.ok()) {
     entry->state = ChunkEntry::State::kReady;
     entry->checksum = checksum;
@@ -796,6 +861,11 @@ std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
 uint32_t MemoryTier::CachedChunks(uint32_t dataset,
                                   absl::string_view path) const {
   absl::ReaderMutexLock lock(&mu_);
+  return CachedChunksLocked(dataset, path);
+}
+
+uint32_t MemoryTier::CachedChunksLocked(uint32_t dataset,
+                                        absl::string_view path) const {
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) return 0;
   uint32_t n = 0;
@@ -848,6 +918,26 @@ TierStats MemoryTier::Stats() const {
 }  // namespace dlcache
 
 namespace dlcache {
+
+MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
+  absl::ReaderMutexLock lock(&mu_);
+  IndexMemory m;
+  for (const FileIndex& index : files_) {
+    m.files += index.size();
+    m.table_bytes += index.TableBytes();
+    index.ForEach(
+        [&](const FileRecord& r) { m.record_bytes += r.HeapBytes(); });
+  }
+  m.entry_bytes = entries_.Bytes();
+  // Flat hash tables: a slot and a control byte per capacity.
+  m.side_bytes =
+      fill_failures_.capacity() *
+          (sizeof(decltype(fill_failures_)::value_type) + 1) +
+      borrowed_links_.capacity() *
+          (sizeof(decltype(borrowed_links_)::value_type) + 1) +
+      sessions_.capacity() * (sizeof(decltype(sessions_)::value_type) + 1);
+  return m;
+}
 
 void MemoryTier::ForEachReady(
     absl::FunctionRef<void(const ReadyChunk&)> fn) const {

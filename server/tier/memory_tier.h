@@ -228,6 +228,21 @@ class MemoryTier {
   void CompleteFill(ChunkEntry* entry, const absl::Status& status,
                     uint64_t checksum,
                     ChunkOrigin origin = ChunkOrigin::kLocal);
+  // CompleteFill, then Unpin of the filler's pin, under one lock: for a
+  // filler that keeps nothing leased (warm-up).
+  void CompleteFillAndUnpin(ChunkEntry* entry, const absl::Status& status,
+                            uint64_t checksum,
+                            ChunkOrigin origin = ChunkOrigin::kLocal);
+  // Warm-up's one call per file (issue 17): PutFile(dataset, path, info),
+  // then, unless every chunk of the file is cached and ready (or it has
+  // none), Acquire of each of its chunks in order, under one exclusive
+  // lock (dropped only while an eviction sink copies victims, as in
+  // Acquire). *out gets the acquisitions: empty when all were cached. On an
+  // error (Acquire's codes) *out holds the chunks pinned before it, which
+  // the caller completes (kMustFill) or unpins as after Acquire.
+  absl::Status PutFileAndAcquire(uint32_t dataset, absl::string_view path,
+                                 const FileInfo& info, int numa_node,
+                                 std::vector<Acquisition>* out);
   // Blocks until the entry's fill is done; returns its status.
   absl::Status WaitFilled(ChunkEntry* entry);
   // Turns the caller's pin into a lease of `session` (the pin now belongs to
@@ -289,6 +304,21 @@ class MemoryTier {
     return removals_.load(std::memory_order_acquire) + 1;
   }
   TierStats Stats() const;
+  // The index's own heap bytes (issue 17: RAM per cached item), counted
+  // from its structures rather than from malloc, so other threads' and
+  // libraries' allocations do not blur it. Walks every record under the
+  // shared lock: for benchmarks and diagnostics, not a hot path.
+  struct IndexMemory {
+    uint64_t files = 0;
+    uint64_t record_bytes = 0;  // records, paths, chunk tables (malloc'd)
+    uint64_t entry_bytes = 0;   // the entry pool's blocks
+    uint64_t table_bytes = 0;   // the per-dataset hash tables
+    uint64_t side_bytes = 0;    // fill failures, borrowed links, sessions
+    uint64_t total() const {
+      return record_bytes + entry_bytes + table_bytes + side_bytes;
+    }
+  };
+  IndexMemory IndexMemoryUsage() const;
 
   // --- re-adoption across a server restart (server/tier/arena_manifest) ---
   struct ReadyChunk {
@@ -397,6 +427,16 @@ class MemoryTier {
                                             uint32_t chunk, int numa_node,
                                             Demotions* demotions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PutFile under the lock.
+  bool PutFileLocked(uint32_t dataset, absl::string_view path,
+                     const FileInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t CachedChunksLocked(uint32_t dataset, absl::string_view path) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void CompleteFillLocked(ChunkEntry* entry, const absl::Status& status,
+                          uint64_t checksum, ChunkOrigin origin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the victims to be demoted to `sink` (not under the lock).
+  static void HandToSink(const Demotions& demotions, EvictionSink* sink);
   // Frees one unpinned borrowed chunk whose slot fits `bytes`; false if none.
   bool DropBorrowedForLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishDemotionsLocked(Demotions& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
