@@ -1,5 +1,6 @@
 #include "server/tier/ssd_index.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <vector>
@@ -164,12 +165,12 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   return absl::InternalError(msg);
 }
 
-rocksdb::Options MakeOptions() {
+rocksdb::Options MakeOptions(const SsdIndexMemoryOptions& memory) {
   rocksdb::Options o;
   o.create_if_missing = true;
   // The index is small next to the data (~100 bytes a chunk); keep its
   // memory use modest, it shares the node with the arena.
-  o.write_buffer_size = 16 << 20;
+  o.write_buffer_size = std::max<uint64_t>(memory.write_buffer_bytes, 1 << 20);
   o.max_write_buffer_number = 2;
   o.max_open_files = 512;
   o.keep_log_file_num = 4;
@@ -182,15 +183,16 @@ rocksdb::Options MakeOptions() {
   // the disk has room, and a flush on a full disk must not be forced.
   o.avoid_flush_during_shutdown = true;
   rocksdb::BlockBasedTableOptions t;
-  t.block_cache = rocksdb::NewLRUCache(64 << 20);
+  t.block_cache = rocksdb::NewLRUCache(memory.block_cache_bytes);
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
 }
 
-absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenDb(const std::string& path,
-                                                    rocksdb::Status* raw) {
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenDb(
+    const std::string& path, const SsdIndexMemoryOptions& memory,
+    rocksdb::Status* raw) {
   rocksdb::DB* db = nullptr;
-  *raw = rocksdb::DB::Open(MakeOptions(), path, &db);
+  *raw = rocksdb::DB::Open(MakeOptions(memory), path, &db);
   if (!raw->ok()) return FromRocks(*raw, absl::StrCat("open ", path));
   return std::unique_ptr<rocksdb::DB>(db);
 }
@@ -208,16 +210,17 @@ SsdIndex::~SsdIndex() {
   }
 }
 
-absl::StatusOr<SsdIndex::Opened> SsdIndex::Open(const std::string& path,
-                                                bool reset_if_corrupt) {
+absl::StatusOr<SsdIndex::Opened> SsdIndex::Open(
+    const std::string& path, bool reset_if_corrupt,
+    const SsdIndexMemoryOptions& memory) {
   Opened out;
   rocksdb::Status raw;
-  absl::StatusOr<std::unique_ptr<rocksdb::DB>> db = OpenDb(path, &raw);
+  absl::StatusOr<std::unique_ptr<rocksdb::DB>> db = OpenDb(path, memory, &raw);
   if (!db.ok() && raw.IsCorruption()) {
     DLC_LOG(ERROR) << "ssd index " << path << " is corrupt (" << raw.ToString()
                    << "); trying to repair it";
-    rocksdb::Status repaired = rocksdb::RepairDB(path, MakeOptions());
-    if (repaired.ok()) db = OpenDb(path, &raw);
+    rocksdb::Status repaired = rocksdb::RepairDB(path, MakeOptions(memory));
+    if (repaired.ok()) db = OpenDb(path, memory, &raw);
     if (!db.ok() && raw.IsCorruption()) {
       if (!reset_if_corrupt) {
         return absl::DataLossError(absl::StrCat(
@@ -235,7 +238,7 @@ absl::StatusOr<SsdIndex::Opened> SsdIndex::Open(const std::string& path,
                      << " is corrupt beyond repair; moved it to "
                      << out.moved_to << " and starting with an empty SSD tier";
       out.reset = true;
-      db = OpenDb(path, &raw);
+      db = OpenDb(path, memory, &raw);
     }
   }
   if (!db.ok()) {
@@ -312,6 +315,17 @@ absl::StatusOr<uint64_t> SsdIndex::GetCounter(absl::string_view name) const {
   if (!s.ok()) return FromRocks(s, "get");
   if (v.size() != 8) return absl::DataLossError("ssd index: bad counter");
   return GetLe(v.data(), 8);
+}
+
+SsdIndexMemory SsdIndex::MemoryUsage() const {
+  SsdIndexMemory m;
+  auto get = [this](const std::string& name, uint64_t* out) {
+    if (!db_->GetIntProperty(name, out)) *out = 0;
+  };
+  get(rocksdb::DB::Properties::kCurSizeAllMemTables, &m.memtable_bytes);
+  get(rocksdb::DB::Properties::kBlockCacheUsage, &m.block_cache_bytes);
+  get(rocksdb::DB::Properties::kEstimateTableReadersMem, &m.table_reader_bytes);
+  return m;
 }
 
 SsdIndex::Batch::Batch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}

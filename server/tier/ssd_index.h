@@ -19,6 +19,25 @@ class WriteBatch;
 
 namespace dlcache {
 
+// How much memory RocksDB may use for the index (issue 17: these are the
+// fixed costs next to the memory tier's per-item index).
+struct SsdIndexMemoryOptions {
+  // One memtable; at most two exist (one being flushed). Writes of the
+  // write-behind and sync are ~100 bytes a chunk, so a few MiB hold tens
+  // of thousands of chunks between flushes.
+  uint64_t write_buffer_bytes = 4ull << 20;
+  // Data blocks read back (lookups on SSD hits and misses, recovery); the
+  // file system's page cache holds the SST files as well.
+  uint64_t block_cache_bytes = 16ull << 20;
+};
+
+// RocksDB's own memory figures for the index now.
+struct SsdIndexMemory {
+  uint64_t memtable_bytes = 0;      // rocksdb.cur-size-all-mem-tables
+  uint64_t block_cache_bytes = 0;   // rocksdb.block-cache-usage
+  uint64_t table_reader_bytes = 0;  // rocksdb.estimate-table-readers-mem
+};
+
 // What the SSD tier knows about a source file. `version` changes whenever
 // the recorded (size, mtime) changes, so chunks written for an older
 // version can be recognised even if their entries outlived it.
@@ -63,8 +82,9 @@ class SsdIndex {
   // and a fresh one created when `reset_if_corrupt`, else DATA_LOSS.
   // FAILED_PRECONDITION for other failures (permissions, lock held by
   // another process, ...).
-  static absl::StatusOr<Opened> Open(const std::string& path,
-                                     bool reset_if_corrupt);
+  static absl::StatusOr<Opened> Open(
+      const std::string& path, bool reset_if_corrupt,
+      const SsdIndexMemoryOptions& memory = SsdIndexMemoryOptions());
   ~SsdIndex();
   SsdIndex(const SsdIndex&) = delete;
   SsdIndex& operator=(const SsdIndex&) = delete;
@@ -83,6 +103,8 @@ class SsdIndex {
       absl::string_view dataset, absl::string_view path, uint32_t chunk) const;
   // A named counter; 0 when never set.
   absl::StatusOr<uint64_t> GetCounter(absl::string_view name) const;
+  // RocksDB's memory now (its properties; zeros for any it cannot tell).
+  SsdIndexMemory MemoryUsage() const;
 
   // Mutations applied together by Commit. Not thread-safe.
   class Batch {

@@ -573,6 +573,7 @@ SsdTierStats SsdTier::Stats() const {
   const SsdWriteQueue::Depth depth = queue_->depth();
   s.queued = depth.items;
   s.queued_bytes = depth.bytes;
+  s.index_memory = index_->MemoryUsage();
   return s;
 }
 

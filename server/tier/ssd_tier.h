@@ -44,7 +44,8 @@ struct SsdTierOptions {
   // this, and stops writing chunks when it has nothing left to drop. Index
   // writes stop below a quarter of it. RocksDB needs this headroom: a
   // RocksDB write that fails for lack of space is hard to recover from (a
-  // quarter should exceed RocksDB's 16 MiB memtable flushes). Must be > 0.
+  // quarter should exceed RocksDB's memtable flushes, index_memory). Must
+  // be > 0.
   uint64_t min_free_bytes = 256ull << 20;
   // Must equal the server's chunk size (files are cut the same way).
   uint64_t chunk_size = 4ull << 20;
@@ -56,6 +57,8 @@ struct SsdTierOptions {
   // always admitted into an empty queue).
   size_t write_queue_depth = 1024;
   uint64_t write_queue_bytes = 256ull << 20;
+  // RocksDB's memtables and block cache for the index.
+  SsdIndexMemoryOptions index_memory;
   // Read and checksum every chunk at Open (else each chunk is checked when
   // read, which happens on every read anyway).
   bool verify_on_open = false;
@@ -127,6 +130,7 @@ struct SsdTierStats {
   // The background recovery scan is running: bytes, chunks, files and
   // disk_full are not known yet (reported as 0).
   bool recovering = false;
+  SsdIndexMemory index_memory;  // RocksDB's memory now
 };
 
 // Mirrors v1::RevalidateResponse.

@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
         FormatBytes(options.min_free_bytes / 4)));
   }
   absl::StatusOr<SsdIndex::Opened> opened =
-      SsdIndex::Open(options.dir + "/index", options.reset_corrupt_index);
+      SsdIndex::Open(options.dir + "/index", options.reset_corrupt_index,
+                     options.index_memory);
   if (!opened.ok()) return opened.status();
   absl::StatusOr<uint64_t> next_file = opened->index->GetCounter(kNextFileId);
   if (!next_file.ok()) {
