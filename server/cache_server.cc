@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
+#include "common/heap_trim.h"
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
@@ -96,6 +97,10 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(
         "no datasets: give --source=DIR or --dataset=NAME=DIR");
   }
+  if (c.malloc_arenas < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--malloc_arenas=", c.malloc_arenas, " (0 = glibc's default)"));
+  }
   if (c.datasets.size() > MemoryTier::kMaxDatasets) {
     return absl::InvalidArgumentError(
         absl::StrCat(c.datasets.size(), " datasets; at most ",
@@ -169,6 +174,9 @@ CacheServer::CacheServer(ServerConfig config)
 absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
     ServerConfig config) {
   if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  // Before the server's threads exist (issue 17: free memory kept by
+  // per-thread malloc arenas).
+  ConfigureHeap(config.malloc_arenas);
   std::unique_ptr<CacheServer> server(new CacheServer(std::move(config)));
   if (absl::Status s = server->Init(); !s.ok()) return s;
   return server;
@@ -509,6 +517,8 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   // SERVING: reads are served meanwhile, writes wait for it.
   o.recover_in_background = true;
   o.before_recovery_scan = config_.before_ssd_recovery_scan;
+  o.index_memory.write_buffer_bytes = config_.ssd_index_write_buffer_bytes;
+  o.index_memory.block_cache_bytes = config_.ssd_index_block_cache_bytes;
   o.clock = config_.clock;
   auto open = [this, o, next]() -> absl::Status {
     absl::StatusOr<std::unique_ptr<SsdTier>> ssd = SsdTier::Open(o, next);

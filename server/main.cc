@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
+#include "common/heap_trim.h"
 #include "common/local_protocol.h"
 #include "common/logging.h"
 #include "server/cache_server.h"
@@ -113,6 +115,13 @@ ABSL_FLAG(bool, ssd_verify_on_start, false,
           "Checksum every SSD chunk at start (else each chunk on first read)");
 ABSL_FLAG(bool, ssd_demote, true,
           "Write chunks the arena evicts behind to the SSD tier");
+ABSL_FLAG(ByteSize, ssd_index_write_buffer, ByteSize{4ull << 20},
+          "RocksDB memtable of the SSD index (two at most exist; >= 1M)");
+ABSL_FLAG(ByteSize, ssd_index_block_cache, ByteSize{16ull << 20},
+          "RocksDB block cache of the SSD index");
+ABSL_FLAG(int32_t, malloc_arenas, 4,
+          "At most this many malloc arenas (each keeps its own free memory; "
+          "0 = glibc's default of 8 per core)");
 ABSL_FLAG(double, borrowed_share, 0.25,
           "Share of the arena for chunks fetched from peers (0..1; 0 = do "
           "not keep peer copies); chunks this node owns are kept first");
@@ -246,6 +255,11 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.ssd_bytes = absl::GetFlag(FLAGS_ssd_bytes).bytes;
   c.ssd_verify_on_start = absl::GetFlag(FLAGS_ssd_verify_on_start);
   c.ssd_demote = absl::GetFlag(FLAGS_ssd_demote);
+  c.malloc_arenas = absl::GetFlag(FLAGS_malloc_arenas);
+  c.ssd_index_write_buffer_bytes =
+      absl::GetFlag(FLAGS_ssd_index_write_buffer).bytes;
+  c.ssd_index_block_cache_bytes =
+      absl::GetFlag(FLAGS_ssd_index_block_cache).bytes;
   c.borrowed_share = absl::GetFlag(FLAGS_borrowed_share);
   if (!(c.borrowed_share >= 0 && c.borrowed_share <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -341,6 +355,9 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
+  // First, before any thread or large buffer (CacheServer::Start sets it
+  // again for embedders).
+  dlcache::ConfigureHeap(std::max(0, absl::GetFlag(FLAGS_malloc_arenas)));
   std::string level = absl::GetFlag(FLAGS_log_level);
   dlcache::SetMinLogLevel(level == "ERROR"     ? dlcache::LogLevel::kError
                           : level == "WARNING" ? dlcache::LogLevel::kWarning

@@ -99,12 +99,20 @@ struct ServerConfig {
   // Prometheus text endpoint, "host:port"; empty = off.
   std::string metrics_address = "127.0.0.1:9464";
 
+  // malloc arenas of the process at most (common/heap_trim.h,
+  // ConfigureHeap); 0 = glibc's default (8 per core). Set at Start.
+  int malloc_arenas = 4;
+
   // SSD tier (issue 3): empty = off.
   std::string ssd_dir;
   uint64_t ssd_bytes = 0;  // 0 = 90% of the file system's free space
   bool ssd_verify_on_start = false;
   // Chunks the arena evicts are written behind to the SSD tier.
   bool ssd_demote = true;
+  // RocksDB's memory for the SSD index: one memtable (two at most) and the
+  // block cache (SsdIndexMemoryOptions).
+  uint64_t ssd_index_write_buffer_bytes = 4ull << 20;
+  uint64_t ssd_index_block_cache_bytes = 16ull << 20;
 
   // Admission and eviction (issue 11). Share of the arena that chunks
   // fetched from peers may hold; 0 = peer copies are not kept.

@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/heap_trim.h"
 #include "server/fill/thread_pool.h"
 
 namespace dlcache {
@@ -45,6 +46,9 @@ class ListedJobRun {
           options_.period);
       lister.join();
     }
+    // The workers' per-file allocations (paths, closures, copies written
+    // behind) are freed by now but held by malloc.
+    ReleaseFreeHeap();
     if (!listed.ok() && last.files_total == 0) return listed;
     if (!listed.ok()) {
       last.AddFailure(absl::StrCat("listing: ", listed.ToString()));

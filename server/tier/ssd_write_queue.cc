@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/heap_trim.h"
+
 namespace dlcache {
 
 SsdWriteQueue::SsdWriteQueue(const Options& options, WriteFn write)
@@ -54,10 +56,24 @@ void SsdWriteQueue::WriterLoop() {
       queue_.pop_front();
     }
     write_(item);
-    absl::MutexLock lock(&mu_);
-    --pending_;
-    pending_bytes_ -= item.bytes.size();
-    ++completed_;
+    bool trim = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --pending_;
+      pending_bytes_ -= item.bytes.size();
+      ++completed_;
+      // The copies were allocated by the fill threads and are freed here;
+      // malloc keeps them otherwise (issue 17: ~60 bytes per warmed file).
+      written_since_trim_ += item.bytes.size();
+      if (pending_ == 0 && written_since_trim_ >= kTrimAfterBytes) {
+        trim = true;
+        written_since_trim_ = 0;
+      }
+    }
+    if (trim) {
+      item = SsdWriteItem();
+      ReleaseFreeHeap();
+    }
   }
 }
 

@@ -72,6 +72,10 @@ class SsdWriteQueue {
  private:
   void WriterLoop();
 
+  // Once the queue drains after this many bytes were written, the writer
+  // gives malloc's free pages back (ReleaseFreeHeap).
+  static constexpr uint64_t kTrimAfterBytes = 16ull << 20;
+
   const Options options_;
   const WriteFn write_;
 
@@ -82,6 +86,7 @@ class SsdWriteQueue {
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t written_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;
 };

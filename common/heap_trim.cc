@@ -1,0 +1,26 @@
+#include "common/heap_trim.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace dlcache {
+
+void ReleaseFreeHeap() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
+
+void ConfigureHeap(int max_arenas) {
+#if defined(__GLIBC__)
+  if (max_arenas > 0) ::mallopt(M_ARENA_MAX, max_arenas);
+  // Fixed, so glibc stops moving them: a large block freed earlier (a
+  // start-up buffer) would otherwise have raised the mmap threshold, and
+  // blocks up to it would then come from (and stay in) the arenas.
+  ::mallopt(M_MMAP_THRESHOLD, 128 << 10);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 20);
+#endif
+}
+
+}  // namespace dlcache
