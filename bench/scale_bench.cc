@@ -6,7 +6,11 @@
 //     progress bar drawn to a terminal-less pipe vs --json (its overhead);
 //   - server metadata in RAM per cached item: this process's anonymous
 //     resident memory (RssAnon: the arena is shared memory and not in it)
-//     after the warm-up minus before, over N;
+//     after the warm-up minus before, over N; and where it goes, by phase
+//     (after the warm-up, once the SSD write-behind has drained, after
+//     sync): malloc's bytes in use and free-but-held (mallinfo2), RocksDB's
+//     memtables, block cache and table readers, and the memory tier's
+//     index counted from its structures;
 //   - SSD index bytes per item (the RocksDB directory after `dlcachectl
 //     sync`);
 //   - warm 256-key GetBatch p50/p99 (handles only) over random keys;
@@ -21,6 +25,7 @@
 //               [--max_bytes=8192] [--dir=/tmp] [--out=FILE]
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,6 +39,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -44,9 +50,12 @@
 #include "absl/strings/str_format.h"
 #include "bench/machine_info.h"
 #include "bench/temp_dir.h"
+#include "common/heap_trim.h"
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "server/cache_server.h"
+#include "server/tier/memory_tier.h"
+#include "server/tier/ssd_tier.h"
 
 ABSL_FLAG(std::vector<std::string>, items,
           std::vector<std::string>({"10000", "100000", "1300000"}),
@@ -59,6 +68,14 @@ ABSL_FLAG(std::string, dir, "/tmp", "where the files and the SSD tier go");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
 ABSL_FLAG(std::string, dlcachectl, DLCACHECTL_BINARY, "the dlcachectl binary");
 ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+ABSL_FLAG(int32_t, malloc_arenas, dlcache::ServerConfig().malloc_arenas,
+          "the server's --malloc_arenas");
+ABSL_FLAG(uint64_t, ssd_index_write_buffer_mb,
+          dlcache::ServerConfig().ssd_index_write_buffer_bytes >> 20,
+          "the server's --ssd_index_write_buffer, MiB");
+ABSL_FLAG(uint64_t, ssd_index_block_cache_mb,
+          dlcache::ServerConfig().ssd_index_block_cache_bytes >> 20,
+          "the server's --ssd_index_block_cache, MiB");
 ABSL_FLAG(bool, log_info, false,
           "show the server's INFO log (start-up stage times)");
 
@@ -132,6 +149,39 @@ uint64_t RssAnonKb() {
   return 0;
 }
 
+// The server's memory at one point (the process's, with the bench's small
+// share: it is in-process).
+struct MemPoint {
+  uint64_t rss = 0;        // RssAnon, bytes
+  uint64_t heap_used = 0;  // malloc: in use (arenas + mmapped blocks)
+  uint64_t heap_free = 0;  // malloc: free but held in its arenas
+  int arenas = 0;          // malloc arenas
+  SsdIndexMemory rocks;    // RocksDB's figures for the SSD index
+  MemoryTier::IndexMemory index;
+};
+
+MemPoint TakeMemPoint(CacheServer& server) {
+  MemPoint p;
+  p.rss = RssAnonKb() * 1024;
+  const struct mallinfo2 m = ::mallinfo2();
+  p.heap_used = m.uordblks + m.hblkhd;
+  p.heap_free = m.fordblks;
+  // malloc_info lists one <heap> per arena.
+  char* xml = nullptr;
+  size_t xml_size = 0;
+  if (FILE* f = ::open_memstream(&xml, &xml_size)) {
+    ::malloc_info(0, f);
+    std::fclose(f);
+    for (const char* at = xml; (at = std::strstr(at, "<heap nr=")); ++at) {
+      ++p.arenas;
+    }
+    std::free(xml);
+  }
+  if (SsdTier* ssd = server.ssd()) p.rocks = ssd->Stats().index_memory;
+  p.index = server.engine().tier().IndexMemoryUsage();
+  return p;
+}
+
 uint64_t DirBytes(const std::string& dir) {
   uint64_t n = 0;
   std::error_code ec;
@@ -178,7 +228,13 @@ struct Row {
   // the re-adopted chunks) was done, and the CPU time to then.
   double readopt_done_s = 0, readopt_done_cpu_s = 0;
   double ssd_done_s = 0, ssd_done_cpu_s = 0;
+  // Before the warm-up, after it, after the write-behind drained, after
+  // sync.
+  MemPoint mem[4];
 };
+
+constexpr const char* kPhases[] = {"before", "warm-up done",
+                                   "write-behind drained", "after sync"};
 
 class Harness {
  public:
@@ -204,6 +260,11 @@ class Harness {
     c.metrics_address = "";
     c.ssd_dir = ssd_dir();
     c.ssd_bytes = std::max<uint64_t>(3 * bytes_, 1ull << 30);
+    c.malloc_arenas = absl::GetFlag(FLAGS_malloc_arenas);
+    c.ssd_index_write_buffer_bytes =
+        absl::GetFlag(FLAGS_ssd_index_write_buffer_mb) << 20;
+    c.ssd_index_block_cache_bytes =
+        absl::GetFlag(FLAGS_ssd_index_block_cache_mb) << 20;
     const Clock::time_point t = Clock::now();
     started_ = t;
     absl::StatusOr<std::unique_ptr<CacheServer>> s =
@@ -235,6 +296,7 @@ class Harness {
     }
   }
   Client& client() { return *client_; }
+  CacheServer& server() { return *server_; }
 
  private:
   const std::string work_, shm_, root_;
@@ -281,6 +343,7 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   if (absl::StatusOr<double> s = h.Start(/*keep_arena=*/true); !s.ok()) {
     return s.status();
   }
+  row.mem[0] = TakeMemPoint(h.server());
   const uint64_t rss0 = RssAnonKb();
   // The progress bar as an operator sees it (plain lines to a pipe), then
   // again, evicted, with --json (no bar): the difference is its overhead.
@@ -289,6 +352,18 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   row.warm_files_s = n / s;
   const uint64_t rss1 = RssAnonKb();
   row.meta_bytes_per_item = (static_cast<double>(rss1) - rss0) * 1024 / n;
+  row.mem[1] = TakeMemPoint(h.server());
+  if (SsdTier* ssd = h.server().ssd()) {
+    // Copies still queued for the SSD hold heap; wait for the writer.
+    const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
+    while (ssd->Stats().queued > 0) {
+      if (Clock::now() > deadline) {
+        return absl::DeadlineExceededError("write-behind did not drain");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  row.mem[2] = TakeMemPoint(h.server());
   row.evict_all_s = Ctl(h.socket(), "evict ds");
   if (row.evict_all_s < 0) return absl::InternalError("evict");
   s = Ctl(h.socket(), "--json warmup ds");
@@ -318,6 +393,7 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   row.stats_s = Ctl(h.socket(), "stats");
   row.revalidate_s = Ctl(h.socket(), "revalidate ds");
   row.sync_s = Ctl(h.socket(), "sync ds");
+  row.mem[3] = TakeMemPoint(h.server());
   row.index_bytes_per_item =
       static_cast<double>(DirBytes(h.ssd_dir() + "/index")) / n;
   row.evict_s = Ctl(h.socket(), "evict ds n0000");
@@ -396,6 +472,39 @@ int Run() {
         r.ssd_first_s * 1e3, r.readopt_done_s, r.readopt_done_cpu_s,
         r.ssd_done_s, r.ssd_done_cpu_s);
   }
+  absl::StrAppend(
+      &md,
+      "\nWhere the RAM goes (B/item: growth since before the warm-up over "
+      "the items; RocksDB in MiB, absolute; the index counted from its "
+      "structures: records / entries / hash table):\n\n"
+      "| items | phase | RssAnon B/item | malloc in use B/item | malloc free "
+      "held B/item (arenas) | RocksDB memtables / block cache / readers MiB | "
+      "index "
+      "B/item (records / entries / table) |\n"
+      "|---:|---|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    const double n = static_cast<double>(r.n);
+    auto per = [n](uint64_t now, uint64_t before) {
+      return (static_cast<double>(now) - static_cast<double>(before)) / n;
+    };
+    constexpr double kMiB = 1 << 20;
+    for (int p = 1; p < 4; ++p) {
+      const MemPoint& m = r.mem[p];
+      const MemPoint& b = r.mem[0];
+      absl::StrAppendFormat(
+          &md,
+          "| %llu | %s | %.0f | %.0f | %.0f (%d) | %.1f / %.1f / %.1f | %.0f "
+          "(%.0f / %.0f / %.0f) |\n",
+          static_cast<unsigned long long>(r.n), kPhases[p], per(m.rss, b.rss),
+          per(m.heap_used, b.heap_used), per(m.heap_free, b.heap_free),
+          m.arenas, m.rocks.memtable_bytes / kMiB,
+          m.rocks.block_cache_bytes / kMiB, m.rocks.table_reader_bytes / kMiB,
+          per(m.index.total(), b.index.total()),
+          per(m.index.record_bytes, b.index.record_bytes),
+          per(m.index.entry_bytes, b.index.entry_bytes),
+          per(m.index.table_bytes, b.index.table_bytes));
+    }
+  }
   if (rows.size() > 1) {
     absl::StrAppendFormat(&md,
                           "\nGetBatch p50 at %llu items = %.2fx of %llu "
@@ -420,6 +529,8 @@ int main(int argc, char** argv) {
       "bench/scale_bench.cc).\n  scale_bench "
       "[--items=10000,100000,1300000] [--out=FILE]");
   absl::ParseCommandLine(argc, argv);
+  // As dlcached's main does, before any thread or buffer exists.
+  dlcache::ConfigureHeap(std::max(0, absl::GetFlag(FLAGS_malloc_arenas)));
   dlcache::SetMinLogLevel(absl::GetFlag(FLAGS_log_info)
                               ? dlcache::LogLevel::kInfo
                               : dlcache::LogLevel::kWarning);
