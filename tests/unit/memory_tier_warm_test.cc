@@ -69,7 +69,8 @@ TEST_F(MemoryTierWarmTest, RecordsAndAcquiresEveryChunkThenSkipsCached) {
   ASSERT_TRUE(Warm("a/b", info, 'y', &n).ok());
   EXPECT_EQ(n, 0u);
   uint64_t s = tier_->OpenSession();
-  std::vector<MemoryTier::HitRequest> req = {{"a/b", 0, 0}};
+  std::vector<MemoryTier::HitRequest> req(1);
+  req[0].path = "a/b";
   std::vector<std::vector<LeasedChunk>> out(1);
   std::vector<bool> served(1);
   ASSERT_TRUE(tier_->ServeHits(s, 0, absl::MakeSpan(req), &out, &served).ok());
