@@ -115,9 +115,9 @@ ABSL_FLAG(bool, ssd_verify_on_start, false,
           "Checksum every SSD chunk at start (else each chunk on first read)");
 ABSL_FLAG(bool, ssd_demote, true,
           "Write chunks the arena evicts behind to the SSD tier");
-ABSL_FLAG(ByteSize, ssd_index_write_buffer, ByteSize{4ull << 20},
+ABSL_FLAG(ByteSize, ssd_index_write_buffer, ByteSize{16ull << 20},
           "RocksDB memtable of the SSD index (two at most exist; >= 1M)");
-ABSL_FLAG(ByteSize, ssd_index_block_cache, ByteSize{16ull << 20},
+ABSL_FLAG(ByteSize, ssd_index_block_cache, ByteSize{64ull << 20},
           "RocksDB block cache of the SSD index");
 ABSL_FLAG(int32_t, malloc_arenas, 4,
           "At most this many malloc arenas (each keeps its own free memory; "

@@ -111,8 +111,8 @@ struct ServerConfig {
   bool ssd_demote = true;
   // RocksDB's memory for the SSD index: one memtable (two at most) and the
   // block cache (SsdIndexMemoryOptions).
-  uint64_t ssd_index_write_buffer_bytes = 4ull << 20;
-  uint64_t ssd_index_block_cache_bytes = 16ull << 20;
+  uint64_t ssd_index_write_buffer_bytes = 16ull << 20;
+  uint64_t ssd_index_block_cache_bytes = 64ull << 20;
 
   // Admission and eviction (issue 11). Share of the arena that chunks
   // fetched from peers may hold; 0 = peer copies are not kept.

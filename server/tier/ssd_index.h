@@ -25,10 +25,12 @@ struct SsdIndexMemoryOptions {
   // One memtable; at most two exist (one being flushed). Writes of the
   // write-behind and sync are ~100 bytes a chunk, so a few MiB hold tens
   // of thousands of chunks between flushes.
-  uint64_t write_buffer_bytes = 4ull << 20;
+  // Smaller (4 MiB) saves no RAM at 100k items and slowed warm-up and
+  // sync (more flushes and compactions; docs/scale_benchmark.md).
+  uint64_t write_buffer_bytes = 16ull << 20;
   // Data blocks read back (lookups on SSD hits and misses, recovery); the
   // file system's page cache holds the SST files as well.
-  uint64_t block_cache_bytes = 16ull << 20;
+  uint64_t block_cache_bytes = 64ull << 20;
 };
 
 // RocksDB's own memory figures for the index now.
