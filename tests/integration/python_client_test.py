@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import unittest
 
@@ -26,8 +25,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 import dlcache  # noqa: E402
-from python_server import (Server, random_bytes, run_tests,  # noqa: E402
-                           wait_for, watchdog)
+from python_server import (Server, private_dir, random_bytes,  # noqa: E402
+                           run_tests, wait_for, watchdog)
 
 try:
     import numpy
@@ -246,7 +245,7 @@ class ClientTest(DeadlineTest):
 
 class ConnectTest(DeadlineTest):
     def test_no_server_is_unavailable(self):
-        d = tempfile.mkdtemp()
+        d = private_dir()
         try:
             with self.assertRaises(dlcache.DlcacheError) as cm:
                 dlcache.Client(os.path.join(d, "none.sock"),
@@ -276,7 +275,7 @@ class ConnectTest(DeadlineTest):
         self.assertIn("next to the package", r.stdout)
         # A copy of the package outside the tree, no DLCACHE_LIB: every
         # place tried is listed.
-        d = tempfile.mkdtemp()
+        d = private_dir()
         try:
             shutil.copytree(PACKAGE_DIR, os.path.join(d, "dlcache"),
                             ignore=shutil.ignore_patterns("*.so*",
@@ -474,7 +473,7 @@ class BatchArraysTest(DeadlineTest):
             "sys.stdout.write(repr((list(b.sizes), list(off))))\n"
             "sys.stdout.flush()\n"
             "open(%r, 'wb').write(bytes(buf))\n")
-        d = tempfile.mkdtemp()
+        d = private_dir()
         try:
             out = os.path.join(d, "out.bin")
             r = subprocess.run(
@@ -614,7 +613,7 @@ class PackagingTest(DeadlineTest):
         except ImportError:
             self.skipTest("setuptools/wheel not installed for %s" %
                           sys.executable)
-        d = tempfile.mkdtemp()
+        d = private_dir()
         try:
             # Build from a copy: pip leaves build/ and *.egg-info behind.
             src = os.path.join(d, "src")

@@ -15,9 +15,9 @@ worker fails the test instead of hanging the run.
 
 import gc
 import os
+import shutil
 import signal
 import sys
-import tempfile
 import unittest
 import warnings
 
@@ -25,8 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
-from python_server import (Server, die_with_parent, random_bytes,  # noqa
-                           run_tests, wait_for, watchdog)
+from python_server import (Server, die_with_test_process,  # noqa
+                           private_dir, random_bytes, run_tests, wait_for,
+                           watchdog)
 
 try:
     import torch
@@ -72,7 +73,7 @@ def tearDownModule():
 
 def worker_init(worker_id):
     # Workers die with the test process, even one hung in a C call.
-    die_with_parent(signal.SIGKILL)
+    die_with_test_process()
 
 
 def as_bytes(x):
@@ -353,7 +354,8 @@ class LoaderTest(unittest.TestCase):
     def test_killed_worker_releases_its_leases(self):
         gc.collect()
         baseline = SERVER.status()["leases"]
-        d = tempfile.mkdtemp()
+        d = private_dir()
+        self.addCleanup(shutil.rmtree, d, True)
         marker = os.path.join(d, "victim")
         ds = VictimDataset(marker, fetch_size=16, return_keys=True)
         it = iter(loader(ds, "fork", 3))
@@ -377,8 +379,6 @@ class LoaderTest(unittest.TestCase):
         self.assertTrue(all(as_bytes(v) == FILES[k] for k, v in received))
         pairs = list(loader(iterable(ALL, return_keys=True), "fork", 2))
         self.assert_exactly_once(pairs, ALL)
-        os.remove(marker)
-        os.rmdir(d)
 
     def test_server_restart_mid_epoch(self):
         ds = iterable(ALL, fetch_size=8, return_keys=True, seed=2)

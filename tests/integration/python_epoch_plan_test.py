@@ -9,7 +9,6 @@ DLCACHE_LIB set. Exits 77 (ctest: skipped) without torch or DLCACHED.
 """
 
 import os
-import signal
 import sys
 import unittest
 
@@ -17,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
-from python_server import (Server, die_with_parent, random_bytes,  # noqa
+from python_server import (Server, die_with_test_process, random_bytes,  # noqa
                            run_tests, watchdog)
 
 try:
@@ -54,7 +53,7 @@ def tearDownModule():
 
 
 def worker_init(worker_id):
-    die_with_parent(signal.SIGKILL)
+    die_with_test_process()
 
 
 class EpochPlanTest(unittest.TestCase):

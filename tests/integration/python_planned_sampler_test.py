@@ -11,7 +11,6 @@ DLCACHE_LIB set. Exits 77 (ctest: skipped) without torch or DLCACHED.
 
 import gc
 import os
-import signal
 import subprocess
 import sys
 import unittest
@@ -21,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
-from python_server import (Server, die_with_parent, random_bytes,  # noqa
+from python_server import (Server, die_with_test_process, random_bytes,  # noqa
                            run_tests, wait_for, watchdog)
 
 try:
@@ -61,7 +60,7 @@ def tearDownModule():
 
 
 def worker_init(worker_id):
-    die_with_parent(signal.SIGKILL)
+    die_with_test_process()
 
 
 def as_list(batch):

@@ -13,11 +13,13 @@ import faulthandler
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -58,11 +60,49 @@ def random_bytes(n, seed):
     return random.Random(seed).randbytes(n)
 
 
+# The test process: set on first import, inherited by every worker (fork,
+# spawn, forkserver) through the environment.
+MAIN_PID_ENV = "DLC_TEST_MAIN_PID"
+os.environ.setdefault(MAIN_PID_ENV, str(os.getpid()))
+
+_GUARDS = {}  # (pid, parent dir) -> the cleanup guard of that process
+
+
+def _start_cleanup_guard(base):
+    """Removes this process's dlc-PID-* directories under `base` once the
+    process is gone, however it ends (a test killed by ctest runs no
+    cleanup): a shell in a session of its own waits for end of file on a
+    pipe whose write end only this process holds (and its forked children;
+    exec'd ones do not inherit it)."""
+    key = (os.getpid(), base)
+    if key in _GUARDS:
+        return
+    script = ('read -r _; for d in "$1"/dlc-"$2"-*; do '
+              '[ -e "$d" ] && rm -rf -- "$d"; done; exit 0')
+    r, w = os.pipe()  # both close-on-exec
+    try:
+        # posix_spawn rather than Popen: no Popen object left to warn at
+        # exit that its child still runs.
+        os.posix_spawn("/bin/sh", ["sh", "-c", script, "dlc-cleanup", base,
+                                   str(os.getpid())], os.environ,
+                       file_actions=[
+                           (os.POSIX_SPAWN_DUP2, r, 0),
+                           (os.POSIX_SPAWN_OPEN, 1, "/dev/null",
+                            os.O_WRONLY, 0),
+                           (os.POSIX_SPAWN_DUP2, 1, 2)],
+                       setsid=True)
+        _GUARDS[key] = w  # held open for the life of the process
+    except (AttributeError, OSError):
+        os.close(w)  # best effort: the next private_dir's sweep removes them
+    finally:
+        os.close(r)
+
+
 def private_dir(parent=None):
     """A new directory named dlc-PID-XXXXXX (the C++ TempDir's scheme)
-    under `parent` (default: the temp dir). Directories of that scheme
-    whose process is gone (a test killed before its cleanup) are removed
-    first."""
+    under `parent` (default: the temp dir), removed by a guard process when
+    this process ends. Directories of that scheme whose process is gone (a
+    test killed before its guard existed) are removed first."""
     base = parent or tempfile.gettempdir()
     for name in os.listdir(base):
         parts = name.split("-")
@@ -74,7 +114,32 @@ def private_dir(parent=None):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
         except OSError:
             pass  # alive (another user's)
+    _start_cleanup_guard(base)
     return tempfile.mkdtemp(prefix="dlc-%d-" % os.getpid(), dir=base)
+
+
+def die_with_test_process(sig=signal.SIGKILL):
+    """In a DataLoader worker: die with the test process. The parent death
+    signal alone is not enough for forkserver workers: their parent is the
+    forkserver, which outlives a killed test because each worker holds its
+    liveness pipe open, so a watcher thread follows the test process itself
+    (pidfd) and exits the worker when it is gone."""
+    die_with_parent(sig)
+    pid = int(os.environ.get(MAIN_PID_ENV, "0"))
+    if pid <= 0 or pid == os.getpid():
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        return  # no pidfd here: the parent death signal only
+
+    def watch():
+        select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-test", daemon=True).start()
 
 
 def binaries_or_skip():

@@ -1,6 +1,8 @@
 #include "tests/testing/temp_dir.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -23,15 +25,54 @@
 namespace dlcache::testing {
 namespace {
 
-// A test killed by ctest's timeout (or by hand) runs no destructor, so its
-// directories stay. Names carry the creating pid; the first TempDir of a
-// process under a parent removes the leftovers of processes that are gone.
-void SweepDeadOwners(const std::string& base) {
+// Removes this process's dlc-PID-* directories under `base` once the
+// process is gone, however it ends: a test killed by ctest's timeout, an
+// OOM kill or a crash runs no destructor. A shell in a session of its own
+// (a process-group kill does not reach it) reads a pipe whose only writer is
+// this process (close-on-exec, so daemons the test starts do not hold it);
+// end of file means this process exited. Best effort: without the guard
+// the next TempDir's sweep still removes the directories.
+void StartCleanupGuard(const std::string& base) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
+  // Not the test's output: ctest waits for every holder of that pipe.
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
+                                   O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  const std::string pid = absl::StrCat(::getpid());
+  const char* script =
+      "read -r _; for d in \"$1\"/dlc-\"$2\"-*; do "
+      "[ -e \"$d\" ] && rm -rf -- \"$d\"; done; exit 0";
+  const char* argv[] = {"sh",         "-c",        script, "dlc-cleanup",
+                        base.c_str(), pid.c_str(), nullptr};
+  pid_t child = 0;
+  if (posix_spawn(&child, "/bin/sh", &actions, &attr,
+                  const_cast<char* const*>(argv), environ) != 0) {
+    ::close(fds[1]);
+  }
+  // On success the write end stays open for the life of the process.
+  ::close(fds[0]);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+}
+
+// The first TempDir of a process under a parent removes the leftovers of
+// processes that are gone (names carry the creating pid) and starts the
+// guard for its own.
+void PrepareBase(const std::string& base) {
   static absl::Mutex mu(absl::kConstInit);
-  static auto* swept ABSL_GUARDED_BY(mu) = new absl::flat_hash_set<std::string>;
+  static auto* prepared ABSL_GUARDED_BY(mu) =
+      new absl::flat_hash_set<std::string>;
   {
     absl::MutexLock lock(&mu);
-    if (!swept->insert(base).second) return;
+    // Keyed by pid too: a forked child prepares for its own directories.
+    if (!prepared->insert(absl::StrCat(::getpid(), ":", base)).second) return;
   }
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
@@ -45,6 +86,7 @@ void SweepDeadOwners(const std::string& base) {
     std::error_code rm;
     std::filesystem::remove_all(entry.path(), rm);
   }
+  StartCleanupGuard(base);
 }
 
 }  // namespace
@@ -55,7 +97,7 @@ TempDir::TempDir(absl::string_view parent) {
     const char* env = std::getenv("TEST_TMPDIR");
     base = env != nullptr ? env : "/tmp";
   }
-  SweepDeadOwners(base);
+  PrepareBase(base);
   std::string templ = absl::StrCat(base, "/dlc-", ::getpid(), "-XXXXXX");
   if (::mkdtemp(templ.data()) == nullptr) {
     std::perror("mkdtemp");
