@@ -58,6 +58,8 @@ ABSL_FLAG(std::vector<std::string>, event_loops,
           std::vector<std::string>({"2"}),
           "dlcached --data_event_loops values to measure (one table each)");
 // Internal: the client processes.
+ABSL_FLAG(int32_t, malloc_arenas, dlcache::ServerConfig().malloc_arenas,
+          "the server's --malloc_arenas (0 = glibc's malloc defaults)");
 ABSL_FLAG(std::string, child_mode, "", "internal: dlcache | read");
 ABSL_FLAG(std::string, child_socket, "", "internal");
 ABSL_FLAG(std::string, child_root, "", "internal");
@@ -277,6 +279,7 @@ int Parent() {
   for (uint32_t l : loops) {
     ServerConfig config = setup->ServerConfigFor();
     config.data_event_loops = l;
+    config.malloc_arenas = absl::GetFlag(FLAGS_malloc_arenas);
     absl::StatusOr<std::unique_ptr<CacheServer>> server =
         CacheServer::Start(std::move(config));
     if (!server.ok()) return fail("start dlcached", server.status());

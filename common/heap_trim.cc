@@ -16,7 +16,8 @@ void ReleaseFreeHeap() {
 
 void ConfigureHeap(int max_arenas) {
 #if defined(__GLIBC__)
-  if (max_arenas > 0) ::mallopt(M_ARENA_MAX, max_arenas);
+  if (max_arenas <= 0) return;  // glibc's defaults, untouched
+  ::mallopt(M_ARENA_MAX, max_arenas);
   // Fixed, so glibc stops moving them: a large block freed earlier (a
   // start-up buffer) would otherwise have raised the mmap threshold, and
   // blocks up to it would then come from (and stay in) the arenas.

@@ -12,14 +12,14 @@ namespace dlcache {
 void ReleaseFreeHeap();
 
 // Process-wide malloc settings for a server (glibc; nothing elsewhere).
-// `max_arenas`: at most this many malloc arenas (0 = glibc's default of 8
-// per core): each thread arena keeps its own free memory, so 16 fill
-// threads on 16 arenas kept ~1.5x the index's bytes free (issue 17).
-// Also fixes the mmap threshold at glibc's initial 128 KiB and the trim
-// threshold at 1 MiB: glibc otherwise raises them after large blocks are
-// freed (up to 32 and 64 MiB), and the tops of thread arenas are never
-// returned by ReleaseFreeHeap. Call once at start-up,
-// before the server's threads exist; later calls change it again.
+// `max_arenas` > 0: at most this many malloc arenas (each thread arena
+// keeps its own free memory: 16 fill threads on 16 arenas kept ~1.5x the
+// index's bytes free, issue 17), and the mmap and trim thresholds fixed at
+// 128 KiB and 1 MiB (glibc otherwise raises them after large blocks are
+// freed). 0: every glibc default stays, the server's default: on the H200
+// 4 arenas with fixed thresholds cost 1.6-1.75x of the handle rate at 14
+// clients (docs/scale_benchmark.md). Call once at start-up, before the
+// server's threads exist; later calls change it again.
 void ConfigureHeap(int max_arenas);
 
 }  // namespace dlcache

@@ -119,9 +119,9 @@ ABSL_FLAG(ByteSize, ssd_index_write_buffer, ByteSize{16ull << 20},
           "RocksDB memtable of the SSD index (two at most exist; >= 1M)");
 ABSL_FLAG(ByteSize, ssd_index_block_cache, ByteSize{64ull << 20},
           "RocksDB block cache of the SSD index");
-ABSL_FLAG(int32_t, malloc_arenas, 4,
+ABSL_FLAG(int32_t, malloc_arenas, 0,
           "At most this many malloc arenas (each keeps its own free memory; "
-          "0 = glibc's default of 8 per core)");
+          "0 = glibc's malloc defaults, untouched)");
 ABSL_FLAG(double, borrowed_share, 0.25,
           "Share of the arena for chunks fetched from peers (0..1; 0 = do "
           "not keep peer copies); chunks this node owns are kept first");

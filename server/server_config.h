@@ -100,8 +100,8 @@ struct ServerConfig {
   std::string metrics_address = "127.0.0.1:9464";
 
   // malloc arenas of the process at most (common/heap_trim.h,
-  // ConfigureHeap); 0 = glibc's default (8 per core). Set at Start.
-  int malloc_arenas = 4;
+  // ConfigureHeap); 0 = glibc's malloc defaults, untouched. Set at Start.
+  int malloc_arenas = 0;
 
   // SSD tier (issue 3): empty = off.
   std::string ssd_dir;
