@@ -36,6 +36,9 @@
 # the arena in /dev/shm; warm-up, RAM per item, restarts; SCALE_CPUS=0,1
 # pins it with taskset like a small node; SCALE_FLAGS are passed to it;
 # SCALE_TIMEOUT seconds, default 570)  -> scale_bench.log, scale_benchmark.md
+# RUN_PLAN_HIT=1 (bench/plan_hit_bench, issue 14: a warm 256-key batch with
+# no plan, another session's plan and the reader's own plan; PLAN_HIT_FLAGS
+# are passed to it)  -> plan_hit_bench.log, plan_hit_bench.md
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -164,6 +167,18 @@ if [ -n "$RUN_SCALE" ] && [ -x "$here/bin/scale_bench" ]; then
   tail -12 "$out/scale_bench.log"
   if [ $r -eq 0 ]; then note "ok   scale_bench (table: scale_benchmark.md)"
   else note "FAIL scale_bench ($r)"; rc=1; fi
+fi
+
+# Opt-in: what an epoch plan costs a warm hit (issue 14) on quiet cores.
+if [ -n "$RUN_PLAN_HIT" ] && [ -x "$here/bin/plan_hit_bench" ]; then
+  echo "=== plan_hit_bench"
+  pdir=$(mktemp -d /tmp/dlc_plan_hit.XXXXXX)
+  binenv timeout 300 "$here/bin/plan_hit_bench" --dir="$pdir" \
+    --out="$out/plan_hit_bench.md" ${PLAN_HIT_FLAGS:-} > "$out/plan_hit_bench.log" 2>&1
+  r=$?
+  rm -rf "$pdir"
+  tail -12 "$out/plan_hit_bench.log"
+  if [ $r -eq 0 ]; then note "ok   plan_hit_bench"; else note "FAIL plan_hit_bench ($r)"; rc=1; fi
 fi
 
 # Opt-in: end to end through a real dlcached.
