@@ -78,6 +78,20 @@ absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
   return s;
 }
 
+absl::Status CacheEngine::ReadIntoSlot(
+    ChunkBackend* backend, const std::string& dataset, absl::string_view path,
+    const FileInfo& info, ChunkEntry* entry, const absl::Status& earlier,
+    uint64_t* checksum, ChunkOrigin* origin) {
+  if (!earlier.ok()) {
+    return absl::AbortedError("an earlier chunk of the file failed");
+  }
+  // Bytes go from the backend straight into the arena slot.
+  ChunkId id{dataset, path, entry->chunk};
+  return backend->ReadChunk(id, info,
+                            absl::MakeSpan(tier_->Data(entry), entry->length),
+                            checksum, origin);
+}
+
 absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
                                         uint32_t first_chunk,
                                         uint32_t max_chunks,
@@ -119,18 +133,10 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
     out->hit = false;
     counters.misses.Add(1);
     if (a.kind == MemoryTier::Acquired::kMustWait) continue;
-    absl::Status fill;
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
-    if (status.ok()) {
-      // Bytes go from the backend straight into the arena slot.
-      ChunkId id{name, path, a.entry->chunk};
-      fill = backend->ReadChunk(
-          id, *info, absl::MakeSpan(tier_->Data(a.entry), a.entry->length),
-          &checksum, &origin);
-    } else {
-      fill = absl::AbortedError("an earlier chunk of the file failed");
-    }
+    absl::Status fill = ReadIntoSlot(backend, name, path, *info, a.entry,
+                                     status, &checksum, &origin);
     tier_->CompleteFill(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }
@@ -179,17 +185,10 @@ absl::Status CacheEngine::FillAndUnpin(
     }
     counters.misses.Add(1);
     if (a.kind == MemoryTier::Acquired::kMustWait) continue;
-    absl::Status fill;
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
-    if (status.ok()) {
-      ChunkId id{datasets_[ds], path, a.entry->chunk};
-      fill = backend_->ReadChunk(
-          id, info, absl::MakeSpan(tier_->Data(a.entry), a.entry->length),
-          &checksum, &origin);
-    } else {
-      fill = absl::AbortedError("an earlier chunk of the file failed");
-    }
+    absl::Status fill = ReadIntoSlot(backend_, datasets_[ds], path, info,
+                                     a.entry, status, &checksum, &origin);
     tier_->CompleteFillAndUnpin(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }

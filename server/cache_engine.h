@@ -266,6 +266,12 @@ class CacheEngine {
   absl::StatusOr<FileInfo> FileInfoFor(uint32_t ds, absl::string_view name,
                                        absl::string_view path,
                                        ChunkBackend* backend);
+  // Reads chunk `entry` of a file from `backend` into its arena slot;
+  // ABORTED without reading when `earlier` (an earlier chunk's) failed.
+  absl::Status ReadIntoSlot(ChunkBackend* backend, const std::string& dataset,
+                            absl::string_view path, const FileInfo& info,
+                            ChunkEntry* entry, const absl::Status& earlier,
+                            uint64_t* checksum, ChunkOrigin* origin);
   // Pins chunks [first, first+max) of a file, filling what is missing.
   // On error nothing stays pinned. New slots prefer NUMA node `numa_node`.
   absl::Status PinChunks(uint32_t ds, absl::string_view path,
