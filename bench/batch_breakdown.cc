@@ -33,7 +33,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -49,6 +48,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/dataset_gen.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/small_files_setup.h"
 #include "bench/temp_dir.h"
 #include "common/frame_socket.h"
@@ -397,10 +397,10 @@ int Run() {
                             c.keys_per_s / contended.front().keys_per_s);
     }
   }
-  std::printf("%s", md.c_str());
   if (sink == 42) std::printf(" ");
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  if (absl::Status s = PrintReport(md, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +38,7 @@
 #include "bench/page_cache_reader.h"
 #include "bench/redis_reader.h"
 #include "bench/redis_server_process.h"
+#include "bench/report.h"
 #include "bench/resp_client.h"
 #include "bench/stats.h"
 #include "bench/temp_dir.h"
@@ -518,14 +518,8 @@ int Run(int argc, char** argv) {
                                     r, r >= 10 ? "met" : "NOT met"));
   }
 
-  std::fputs(report.c_str(), stdout);
-  std::fflush(stdout);
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream out(absl::GetFlag(FLAGS_out));
-    out << report;
-    if (!out.good()) {
-      return fail("write --out", absl::InternalError(absl::GetFlag(FLAGS_out)));
-    }
+  if (absl::Status s = PrintReport(report, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    return fail("write --out", s);
   }
   // Drop the client (ends the session) before the server, and the server
   // before its arena directory and the dataset are removed.

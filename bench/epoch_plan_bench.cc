@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <queue>
 #include <random>
@@ -46,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/synthetic_items.h"
 #include "bench/temp_dir.h"
 #include "common/checksum.h"
@@ -380,10 +380,10 @@ int Main(int argc, char** argv) {
       LoadAverage(), "; ",
       absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
       ".\n\n");
-  std::printf("%s%s", header.c_str(), md.c_str());
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream out(absl::GetFlag(FLAGS_out));
-    out << header << md;
+  if (absl::Status s = PrintReport(header + md, absl::GetFlag(FLAGS_out));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -41,6 +40,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/synthetic_items.h"
 #include "bench/temp_dir.h"
 #include "common/checksum.h"
@@ -302,11 +302,11 @@ int Main(int argc, char** argv) {
       absl::StrCat("\nRAM + SSD, dataset = 2 x arena (", 2 * arena_mib,
                    " MiB), SSD tier under ", absl::GetFlag(FLAGS_dir),
                    ", write-behind queue drained between epochs:\n\n");
-  std::printf("%s%s%s%s", header.c_str(), md.c_str(), ssd_header.c_str(),
-              ssd_md.c_str());
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream out(absl::GetFlag(FLAGS_out));
-    out << header << md << ssd_header << ssd_md;
+  if (absl::Status s = PrintReport(header + md + ssd_header + ssd_md,
+                                   absl::GetFlag(FLAGS_out));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -35,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/dataset_gen.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/small_files_setup.h"
 #include "common/logging.h"
 #include "dlcache/client.h"
@@ -215,9 +215,9 @@ int Run() {
         &md, "| %s | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f |\n", row.name,
         med, med / base, min, min / base_min, cpu, cpu / base_cpu);
   }
-  std::printf("%s", md.c_str());
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  if (absl::Status s = PrintReport(md, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

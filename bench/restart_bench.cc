@@ -55,6 +55,7 @@
 #include "bench/dlcache_reader.h"
 #include "bench/machine_info.h"
 #include "bench/page_cache_reader.h"
+#include "bench/report.h"
 #include "bench/stats.h"
 #include "bench/temp_dir.h"
 #include "common/logging.h"
@@ -791,14 +792,8 @@ int Run(int argc, char** argv) {
       absl::StrAppend(&report, "- ", f, "\n");
     }
   }
-  std::fputs(report.c_str(), stdout);
-  std::fflush(stdout);
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream out(absl::GetFlag(FLAGS_out));
-    out << report;
-    if (!out.good()) {
-      return fail("write --out", absl::InternalError(absl::GetFlag(FLAGS_out)));
-    }
+  if (absl::Status s = PrintReport(report, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    return fail("write --out", s);
   }
   t = SteadyClock::now();
   tmp->reset();

@@ -49,6 +49,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/temp_dir.h"
 #include "common/heap_trim.h"
 #include "common/logging.h"
@@ -513,9 +514,9 @@ int Run() {
                           rows.back().p50_us / rows.front().p50_us,
                           static_cast<unsigned long long>(rows.front().n));
   }
-  std::printf("%s", md.c_str());
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  if (absl::Status s = PrintReport(md, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

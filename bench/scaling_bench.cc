@@ -38,6 +38,7 @@
 #include "bench/dlcache_reader.h"
 #include "bench/machine_info.h"
 #include "bench/page_cache_reader.h"
+#include "bench/report.h"
 #include "bench/small_files_setup.h"
 #include "bench/temp_dir.h"
 #include "common/logging.h"
@@ -341,9 +342,9 @@ int Parent() {
                             r.p99_us, d.items_per_s / r.items_per_s);
     }
   }
-  std::printf("%s", md.c_str());
-  if (!absl::GetFlag(FLAGS_out).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_out)) << md;
+  if (absl::Status s = PrintReport(md, absl::GetFlag(FLAGS_out)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
   }
   return 0;
 }

@@ -1,0 +1,19 @@
+#ifndef DLCACHE_BENCH_REPORT_H_
+#define DLCACHE_BENCH_REPORT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dlcache::bench {
+
+// Prints a benchmark's report to stdout and, when `out_path` is not empty,
+// writes it to that file too (the benches' --out). INTERNAL, naming the
+// path, when the file cannot be written: a run whose table is lost should
+// not look like a success.
+absl::Status PrintReport(const std::string& report,
+                         const std::string& out_path);
+
+}  // namespace dlcache::bench
+
+#endif  // DLCACHE_BENCH_REPORT_H_
