@@ -115,6 +115,18 @@ class RestartTest : public ::testing::Test {
     }
   }
 
+  // Warms dataset "default" through `server` and waits until its SSD tier
+  // has written every chunk behind.
+  static void WarmUpToSsd(CacheServer& server) {
+    WarmupSpec req;
+    req.dataset = "default";
+    ASSERT_TRUE(server.engine()
+                    .Warmup(req, [](const JobProgress&) { return true; })
+                    .ok());
+    ASSERT_NE(server.ssd(), nullptr);
+    server.ssd()->Flush();
+  }
+
   testing::TempDir tmp_, data_;
   testing::TempDir shm_{"/dev/shm"};
   std::vector<std::string> paths_;
@@ -207,13 +219,7 @@ TEST_F(RestartTest, WarmDataComesBackFromSsdWithoutReadingTheSource) {
   {
     auto s = start();
     ASSERT_TRUE(s.ok()) << s.status();
-    WarmupSpec req;
-    req.dataset = "default";
-    ASSERT_TRUE((*s)->engine()
-                    .Warmup(req, [](const JobProgress&) { return true; })
-                    .ok());
-    ASSERT_NE((*s)->ssd(), nullptr);
-    (*s)->ssd()->Flush();
+    ASSERT_NO_FATAL_FAILURE(WarmUpToSsd(**s));
     EXPECT_GT(counting->reads(), 0u);
     (*s)->Shutdown();
   }
@@ -249,13 +255,7 @@ TEST_F(RestartTest, SsdAccountingScanRunsAfterServing) {
   {
     auto s = start(false);
     ASSERT_TRUE(s.ok()) << s.status();
-    WarmupSpec req;
-    req.dataset = "default";
-    ASSERT_TRUE((*s)->engine()
-                    .Warmup(req, [](const JobProgress&) { return true; })
-                    .ok());
-    ASSERT_NE((*s)->ssd(), nullptr);
-    (*s)->ssd()->Flush();
+    ASSERT_NO_FATAL_FAILURE(WarmUpToSsd(**s));
     chunks = (*s)->Status().ssd->stats.chunks;
     ASSERT_GT(chunks, 0u);
     (*s)->Shutdown();
@@ -311,13 +311,7 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
   {
     auto s = start(false);
     ASSERT_TRUE(s.ok()) << s.status();
-    WarmupSpec req;
-    req.dataset = "default";
-    ASSERT_TRUE((*s)->engine()
-                    .Warmup(req, [](const JobProgress&) { return true; })
-                    .ok());
-    ASSERT_NE((*s)->ssd(), nullptr);
-    (*s)->ssd()->Flush();
+    ASSERT_NO_FATAL_FAILURE(WarmUpToSsd(**s));
     (*s)->Shutdown();
   }
 
