@@ -93,23 +93,22 @@ int MeasureN(uint64_t n) {
   std::uniform_int_distribution<uint64_t> pick(0, n - 1);
   const uint32_t batch = absl::GetFlag(FLAGS_batch);
   std::vector<MemoryTier::HitRequest> req(batch);
-  std::vector<std::vector<LeasedChunk>> out(batch);
-  std::vector<bool> served(batch);
+  std::vector<LeasedChunks> out(batch);
   std::vector<uint64_t> leases;
   std::vector<double> lat;
   for (uint32_t it = 0; it < absl::GetFlag(FLAGS_iterations); ++it) {
     for (auto& r : req) r = MemoryTier::HitRequest{};
-    for (uint32_t k = 0; k < batch; ++k) req[k].path = keys[pick(rng)];
-    for (auto& o : out) o.clear();
-    served.assign(batch, false);
-    t = Clock::now();
-    if (!tier->ServeHits(session, 0, absl::MakeSpan(req), &out, &served).ok()) {
-      return 1;
+    for (uint32_t k = 0; k < batch; ++k) {
+      req[k].path = keys[pick(rng)];
+      out[k].clear();
+      req[k].leased = &out[k];
     }
+    t = Clock::now();
+    if (!tier->ServeHits(session, 0, absl::MakeSpan(req)).ok()) return 1;
     lat.push_back(Since(t) * 1e6);
     leases.clear();
     for (uint32_t k = 0; k < batch; ++k) {
-      if (!served[k] || out[k].size() != 1) return 1;
+      if (!req[k].served || out[k].size() != 1) return 1;
       leases.push_back(out[k][0].lease);
     }
     tier->Release(session, leases);

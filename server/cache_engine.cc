@@ -222,7 +222,7 @@ void CacheEngine::FillItem(uint64_t session, uint32_t ds,
   out->file_size = pinned.info.size;
   out->chunk_count = tier_->ChunkCount(pinned.info.size);
   out->hit = pinned.hit;
-  out->chunks = *std::move(leased);
+  out->chunks.assign(leased->begin(), leased->end());
   uint64_t bytes = 0;
   for (const LeasedChunk& c : out->chunks) bytes += c.length;
   counters_[ds]->bytes_served.Add(bytes);
@@ -251,36 +251,33 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   const size_t n = keys.size();
   BatchResult result;
   result.items.resize(n);
-  // Keys are nearly always normal already; only the others are copied.
-  std::vector<std::string> normalized(n);
-  std::vector<absl::string_view> paths(n);
+  // Keys are nearly always normal already; only the others are copied
+  // (reserved once, so the views into it stay valid).
+  std::vector<std::string> normalized;
   std::vector<MemoryTier::HitRequest> hits;
-  std::vector<size_t> hit_index;
+  std::vector<uint32_t> hit_index;  // hits[h] answers item hit_index[h]
   hits.reserve(n);
   hit_index.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const BatchKey& key = keys[i];
-    if (IsNormalKeyPath(key.path)) {
-      paths[i] = key.path;
-    } else {
-      absl::StatusOr<std::string> path = NormalizeKeyPath(key.path);
-      if (!path.ok()) {
-        result.items[i].status = path.status();
+    absl::string_view path = key.path;
+    if (!IsNormalKeyPath(path)) {
+      absl::StatusOr<std::string> p = NormalizeKeyPath(path);
+      if (!p.ok()) {
+        result.items[i].status = p.status();
         continue;
       }
-      normalized[i] = *std::move(path);
-      paths[i] = normalized[i];
+      if (normalized.empty()) normalized.reserve(n);
+      path = normalized.emplace_back(*std::move(p));
     }
     MemoryTier::HitRequest& r = hits.emplace_back();
-    r.path = paths[i];
+    r.path = path;
     r.first_chunk = key.first_chunk;
     r.max_chunks = key.max_chunks;
-    hit_index.push_back(i);
+    r.leased = &result.items[i].chunks;
+    hit_index.push_back(static_cast<uint32_t>(i));
   }
-  std::vector<std::vector<LeasedChunk>> leased(hits.size());
-  std::vector<bool> served(hits.size());
-  if (absl::Status s = tier_->ServeHits(session, *ds, absl::MakeSpan(hits),
-                                        &leased, &served);
+  if (absl::Status s = tier_->ServeHits(session, *ds, absl::MakeSpan(hits));
       !s.ok()) {
     done(s);
     return;
@@ -289,21 +286,21 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   uint64_t hit_chunks = 0, hit_bytes = 0;
   std::vector<size_t> misses;
   for (size_t h = 0; h < hits.size(); ++h) {
+    MemoryTier::HitRequest& r = hits[h];
     BatchItem& out = result.items[hit_index[h]];
-    if (!served[h]) {
-      misses.push_back(hit_index[h]);
+    if (!r.served) {
+      misses.push_back(h);
       continue;
     }
-    if (!hits[h].refused.ok()) {
-      out.status = std::move(hits[h].refused);
+    if (!r.refused.ok()) {
+      out.status = std::move(r.refused);
       continue;
     }
-    out.file_size = hits[h].file_size;
-    out.chunk_count = hits[h].chunk_count;
+    out.file_size = r.file_size;
+    out.chunk_count = r.chunk_count;
     out.hit = true;
-    for (const LeasedChunk& c : leased[h]) hit_bytes += c.length;
-    hit_chunks += leased[h].size();
-    out.chunks = std::move(leased[h]);
+    for (const LeasedChunk& c : out.chunks) hit_bytes += c.length;
+    hit_chunks += out.chunks.size();
   }
   counters.hits.Add(hit_chunks);
   counters.bytes_served.Add(hit_bytes);
@@ -317,9 +314,10 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   pending->result = std::move(result);
   pending->remaining.store(misses.size(), std::memory_order_relaxed);
   pending->done = std::move(done);
-  for (size_t i : misses) {
+  for (size_t h : misses) {
+    const size_t i = hit_index[h];
     fill_pool_.Schedule(
-        [this, pending, session, ds = *ds, i, path = std::string(paths[i]),
+        [this, pending, session, ds = *ds, i, path = std::string(hits[h].path),
          first = keys[i].first_chunk, max = keys[i].max_chunks] {
           FillItem(session, ds, path, first, max, &pending->result.items[i]);
           // acq_rel: the last task sees every other task's item.

@@ -41,7 +41,7 @@ struct BatchItem {
   uint64_t file_size = 0;
   uint32_t chunk_count = 0;
   bool hit = false;
-  std::vector<LeasedChunk> chunks;
+  LeasedChunks chunks;  // inline for one chunk: no allocation per item
 };
 
 // The answer of a whole batch, items in request order.

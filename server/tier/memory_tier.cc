@@ -138,11 +138,11 @@ void MemoryTier::CloseSession(uint64_t session) {
   Session& s = *it->second;
   {
     absl::MutexLock session_lock(&s.mu);
-    for (auto& [lease, entry] : s.leases) {
+    s.leases.ForEach([&](uint64_t, ChunkEntry* entry) {
       UnleaseAccount(s, entry);
       UnpinLocked(entry);
-    }
-    s.leases.clear();
+    });
+    s.leases.Clear();
   }
   sessions_.erase(it);
 }
@@ -196,12 +196,20 @@ size_t MemoryTier::Release(uint64_t session,
     Session* s = FindSession(session);
     if (s == nullptr) return 0;
     absl::MutexLock session_lock(&s->mu);
+    // Bytes are given back per dataset in one step at the end (usually a
+    // single dataset), not per lease.
+    uint32_t bytes_dataset = 0;
+    uint64_t bytes = 0;
     for (uint64_t lease : leases) {
-      auto l = s->leases.find(lease);
-      if (l == s->leases.end()) continue;
-      ChunkEntry* e = l->second;
-      s->leases.erase(l);
-      UnleaseAccount(*s, e);
+      ChunkEntry* e = s->leases.Take(lease);
+      if (e == nullptr) continue;  // unknown, or released already
+      if (bytes > 0 && e->dataset != bytes_dataset) {
+        s->AddDatasetBytes(bytes_dataset, -bytes);
+        bytes = 0;
+      }
+      bytes_dataset = e->dataset;
+      bytes += e->length;
+      s->leased_bytes -= e->length;
       ++released;
       // `file` only changes under the exclusive lock, and never back from
       // null; an entry still in the index may reach 0 pins here (it stays,
@@ -212,6 +220,7 @@ size_t MemoryTier::Release(uint64_t session,
         Pins(e).fetch_sub(1, std::memory_order_relaxed);
       }
     }
+    if (bytes > 0) s->AddDatasetBytes(bytes_dataset, -bytes);
   }
   if (!detached.empty()) {
     absl::MutexLock lock(&mu_);
@@ -275,10 +284,25 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
                                    absl::Span<HitRequest> requests,
                                    std::vector<std::vector<LeasedChunk>>* out,
                                    std::vector<bool>* served) {
+  std::vector<LeasedChunks> leased(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].leased = &leased[i];
+  }
+  absl::Status s = ServeHits(session, dataset, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    (*out)[i].insert((*out)[i].end(), leased[i].begin(), leased[i].end());
+    (*served)[i] = requests[i].served;
+    requests[i].leased = nullptr;
+  }
+  return s;
+}
+
+absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
+                                   absl::Span<HitRequest> requests) {
   {
     absl::ReaderMutexLock lock(&mu_);
     absl::StatusOr<bool> done =
-        ServeHitsLocked(session, dataset, requests, out, served, false);
+        ServeHitsLocked(session, dataset, requests, false);
     if (!done.ok()) return done.status();
     if (*done) return absl::OkStatus();
   }
@@ -286,13 +310,11 @@ absl::Status MemoryTier::ServeHits(uint64_t session, uint32_t dataset,
   // setting it needs the exclusive lock. The whole batch is looked up
   // again; nothing was leased by the shared attempt.
   absl::MutexLock lock(&mu_);
-  return ServeHitsLocked(session, dataset, requests, out, served, true)
-      .status();
+  return ServeHitsLocked(session, dataset, requests, true).status();
 }
 
 absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     uint64_t session, uint32_t dataset, absl::Span<HitRequest> requests,
-    std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served,
     bool exclusive) {
   Session* s = FindSession(session);
   if (s == nullptr) {
@@ -343,11 +365,12 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     ends[i] = end;
     wanted += end - r.first_chunk;
   }
-  // One reservation of lease ids for the batch: the counter's cache line
-  // is shared by every session.
-  uint64_t next_id = next_lease_.fetch_add(wanted, std::memory_order_relaxed);
   uint64_t leased_bytes = 0;
   absl::MutexLock session_lock(&s->mu);
+  // One reservation of lease ids for the batch (the counter's cache line
+  // is shared by every session), under the session's lock: the session's
+  // ids then grow with every reservation, as its LeaseTable needs.
+  uint64_t next_id = next_lease_.fetch_add(wanted, std::memory_order_relaxed);
   for (size_t i = 0; i < requests.size(); ++i) {
     if (ends[i] < 0) continue;
     HitRequest& r = requests[i];
@@ -361,29 +384,31 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     if (absl::Status st = CheckLimits(session, *s, end - r.first_chunk, bytes);
         !st.ok()) {
       r.refused = std::move(st);
-      (*served)[i] = true;
+      r.served = true;
+      // Its ids stay unused: the rest of the batch starts a new run.
+      next_id += end - r.first_chunk;
       continue;
     }
-    std::vector<LeasedChunk>& chunks = (*out)[i];
-    chunks.reserve(end - r.first_chunk);
+    LeasedChunks& chunks = *r.leased;
+    chunks.reserve(chunks.size() + (end - r.first_chunk));
     for (uint32_t c = r.first_chunk; c < end; ++c) {
       ChunkEntry* e = rec_chunks[c];
       Pins(e).fetch_add(1, std::memory_order_relaxed);
       if (exclusive) e->referenced = true;
-      chunks.push_back(LeaseLocked(*s, e, next_id++));
+      chunks.push_back(LeaseLocked(*s, e, next_id++, wanted));
     }
     leased_bytes += bytes;
     r.file_size = rec->info.size;
     r.chunk_count = rec_chunks.size();
-    (*served)[i] = true;
+    r.served = true;
   }
   if (leased_bytes > 0) s->AddDatasetBytes(dataset, leased_bytes);
   return true;
 }
 
-LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry,
-                                    uint64_t id) {
-  s.leases.emplace(id, entry);
+LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry, uint64_t id,
+                                    size_t expected) {
+  s.leases.Add(id, entry, expected);
   s.leased_bytes += entry->length;
   LeasedChunk out = Locate(entry);
   out.lease = id;
@@ -766,7 +791,7 @@ absl::StatusOr<std::vector<LeasedChunk>> MemoryTier::LeaseAll(
   std::vector<LeasedChunk> out;
   out.reserve(entries.size());
   for (ChunkEntry* e : entries) {
-    out.push_back(LeaseLocked(*s, e, next_id++));
+    out.push_back(LeaseLocked(*s, e, next_id++, entries.size()));
     s->AddDatasetBytes(e->dataset, e->length);
   }
   return out;

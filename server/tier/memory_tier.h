@@ -9,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,6 +25,7 @@
 #include "server/tier/eviction_sink.h"
 #include "server/tier/file_index.h"
 #include "server/tier/file_record.h"
+#include "server/tier/lease_table.h"
 
 namespace dlcache {
 
@@ -36,6 +38,9 @@ struct LeasedChunk {
   uint32_t index = 0;
   uint64_t lease = 0;
 };
+// An item's leased chunks: most items are one chunk, kept inline (no
+// allocation per item on the hit path).
+using LeasedChunks = absl::InlinedVector<LeasedChunk, 1>;
 
 // Per-dataset gauges and counters (leased_bytes summed over the sessions
 // when Stats() is called).
@@ -193,13 +198,23 @@ class MemoryTier {
     // Set (with served) when the chunks were all cached but leasing them
     // would exceed the session's limits: the item is answered with this.
     absl::Status refused;
+    // Where the leased chunks are appended (the caller's, not null).
+    LeasedChunks* leased = nullptr;
+    // Answered here (leased, or refused): not left for the slow path.
+    bool served = false;
   };
   // For each request whose file is known and whose chunks in range are all
-  // cached, leases them for `session` and appends them to out[i], setting
-  // served[i] (or sets served[i] and requests[i].refused when the session's
-  // limits do not allow them). Others are left for the slow path.
-  // FAILED_PRECONDITION if the session is unknown. Takes the tier's lock
-  // shared (exclusively, once more, when an entry's CLOCK bit must be set).
+  // cached, leases them for `session`, appends them to *requests[i].leased
+  // and sets requests[i].served (or sets served and refused when the
+  // session's limits do not allow them). Others are left for the slow
+  // path. FAILED_PRECONDITION if the session is unknown. Takes the tier's
+  // lock shared (exclusively, once more, when an entry's CLOCK bit must be
+  // set). A batch's lease ids are consecutive.
+  absl::Status ServeHits(uint64_t session, uint32_t dataset,
+                         absl::Span<HitRequest> requests);
+  // The same with the chunks in out[i] and the flags in served[i] (both
+  // sized to requests; `leased` of the requests is ignored): for tests and
+  // benchmarks.
   absl::Status ServeHits(uint64_t session, uint32_t dataset,
                          absl::Span<HitRequest> requests,
                          std::vector<std::vector<LeasedChunk>>* out,
@@ -358,7 +373,7 @@ class MemoryTier {
     explicit Session(int node) : numa_node(node) {}
     const int numa_node;
     absl::Mutex mu;
-    absl::flat_hash_map<uint64_t, ChunkEntry*> leases ABSL_GUARDED_BY(mu);
+    LeaseTable leases ABSL_GUARDED_BY(mu);
     uint64_t leased_bytes ABSL_GUARDED_BY(mu) = 0;
     // Leased bytes per dataset (few: usually one), summed by Stats().
     std::vector<std::pair<uint32_t, uint64_t>> dataset_bytes
@@ -397,10 +412,10 @@ class MemoryTier {
   // ServeHits with the lock held. `exclusive`: the caller holds it
   // exclusively and the CLOCK bits of the leased entries are set. Shared:
   // returns false, having changed nothing, when a bit would have to be set.
-  absl::StatusOr<bool> ServeHitsLocked(
-      uint64_t session, uint32_t dataset, absl::Span<HitRequest> requests,
-      std::vector<std::vector<LeasedChunk>>* out, std::vector<bool>* served,
-      bool exclusive) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> ServeHitsLocked(uint64_t session, uint32_t dataset,
+                                       absl::Span<HitRequest> requests,
+                                       bool exclusive)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool AdoptLocked(const ReadyChunk& chunk, bool verified)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks an unverified entry's bytes under the lock (Acquire's fallback:
@@ -451,9 +466,11 @@ class MemoryTier {
   void EvictVictim(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a lease `id` of an entry the caller pinned for it.
-  LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry, uint64_t id)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Records a lease `id` of an entry the caller pinned for it; `expected`:
+  // how many consecutive ids the caller leases (LeaseTable::Add).
+  LeasedChunk LeaseLocked(Session& s, ChunkEntry* entry, uint64_t id,
+                          size_t expected) ABSL_SHARED_LOCKS_REQUIRED(mu_)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Undoes a lease's accounting (not its pin).
   void UnleaseAccount(Session& s, const ChunkEntry* entry)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);

@@ -261,5 +261,60 @@ TEST_F(MemoryTierTest, SessionLimitsRefuseWholeItemsAndCountPerSession) {
   EXPECT_EQ(tier_->Evict(0, "").deferred, 0u);
 }
 
+// Issue 10: a batch's leases are consecutive ids in the session's lease
+// table; releases are exact whatever their order (duplicates, other
+// sessions' ids, unknown ids count nothing) and closing the session gives
+// back what is left.
+TEST_F(MemoryTierTest, BatchLeasesReleaseExactlyInAnyOrder) {
+  std::vector<ChunkEntry*> entries;
+  for (const char* p : {"a", "b", "c"}) {
+    entries.push_back(Fill(p, 1000, 'x'));
+    tier_->Unpin(entries.back());
+  }
+  const uint64_t s = tier_->OpenSession();
+  const uint64_t other = tier_->OpenSession();
+  auto serve = [&](uint64_t session, std::vector<const char*> paths) {
+    std::vector<MemoryTier::HitRequest> req(paths.size());
+    std::vector<LeasedChunks> out(paths.size());
+    for (size_t i = 0; i < paths.size(); ++i) {
+      req[i].path = paths[i];
+      req[i].leased = &out[i];
+    }
+    EXPECT_TRUE(tier_->ServeHits(session, 0, absl::MakeSpan(req)).ok());
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      EXPECT_TRUE(req[i].served) << paths[i];
+      EXPECT_EQ(out[i].size(), 1u) << paths[i];
+      if (!out[i].empty()) ids.push_back(out[i][0].lease);
+    }
+    return ids;
+  };
+  const std::vector<uint64_t> first = serve(s, {"a", "b", "c"});
+  const std::vector<uint64_t> theirs = serve(other, {"a"});
+  const std::vector<uint64_t> second = serve(s, {"c", "a", "b"});
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(second.size(), 3u);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(first[i], first[0] + i);
+    EXPECT_EQ(second[i], second[0] + i);
+  }
+  EXPECT_EQ(entries[0]->pins, 3u);  // two of this session, one of the other
+  // Another session's id, an unknown id: nothing.
+  EXPECT_EQ(tier_->Release(s, theirs), 0u);
+  EXPECT_EQ(tier_->Release(s, {second[2] + 1000}), 0u);
+  // Out of order, across both batches, with a duplicate.
+  EXPECT_EQ(tier_->Release(s, {second[1], first[2], second[1], first[0]}), 3u);
+  EXPECT_EQ(tier_->Usage(s).leases, 3u);
+  EXPECT_EQ(tier_->Usage(s).leased_bytes, 3000u);
+  EXPECT_EQ(tier_->Release(s, {first[2], first[0]}), 0u);  // released already
+  tier_->CloseSession(s);
+  EXPECT_EQ(tier_->Usage(s).leases, 0u);
+  EXPECT_EQ(tier_->Stats().leases, 1u);  // the other session's
+  EXPECT_EQ(tier_->Stats().leased_bytes, 1000u);
+  EXPECT_EQ(tier_->Release(other, theirs), 1u);
+  for (ChunkEntry* e : entries) EXPECT_EQ(e->pins, 0u);
+  EXPECT_EQ(tier_->Stats().leased_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace dlcache
