@@ -1,5 +1,6 @@
 #include "common/key.h"
 
+#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,17 +50,22 @@ bool IsNormalKeyPath(absl::string_view path) {
       path.back() == '/') {
     return false;
   }
-  size_t start = 0;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') {
-      if (path[i] == '\0') return false;
-      continue;
+  // Runs on every key of every batch (issue 10): memchr (vectorised) finds
+  // the NUL bytes and the separators instead of a loop over every byte.
+  const char* p = path.data();
+  const char* const end = p + path.size();
+  if (std::memchr(p, '\0', path.size()) != nullptr) return false;
+  while (true) {
+    const char* slash = static_cast<const char*>(std::memchr(p, '/', end - p));
+    const char* stop = slash == nullptr ? end : slash;
+    const size_t len = stop - p;
+    // Empty ("//"), "." and ".." parts are not normal.
+    if (len == 0 || (p[0] == '.' && (len == 1 || (len == 2 && p[1] == '.')))) {
+      return false;
     }
-    absl::string_view part = path.substr(start, i - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = i + 1;
+    if (slash == nullptr) return true;
+    p = slash + 1;
   }
-  return true;
 }
 
 absl::StatusOr<std::string> NormalizeKeyPath(absl::string_view path) {

@@ -33,8 +33,13 @@ TEST(NormalizeKeyPathTest, DotsInsideNamesAreFine) {
 }
 
 TEST(IsNormalKeyPathTest, AgreesWithNormalize) {
-  for (const char* p : {"a", "a/b.jpg", "a..b/c", "x/.y", "", "/a", "a/",
-                        "a//b", "./a", "a/./b", "a/..", "..", "a/../b"}) {
+  for (const char* p :
+       {"a",       "a/b.jpg", "a..b/c", "x/.y",
+        "",        "/a",      "a/",     "a//b",
+        "./a",     "a/./b",   "a/..",   "..",
+        "a/../b",  ".",       ".a",     "...",
+        "a/.",     "a/...",   ".../x",  "a/b/..",
+        "a/.b./c", "../a",    "a/b//",  "class_1/img_00042.jpg"}) {
     absl::StatusOr<std::string> n = NormalizeKeyPath(p);
     bool normal = n.ok() && *n == p;
     EXPECT_EQ(IsNormalKeyPath(p), normal) << p;
