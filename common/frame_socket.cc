@@ -82,16 +82,18 @@ absl::Status SendFrame(int sock, MsgType type, uint64_t request_id,
 }
 
 absl::Status FrameReceiver::Fill(int sock) {
-  if (start_ > 0 && start_ == buf_.size()) {
-    buf_.clear();
-    start_ = 0;
+  if (start_ > 0 && start_ == end_) {
+    start_ = end_ = 0;
   } else if (start_ > (1u << 20)) {
-    buf_.erase(0, start_);
+    std::memmove(buf_.data(), buf_.data() + start_, end_ - start_);
+    end_ -= start_;
     start_ = 0;
   }
-  size_t old = buf_.size();
-  size_t want = 64 << 10;
-  buf_.resize(old + want);
+  // buf_ only grows: resizing it for every read zeroed 64 KiB per reply
+  // (issue 10); bytes past end_ are not data.
+  const size_t old = end_;
+  const size_t want = 64 << 10;
+  if (buf_.size() < old + want) buf_.resize(old + want);
   iovec iov{buf_.data() + old, want};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -105,10 +107,9 @@ absl::Status FrameReceiver::Fill(int sock) {
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     int err = errno;
-    buf_.resize(old);
     return SocketError("receive from dlcached", err);
   }
-  buf_.resize(old + static_cast<size_t>(n));
+  end_ = old + static_cast<size_t>(n);
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
        c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -127,7 +128,7 @@ absl::Status FrameReceiver::Fill(int sock) {
 }
 
 absl::StatusOr<Frame> FrameReceiver::Next(int sock) {
-  while (buf_.size() - start_ < kHeaderSize) {
+  while (end_ - start_ < kHeaderSize) {
     absl::Status s = Fill(sock);
     if (!s.ok()) return s;
   }
@@ -138,7 +139,7 @@ absl::StatusOr<Frame> FrameReceiver::Next(int sock) {
                                             " bytes is over the limit of ",
                                             max_frame_bytes_));
   }
-  while (buf_.size() - start_ < kHeaderSize + f.header.length) {
+  while (end_ - start_ < kHeaderSize + f.header.length) {
     absl::Status s = Fill(sock);
     if (!s.ok()) return s;
   }

@@ -49,8 +49,9 @@ class FrameReceiver {
   // Reads more bytes (and fds) into buf_. False on EOF.
   absl::Status Fill(int sock);
   const uint32_t max_frame_bytes_;
-  std::string buf_;
+  std::string buf_;  // bytes [start_, end_) are received, not taken
   size_t start_ = 0;
+  size_t end_ = 0;
   std::vector<UniqueFd> fds_;
 };
 

@@ -274,9 +274,26 @@ void BatchReplyBuilder::AddError(int32_t code, absl::string_view message) {
 
 std::string BatchReplyBuilder::Finish() const {
   std::string out;
+  AppendTo(&out);
+  return out;
+}
+
+std::string BatchReplyBuilder::FinishFrame(MsgType type,
+                                           uint64_t request_id) const {
+  std::string out(kHeaderSize, '\0');
+  AppendTo(&out);
+  FrameHeader h;
+  h.length = static_cast<uint32_t>(out.size() - kHeaderSize);
+  h.type = static_cast<uint16_t>(type);
+  h.request_id = request_id;
+  EncodeHeader(h, out.data());
+  return out;
+}
+
+void BatchReplyBuilder::AppendTo(std::string* out) const {
   const size_t n = code_.size(), h = segment_.size();
-  out.reserve(16 + n * 25 + h * 44 + errors_.size() * 64);
-  Writer w(&out);
+  out->reserve(out->size() + 16 + n * 25 + h * 44 + errors_.size() * 64);
+  Writer w(out);
   w.I32(0);
   w.Bytes("");
   w.U32(static_cast<uint32_t>(n));
@@ -297,7 +314,6 @@ std::string BatchReplyBuilder::Finish() const {
     w.U32(item);
     w.Bytes(message);
   }
-  return out;
 }
 
 std::string EncodeBatchFailure(int32_t code, absl::string_view message) {

@@ -351,8 +351,12 @@ class BatchReplyBuilder {
   // A failed item (code != 0).
   void AddError(int32_t code, absl::string_view message);
   std::string Finish() const;
+  // The whole frame (header + Finish()'s payload) in one buffer, without
+  // copying the payload into a frame afterwards (MakeFrame).
+  std::string FinishFrame(MsgType type, uint64_t request_id) const;
 
  private:
+  void AppendTo(std::string* out) const;
   std::vector<int32_t> code_;
   std::vector<uint64_t> file_size_;
   std::vector<uint64_t> chunk_count_;

@@ -750,8 +750,8 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       }
       b.AddItem(item.file_size, item.chunk_count, item.hit, handles);
     }
-    std::string payload = b.Finish();
-    if (payload.size() > max_frame) {
+    std::string frame = b.FinishFrame(MsgType::kBatch, id);
+    if (frame.size() - local::kHeaderSize > max_frame) {
       // The client could not take it: give the leases back and say why.
       std::vector<uint64_t> leases;
       for (const BatchItem& item : r->items) {
@@ -759,13 +759,14 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       }
       engine->Release(session, leases);
       shared->reply_limit_refusals.fetch_add(1, std::memory_order_relaxed);
-      absl::Status s = absl::ResourceExhaustedError(absl::StrCat(
-          "the reply would be ", payload.size(), " bytes, over the limit of ",
-          max_frame, " (--max_frame_bytes); ask for fewer keys or chunks"));
+      absl::Status s = absl::ResourceExhaustedError(
+          absl::StrCat("the reply would be ", frame.size() - local::kHeaderSize,
+                       " bytes, over the limit of ", max_frame,
+                       " (--max_frame_bytes); ask for fewer keys or chunks"));
       return local::MakeFrame(MsgType::kBatch, id,
                               local::EncodeBatchFailure(Code(s), s.message()));
     }
-    return local::MakeFrame(MsgType::kBatch, id, payload);
+    return frame;
   }
 
   void HandleRelease(const std::shared_ptr<Conn>& c,

@@ -319,6 +319,9 @@ TEST(LocalProtocolTest, BatchReplyRoundTrip) {
     BatchReply x;
     return DecodeBatchReply(s, &x);
   });
+  // The data server's one-buffer frame is MakeFrame of the same payload.
+  EXPECT_EQ(b.FinishFrame(MsgType::kBatch, 42),
+            MakeFrame(MsgType::kBatch, 42, p));
   // A whole-batch failure.
   std::string f = EncodeBatchFailure(7, "denied");
   ASSERT_TRUE(DecodeBatchReply(f, &r).ok());
