@@ -24,6 +24,7 @@
 //
 //   batch_breakdown [--files=4096] [--batch=256] [--iterations=3000]
 //                   [--reply_spin_us=0] [--lookup_threads=1,2]
+//                   [--mutex_deadlock_detection=true]
 //                   [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
 
 #include <sys/socket.h>
@@ -47,6 +48,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/dataset_gen.h"
 #include "bench/machine_info.h"
 #include "bench/report.h"
@@ -69,6 +71,10 @@ ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
 ABSL_FLAG(uint32_t, reply_spin_us, 0,
           "ClientOptions::reply_spin of a second client whose batches "
           "alternate with the plain one's (0 = no second client)");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "false: turn off Abseil's Mutex deadlock detection (Debian's "
+          "libabsl has it on: a process-wide lock graph updated on every "
+          "Mutex lock), as cache_bench's flag of the same name");
 ABSL_FLAG(std::vector<std::string>, lookup_threads,
           std::vector<std::string>({"1", "2"}),
           "engine lookup + release threads at once (one table row each)");
@@ -118,6 +124,9 @@ Latency Summarize(std::vector<double> us) {
 }
 
 int Run() {
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   const uint32_t batch = std::max<uint32_t>(1, absl::GetFlag(FLAGS_batch));
   const uint32_t iters =
       std::max<uint32_t>(10, absl::GetFlag(FLAGS_iterations));
