@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -21,7 +22,10 @@ namespace dlcache {
 // run, Take finds the run by binary search (usually one of the last few)
 // and clears the slot. Slot arrays of runs whose leases are all gone are
 // reused for new runs, so a steady stream of batches allocates nothing;
-// emptied runs are dropped once they are as many as the live ones.
+// emptied runs are dropped once they are as many as the live ones. A run
+// that keeps only a few of its leases (a client holding one item of each
+// batch) turns into a sorted list of its live ids, so memory stays within
+// a small multiple of the leases held.
 //
 // Exact: Take returns an id's entry once; a second Take of it, an id never
 // added, or an id of another table returns null.
@@ -58,12 +62,16 @@ class LeaseTable {
 
  private:
   struct Run {
-    uint64_t first = 0;  // id of slots[0]
-    size_t live = 0;     // slots not null
-    std::vector<ChunkEntry*> slots;
+    uint64_t first = 0;              // id of slots[0]
+    size_t live = 0;                 // leases held
+    std::vector<ChunkEntry*> slots;  // dense: a slot per id, null = none
+    // Sparse (slots empty, live > 0): the live (id, entry) pairs by id.
+    std::vector<std::pair<uint64_t, ChunkEntry*>> sparse;
   };
   // The run holding `id`, or null.
   Run* Find(uint64_t id);
+  // Turns a dense run holding few of its slots into a sparse one.
+  void MaybeSparsify(Run& run);
   // Returns an emptied run's slots for reuse.
   void Recycle(Run& run);
   // Drops emptied runs once they are as many as the live ones.

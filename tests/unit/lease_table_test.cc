@@ -124,6 +124,33 @@ TEST_F(LeaseTableTest, OldLeaseDoesNotKeepEmptiedRuns) {
   EXPECT_EQ(table_.Take(1), E(0));
 }
 
+// A client keeping one item of each batch: the runs it keeps turn
+// sparse, so memory follows the leases held, not the batches seen.
+TEST_F(LeaseTableTest, RunsKeepingFewLeasesTurnSparse) {
+  uint64_t id = 1;
+  std::vector<uint64_t> kept;
+  for (int batch = 0; batch < 1000; ++batch) {
+    const uint64_t first = id;
+    for (int i = 0; i < 256; ++i) table_.Add(id++, E(i), 256);
+    kept.push_back(first + 17);
+    for (uint64_t i = first; i < id; ++i) {
+      if (i != first + 17) ASSERT_NE(table_.Take(i), nullptr) << i;
+    }
+    id += 2;
+  }
+  EXPECT_EQ(table_.size(), 1000u);
+  // A map would hold 1000 pairs; the table a run header and one pair per
+  // run, plus the newest run's slots and a few spare arrays.
+  EXPECT_LT(table_.HeapBytes(), 1000u * 96 + 8 * 256 * 8);
+  for (uint64_t k : kept) {
+    EXPECT_EQ(table_.Take(k + 1), nullptr);  // released already
+    EXPECT_EQ(table_.Take(k), E(17)) << k;
+    EXPECT_EQ(table_.Take(k), nullptr) << k;
+  }
+  EXPECT_TRUE(table_.empty());
+  EXPECT_LE(table_.runs(), 4u);
+}
+
 // Against a hash map, with random adds (runs of random length, random
 // gaps) and releases of random ids (held, released, never added).
 TEST_F(LeaseTableTest, MatchesAMapUnderRandomUse) {
@@ -133,8 +160,8 @@ TEST_F(LeaseTableTest, MatchesAMapUnderRandomUse) {
   uint64_t id = 1;
   for (int step = 0; step < 20000; ++step) {
     if (rng() % 3 != 0) {
-      id += rng() % 4;  // gaps: other sessions, refused items
-      const int n = 1 + rng() % 8;
+      id += rng() % 4;               // gaps: other sessions, refused items
+      const int n = 1 + rng() % 40;  // long runs also turn sparse
       for (int i = 0; i < n; ++i, ++id) {
         ChunkEntry* e = E(id % entries_.size());
         table_.Add(id, e, n);
