@@ -23,6 +23,15 @@
 //
 //   scale_bench [--items=10000,100000,1300000] [--min_bytes=4096]
 //               [--max_bytes=8192] [--dir=/tmp] [--out=FILE]
+//               [--skip=sync,restart,admin,json,drain]
+//
+// --skip leaves parts out (their cells print "-"), so that a 1.3M run of
+// the warm-up, RAM and GetBatch rows fits a 10-minute command on 2 cores:
+// sync (dlcachectl sync, the SSD index size and the "after sync" phase),
+// restart (both restarts), admin (status, stats, revalidate, evict of a
+// class), json (the evict and second warm-up with --json; GetBatch then
+// runs on the first warm-up's chunks), drain (waiting for the SSD
+// write-behind to drain, and that phase).
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -48,6 +57,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "bench/machine_info.h"
 #include "bench/report.h"
 #include "bench/temp_dir.h"
@@ -77,6 +87,13 @@ ABSL_FLAG(uint64_t, ssd_index_write_buffer_mb,
 ABSL_FLAG(uint64_t, ssd_index_block_cache_mb,
           dlcache::ServerConfig().ssd_index_block_cache_bytes >> 20,
           "the server's --ssd_index_block_cache, MiB");
+ABSL_FLAG(std::vector<std::string>, skip, {},
+          "parts to leave out, comma-separated: sync (dlcachectl sync and "
+          "the SSD index size), restart (both restarts), admin (status, "
+          "stats, revalidate, evict of a class), json (evict + the second "
+          "warm-up with --json), drain (waiting for the SSD write-behind); "
+          "e.g. --skip=sync,restart,admin for the warm-up, RAM and GetBatch "
+          "rows alone");
 ABSL_FLAG(bool, log_info, false,
           "show the server's INFO log (start-up stage times)");
 
@@ -214,25 +231,45 @@ double Ctl(const std::string& socket, const std::string& args) {
   return s;
 }
 
+// A part left out by --skip keeps its fields at kSkipped.
+constexpr double kSkipped = -1;
+
 struct Row {
   uint64_t n = 0;
   double gen_s = 0;
-  double warm_files_s = 0, warm_json_files_s = 0;
+  double warm_files_s = 0, warm_json_files_s = kSkipped;
   double meta_bytes_per_item = 0;
-  double index_bytes_per_item = 0;
+  double index_bytes_per_item = kSkipped;
   double p50_us = 0, p99_us = 0;
-  double status_s = 0, stats_s = 0, revalidate_s = 0, evict_s = 0, sync_s = 0;
-  double evict_all_s = 0;
-  double readopt_start_s = 0, readopt_cpu_s = 0, readopt_first_s = 0;
-  double ssd_start_s = 0, ssd_cpu_s = 0, ssd_first_s = 0;
+  double status_s = kSkipped, stats_s = kSkipped, revalidate_s = kSkipped,
+         evict_s = kSkipped, sync_s = kSkipped;
+  double evict_all_s = kSkipped;
+  double readopt_start_s = kSkipped, readopt_cpu_s = kSkipped,
+         readopt_first_s = kSkipped;
+  double ssd_start_s = kSkipped, ssd_cpu_s = kSkipped, ssd_first_s = kSkipped;
   // From the start until the background work (SSD accounting, checks of
   // the re-adopted chunks) was done, and the CPU time to then.
-  double readopt_done_s = 0, readopt_done_cpu_s = 0;
-  double ssd_done_s = 0, ssd_done_cpu_s = 0;
+  double readopt_done_s = kSkipped, readopt_done_cpu_s = kSkipped;
+  double ssd_done_s = kSkipped, ssd_done_cpu_s = kSkipped;
   // Before the warm-up, after it, after the write-behind drained, after
-  // sync.
+  // sync; taken[p]: whether phase p was measured (--skip).
   MemPoint mem[4];
+  bool taken[4] = {true, true, true, true};
 };
+
+// Whether --skip names `part`.
+bool Skipped(absl::string_view part) {
+  for (const std::string& s : absl::GetFlag(FLAGS_skip)) {
+    if (s == part) return true;
+  }
+  return false;
+}
+
+// `value` scaled and printed with `format`, or "-" for a skipped part.
+std::string Cell(const absl::FormatSpec<double>& format, double value,
+                 double scale = 1) {
+  return value == kSkipped ? "-" : absl::StrFormat(format, value * scale);
+}
 
 constexpr const char* kPhases[] = {"before", "warm-up done",
                                    "write-behind drained", "after sync"};
@@ -354,7 +391,9 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   const uint64_t rss1 = RssAnonKb();
   row.meta_bytes_per_item = (static_cast<double>(rss1) - rss0) * 1024 / n;
   row.mem[1] = TakeMemPoint(h.server());
-  if (SsdTier* ssd = h.server().ssd()) {
+  SsdTier* ssd = Skipped("drain") ? nullptr : h.server().ssd();
+  row.taken[2] = ssd != nullptr;
+  if (ssd != nullptr) {
     // Copies still queued for the SSD hold heap; wait for the writer.
     const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
     while (ssd->Stats().queued > 0) {
@@ -364,12 +403,14 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  row.mem[2] = TakeMemPoint(h.server());
-  row.evict_all_s = Ctl(h.socket(), "evict ds");
-  if (row.evict_all_s < 0) return absl::InternalError("evict");
-  s = Ctl(h.socket(), "--json warmup ds");
-  if (s < 0) return absl::InternalError("warmup --json");
-  row.warm_json_files_s = n / s;
+  if (row.taken[2]) row.mem[2] = TakeMemPoint(h.server());
+  if (!Skipped("json")) {
+    row.evict_all_s = Ctl(h.socket(), "evict ds");
+    if (row.evict_all_s < 0) return absl::InternalError("evict");
+    s = Ctl(h.socket(), "--json warmup ds");
+    if (s < 0) return absl::InternalError("warmup --json");
+    row.warm_json_files_s = n / s;
+  }
 
   // Warm GetBatch latency over random keys.
   std::mt19937_64 rng(7);
@@ -390,14 +431,23 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   row.p50_us = lat[lat.size() / 2];
   row.p99_us = lat[lat.size() * 99 / 100];
 
-  row.status_s = Ctl(h.socket(), "status");
-  row.stats_s = Ctl(h.socket(), "stats");
-  row.revalidate_s = Ctl(h.socket(), "revalidate ds");
-  row.sync_s = Ctl(h.socket(), "sync ds");
-  row.mem[3] = TakeMemPoint(h.server());
-  row.index_bytes_per_item =
-      static_cast<double>(DirBytes(h.ssd_dir() + "/index")) / n;
-  row.evict_s = Ctl(h.socket(), "evict ds n0000");
+  if (!Skipped("admin")) {
+    row.status_s = Ctl(h.socket(), "status");
+    row.stats_s = Ctl(h.socket(), "stats");
+    row.revalidate_s = Ctl(h.socket(), "revalidate ds");
+  }
+  row.taken[3] = !Skipped("sync");
+  if (row.taken[3]) {
+    row.sync_s = Ctl(h.socket(), "sync ds");
+    row.mem[3] = TakeMemPoint(h.server());
+    row.index_bytes_per_item =
+        static_cast<double>(DirBytes(h.ssd_dir() + "/index")) / n;
+  }
+  if (!Skipped("admin")) row.evict_s = Ctl(h.socket(), "evict ds n0000");
+  if (Skipped("restart")) {
+    h.Stop();
+    return row;
+  }
   h.Stop();  // keeps the arena and its manifest
 
   double cpu = CpuSeconds();
@@ -431,6 +481,16 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
 }
 
 int Run() {
+  for (const std::string& part : absl::GetFlag(FLAGS_skip)) {
+    if (part != "sync" && part != "restart" && part != "admin" &&
+        part != "json" && part != "drain") {
+      std::fprintf(stderr,
+                   "scale_bench: --skip: unknown part '%s' (sync, restart, "
+                   "admin, json, drain)\n",
+                   part.c_str());
+      return 2;
+    }
+  }
   std::vector<Row> rows;
   for (const std::string& s : absl::GetFlag(FLAGS_items)) {
     uint64_t n = 0;
@@ -462,16 +522,19 @@ int Run() {
   for (const Row& r : rows) {
     absl::StrAppendFormat(
         &md,
-        "| %llu | %.0f / %.0f | %.0f | %.0f | %.0f / %.0f | %.2f / %.2f | "
-        "%.1f | %.2f / %.1f | %.1f | %.2f (%.2f, %.1f) | %.2f (%.2f, %.1f) "
-        "| %.2f (%.2f) / %.2f (%.2f) |\n",
+        "| %llu | %.0f / %s | %.0f | %s | %.0f / %.0f | %s / %s | %s | %s / "
+        "%s | %s | %s (%s, %s) | %s (%s, %s) | %s (%s) / %s (%s) |\n",
         static_cast<unsigned long long>(r.n), r.warm_files_s,
-        r.warm_json_files_s, r.meta_bytes_per_item, r.index_bytes_per_item,
-        r.p50_us, r.p99_us, r.status_s, r.stats_s, r.revalidate_s, r.evict_s,
-        r.evict_all_s, r.sync_s, r.readopt_start_s, r.readopt_cpu_s,
-        r.readopt_first_s * 1e3, r.ssd_start_s, r.ssd_cpu_s,
-        r.ssd_first_s * 1e3, r.readopt_done_s, r.readopt_done_cpu_s,
-        r.ssd_done_s, r.ssd_done_cpu_s);
+        Cell("%.0f", r.warm_json_files_s), r.meta_bytes_per_item,
+        Cell("%.0f", r.index_bytes_per_item), r.p50_us, r.p99_us,
+        Cell("%.2f", r.status_s), Cell("%.2f", r.stats_s),
+        Cell("%.1f", r.revalidate_s), Cell("%.2f", r.evict_s),
+        Cell("%.1f", r.evict_all_s), Cell("%.1f", r.sync_s),
+        Cell("%.2f", r.readopt_start_s), Cell("%.2f", r.readopt_cpu_s),
+        Cell("%.1f", r.readopt_first_s, 1e3), Cell("%.2f", r.ssd_start_s),
+        Cell("%.2f", r.ssd_cpu_s), Cell("%.1f", r.ssd_first_s, 1e3),
+        Cell("%.2f", r.readopt_done_s), Cell("%.2f", r.readopt_done_cpu_s),
+        Cell("%.2f", r.ssd_done_s), Cell("%.2f", r.ssd_done_cpu_s));
   }
   absl::StrAppend(
       &md,
@@ -490,6 +553,7 @@ int Run() {
     };
     constexpr double kMiB = 1 << 20;
     for (int p = 1; p < 4; ++p) {
+      if (!r.taken[p]) continue;
       const MemPoint& m = r.mem[p];
       const MemPoint& b = r.mem[0];
       absl::StrAppendFormat(
@@ -528,7 +592,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "How dlcache's costs grow with the item count (see the header of "
       "bench/scale_bench.cc).\n  scale_bench "
-      "[--items=10000,100000,1300000] [--out=FILE]");
+      "[--items=10000,100000,1300000] [--out=FILE]\n"
+      "  [--skip=sync,restart,admin,json,drain]: parts left out (\"-\" in "
+      "the table); --skip=sync,restart,admin keeps the warm-up, RAM and "
+      "GetBatch rows (e.g. taskset -c 0,1 at 1.3M in under 10 minutes)");
   absl::ParseCommandLine(argc, argv);
   // As dlcached's main does, before any thread or buffer exists.
   dlcache::ConfigureHeap(std::max(0, absl::GetFlag(FLAGS_malloc_arenas)));

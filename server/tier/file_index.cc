@@ -1,38 +1,223 @@
 #include "server/tier/file_index.h"
 
+#include <cstdlib>
 #include <utility>
 
+#include "absl/hash/hash.h"
+#include "server/memory/page_memory.h"
+
 namespace dlcache {
+namespace {
+
+// Keys looked up ahead of the one being compared, per pipeline stage
+// (FindBatch): enough to keep a core's ~10-16 line fill buffers busy
+// with the misses of several keys, few enough that the prefetched lines
+// are still in L1 when they are used.
+constexpr size_t kAhead = 8;
+constexpr size_t kRing = 32;  // > 2 * kAhead, a power of two
+static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
+
+constexpr size_t kMinCapacity = 16;
+
+void PrefetchRecord(const FileRecord* r, size_t path_bytes) {
+  const char* p = reinterpret_cast<const char*>(r);
+  __builtin_prefetch(p);
+  // The path's end may lie on the next line.
+  __builtin_prefetch(p + sizeof(FileRecord) + path_bytes - 1);
+}
+
+}  // namespace
+
+uint64_t FileIndex::DefaultHash(absl::string_view path) {
+  return absl::Hash<absl::string_view>()(path);
+}
+
+FileIndex::FileIndex(HashFn hash) : hash_(hash) {}
 
 FileIndex::~FileIndex() {
-  for (FileRecord* r : set_) FileRecord::Destroy(r);
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (Live(slots_[i])) FileRecord::Destroy(RecordOf(slots_[i]), &arena_);
+  }
+  FreePages(slots_, capacity_ * sizeof(uint64_t));
 }
 
-FileIndex::FileIndex(FileIndex&& other) noexcept : set_(std::move(other.set_)) {
-  other.set_.clear();
+FileIndex::FileIndex(FileIndex&& other) noexcept
+    : hash_(other.hash_),
+      slots_(std::exchange(other.slots_, nullptr)),
+      capacity_(std::exchange(other.capacity_, 0)),
+      size_(std::exchange(other.size_, 0)),
+      erased_(std::exchange(other.erased_, 0)),
+      arena_(std::move(other.arena_)) {}
+
+size_t FileIndex::CapacityFor(size_t n) {
+  size_t c = kMinCapacity;
+  while (n > c / 4 * 3) c *= 2;
+  return c;
 }
 
-FileRecord* FileIndex::Find(absl::string_view path) const {
-  auto it = set_.find(path);
-  return it == set_.end() ? nullptr : *it;
-}
-
-void FileIndex::Insert(FileRecord* record) { set_.insert(record); }
-
-void FileIndex::EraseIf(absl::FunctionRef<bool(FileRecord*)> fn) {
-  for (auto it = set_.begin(); it != set_.end();) {
-    FileRecord* r = *it;
-    if (fn(r)) {
-      set_.erase(it++);
-      FileRecord::Destroy(r);
-    } else {
-      ++it;
+FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
+                                absl::string_view path) const {
+  const size_t mask = capacity_ - 1;
+  for (;; i = (i + 1) & mask) {
+    const uint64_t s = slots_[i];
+    if (s == kEmpty) return nullptr;
+    if (Live(s) && TagOf(s) == tag) {
+      FileRecord* r = RecordOf(s);
+      if (r->path() == path) return r;
     }
   }
 }
 
+FileRecord* FileIndex::Find(absl::string_view path) const {
+  if (size_ == 0) return nullptr;
+  const uint64_t h = hash_(path);
+  return FindFrom(h & (capacity_ - 1), TagOf(h), path);
+}
+
+void FileIndex::FindBatch(size_t n,
+                          absl::FunctionRef<absl::string_view(size_t)> path_of,
+                          FileRecord** out) const {
+  if (size_ == 0) {
+    for (size_t i = 0; i < n; ++i) out[i] = nullptr;
+    return;
+  }
+  // Per key in flight: its path, hash, and the slot of its candidate
+  // record (the first with its tag; capacity_ when an empty slot came
+  // first, i.e. it is not here).
+  struct Key {
+    absl::string_view path;
+    uint64_t hash;
+    size_t slot;
+  };
+  Key ring[kRing];
+  const size_t mask = capacity_ - 1;
+  for (size_t step = 0; step < n + 2 * kAhead; ++step) {
+    // Stage 1, key `step`: hash, start loading its slot.
+    if (step < n) {
+      Key& k = ring[step % kRing];
+      k.path = path_of(step);
+      k.hash = hash_(k.path);
+      __builtin_prefetch(&slots_[k.hash & mask]);
+    }
+    // Stage 2, kAhead keys behind: probe its slots by tag only (the
+    // slot's line has arrived), start loading the candidate record.
+    if (step >= kAhead && step - kAhead < n) {
+      Key& k = ring[(step - kAhead) % kRing];
+      const uint64_t tag = TagOf(k.hash);
+      k.slot = capacity_;
+      for (size_t i = k.hash & mask;; i = (i + 1) & mask) {
+        const uint64_t s = slots_[i];
+        if (s == kEmpty) break;
+        if (Live(s) && TagOf(s) == tag) {
+          k.slot = i;
+          PrefetchRecord(RecordOf(s), k.path.size());
+          break;
+        }
+      }
+    }
+    // Stage 3, 2 x kAhead keys behind: compare the path (the record has
+    // arrived), start loading what the caller reads next.
+    if (step >= 2 * kAhead) {
+      const size_t key = step - 2 * kAhead;
+      const Key& k = ring[key % kRing];
+      FileRecord* r = nullptr;
+      if (k.slot != capacity_) {
+        r = RecordOf(slots_[k.slot]);
+        // A tag collision (1 in 65536 per probed slot): probe on.
+        if (r->path() != k.path) {
+          r = FindFrom((k.slot + 1) & mask, TagOf(k.hash), k.path);
+        }
+      }
+      out[key] = r;
+      if (r != nullptr && r->chunk_count() > 0) {
+        const absl::Span<ChunkEntry* const> chunks =
+            static_cast<const FileRecord*>(r)->chunks();
+        if (chunks.size() == 1) {
+          if (chunks[0] != nullptr) __builtin_prefetch(chunks[0]);
+        } else {
+          __builtin_prefetch(chunks.data());
+        }
+      }
+    }
+  }
+}
+
+void FileIndex::Place(FileRecord* record, uint64_t hash) {
+  const uint64_t p = reinterpret_cast<uint64_t>(record);
+  // User-space addresses fit 47 bits on x86-64 (48 on arm64 with 4 KiB
+  // pages); a larger one would lose its top bits to the tag.
+  if ((p & ~kPointerMask) != 0) std::abort();
+  const size_t mask = capacity_ - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    if (!Live(slots_[i])) {
+      if (slots_[i] == kErased) --erased_;
+      slots_[i] = p | (TagOf(hash) << kTagShift);
+      return;
+    }
+  }
+}
+
+void FileIndex::Rehash(size_t capacity) {
+  uint64_t* old = slots_;
+  const size_t old_capacity = capacity_;
+  slots_ = static_cast<uint64_t*>(AllocatePages(capacity * sizeof(uint64_t)));
+  capacity_ = capacity;
+  erased_ = 0;
+  for (size_t i = 0; i < old_capacity; ++i) {
+    if (!Live(old[i])) continue;
+    FileRecord* r = RecordOf(old[i]);
+    Place(r, hash_(r->path()));
+  }
+  FreePages(old, old_capacity * sizeof(uint64_t));
+}
+
+void FileIndex::Reserve(size_t n) {
+  const size_t want = CapacityFor(n);
+  if (want > capacity_) Rehash(want);
+}
+
+FileRecord* FileIndex::Insert(uint32_t dataset, absl::string_view path,
+                              const FileInfo& info, uint32_t chunk_count) {
+  if (size_ + erased_ + 1 > capacity_ / 4 * 3) {
+    // Doubles when live records need it; otherwise the same size, rid of
+    // the erased slots.
+    Rehash(CapacityFor(size_ + 1));
+  }
+  FileRecord* r = FileRecord::Create(dataset, path, info, chunk_count, &arena_);
+  Place(r, hash_(path));
+  ++size_;
+  return r;
+}
+
+void FileIndex::EraseIf(absl::FunctionRef<bool(FileRecord*)> fn) {
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (!Live(slots_[i])) continue;
+    FileRecord* r = RecordOf(slots_[i]);
+    if (!fn(r)) continue;
+    FileRecord::Destroy(r, &arena_);
+    slots_[i] = kErased;
+    --size_;
+    ++erased_;
+  }
+  // Erased slots lengthen every probe that passes them: rebuild once they
+  // are a quarter of the table (an evict of a whole dataset empties it).
+  if (erased_ > 0 && erased_ >= capacity_ / 4) Rehash(CapacityFor(size_));
+}
+
 void FileIndex::ForEach(absl::FunctionRef<void(const FileRecord&)> fn) const {
-  for (const FileRecord* r : set_) fn(*r);
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (Live(slots_[i])) fn(*RecordOf(slots_[i]));
+  }
+}
+
+size_t FileIndex::TableBytes() const {
+  return capacity_ == 0 ? 0 : PageRoundedBytes(capacity_ * sizeof(uint64_t));
+}
+
+size_t FileIndex::RecordBytes() const {
+  size_t bytes = arena_.MappedBytes() + arena_.LargeBytes();
+  ForEach([&](const FileRecord& r) { bytes += r.TableHeapBytes(); });
+  return bytes;
 }
 
 }  // namespace dlcache

@@ -2,26 +2,42 @@
 #define DLCACHE_SERVER_TIER_FILE_INDEX_H_
 
 #include <cstddef>
+#include <cstdint>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
+#include "server/backend/source.h"
 #include "server/tier/file_record.h"
+#include "server/tier/record_arena.h"
 
 namespace dlcache {
 
-// One dataset's files in the memory tier: path -> FileRecord. The table
-// holds only record pointers (8 bytes a slot) and looks paths up in the
-// records themselves, so a path is stored once. Owns the records: they
-// stay at their address until erased (or the index is destroyed).
+// One dataset's files in the memory tier: path -> FileRecord. Owns the
+// records (in a RecordArena of its own): they stay at their address
+// until erased (or the index is destroyed).
+//
+// The table (issue 17) is open addressing with linear probing over
+// 8-byte slots in page memory (huge pages once it is 2 MiB): a slot is a
+// record pointer (low 48 bits) and a 16-bit tag of the path's hash (top
+// 16 bits), so a probe picks its candidate without touching any record;
+// a path is stored once, in its record, and compared only for a tag
+// match. At most 3/4 of the slots are in use (erased slots count until
+// the table is rebuilt); it doubles beyond that. FindBatch looks up many
+// paths in a pipeline that overlaps their cache misses (slot, record,
+// entry), which is what a lookup costs once the index is out of the CPU
+// caches.
 //
 // Not thread-safe: the owner (MemoryTier, under its lock) serialises
-// changes. Const calls (Find, Prefetch, ForEach) may run concurrently with
-// each other (the memory tier's hits under its shared lock).
+// changes. Const calls (Find, FindBatch, ForEach, the sizes) may run
+// concurrently with each other (the memory tier's hits under its shared
+// lock).
 class FileIndex {
  public:
-  FileIndex() = default;
+  // The hash of a path; tests pass one that collides on purpose.
+  using HashFn = uint64_t (*)(absl::string_view path);
+  static uint64_t DefaultHash(absl::string_view path);
+
+  explicit FileIndex(HashFn hash = &DefaultHash);
   ~FileIndex();
   FileIndex(const FileIndex&) = delete;
   FileIndex& operator=(const FileIndex&) = delete;
@@ -30,42 +46,63 @@ class FileIndex {
 
   // The record of `path`, or null.
   FileRecord* Find(absl::string_view path) const;
-  // Starts loading the table memory that Find(path) reads first, so that
-  // the lookups of a batch of paths overlap their cache misses.
-  void Prefetch(absl::string_view path) const { set_.prefetch(path); }
-  // Takes ownership of `record`, whose path must not be in the index yet.
-  void Insert(FileRecord* record);
-  // Destroys the records for which fn returns true (fn may change them).
+  // out[i] = Find(path_of(i)) for i < n, in a pipeline: a few keys ahead
+  // the slot of a key is prefetched, a few keys later its slot is probed
+  // and the candidate record prefetched, then its path is compared and
+  // the record's first chunk entry (or chunk table) prefetched for the
+  // caller. path_of is called once per key.
+  void FindBatch(size_t n, absl::FunctionRef<absl::string_view(size_t)> path_of,
+                 FileRecord** out) const;
+  // A new record for `path` (which must not be in the index yet), owned
+  // by the index (FileRecord::Create's arguments and limits).
+  FileRecord* Insert(uint32_t dataset, absl::string_view path,
+                     const FileInfo& info, uint32_t chunk_count);
+  // Destroys the records for which fn returns true (fn may change them,
+  // not the index).
   void EraseIf(absl::FunctionRef<bool(FileRecord*)> fn);
   void ForEach(absl::FunctionRef<void(const FileRecord&)> fn) const;
   // Room for `n` records without rehashing (bulk inserts).
-  void Reserve(size_t n) { set_.reserve(n); }
-  size_t size() const { return set_.size(); }
-  // Bytes of the hash table itself (slots and control bytes), not the
-  // records.
-  size_t TableBytes() const {
-    return set_.capacity() * (sizeof(FileRecord*) + 1);
-  }
+  void Reserve(size_t n);
+  size_t size() const { return size_; }
+  // Slots of the table (0 or a power of two).
+  size_t capacity() const { return capacity_; }
+  // Bytes of the table itself (the slots' pages), not the records.
+  size_t TableBytes() const;
+  // Bytes of the records: the arena's page memory (used or free), records
+  // too large for it, and the chunk tables of files of several chunks
+  // (walks every record).
+  size_t RecordBytes() const;
+  // The record arena's page memory (part of RecordBytes()).
+  size_t ArenaBytes() const { return arena_.MappedBytes(); }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(absl::string_view path) const {
-      return absl::Hash<absl::string_view>()(path);
-    }
-    size_t operator()(const FileRecord* r) const { return (*this)(r->path()); }
-  };
-  struct Eq {
-    using is_transparent = void;
-    static absl::string_view Path(absl::string_view p) { return p; }
-    static absl::string_view Path(const FileRecord* r) { return r->path(); }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Path(a) == Path(b);
-    }
-  };
+  static constexpr uint64_t kEmpty = 0;
+  static constexpr uint64_t kErased = 1;  // a tombstone
+  static constexpr int kTagShift = 48;
+  static constexpr uint64_t kPointerMask = (uint64_t{1} << kTagShift) - 1;
 
-  absl::flat_hash_set<FileRecord*, Hash, Eq> set_;
+  static uint64_t TagOf(uint64_t hash) { return hash >> kTagShift; }
+  static bool Live(uint64_t slot) { return slot > kErased; }
+  static FileRecord* RecordOf(uint64_t slot) {
+    return reinterpret_cast<FileRecord*>(slot & kPointerMask);
+  }
+  // The record of `path` probing from slot `i` on; null at an empty slot.
+  FileRecord* FindFrom(size_t i, uint64_t tag, absl::string_view path) const;
+  // Puts a record whose path hashes to `hash` into the first free slot
+  // (empty or erased) of its probe sequence.
+  void Place(FileRecord* record, uint64_t hash);
+  // A table of `capacity` slots (a power of two, room for size_) with
+  // every live record put in again.
+  void Rehash(size_t capacity);
+  // The smallest capacity with room for `n` records.
+  static size_t CapacityFor(size_t n);
+
+  HashFn hash_;
+  uint64_t* slots_ = nullptr;  // capacity_ of them, page memory
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+  size_t erased_ = 0;
+  RecordArena arena_;
 };
 
 }  // namespace dlcache

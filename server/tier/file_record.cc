@@ -15,10 +15,14 @@ size_t MallocChunk(size_t bytes) {
 }  // namespace
 
 FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
-                               const FileInfo& info, uint32_t chunk_count) {
+                               const FileInfo& info, uint32_t chunk_count,
+                               RecordArena* arena) {
   if (path.size() > kMaxPathBytes || dataset > kMaxDataset) std::abort();
   static_assert(alignof(FileRecord) <= alignof(std::max_align_t));
-  void* block = ::operator new(sizeof(FileRecord) + path.size());
+  static_assert(alignof(FileRecord) <= RecordArena::kStep);
+  const size_t bytes = sizeof(FileRecord) + path.size();
+  void* block =
+      arena != nullptr ? arena->Allocate(bytes) : ::operator new(bytes);
   FileRecord* r = new (block) FileRecord(dataset, path, info);
   std::memcpy(static_cast<char*>(block) + sizeof(FileRecord), path.data(),
               path.size());
@@ -26,9 +30,14 @@ FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
   return r;
 }
 
-void FileRecord::Destroy(FileRecord* record) {
+void FileRecord::Destroy(FileRecord* record, RecordArena* arena) {
+  const size_t bytes = record->BlockBytes();
   record->~FileRecord();
-  ::operator delete(record);
+  if (arena != nullptr) {
+    arena->Free(record, bytes);
+  } else {
+    ::operator delete(record);
+  }
 }
 
 FileRecord::FileRecord(uint32_t dataset, absl::string_view path,
@@ -42,10 +51,8 @@ FileRecord::~FileRecord() {
   if (chunk_count_ > 1) delete[] many_;
 }
 
-size_t FileRecord::HeapBytes() const {
-  return MallocChunk(sizeof(FileRecord) + path_size_) +
-         (chunk_count_ > 1 ? MallocChunk(chunk_count_ * sizeof(ChunkEntry*))
-                           : 0);
+size_t FileRecord::TableHeapBytes() const {
+  return chunk_count_ > 1 ? MallocChunk(chunk_count_ * sizeof(ChunkEntry*)) : 0;
 }
 
 void FileRecord::Reset(const FileInfo& new_info, uint32_t chunk_count) {

@@ -7,14 +7,17 @@
 #include "absl/types/span.h"
 #include "server/backend/source.h"
 #include "server/memory/chunk_entry.h"
+#include "server/tier/record_arena.h"
 
 namespace dlcache {
 
 // A file known to the memory tier: its path, its metadata and a pointer
-// per chunk to its entry (null where not cached). One heap block holds
-// the record and its path (32 bytes + the path); a file of one chunk
-// keeps that chunk's pointer in the record itself, larger files have a
-// table of chunk_count() pointers. Never moved: entries point back at it.
+// per chunk to its entry (null where not cached). One block holds the
+// record and its path (32 bytes + the path), from its FileIndex's
+// RecordArena (issue 17: no malloc header, 8-byte steps) or, without an
+// arena, from operator new; a file of one chunk keeps that chunk's
+// pointer in the record itself, larger files have a (malloc'd) table of
+// chunk_count() pointers. Never moved: entries point back at it.
 //
 // Not thread-safe: the owner (MemoryTier, under its lock) serialises.
 class FileRecord {
@@ -24,13 +27,15 @@ class FileRecord {
   static constexpr size_t kMaxPathBytes = UINT16_MAX;
   static constexpr uint32_t kMaxDataset = UINT16_MAX;
 
-  // A record with every chunk pointer null. Free with Destroy(). Aborts
-  // the process for a path or dataset over the limits above (a caller's
-  // bug: the tier only sees validated keys).
+  // A record with every chunk pointer null, its block from `arena` (null:
+  // operator new). Free with Destroy() and the same arena. Aborts the
+  // process for a path or dataset over the limits above (a caller's bug:
+  // the tier only sees validated keys).
   static FileRecord* Create(uint32_t dataset, absl::string_view path,
-                            const FileInfo& info, uint32_t chunk_count);
+                            const FileInfo& info, uint32_t chunk_count,
+                            RecordArena* arena = nullptr);
   // Frees the record and its table; not the entries it points to.
-  static void Destroy(FileRecord* record);
+  static void Destroy(FileRecord* record, RecordArena* arena = nullptr);
 
   FileRecord(const FileRecord&) = delete;
   FileRecord& operator=(const FileRecord&) = delete;
@@ -52,15 +57,12 @@ class FileRecord {
   // New metadata and `chunk_count` null pointers (the caller dropped the
   // entries first).
   void Reset(const FileInfo& info, uint32_t chunk_count);
-  // Bytes this record asked the heap for: the record with its path, and
-  // the chunk table of a file of several chunks.
-  size_t RequestedBytes() const {
-    return sizeof(FileRecord) + path_size_ +
-           (chunk_count_ > 1 ? chunk_count_ * sizeof(ChunkEntry*) : 0);
-  }
-  // The same as the heap holds it: each block with a malloc header and
-  // rounded as glibc does (16-byte steps, 32 bytes at least).
-  size_t HeapBytes() const;
+  // Bytes of the record's block: the record and its path.
+  size_t BlockBytes() const { return sizeof(FileRecord) + path_size_; }
+  // Heap bytes of the chunk table of a file of several chunks (0 for one
+  // chunk), with malloc's header and rounding as glibc does (16-byte
+  // steps, 32 bytes at least).
+  size_t TableHeapBytes() const;
 
   FileInfo info;
 

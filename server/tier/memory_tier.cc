@@ -266,8 +266,7 @@ bool MemoryTier::PutFileLocked(uint32_t dataset, absl::string_view path,
                                const FileInfo& info) {
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) {
-    files_[dataset].Insert(
-        FileRecord::Create(dataset, path, info, ChunkCount(info.size)));
+    files_[dataset].Insert(dataset, path, info, ChunkCount(info.size));
     return true;
   }
   if (rec->info.size == info.size && rec->info.mtime_ns == info.mtime_ns) {
@@ -321,19 +320,13 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     return absl::FailedPreconditionError(
         absl::StrCat("unknown or closed session ", session));
   }
-  // Lookups in stages over the whole batch, so that the cache misses of
-  // one key (hash slot, record, entry) overlap with the other keys'
-  // instead of adding up: with a million files, none of them is cached.
-  const FileIndex& index = files_[dataset];
-  for (const HitRequest& r : requests) index.Prefetch(r.path);
+  // The lookups in a pipeline, so that the cache misses of one key (hash
+  // slot, record, entry) overlap with the next keys' instead of adding
+  // up: with a million files, none of them is cached. FindBatch leaves
+  // each record's entry on its way in for the loop below.
   std::vector<FileRecord*> recs(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    recs[i] = index.Find(requests[i].path);
-    if (recs[i] != nullptr && recs[i]->chunk_count() > 0) {
-      const ChunkEntry* e = recs[i]->chunks()[0];
-      if (e != nullptr) __builtin_prefetch(e);
-    }
-  }
+  files_[dataset].FindBatch(
+      requests.size(), [&](size_t i) { return requests[i].path; }, recs.data());
   // Which requests are all cached (their end chunk; -1 = not served), and
   // whether any of their entries needs its CLOCK bit set.
   std::vector<int64_t> ends(requests.size(), -1);
@@ -950,10 +943,11 @@ MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
   for (const FileIndex& index : files_) {
     m.files += index.size();
     m.table_bytes += index.TableBytes();
-    index.ForEach(
-        [&](const FileRecord& r) { m.record_bytes += r.HeapBytes(); });
+    m.record_bytes += index.RecordBytes();
+    m.page_bytes += index.ArenaBytes() + index.TableBytes();
   }
   m.entry_bytes = entries_.Bytes();
+  m.page_bytes += entries_.PageBytes();
   // Flat hash tables: a slot and a control byte per capacity.
   m.side_bytes =
       fill_failures_.capacity() *
@@ -1081,9 +1075,8 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
   if (c.dataset >= files_.size()) return false;
   FileRecord* rec = FindFile(c.dataset, c.path);
   if (rec == nullptr) {
-    rec =
-        FileRecord::Create(c.dataset, c.path, c.info, ChunkCount(c.info.size));
-    files_[c.dataset].Insert(rec);
+    rec = files_[c.dataset].Insert(c.dataset, c.path, c.info,
+                                   ChunkCount(c.info.size));
   }
   if (rec->info.size != c.info.size || rec->info.mtime_ns != c.info.mtime_ns ||
       c.chunk >= rec->chunk_count() || rec->chunks()[c.chunk] != nullptr ||

@@ -119,10 +119,12 @@ struct TierStats {
 // dataset keeps what it cached and passes further misses through.
 //
 // Layout (issue 17): per dataset a FileIndex of FileRecords (path stored
-// once, in the record; a one-chunk file's entry pointer in the record),
-// entries from a ChunkEntryPool (48 bytes, no malloc per entry); what few
-// entries need (a failed fill's status, the borrowed list's links) lies
-// in side tables. Records and entries never move while they exist.
+// once, in the record; a one-chunk file's entry pointer in the record;
+// records in the index's own arena, the table of tagged 8-byte slots),
+// entries from a ChunkEntryPool (no malloc per entry), all of it in page
+// memory on huge pages where it is large; what few entries need (a
+// failed fill's status, the borrowed list's links) lies in side tables.
+// Records and entries never move while they exist.
 //
 // Thread-safe. One reader/writer mutex: hits (ServeHits) and releases take
 // it shared, so sessions do not serialise on each other's batches; they
@@ -325,10 +327,15 @@ class MemoryTier {
   // shared lock: for benchmarks and diagnostics, not a hot path.
   struct IndexMemory {
     uint64_t files = 0;
-    uint64_t record_bytes = 0;  // records, paths, chunk tables (malloc'd)
-    uint64_t entry_bytes = 0;   // the entry pool's blocks
-    uint64_t table_bytes = 0;   // the per-dataset hash tables
-    uint64_t side_bytes = 0;    // fill failures, borrowed links, sessions
+    // Records and paths (the record arenas' pages), chunk tables.
+    uint64_t record_bytes = 0;
+    uint64_t entry_bytes = 0;  // the entry pool's blocks
+    uint64_t table_bytes = 0;  // the per-dataset hash tables
+    uint64_t side_bytes = 0;   // fill failures, borrowed links, sessions
+    // The part of the above in page memory (server/memory/page_memory),
+    // which malloc's statistics do not see: record arenas, hash tables,
+    // entry blocks.
+    uint64_t page_bytes = 0;
     uint64_t total() const {
       return record_bytes + entry_bytes + table_bytes + side_bytes;
     }

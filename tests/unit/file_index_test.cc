@@ -1,11 +1,17 @@
 #include "server/tier/file_index.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/memory/chunk_entry_pool.h"
+#include "server/memory/page_memory.h"
 #include "server/tier/file_record.h"
+#include "server/tier/record_arena.h"
 
 namespace dlcache {
 namespace {
@@ -38,35 +44,216 @@ TEST(FileRecordTest, HoldsPathInfoAndChunkPointers) {
   FileRecord::Destroy(r);
 }
 
-TEST(FileIndexTest, FindsByPathStoredInTheRecord) {
-  FileIndex index;
+TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
+  RecordArena arena;
+  FileRecord* a =
+      FileRecord::Create(0, "n0001/00000001.JPEG", FileInfo{1, 2}, 1, &arena);
+  EXPECT_EQ(a->path(), "n0001/00000001.JPEG");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
+  EXPECT_EQ(RecordArena::BlockBytes(a->BlockBytes()), 56u);  // 32 + 19
+  EXPECT_EQ(arena.MappedBytes(), 64u << 10);                 // the first piece
+  FileRecord::Destroy(a, &arena);
+  // The freed block of that size is the next one handed out.
+  FileRecord* b =
+      FileRecord::Create(1, "n0001/00000002.JPEG", FileInfo{3, 4}, 3, &arena);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(b->chunks().size(), 3u);
+  EXPECT_GT(b->TableHeapBytes(), 0u);
+  FileRecord::Destroy(b, &arena);
+}
+
+TEST(RecordArenaTest, SizeClassesPiecesAndLargeBlocks) {
+  RecordArena arena;
+  // Blocks of different sizes do not share a free list.
+  void* x = arena.Allocate(40);
+  void* y = arena.Allocate(48);
+  arena.Free(x, 40);
+  void* z = arena.Allocate(48);
+  EXPECT_NE(z, x);
+  EXPECT_EQ(arena.Allocate(33), x);  // 33 rounds to 40
+  // Many blocks: pieces grow, earlier blocks stay where they are.
+  std::vector<char*> blocks;
+  for (int i = 0; i < 100000; ++i) {
+    char* b = static_cast<char*>(arena.Allocate(56));
+    b[0] = static_cast<char>(i);
+    b[55] = static_cast<char>(i >> 8);
+    blocks.push_back(b);
+  }
+  for (int i = 0; i < 100000; ++i) {
+    ASSERT_EQ(blocks[i][0], static_cast<char>(i));
+    ASSERT_EQ(blocks[i][55], static_cast<char>(i >> 8));
+  }
+  EXPECT_GE(arena.MappedBytes(), 100000u * 56);
+  EXPECT_LT(arena.MappedBytes(), 100000u * 56 + (4u << 20));
+  // Past kMaxSlabBytes: operator new, counted apart.
+  const size_t large = RecordArena::kMaxSlabBytes + 1;
+  void* big = arena.Allocate(large);
+  std::memset(big, 1, large);
+  EXPECT_EQ(arena.LargeBytes(), large);
+  arena.Free(big, large);
+  EXPECT_EQ(arena.LargeBytes(), 0u);
+  arena.Free(y, 48);
+  arena.Free(z, 48);
+}
+
+TEST(PageMemoryTest, HugePiecesAreAlignedAndZeroed) {
+  const size_t bytes = 3 * kHugePageBytes;
+  char* p = static_cast<char*>(AllocatePages(bytes));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
+  for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], 0);
+  std::memset(p, 7, bytes);
+  FreePages(p, bytes);
+  char* small = static_cast<char*>(AllocatePages(100));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 4096, 0u);
+  EXPECT_EQ(PageRoundedBytes(100), 4096u);
+  FreePages(small, 100);
+}
+
+std::string Key(int i) {
+  return "n" + std::to_string(i % 10) + "/file" + std::to_string(i);
+}
+
+// Every path in the same home slot and with the same tag: every probe
+// meets tag matches that are other paths.
+uint64_t SameHash(absl::string_view) { return 0x1234'0000'0000'0005ull; }
+// The same tag, different home slots.
+uint64_t SameTag(absl::string_view p) {
+  return (uint64_t{0xbeef} << 48) | (FileIndex::DefaultHash(p) >> 16);
+}
+// The same home slot (in tables up to 2^16 slots), different tags.
+uint64_t SameHome(absl::string_view p) {
+  return FileIndex::DefaultHash(p) & ~uint64_t{0xffff};
+}
+
+// Find and FindBatch of `keys` (and absent ones) against `want`.
+void ExpectFinds(const FileIndex& index, const std::vector<std::string>& keys,
+                 const std::vector<FileRecord*>& want) {
+  std::vector<std::string> asked;
+  std::vector<FileRecord*> expected;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(index.Find(keys[i]), want[i]) << keys[i];
+    asked.push_back(keys[i]);
+    expected.push_back(want[i]);
+    if (i % 3 == 0) {  // absent keys between present ones
+      asked.push_back(keys[i] + "x");
+      expected.push_back(nullptr);
+    }
+  }
+  // Batches of every size around the pipeline's depth, and a large one.
+  for (size_t batch : {size_t{1}, size_t{2}, size_t{7}, size_t{16}, size_t{17},
+                       size_t{33}, size_t{300}}) {
+    for (size_t start = 0; start < asked.size(); start += batch) {
+      const size_t n = std::min(batch, asked.size() - start);
+      std::vector<FileRecord*> out(n, reinterpret_cast<FileRecord*>(8));
+      index.FindBatch(
+          n, [&](size_t i) -> absl::string_view { return asked[start + i]; },
+          out.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], expected[start + i]) << asked[start + i];
+      }
+    }
+  }
+}
+
+// The hashes by name; a test's parameter is an index here (a function
+// pointer would put an address into the test's name).
+struct NamedHash {
+  const char* name;
+  FileIndex::HashFn hash;
+};
+constexpr NamedHash kHashes[] = {{"Default", &FileIndex::DefaultHash},
+                                 {"SameHash", &SameHash},
+                                 {"SameTag", &SameTag},
+                                 {"SameHome", &SameHome}};
+
+class FileIndexHashTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(FileIndexHashTest, InsertFindEraseAndGrow) {
+  FileIndex index(kHashes[GetParam()].hash);
+  std::vector<FileRecord*> none(1);
+  index.FindBatch(
+      1, [](size_t) -> absl::string_view { return "a"; }, none.data());
+  EXPECT_EQ(none[0], nullptr);  // empty index
+  EXPECT_EQ(index.Find("a"), nullptr);
+  std::vector<std::string> keys;
   std::vector<FileRecord*> records;
-  for (int i = 0; i < 1000; ++i) {
-    records.push_back(FileRecord::Create(
-        0, "n" + std::to_string(i % 10) + "/file" + std::to_string(i),
-        FileInfo{uint64_t(i), 0}, 1));
-    index.Insert(records.back());
+  size_t capacity = 0;
+  int growths = 0;
+  for (int i = 0; i < 600; ++i) {
+    keys.push_back(Key(i));
+    records.push_back(
+        index.Insert(7, keys.back(), FileInfo{uint64_t(i), 0}, 1 + i % 3));
+    if (index.capacity() != capacity) ++growths;
+    capacity = index.capacity();
+    EXPECT_LE(index.size() * 4, index.capacity() * 3);
   }
-  EXPECT_EQ(index.size(), 1000u);
+  EXPECT_GE(growths, 5);  // 16 -> ... -> 1024
+  EXPECT_EQ(index.size(), 600u);
   // Records never move, whatever the table does while it grows.
-  for (int i = 0; i < 1000; ++i) {
-    const std::string key =
-        "n" + std::to_string(i % 10) + "/file" + std::to_string(i);
-    index.Prefetch(key);
-    EXPECT_EQ(index.Find(key), records[i]) << key;
-  }
+  ExpectFinds(index, keys, records);
   EXPECT_EQ(index.Find("n0/file1"), nullptr);  // file1 is in n1
   EXPECT_EQ(index.Find(""), nullptr);
-  EXPECT_EQ(index.Find("n0/file0/"), nullptr);
+  EXPECT_EQ(records[5]->dataset(), 7u);
+  EXPECT_EQ(records[5]->info.size, 5u);
+
+  // Erase every third: the rest stay found across the erased slots.
+  index.EraseIf([](FileRecord* r) { return r->info.size % 3 == 0; });
+  EXPECT_EQ(index.size(), 400u);
+  std::vector<FileRecord*> want = records;
+  for (int i = 0; i < 600; i += 3) want[i] = nullptr;
+  ExpectFinds(index, keys, want);
+  // Erased paths may come back (into erased slots or anew).
+  for (int i = 0; i < 600; i += 3) {
+    want[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i) + 1000, 0}, 1);
+  }
+  EXPECT_EQ(index.size(), 600u);
+  ExpectFinds(index, keys, want);
+  EXPECT_EQ(index.Find(keys[3])->info.size, 1003u);
+  // Erasing all rebuilds the table small.
+  index.EraseIf([](FileRecord*) { return true; });
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.capacity(), 16u);
+  EXPECT_EQ(index.Find(keys[1]), nullptr);
+  uint64_t left = 0;
+  index.ForEach([&](const FileRecord&) { ++left; });
+  EXPECT_EQ(left, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hashes, FileIndexHashTest, ::testing::Range(0, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(kHashes[info.param].name);
+                         });
+
+TEST(FileIndexTest, ManyEraseRoundsKeepProbesBounded) {
+  // Inserts and erases that never grow the live count: erased slots are
+  // reclaimed (Insert rebuilds when they and the live ones fill 3/4), so
+  // the table does not grow with the rounds.
+  FileIndex index;
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 100; ++i) {
+      index.Insert(0, Key(round * 100 + i), FileInfo{}, 1);
+    }
+    index.EraseIf([](FileRecord*) { return true; });
+  }
+  EXPECT_LE(index.capacity(), 256u);
+  for (int i = 0; i < 100; ++i) index.Insert(0, Key(i), FileInfo{}, 1);
+  size_t erased = 0;
+  index.EraseIf(
+      [&](FileRecord* r) { return r->path() != Key(5) && ++erased <= 10; });
+  EXPECT_EQ(index.size(), 90u);
+  ASSERT_NE(index.Find(Key(5)), nullptr);
+  EXPECT_EQ(index.Find(Key(5))->path(), Key(5));
 }
 
 TEST(FileIndexTest, EraseIfDestroysWhatItErasesAndKeepsTheRest) {
   FileIndex index;
   index.Reserve(100);
+  const size_t reserved = index.capacity();
+  EXPECT_GE(reserved * 3, 100u * 4);
   for (int i = 0; i < 100; ++i) {
-    index.Insert(FileRecord::Create(0, "f" + std::to_string(i),
-                                    FileInfo{uint64_t(i), 0}, 2));
+    index.Insert(0, "f" + std::to_string(i), FileInfo{uint64_t(i), 0}, 2);
   }
+  EXPECT_EQ(index.capacity(), reserved);  // no rehash after Reserve
   int visited = 0;
   index.EraseIf([&](FileRecord* r) {
     ++visited;
@@ -80,6 +267,36 @@ TEST(FileIndexTest, EraseIfDestroysWhatItErasesAndKeepsTheRest) {
   uint64_t sum = 0;
   index.ForEach([&](const FileRecord& r) { sum += r.info.size; });
   EXPECT_EQ(sum, 50u * 50u);  // 1 + 3 + ... + 99
+  EXPECT_GT(index.TableBytes(), 0u);
+  // 50 records of 2 chunks: the arena's piece and 50 chunk tables.
+  EXPECT_EQ(index.RecordBytes(),
+            index.ArenaBytes() + 50 * index.Find("f3")->TableHeapBytes());
+}
+
+TEST(FileIndexTest, AMillionKeys) {
+  constexpr int kKeys = 1000000;
+  FileIndex index;
+  std::vector<std::string> keys(kKeys);
+  std::vector<FileRecord*> records(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "n%04d/%08d.JPEG", i % 1000, i);
+    keys[i] = buf;
+    records[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i), 0}, 1);
+  }
+  EXPECT_EQ(index.size(), size_t{kKeys});
+  // Records and table in pages: ~56 B + 8-16 B of slots per key.
+  EXPECT_LT(index.RecordBytes() + index.TableBytes(), size_t{kKeys} * 80);
+  std::vector<FileRecord*> out(kKeys);
+  index.FindBatch(
+      kKeys, [&](size_t i) -> absl::string_view { return keys[i]; },
+      out.data());
+  EXPECT_EQ(out, records);
+  index.EraseIf([](FileRecord* r) { return r->info.size % 2 == 1; });
+  EXPECT_EQ(index.size(), size_t{kKeys / 2});
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_EQ(index.Find(keys[i]), i % 2 == 0 ? records[i] : nullptr);
+  }
 }
 
 TEST(ChunkEntryPoolTest, EntriesKeepTheirAddressAndAreReused) {
@@ -87,14 +304,16 @@ TEST(ChunkEntryPoolTest, EntriesKeepTheirAddressAndAreReused) {
   ChunkEntryPool pool;
   std::vector<ChunkEntry*> entries;
   // Past one block: earlier entries stay where they are.
-  for (size_t i = 0; i < ChunkEntryPool::kBlockEntries + 10; ++i) {
+  for (size_t i = 0; i < ChunkEntryPool::kFirstBlockEntries + 10; ++i) {
     ChunkEntry* e = pool.New();
     EXPECT_EQ(e->pins, 0u);
     EXPECT_EQ(e->state, ChunkEntry::State::kFilling);
     e->chunk = static_cast<uint32_t>(i);
     entries.push_back(e);
   }
-  EXPECT_EQ(pool.live(), ChunkEntryPool::kBlockEntries + 10);
+  EXPECT_EQ(pool.live(), ChunkEntryPool::kFirstBlockEntries + 10);
+  // Two blocks of page memory: the first and one twice its size.
+  EXPECT_EQ(pool.PageBytes(), 3 * ChunkEntryPool::kFirstBlockBytes);
   for (size_t i = 0; i < entries.size(); ++i) {
     EXPECT_EQ(entries[i]->chunk, i);
   }
@@ -102,7 +321,7 @@ TEST(ChunkEntryPoolTest, EntriesKeepTheirAddressAndAreReused) {
   freed->pins = 3;
   freed->sticky = true;
   pool.Delete(freed);
-  EXPECT_EQ(pool.live(), ChunkEntryPool::kBlockEntries + 9);
+  EXPECT_EQ(pool.live(), ChunkEntryPool::kFirstBlockEntries + 9);
   ChunkEntry* again = pool.New();
   EXPECT_EQ(again, freed);  // reused, and cleared
   EXPECT_EQ(again->pins, 0u);

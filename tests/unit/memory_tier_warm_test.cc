@@ -170,11 +170,14 @@ TEST_F(MemoryTierWarmTest, IndexMemoryCountsRecordsEntriesAndTable) {
   ASSERT_TRUE(Warm("n0001/00000002.JPEG", FileInfo{3 * kChunk, 1}, 'a').ok());
   const MemoryTier::IndexMemory m = tier_->IndexMemoryUsage();
   EXPECT_EQ(m.files, 2u);
-  // Two record blocks (32 bytes + a 19-byte path, with malloc's header:
-  // 64 bytes each) and the three-chunk file's pointer table (24 + 8 -> 32).
-  EXPECT_EQ(m.record_bytes, 2 * 64u + 32u);
-  EXPECT_EQ(m.entry_bytes, ChunkEntryPool::kBlockEntries * sizeof(ChunkEntry));
-  EXPECT_GE(m.table_bytes, 2 * (sizeof(void*) + 1));
+  // The record arena's first piece (two 56-byte blocks: 32 bytes and a
+  // 19-byte path in 8-byte steps) and the three-chunk file's pointer
+  // table (24 + malloc's 8 -> 32).
+  EXPECT_EQ(m.record_bytes, (64u << 10) + 32u);
+  EXPECT_EQ(m.entry_bytes, ChunkEntryPool::kFirstBlockBytes);
+  EXPECT_EQ(m.table_bytes, 4096u);  // 16 slots of 8 bytes, one page
+  EXPECT_EQ(m.page_bytes,
+            (64u << 10) + ChunkEntryPool::kFirstBlockBytes + 4096u);
   EXPECT_EQ(m.total(),
             m.record_bytes + m.entry_bytes + m.table_bytes + m.side_bytes);
   tier_->Evict(0, "");
