@@ -49,7 +49,12 @@ std::string KeyOf(uint64_t i) {
                          static_cast<unsigned>(i));
 }
 
-uint64_t HeapBytes() { return mallinfo2().uordblks; }
+// Bytes malloc handed out, including blocks it mmapped on their own
+// (hblkhd: large ones, such as a big hash table or entry block).
+uint64_t HeapBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
 
 int MeasureN(uint64_t n) {
   const uint64_t item = absl::GetFlag(FLAGS_item_bytes);
@@ -88,10 +93,11 @@ int MeasureN(uint64_t n) {
   const double index_s = Since(t);
   // The index's page memory (records, table, entries: issue 17) is not
   // malloc's: added to what malloc handed out.
+  const MemoryTier::IndexMemory index = tier->IndexMemoryUsage();
+  const double per = static_cast<double>(n);
+  const double malloc_per_item = static_cast<double>(HeapBytes() - heap0) / per;
   const double bytes_per_item =
-      static_cast<double>(HeapBytes() - heap0 +
-                          tier->IndexMemoryUsage().page_bytes) /
-      static_cast<double>(n);
+      malloc_per_item + static_cast<double>(index.page_bytes) / per;
 
   const uint64_t session = tier->OpenSession();
   std::mt19937_64 rng(7);
@@ -133,11 +139,16 @@ int MeasureN(uint64_t n) {
     if (!adopted->Adopt(c)) return 1;
   }
   const double adopt_s = Since(t);
-  std::printf("| %llu | %.0f | %.2f | %.1f / %.1f | %.3f | %.3f |\n",
-              static_cast<unsigned long long>(n), bytes_per_item,
-              index_s / static_cast<double>(n) * 1e6, lat[lat.size() / 2],
-              lat[lat.size() * 99 / 100], list_s / static_cast<double>(n) * 1e6,
-              adopt_s / static_cast<double>(n) * 1e6);
+  std::printf(
+      "| %llu | %.0f (%.0f / %.0f / %.0f; malloc %.0f) | %.2f | %.1f / %.1f | "
+      "%.3f | %.3f |\n",
+      static_cast<unsigned long long>(n), bytes_per_item,
+      static_cast<double>(index.record_bytes) / per,
+      static_cast<double>(index.entry_bytes) / per,
+      static_cast<double>(index.table_bytes) / per, malloc_per_item,
+      index_s / static_cast<double>(n) * 1e6, lat[lat.size() / 2],
+      lat[lat.size() * 99 / 100], list_s / static_cast<double>(n) * 1e6,
+      adopt_s / static_cast<double>(n) * 1e6);
   std::fflush(stdout);
   return 0;
 }
@@ -148,7 +159,8 @@ int MeasureN(uint64_t n) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::printf(
-      "| items | heap B/item | index us/file | ServeHits %u p50 / p99 us | "
+      "| items | heap B/item (records / entries / table; malloc) | index "
+      "us/file | ServeHits %u p50 / p99 us | "
       "ForEachReady us/chunk | Adopt us/chunk |\n"
       "|---:|---:|---:|---:|---:|---:|\n",
       absl::GetFlag(FLAGS_batch));

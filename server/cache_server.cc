@@ -121,6 +121,11 @@ absl::Status ValidateConfig(const ServerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--chunk_size=", c.chunk_size, " must be a multiple of 4 KiB"));
   }
+  if (c.chunk_size > MemoryTier::kMaxChunkSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_size=", c.chunk_size, " must be at most ",
+                     MemoryTier::kMaxChunkSize, " (4 GiB - 4 KiB)"));
+  }
   if (c.segment_bytes < c.chunk_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("--segment_bytes=", c.segment_bytes,

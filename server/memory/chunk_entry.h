@@ -13,25 +13,46 @@ struct SlotRef {
   uint32_t slot = 0;
 };
 
-// One cached chunk, 48 bytes: there is one per cached chunk, so it holds
+// One cached chunk, 40 bytes: there is one per cached chunk, so it holds
 // only what the hit path and eviction read. What few entries need lives
 // in the memory tier's side tables: the status of a failed fill, the
 // links of the borrowed list. The slab slot is derived from (segment,
-// offset) (SlabAllocator::RefAt). Owned by MemoryTier (ChunkEntryPool);
-// all fields are guarded by the MemoryTier mutex: written only while it is
-// held exclusively, except `pins`, which hits and releases change under
-// the shared lock through std::atomic_ref (MemoryTier::ServeHits, Release).
+// offset) (SlabAllocator::RefAt), which share one word (kSegmentBits and
+// kOffsetBits: the arena has at most 1,000,000 segments, Arena::Create);
+// a chunk is at most kMaxLength bytes (--chunk_size is checked against
+// it). Owned by MemoryTier (ChunkEntryPool); all fields are guarded by the
+// MemoryTier mutex: written only while it is held exclusively, except
+// `pins`, which hits and releases change under the shared lock through
+// std::atomic_ref (MemoryTier::ServeHits, Release).
 struct ChunkEntry {
   enum class State : uint8_t { kFilling, kReady, kFailed };
 
+  static constexpr int kSegmentBits = 20;
+  static constexpr int kOffsetBits = 64 - kSegmentBits;  // 16 TiB
+  static constexpr uint64_t kMaxSegments = uint64_t{1} << kSegmentBits;
+  static constexpr uint64_t kMaxOffset = (uint64_t{1} << kOffsetBits) - 1;
+  static constexpr uint64_t kMaxLength = UINT32_MAX;
+
+  uint32_t segment() const {
+    return static_cast<uint32_t>(place_ >> kOffsetBits);
+  }
+  uint64_t offset() const { return place_ & kMaxOffset; }
+  // segment < kMaxSegments, offset <= kMaxOffset (MemoryTier checks the
+  // arena's geometry once).
+  void SetPlace(uint32_t segment, uint64_t offset) {
+    place_ = (uint64_t{segment} << kOffsetBits) | offset;
+  }
+
   FileRecord* file = nullptr;  // null once dropped from the index
-  uint64_t offset = 0;
-  uint64_t length = 0;
+ private:
+  uint64_t place_ = 0;  // segment << kOffsetBits | offset
+
+ public:
   uint64_t checksum = 0;
+  uint32_t length = 0;  // <= kMaxLength
   uint32_t chunk = 0;
-  uint32_t segment = 0;
   // Leases, fillers and waiters: a pinned entry is never evicted or freed.
-  // Aligned for std::atomic_ref (see above).
+  // Aligned for std::atomic_ref (see above; at byte 32).
   alignas(4) uint32_t pins = 0;
   uint16_t dataset = 0;  // MemoryTier allows at most kMaxDatasets
   State state = State::kFilling;
@@ -52,6 +73,8 @@ struct ChunkEntry {
   // MemoryTier checks it first (MemoryTier::VerifyAdopted, Acquire).
   bool unverified : 1 = false;
 };
+
+static_assert(sizeof(ChunkEntry) == 40, "one entry per cached chunk");
 
 }  // namespace dlcache
 

@@ -81,8 +81,15 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
       allocator_(SegmentSizes(*arena), SlabSize(chunk_size)),
       files_(dataset_count),
       stats_(dataset_count) {
-  // Entries and records keep the dataset in 16 bits.
-  if (dataset_count > kMaxDatasets) std::abort();
+  // Entries and records keep the dataset in 16 bits, entries a chunk's
+  // length in 32 and its place in one word (ChunkEntry).
+  if (dataset_count > kMaxDatasets || chunk_size > kMaxChunkSize ||
+      arena->segment_count() > ChunkEntry::kMaxSegments) {
+    std::abort();
+  }
+  for (uint32_t i = 0; i < arena->segment_count(); ++i) {
+    if (arena->segment_size(i) > ChunkEntry::kMaxOffset) std::abort();
+  }
   allocator_.SetSegmentNodes(arena->segment_nodes());
   absl::MutexLock lock(&mu_);
   eviction_.assign(dataset_count, DatasetEviction::kClock);
@@ -231,7 +238,7 @@ size_t MemoryTier::Release(uint64_t session,
 
 void MemoryTier::UnleaseAccount(Session& s, const ChunkEntry* entry) {
   s.leased_bytes -= entry->length;
-  s.AddDatasetBytes(entry->dataset, -entry->length);
+  s.AddDatasetBytes(entry->dataset, -uint64_t{entry->length});
 }
 
 FileRecord* MemoryTier::FindFile(uint32_t dataset,
@@ -240,7 +247,7 @@ FileRecord* MemoryTier::FindFile(uint32_t dataset,
 }
 
 SlotRef MemoryTier::SlotOf(const ChunkEntry* entry) const {
-  return allocator_.RefAt(entry->segment, entry->offset);
+  return allocator_.RefAt(entry->segment(), entry->offset());
 }
 
 ChunkEntry* MemoryTier::BorrowedNext(ChunkEntry* entry) const {
@@ -410,8 +417,8 @@ LeasedChunk MemoryTier::LeaseLocked(Session& s, ChunkEntry* entry, uint64_t id,
 
 LeasedChunk MemoryTier::Locate(const ChunkEntry* entry) const {
   LeasedChunk out;
-  out.segment = entry->segment;
-  out.offset = entry->offset;
+  out.segment = entry->segment();
+  out.offset = entry->offset();
   out.length = entry->length;
   out.checksum = entry->checksum;
   out.index = entry->chunk;
@@ -573,7 +580,7 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
   entry->file = rec;
   entry->dataset = static_cast<uint16_t>(dataset);
   entry->chunk = chunk;
-  entry->length = length;
+  entry->length = static_cast<uint32_t>(length);  // <= chunk_size_
   entry->pins = 1;
   absl::StatusOr<SlotRef> ref = allocator_.Allocate(
       entry->length, entry,
@@ -585,8 +592,7 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
     return ref.status();
   }
   entry->has_slot = true;
-  entry->segment = allocator_.SegmentOf(*ref);
-  entry->offset = allocator_.OffsetOf(*ref);
+  entry->SetPlace(allocator_.SegmentOf(*ref), allocator_.OffsetOf(*ref));
   if (eviction_[dataset] == DatasetEviction::kMinio) {
     // Reserved now, so concurrent fills cannot overshoot the share.
     const uint64_t bytes = allocator_.SlotBytes(length);
@@ -686,7 +692,7 @@ void MemoryTier::SetDatasetEviction(uint32_t dataset, DatasetEviction policy) {
 }
 
 char* MemoryTier::Data(const ChunkEntry* entry) const {
-  return arena_->base(entry->segment) + entry->offset;
+  return arena_->base(entry->segment()) + entry->offset();
 }
 
 void MemoryTier::CompleteFill(ChunkEntry* entry, const absl::Status& status,
@@ -1064,7 +1070,7 @@ void MemoryTier::SettleVerifiedLocked(ChunkEntry* entry, bool intact) {
   ++readopt_corrupt_;
   if (readopt_corrupt_ <= 10) {
     DLC_LOG(WARNING) << "re-adopted chunk " << entry->chunk << " at segment "
-                     << entry->segment << " offset " << entry->offset
+                     << entry->segment() << " offset " << entry->offset()
                      << " fails its checksum; dropped (filled anew when "
                         "asked for)";
   }
@@ -1095,9 +1101,8 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
   entry->chunk = c.chunk;
   entry->state = ChunkEntry::State::kReady;
   entry->has_slot = true;
-  entry->segment = c.where.segment;
-  entry->offset = c.where.offset;
-  entry->length = c.where.length;
+  entry->SetPlace(c.where.segment, c.where.offset);
+  entry->length = static_cast<uint32_t>(c.where.length);  // a chunk's length
   entry->checksum = c.where.checksum;
   if (!verified) {
     entry->unverified = true;

@@ -141,9 +141,16 @@ struct TierStats {
 class MemoryTier {
  public:
   static constexpr uint32_t kMaxDatasets = FileRecord::kMaxDataset + 1;
+  // The largest chunk (a ChunkEntry keeps its length in 32 bits), a
+  // multiple of 4 KiB: 4 GiB - 4 KiB.
+  static constexpr uint64_t kMaxChunkSize =
+      ChunkEntry::kMaxLength / 4096 * 4096;
 
-  // dataset_count <= kMaxDatasets (aborts otherwise; CacheServer's config
-  // check refuses more with INVALID_ARGUMENT first).
+  // dataset_count <= kMaxDatasets, chunk_size <= kMaxChunkSize, and an
+  // arena whose segments fit ChunkEntry's place word (at most
+  // ChunkEntry::kMaxSegments, each at most 16 TiB): aborts otherwise;
+  // CacheServer's config check and Arena::Create refuse more with
+  // INVALID_ARGUMENT first.
   MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
   ~MemoryTier();
 

@@ -378,5 +378,22 @@ TEST_F(RestartTest, TooManyDatasetsIsInvalidArgument) {
       << s.status();
 }
 
+// A chunk entry keeps a chunk's length in 32 bits (issue 17: 40-byte
+// entries): a larger --chunk_size is a configuration error, never an
+// abort.
+TEST_F(RestartTest, ChunkSizeOverTheEntryLimitIsInvalidArgument) {
+  std::shared_ptr<testing::CountingSource> counting;
+  ServerConfig c = InProcessConfig("arena-chunk", "ssd-chunk", &counting);
+  c.ssd_dir.clear();
+  c.chunk_size = MemoryTier::kMaxChunkSize + 4096;
+  c.segment_bytes = c.chunk_size;
+  auto s = CacheServer::Start(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
+      << s.status();
+  EXPECT_NE(s.status().message().find("--chunk_size"), std::string::npos)
+      << s.status();
+}
+
 }  // namespace
 }  // namespace dlcache

@@ -300,7 +300,7 @@ TEST(FileIndexTest, AMillionKeys) {
 }
 
 TEST(ChunkEntryPoolTest, EntriesKeepTheirAddressAndAreReused) {
-  static_assert(sizeof(ChunkEntry) == 48, "one entry per cached chunk");
+  static_assert(sizeof(ChunkEntry) == 40, "one entry per cached chunk");
   ChunkEntryPool pool;
   std::vector<ChunkEntry*> entries;
   // Past one block: earlier entries stay where they are.

@@ -373,7 +373,7 @@ TEST(MemoryTierNumaTest, ASessionsFillsLandOnItsNode) {
           tier.Acquire(0, path, info, 0, node);
       ASSERT_TRUE(a.ok()) << a.status();
       ASSERT_EQ(a->kind, MemoryTier::Acquired::kMustFill);
-      EXPECT_EQ((*arena)->segment_node(a->entry->segment), node) << path;
+      EXPECT_EQ((*arena)->segment_node(a->entry->segment()), node) << path;
       tier.CompleteFill(a->entry, absl::OkStatus(), 0);
       tier.Unpin(a->entry);
     }
