@@ -24,7 +24,7 @@ class FileRecord {
  public:
   // The longest path and the largest dataset id a record holds (keys are
   // at most 4096 bytes, common/key.h).
-  static constexpr size_t kMaxPathBytes = UINT16_MAX;
+  static constexpr size_t kMaxPathBytes = (1 << 14) - 1;
   static constexpr uint32_t kMaxDataset = UINT16_MAX;
 
   // A record with every chunk pointer null, its block from `arena` (null:
@@ -41,24 +41,34 @@ class FileRecord {
   FileRecord& operator=(const FileRecord&) = delete;
 
   absl::string_view path() const {
-    return absl::string_view(reinterpret_cast<const char*>(this + 1),
-                             path_size_);
+    return absl::string_view(reinterpret_cast<const char*>(this) + kPathAt,
+                             PathSize());
   }
   uint32_t dataset() const { return dataset_; }
-  uint32_t chunk_count() const { return chunk_count_; }
+  uint32_t chunk_count() const {
+    const uint32_t kind = bits_ >> kKindShift;
+    return kind == kMany
+               ? static_cast<uint32_t>(reinterpret_cast<uintptr_t>(many_[0]))
+               : kind;
+  }
   // chunk_count() pointers; the record keeps their storage in place as
   // long as chunk_count() is not changed.
   absl::Span<ChunkEntry*> chunks() {
-    return absl::MakeSpan(chunk_count_ > 1 ? many_ : &one_, chunk_count_);
+    return (bits_ >> kKindShift) == kMany
+               ? absl::MakeSpan(many_ + 1, chunk_count())
+               : absl::MakeSpan(&one_, chunk_count());
   }
   absl::Span<ChunkEntry* const> chunks() const {
-    return absl::MakeConstSpan(chunk_count_ > 1 ? many_ : &one_, chunk_count_);
+    return (bits_ >> kKindShift) == kMany
+               ? absl::MakeConstSpan(many_ + 1, chunk_count())
+               : absl::MakeConstSpan(&one_, chunk_count());
   }
   // New metadata and `chunk_count` null pointers (the caller dropped the
   // entries first).
   void Reset(const FileInfo& info, uint32_t chunk_count);
-  // Bytes of the record's block: the record and its path.
-  size_t BlockBytes() const { return sizeof(FileRecord) + path_size_; }
+  // Bytes of the record's block: the record's fields (kPathAt bytes) and
+  // its path, at least the object's size.
+  size_t BlockBytes() const { return BlockBytes(PathSize()); }
   // Heap bytes of the chunk table of a file of several chunks (0 for one
   // chunk), with malloc's header and rounding as glibc does (16-byte
   // steps, 32 bytes at least).
@@ -71,14 +81,29 @@ class FileRecord {
   ~FileRecord();
   void SetChunkCount(uint32_t count);
 
+  // bits_: the path's size (14 bits) and the kind of chunk table (top 2
+  // bits): no chunk, one (its pointer in one_), or many (many_: a table
+  // whose first slot holds the count, then the pointers).
+  static constexpr int kKindShift = 14;
+  static size_t BlockBytes(size_t path_bytes) {
+    return kPathAt + path_bytes > sizeof(FileRecord) ? kPathAt + path_bytes
+                                                     : sizeof(FileRecord);
+  }
+  static constexpr uint16_t kMany = 2;
+  size_t PathSize() const { return bits_ & ((1u << kKindShift) - 1); }
+
   union {
-    ChunkEntry* one_;    // chunk_count_ <= 1
-    ChunkEntry** many_;  // chunk_count_ > 1
+    ChunkEntry* one_;    // chunk_count() <= 1
+    ChunkEntry** many_;  // chunk_count() > 1
   };
-  uint32_t chunk_count_ = 0;
   uint16_t dataset_;
-  uint16_t path_size_;
-  // The path's bytes follow the record in the same block.
+  uint16_t bits_;
+
+ public:
+  // Where the path's bytes start in the record's block: right after the
+  // fields (28 bytes, not sizeof's 32 with the tail padding), so that a
+  // 19-byte ImageNet path makes a 48-byte block (issue 17).
+  static constexpr size_t kPathAt = 28;
 };
 
 }  // namespace dlcache

@@ -50,8 +50,9 @@ TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
       FileRecord::Create(0, "n0001/00000001.JPEG", FileInfo{1, 2}, 1, &arena);
   EXPECT_EQ(a->path(), "n0001/00000001.JPEG");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
-  EXPECT_EQ(RecordArena::BlockBytes(a->BlockBytes()), 56u);  // 32 + 19
-  EXPECT_EQ(arena.MappedBytes(), 64u << 10);                 // the first piece
+  // 28 bytes of fields and the 19-byte path: 47, in an 8-byte step 48.
+  EXPECT_EQ(RecordArena::BlockBytes(a->BlockBytes()), 48u);
+  EXPECT_EQ(arena.MappedBytes(), 64u << 10);  // the first piece
   FileRecord::Destroy(a, &arena);
   // The freed block of that size is the next one handed out.
   FileRecord* b =
@@ -60,6 +61,17 @@ TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
   EXPECT_EQ(b->chunks().size(), 3u);
   EXPECT_GT(b->TableHeapBytes(), 0u);
   FileRecord::Destroy(b, &arena);
+  // Short paths: the block still holds the whole object.
+  for (const char* p : {"", "a", "abcd", "abcde"}) {
+    FileRecord* r = FileRecord::Create(2, p, FileInfo{7, 8}, 2, &arena);
+    EXPECT_EQ(r->path(), p);
+    EXPECT_GE(r->BlockBytes(), sizeof(FileRecord));
+    EXPECT_EQ(r->chunk_count(), 2u);
+    r->Reset(FileInfo{9, 9}, 1);
+    EXPECT_EQ(r->path(), p);
+    EXPECT_EQ(r->chunk_count(), 1u);
+    FileRecord::Destroy(r, &arena);
+  }
 }
 
 TEST(RecordArenaTest, SizeClassesPiecesAndLargeBlocks) {
@@ -285,7 +297,7 @@ TEST(FileIndexTest, AMillionKeys) {
     records[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i), 0}, 1);
   }
   EXPECT_EQ(index.size(), size_t{kKeys});
-  // Records and table in pages: ~56 B + 8-16 B of slots per key.
+  // Records and table in pages: ~48 B + 8-16 B of slots per key.
   EXPECT_LT(index.RecordBytes() + index.TableBytes(), size_t{kKeys} * 80);
   std::vector<FileRecord*> out(kKeys);
   index.FindBatch(

@@ -170,10 +170,10 @@ TEST_F(MemoryTierWarmTest, IndexMemoryCountsRecordsEntriesAndTable) {
   ASSERT_TRUE(Warm("n0001/00000002.JPEG", FileInfo{3 * kChunk, 1}, 'a').ok());
   const MemoryTier::IndexMemory m = tier_->IndexMemoryUsage();
   EXPECT_EQ(m.files, 2u);
-  // The record arena's first piece (two 56-byte blocks: 32 bytes and a
-  // 19-byte path in 8-byte steps) and the three-chunk file's pointer
-  // table (24 + malloc's 8 -> 32).
-  EXPECT_EQ(m.record_bytes, (64u << 10) + 32u);
+  // The record arena's first piece (two 48-byte blocks: 28 bytes of
+  // fields and a 19-byte path in 8-byte steps) and the three-chunk file's
+  // table (its count and 3 pointers, 32 + malloc's 8 -> 48).
+  EXPECT_EQ(m.record_bytes, (64u << 10) + 48u);
   EXPECT_EQ(m.entry_bytes, ChunkEntryPool::kFirstBlockBytes);
   EXPECT_EQ(m.table_bytes, 4096u);  // 16 slots of 8 bytes, one page
   EXPECT_EQ(m.page_bytes,
