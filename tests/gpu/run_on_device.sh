@@ -36,6 +36,11 @@
 # the arena in /dev/shm; warm-up, RAM per item, restarts; SCALE_CPUS=0,1
 # pins it with taskset like a small node; SCALE_FLAGS are passed to it;
 # SCALE_TIMEOUT seconds, default 570)  -> scale_bench.log, scale_benchmark.md
+# RUN_TIER_INDEX=1 (bench/tier_index_bench, issue 17: the memory tier's
+# index alone, heap B/item and ServeHits of 256 random keys at
+# TIER_INDEX_ITEMS, default 100000,1000000,1300000; with bin/base/ from
+# BASE_BINS, base and branch alternate, two rounds each; ~1-2 min)
+#   -> tier_index.log
 # RUN_PLAN_HIT=1 (bench/plan_hit_bench, issue 14: a warm 256-key batch with
 # no plan, another session's plan and the reader's own plan; PLAN_HIT_FLAGS
 # are passed to it)  -> plan_hit_bench.log, plan_hit_bench.md
@@ -167,6 +172,23 @@ if [ -n "$RUN_SCALE" ] && [ -x "$here/bin/scale_bench" ]; then
   tail -12 "$out/scale_bench.log"
   if [ $r -eq 0 ]; then note "ok   scale_bench (table: scale_benchmark.md)"
   else note "FAIL scale_bench ($r)"; rc=1; fi
+fi
+
+# Opt-in: the memory tier's index alone (issue 17), base/branch A/B.
+if [ -n "$RUN_TIER_INDEX" ] && [ -x "$here/bin/tier_index_bench" ]; then
+  echo "=== tier_index_bench"
+  r=0
+  for round in 1 2; do
+    for b in "$here/bin/base/tier_index_bench" "$here/bin/tier_index_bench"; do
+      [ -x "$b" ] || continue
+      echo "--- $b round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
+      binenv timeout 200 "$b" \
+        --items="${TIER_INDEX_ITEMS:-100000,1000000,1300000}" || r=1
+    done
+  done > "$out/tier_index.log" 2>&1
+  grep -E "^---|^\| [0-9]" "$out/tier_index.log"
+  if [ $r -eq 0 ]; then note "ok   tier_index_bench (tier_index.log)"
+  else note "FAIL tier_index_bench"; rc=1; fi
 fi
 
 # Opt-in: what an epoch plan costs a warm hit (issue 14) on quiet cores.
