@@ -1,5 +1,7 @@
 #include "server/tier/file_index.h"
 
+#include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <utility>
 
@@ -18,6 +20,16 @@ constexpr size_t kRing = 32;  // > 2 * kAhead, a power of two
 static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
 
 constexpr size_t kMinCapacity = 16;
+
+// Odd multipliers from a counter through a 64-bit mixer (splitmix64's).
+uint64_t NextHomeMultiplier() {
+  static std::atomic<uint64_t> counter{0x9e3779b97f4a7c15ull};
+  uint64_t z =
+      counter.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) | 1;
+}
 
 void PrefetchRecord(const FileRecord* r, size_t path_bytes) {
   const char* p = reinterpret_cast<const char*>(r);
@@ -47,6 +59,8 @@ FileIndex::FileIndex(FileIndex&& other) noexcept
       capacity_(std::exchange(other.capacity_, 0)),
       size_(std::exchange(other.size_, 0)),
       erased_(std::exchange(other.erased_, 0)),
+      home_shift_(other.home_shift_),
+      home_mul_(other.home_mul_),
       arena_(std::move(other.arena_)) {}
 
 size_t FileIndex::CapacityFor(size_t n) {
@@ -71,7 +85,7 @@ FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
 FileRecord* FileIndex::Find(absl::string_view path) const {
   if (size_ == 0) return nullptr;
   const uint64_t h = hash_(path);
-  return FindFrom(h & (capacity_ - 1), TagOf(h), path);
+  return FindFrom(Home(h), TagOf(h), path);
 }
 
 void FileIndex::FindBatch(size_t n,
@@ -97,7 +111,7 @@ void FileIndex::FindBatch(size_t n,
       Key& k = ring[step % kRing];
       k.path = path_of(step);
       k.hash = hash_(k.path);
-      __builtin_prefetch(&slots_[k.hash & mask]);
+      __builtin_prefetch(&slots_[Home(k.hash)]);
     }
     // Stage 2, kAhead keys behind: probe its slots by tag only (the
     // slot's line has arrived), start loading the candidate record.
@@ -105,7 +119,7 @@ void FileIndex::FindBatch(size_t n,
       Key& k = ring[(step - kAhead) % kRing];
       const uint64_t tag = TagOf(k.hash);
       k.slot = capacity_;
-      for (size_t i = k.hash & mask;; i = (i + 1) & mask) {
+      for (size_t i = Home(k.hash);; i = (i + 1) & mask) {
         const uint64_t s = slots_[i];
         if (s == kEmpty) break;
         if (Live(s) && TagOf(s) == tag) {
@@ -148,7 +162,7 @@ void FileIndex::Place(FileRecord* record, uint64_t hash) {
   // pages); a larger one would lose its top bits to the tag.
   if ((p & ~kPointerMask) != 0) std::abort();
   const size_t mask = capacity_ - 1;
-  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+  for (size_t i = Home(hash);; i = (i + 1) & mask) {
     if (!Live(slots_[i])) {
       if (slots_[i] == kErased) --erased_;
       slots_[i] = p | (TagOf(hash) << kTagShift);
@@ -162,6 +176,13 @@ void FileIndex::Rehash(size_t capacity) {
   const size_t old_capacity = capacity_;
   slots_ = static_cast<uint64_t*>(AllocatePages(capacity * sizeof(uint64_t)));
   capacity_ = capacity;
+  home_shift_ = 64 - std::countr_zero(capacity);
+  // A new multiplier for every table: the old table is walked in the
+  // order of its homes, and records put into a table whose homes follow
+  // the same order (a smaller table, or another index filled from this
+  // one's ForEach: a restart's adoption) would pile up in one run of
+  // linear probing and make inserting quadratic.
+  home_mul_ = NextHomeMultiplier();
   erased_ = 0;
   for (size_t i = 0; i < old_capacity; ++i) {
     if (!Live(old[i])) continue;

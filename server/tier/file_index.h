@@ -21,7 +21,9 @@ namespace dlcache {
 // record pointer (low 48 bits) and a 16-bit tag of the path's hash (top
 // 16 bits), so a probe picks its candidate without touching any record;
 // a path is stored once, in its record, and compared only for a tag
-// match. At most 3/4 of the slots are in use (erased slots count until
+// match; the first slot probed is a multiplicative hash of the rest of
+// the hash with a multiplier of each table's own. At most 3/4 of the
+// slots are in use (erased slots count until
 // the table is rebuilt); it doubles beyond that. FindBatch looks up many
 // paths in a pipeline that overlaps their cache misses (slot, record,
 // entry), which is what a lookup costs once the index is out of the CPU
@@ -35,6 +37,9 @@ class FileIndex {
  public:
   // The hash of a path; tests pass one that collides on purpose.
   using HashFn = uint64_t (*)(absl::string_view path);
+  // The bits of a hash that choose the first slot probed; the top 16
+  // others are the slot's tag.
+  static constexpr uint64_t kHomeBitsMask = (uint64_t{1} << 48) - 1;
   static uint64_t DefaultHash(absl::string_view path);
 
   explicit FileIndex(HashFn hash = &DefaultHash);
@@ -79,9 +84,15 @@ class FileIndex {
   static constexpr uint64_t kEmpty = 0;
   static constexpr uint64_t kErased = 1;  // a tombstone
   static constexpr int kTagShift = 48;
-  static constexpr uint64_t kPointerMask = (uint64_t{1} << kTagShift) - 1;
+  static constexpr uint64_t kPointerMask = kHomeBitsMask;
 
   static uint64_t TagOf(uint64_t hash) { return hash >> kTagShift; }
+  // The first slot to probe: the hash's low 48 bits (the tag is the top
+  // 16) times this table's odd multiplier, top bits (multiplicative
+  // hashing with a multiplier per table, see Rehash).
+  size_t Home(uint64_t hash) const {
+    return ((hash & kHomeBitsMask) * home_mul_) >> home_shift_;
+  }
   static bool Live(uint64_t slot) { return slot > kErased; }
   static FileRecord* RecordOf(uint64_t slot) {
     return reinterpret_cast<FileRecord*>(slot & kPointerMask);
@@ -102,6 +113,8 @@ class FileIndex {
   size_t capacity_ = 0;
   size_t size_ = 0;
   size_t erased_ = 0;
+  int home_shift_ = 64;  // 64 - log2(capacity_)
+  uint64_t home_mul_ = 1;
   RecordArena arena_;
 };
 

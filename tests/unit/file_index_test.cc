@@ -132,9 +132,10 @@ uint64_t SameHash(absl::string_view) { return 0x1234'0000'0000'0005ull; }
 uint64_t SameTag(absl::string_view p) {
   return (uint64_t{0xbeef} << 48) | (FileIndex::DefaultHash(p) >> 16);
 }
-// The same home slot (in tables up to 2^16 slots), different tags.
+// The same home slot (the home comes from the low 48 bits), different
+// tags.
 uint64_t SameHome(absl::string_view p) {
-  return FileIndex::DefaultHash(p) & ~uint64_t{0xffff};
+  return (FileIndex::DefaultHash(p) & ~FileIndex::kHomeBitsMask) | 5;
 }
 
 // Find and FindBatch of `keys` (and absent ones) against `want`.
