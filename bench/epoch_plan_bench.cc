@@ -22,15 +22,26 @@
 //                    [--latency_ms=2] [--source_mbps=256]
 //                    [--compute_us=500] [--batch=16] [--lookahead=64]
 //                    [--in_flight=16] [--shm=/dev/shm] [--out=FILE]
+//
+// --ranks=N (job plans): N ranks of one job instead (a thread and a
+// session each, DistributedSampler's shards of one padded permutation per
+// epoch, a barrier per step as DDP's all-reduce), at --ranks_ratio
+// dataset/arena, in the same run: no plan (CLOCK), a plan per rank (what
+// PlannedSampler registers without a job id) and one job plan for the N
+// ranks, both with Belady + look-ahead: positions the plans hold, hit
+// rate, source reads and epoch time over a cached epoch.
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <queue>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -67,6 +78,10 @@ ABSL_FLAG(uint32_t, batch, 16, "items per GetBatch");
 ABSL_FLAG(uint64_t, lookahead, 64, "plan look-ahead, positions");
 ABSL_FLAG(uint32_t, in_flight, 16, "plan prefetch fills in flight");
 ABSL_FLAG(std::string, shm, "/dev/shm", "where the arena lives (a tmpfs)");
+ABSL_FLAG(uint32_t, ranks, 0,
+          "0: the policy table of one consumer; N: N ranks of one job, a "
+          "plan per rank vs one job plan (see the top of the file)");
+ABSL_FLAG(double, ranks_ratio, 2.0, "--ranks: dataset / arena");
 ABSL_FLAG(std::string, out, "", "write the Markdown report here too");
 
 namespace dlcache::bench {
@@ -289,8 +304,315 @@ absl::StatusOr<std::vector<EpochResult>> Run(
 std::string F3(double x) { return absl::StrFormat("%.3f", x); }
 std::string F2(double x) { return absl::StrFormat("%.2f", x); }
 
+// --ranks: how the ranks' orders reach the server.
+enum class RankPlans { kNone, kPerRank, kJob };
+
+const char* Name(RankPlans m) {
+  switch (m) {
+    case RankPlans::kNone:
+      return "no plan (CLOCK)";
+    case RankPlans::kPerRank:
+      return "a plan per rank";
+    case RankPlans::kJob:
+      return "one job plan";
+  }
+  return "";
+}
+
+// The ranks step together, as DDP's all-reduce makes them.
+class StepBarrier {
+ public:
+  explicit StepBarrier(uint32_t n) : n_(n) {}
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++waiting_ == n_) {
+      waiting_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return gen_ != gen; });
+  }
+
+ private:
+  const uint32_t n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint32_t waiting_ = 0;
+  uint64_t gen_ = 0;
+};
+
+struct RanksEpoch {
+  uint64_t items = 0;
+  uint64_t hits = 0;
+  uint64_t source_reads = 0;
+  double seconds = 0;
+  uint32_t plans = 0;           // on the node once the epoch's are in
+  uint64_t live_positions = 0;  // held then, over all plans
+};
+
+// `orders[e]`: the job's padded permutation of epoch e (a multiple of
+// `ranks` long); rank r reads positions r, r + ranks, ...
+absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
+    RankPlans mode, uint64_t arena_bytes, uint64_t items, uint32_t ranks,
+    const std::vector<std::vector<uint64_t>>& orders) {
+  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-arena-");
+  if (!shm.ok()) return shm.status();
+  ArenaOptions a;
+  a.dir = (*shm)->path() + "/arena";
+  a.total_bytes = arena_bytes;
+  a.segment_bytes = a.total_bytes;
+  a.align = chunk;
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
+  if (!arena.ok()) return arena.status();
+  MemoryTier tier(arena->get(), chunk, 1);
+  PlanRegistry plans;
+  const bool planned = mode != RankPlans::kNone;
+  if (planned) {
+    tier.SetEvictionPolicy([&](int classes) {
+      return std::make_unique<BeladyEvictionPolicy>(classes, &plans);
+    });
+  }
+  SyntheticItems source(
+      {.dataset = kDataset,
+       .items = items,
+       .item_bytes = chunk,
+       .latency = absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
+       .bytes_per_second = absl::GetFlag(FLAGS_source_mbps) * 1e6});
+  CacheEngine::Options eo;
+  eo.fill_threads = 16;
+  CacheEngine engine({kDataset}, &tier, &source, nullptr, eo);
+  std::unique_ptr<PlanPrefetcher> prefetcher;
+  if (planned) {
+    PlanPrefetcher::Options po;
+    po.lookahead = absl::GetFlag(FLAGS_lookahead);
+    po.max_in_flight = absl::GetFlag(FLAGS_in_flight);
+    prefetcher = std::make_unique<PlanPrefetcher>(
+        &plans,
+        [&engine](uint32_t ds, std::string path,
+                  absl::AnyInvocable<void(absl::Status)> done,
+                  std::function<bool()> wanted) {
+          engine.FillFileAsync(ds, std::move(path), std::move(done),
+                               std::move(wanted));
+        },
+        po);
+    plans.SetOnChange([p = prefetcher.get()] { p->Wake(); });
+  }
+  std::vector<uint64_t> sessions;
+  for (uint32_t r = 0; r < ranks; ++r) sessions.push_back(engine.OpenSession());
+  const uint32_t batch = absl::GetFlag(FLAGS_batch);
+  const absl::Duration compute =
+      absl::Microseconds(absl::GetFlag(FLAGS_compute_us));
+  auto paths_of = [](const std::vector<uint64_t>& order, size_t from,
+                     size_t step) {
+    std::vector<std::string> out;
+    for (size_t i = from; i < order.size(); i += step) {
+      out.push_back(SyntheticItems::Path(order[i]));
+    }
+    return out;
+  };
+  // What a rank's sampler registers when epoch `e` starts: (e and) e + 1.
+  auto register_epoch = [&](uint32_t r, size_t e) -> absl::Status {
+    const uint64_t s = sessions[r];
+    if (mode == RankPlans::kPerRank) {
+      std::vector<std::string> shard = paths_of(orders[e], r, ranks);
+      std::vector<absl::string_view> v(shard.begin(), shard.end());
+      return plans.Register(s, 0, absl::StrCat("rank-", r), e, 0, v, false);
+    }
+    // A job plan: attach, then send only what the plan lacks (as
+    // Client::RegisterJobPlan does).
+    const PlanJob job{ranks, r};
+    PlanState st;
+    if (absl::Status a = plans.Register(s, 0, "job", e, 0, {}, false, job, &st);
+        !a.ok()) {
+      return a;
+    }
+    uint64_t from = 0;
+    if (st.has_epoch && st.epoch > e) return absl::OkStatus();
+    if (st.has_epoch && st.epoch == e) from = st.next_offset;
+    if (from >= orders[e].size()) return absl::OkStatus();
+    std::vector<std::string> whole = paths_of(orders[e], from, 1);
+    std::vector<absl::string_view> v(whole.begin(), whole.end());
+    return plans.Register(s, 0, "job", e, from, v, false, job);
+  };
+  std::vector<RanksEpoch> out;
+  absl::Mutex mu;
+  absl::Status failure;
+  for (size_t e = 0; e < orders.size() && failure.ok(); ++e) {
+    RanksEpoch re;
+    std::atomic<uint64_t> got{0}, hits{0};
+    const uint64_t reads_before = source.reads();
+    StepBarrier registered(ranks), step(ranks);
+    const absl::Time start = absl::Now();
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        auto fail = [&](absl::Status s) {
+          absl::MutexLock l(&mu);
+          if (failure.ok()) failure = std::move(s);
+        };
+        if (planned) {
+          absl::Status s = e == 0 ? register_epoch(r, 0) : absl::OkStatus();
+          if (s.ok() && e + 1 < orders.size()) s = register_epoch(r, e + 1);
+          if (!s.ok()) fail(s);
+        }
+        registered.Wait();
+        if (r == 0 && planned) {
+          PlanRegistry::Stats st = plans.stats();
+          re.plans = st.plans;
+          re.live_positions = st.live_positions;
+        }
+        const std::vector<std::string> shard = paths_of(orders[e], r, ranks);
+        for (size_t i = 0; i < shard.size(); i += batch) {
+          std::vector<BatchKey> keys;
+          auto frame = std::make_shared<std::string>();
+          ProgressQueue::Report report{sessions[r], 0, nullptr, {}};
+          for (size_t j = i; j < std::min(shard.size(), i + batch); ++j) {
+            keys.push_back(BatchKey{shard[j], 0, 0});
+            frame->append(shard[j]);
+          }
+          for (size_t at = 0; const BatchKey& k : keys) {
+            report.paths.push_back(
+                absl::string_view(*frame).substr(at, k.path.size()));
+            at += k.path.size();
+          }
+          report.frame = std::move(frame);
+          absl::Notification done;
+          absl::StatusOr<BatchResult> result;
+          engine.GetBatchAsync(sessions[r], kDataset, keys,
+                               [&](absl::StatusOr<BatchResult> br) {
+                                 result = std::move(br);
+                                 done.Notify();
+                               });
+          done.WaitForNotification();
+          if (planned) plans.Report(std::move(report));
+          std::vector<uint64_t> leases;
+          if (!result.ok()) {
+            fail(result.status());
+          } else {
+            for (const BatchItem& item : result->items) {
+              if (!item.status.ok()) {
+                fail(item.status);
+                continue;
+              }
+              got.fetch_add(1);
+              if (item.hit) hits.fetch_add(1);
+              for (const LeasedChunk& c : item.chunks) {
+                leases.push_back(c.lease);
+              }
+            }
+          }
+          absl::SleepFor(compute * static_cast<int64_t>(keys.size()));
+          step.Wait();  // the all-reduce: every rank's step is done
+          engine.Release(sessions[r], leases);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    re.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    re.items = got.load();
+    re.hits = hits.load();
+    re.source_reads = source.reads() - reads_before;
+    out.push_back(re);
+  }
+  for (uint64_t s : sessions) {
+    plans.CloseSession(s);
+    engine.CloseSession(s);
+  }
+  prefetcher.reset();  // waits for its fills, before the engine goes
+  if (!failure.ok()) return failure;
+  return out;
+}
+
+int RanksMain() {
+  const uint32_t ranks = absl::GetFlag(FLAGS_ranks);
+  const uint32_t epochs = absl::GetFlag(FLAGS_epochs);
+  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
+  const uint64_t arena_bytes = absl::GetFlag(FLAGS_arena_mib) << 20;
+  const double ratio = absl::GetFlag(FLAGS_ranks_ratio);
+  const uint64_t capacity = arena_bytes / chunk;
+  const uint64_t items =
+      static_cast<uint64_t>(ratio * static_cast<double>(capacity) + 0.5);
+  // DistributedSampler's padding: the permutation repeated from its start.
+  const uint64_t total = (items + ranks - 1) / ranks * ranks;
+  std::vector<std::vector<uint64_t>> orders(epochs);
+  for (uint32_t e = 0; e < epochs; ++e) {
+    std::vector<uint64_t> perm(items);
+    for (uint64_t i = 0; i < items; ++i) perm[i] = i;
+    std::mt19937_64 rng(1000 + e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (uint64_t i = 0; i < total; ++i) orders[e].push_back(perm[i % items]);
+  }
+  // Fully cached: an arena that holds the dataset, read once before.
+  absl::StatusOr<std::vector<RanksEpoch>> cached =
+      RunRanks(RankPlans::kNone,
+               (items * chunk * 5 / 4 + (8 << 20)) & ~uint64_t{0xfffff}, items,
+               ranks, {orders[0], orders[1]});
+  if (!cached.ok()) {
+    std::fprintf(stderr, "cached: %s\n", cached.status().ToString().c_str());
+    return 1;
+  }
+  const double cached_s = (*cached)[1].seconds;
+  std::fprintf(stderr, "%u ranks, %lu items: cached epoch %.3fs\n", ranks,
+               static_cast<unsigned long>(items), cached_s);
+  std::string md =
+      "| plans | epoch | plans on the node | planned positions held | hit "
+      "when asked | kept (not read from source) | epoch time / cached epoch "
+      "|\n|---|---|---|---|---|---|---|\n";
+  for (RankPlans m : {RankPlans::kNone, RankPlans::kPerRank, RankPlans::kJob}) {
+    absl::StatusOr<std::vector<RanksEpoch>> r =
+        RunRanks(m, arena_bytes, items, ranks, orders);
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s: %s\n", Name(m), r.status().ToString().c_str());
+      return 1;
+    }
+    for (uint32_t e = 0; e < epochs; ++e) {
+      const RanksEpoch& re = (*r)[e];
+      absl::StrAppend(&md, "| ", Name(m), " | ", e + 1, " | ", re.plans, " | ",
+                      re.live_positions, " | ", F3(1.0 * re.hits / re.items),
+                      " | ", F3(1.0 - 1.0 * re.source_reads / re.items), " | ",
+                      F2(re.seconds / cached_s), " |\n");
+      std::fprintf(stderr, "%s epoch %u: %.3fs hits %.3f\n", Name(m), e + 1,
+                   re.seconds, 1.0 * re.hits / re.items);
+    }
+  }
+  const std::string header = absl::StrCat(
+      ranks,
+      " ranks of one job (a thread and a session each, a barrier per "
+      "step), dataset ",
+      items, " items = ", ratio, "x the arena of ",
+      absl::GetFlag(FLAGS_arena_mib),
+      " MiB, chunk = item = ", absl::GetFlag(FLAGS_chunk_kib), " KiB, ", epochs,
+      " shuffled epochs (the same orders for every row); source: ",
+      absl::GetFlag(FLAGS_latency_ms), " ms per file, ",
+      absl::GetFlag(FLAGS_source_mbps), " MB/s; each rank: batches of ",
+      absl::GetFlag(FLAGS_batch), ", ", absl::GetFlag(FLAGS_compute_us),
+      " us per item; look-ahead ", absl::GetFlag(FLAGS_lookahead),
+      " reads per rank, ", absl::GetFlag(FLAGS_in_flight),
+      " fills in flight; cached epoch ", F3(cached_s),
+      " s; machine: ", DescribeMachine(), "; load ", LoadAverage(), "; ",
+      absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
+      ".\n\n");
+  if (absl::Status s = PrintReport(header + md, absl::GetFlag(FLAGS_out));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_ranks) > 0) {
+    if (absl::GetFlag(FLAGS_epochs) < 2) {
+      std::fprintf(stderr, "--epochs must be at least 2\n");
+      return 2;
+    }
+    return RanksMain();
+  }
   const uint32_t epochs = absl::GetFlag(FLAGS_epochs);
   const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
   const uint64_t arena_bytes = absl::GetFlag(FLAGS_arena_mib) << 20;

@@ -150,6 +150,12 @@ absl::Status Client::RegisterPlan(absl::string_view dataset,
   return core_->RegisterPlan(dataset, plan, epoch, paths, offset, reset);
 }
 
+absl::StatusOr<JobPlanState> Client::RegisterJobPlan(
+    absl::string_view dataset, absl::string_view plan, JobPlanRank job,
+    uint64_t epoch, absl::Span<const std::string> paths, uint64_t offset) {
+  return core_->RegisterJobPlan(dataset, plan, job, epoch, paths, offset);
+}
+
 absl::StatusOr<std::vector<FileStatus>> Client::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   return core_->Stat(dataset, paths);

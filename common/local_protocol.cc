@@ -511,10 +511,39 @@ absl::Status DecodeRegisterPlan(absl::string_view payload, uint32_t max_keys,
       !r.U64(&out->offset) || !r.U32(&out->flags)) {
     return Malformed("register plan");
   }
-  if ((out->flags & ~kPlanReset) != 0) return Malformed("register plan flags");
+  if ((out->flags & ~(kPlanReset | kPlanJob)) != 0) {
+    return Malformed("register plan flags");
+  }
+  out->job = PlanJobFields();
+  if ((out->flags & kPlanJob) != 0 &&
+      (!r.U32(&out->job.world_size) || !r.U32(&out->job.rank) ||
+       out->job.world_size == 0)) {
+    return Malformed("register plan job");
+  }
   absl::Status s = DecodeKeys(r, max_keys, &out->keys);
   if (!s.ok()) return s;
   if (!r.done()) return Malformed("register plan");
+  return absl::OkStatus();
+}
+
+std::string EncodeRegisterPlanReply(const RegisterPlanReply& reply) {
+  std::string out;
+  Writer w(&out);
+  w.U32(reply.has_epoch ? 1 : 0);
+  w.U64(reply.epoch);
+  w.U64(reply.next_offset);
+  return out;
+}
+
+absl::Status DecodeRegisterPlanReply(absl::string_view payload,
+                                     RegisterPlanReply* out) {
+  Reader r(payload);
+  uint32_t has = 0;
+  if (!r.U32(&has) || !r.U64(&out->epoch) || !r.U64(&out->next_offset) ||
+      !r.done() || has > 1) {
+    return MalformedReply("register plan reply");
+  }
+  out->has_epoch = has != 0;
   return absl::OkStatus();
 }
 

@@ -69,8 +69,10 @@
 //   kPrefetch:   bytes dataset, keys
 //   kPrefetchReply: u32 accepted
 //   kRegisterPlan: bytes dataset, bytes plan, u64 epoch, u64 offset,
-//                u32 flags (bit 0: reset), keys (ranges ignored)
-//   kRegisterPlanReply: (empty)
+//                u32 flags (bit 0: reset, bit 1: job), [flags bit 1: u32
+//                world_size, u32 rank], keys (ranges ignored)
+//   kRegisterPlanReply: (empty); to a job registration: u32 has_epoch,
+//                u64 epoch, u64 next_offset (what the plan holds)
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -465,30 +467,58 @@ absl::Status DecodePrefetchReply(absl::string_view payload, uint32_t* accepted);
 // Keys [offset, offset + n) of epoch `epoch` of the session's plan `plan`
 // over `dataset` (server/plan/plan_registry.h); a request with no keys
 // only attaches the session to the plan.
+// With kPlanJob: the plan is one for the ranks of a job (a job plan), the
+// keys are indices of the job's whole epoch order and the session reads as
+// rank `rank` of `world_size` (old clients send no job: a plan per rank).
+struct PlanJobFields {
+  uint32_t world_size = 0;
+  uint32_t rank = 0;
+};
 struct RegisterPlanRequest {
   absl::string_view dataset;
   absl::string_view plan;
   uint64_t epoch = 0;
   uint64_t offset = 0;
   uint32_t flags = 0;
+  PlanJobFields job;  // set with kPlanJob
   KeysView keys;
 };
 inline constexpr uint32_t kPlanReset = 1;
+inline constexpr uint32_t kPlanJob = 2;
+// `job` non-null: a job registration (kPlanJob is set here).
 template <typename KeyAt>
 std::string EncodeRegisterPlan(absl::string_view dataset,
                                absl::string_view plan, uint64_t epoch,
                                uint64_t offset, uint32_t flags, size_t n,
-                               KeyAt key_at) {
+                               KeyAt key_at,
+                               const PlanJobFields* job = nullptr) {
   std::string out;
   Writer w(&out);
   w.Bytes(dataset);
   w.Bytes(plan);
   w.U64(epoch);
   w.U64(offset);
-  w.U32(flags);
+  if (job != nullptr) {
+    w.U32(flags | kPlanJob);
+    w.U32(job->world_size);
+    w.U32(job->rank);
+  } else {
+    w.U32(flags & ~kPlanJob);
+  }
   EncodeKeys(n, key_at, &out);
   return out;
 }
+// The reply to a job registration: what the plan holds.
+struct RegisterPlanReply {
+  bool has_epoch = false;
+  uint64_t epoch = 0;
+  uint64_t next_offset = 0;
+};
+std::string EncodeRegisterPlanReply(const RegisterPlanReply& reply);
+// DATA_LOSS when malformed (also an empty payload: a server that predates
+// job plans, which would have refused the request's flag anyway).
+absl::Status DecodeRegisterPlanReply(absl::string_view payload,
+                                     RegisterPlanReply* out);
 // INVALID_ARGUMENT when malformed, over max_keys or with unknown flags.
 absl::Status DecodeRegisterPlan(absl::string_view payload, uint32_t max_keys,
                                 RegisterPlanRequest* out);

@@ -448,6 +448,29 @@ int dlc_register_plan(dlc_client* client, const char* dataset, const char* plan,
   });
 }
 
+int dlc_register_job_plan(dlc_client* client, const char* dataset,
+                          const char* plan, uint32_t world_size, uint32_t rank,
+                          uint64_t epoch, uint64_t offset,
+                          const char* const* paths, size_t num_paths,
+                          int* has_epoch, uint64_t* held_epoch,
+                          uint64_t* next_offset) {
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (plan == nullptr) return Errors::NullArg("plan");
+    std::vector<std::string> keys;
+    if (int rc = ToPaths(paths, num_paths, &keys); rc != DLC_OK) return rc;
+    absl::StatusOr<dlcache::JobPlanState> st = client->client->RegisterJobPlan(
+        dataset, plan, dlcache::JobPlanRank{world_size, rank}, epoch, keys,
+        offset);
+    if (!st.ok()) return Errors::Fail(st.status());
+    if (has_epoch != nullptr) *has_epoch = st->has_epoch ? 1 : 0;
+    if (held_epoch != nullptr) *held_epoch = st->epoch;
+    if (next_offset != nullptr) *next_offset = st->next_offset;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 size_t dlc_batch_size(const dlc_batch* batch) {
   return batch == nullptr ? 0 : batch->batch.size();
 }

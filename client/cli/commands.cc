@@ -301,13 +301,25 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
   }
   if (s.plans().plan_list_size() > 0) {
     using A = Table::Align;
-    Table pl({"  PLAN", "DATASET", "SESSIONS", "FRONTIER", "END", "HELD"},
-             {A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight});
+    Table pl(
+        {"  PLAN", "DATASET", "SESSIONS", "FRONTIER", "END", "HELD", "RANKS"},
+        {A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight,
+         A::kLeft});
     for (const v1::PlanInfo& p : s.plans().plan_list()) {
+      // A job plan: its world size and the ranks attached on this node.
+      std::string ranks = "-";
+      if (p.world_size() > 0) {
+        ranks = absl::StrCat(
+            p.world_size(), ": ",
+            absl::StrJoin(p.ranks(), ",",
+                          [](std::string* out, const v1::PlanRank& r) {
+                            absl::StrAppend(out, r.rank());
+                          }));
+      }
       pl.AddRow({absl::StrCat("  ", TerminalSafe(p.name())),
                  TerminalSafe(p.dataset()), absl::StrCat(p.sessions()),
                  absl::StrCat(p.frontier()), absl::StrCat(p.end()),
-                 absl::StrCat(p.planned_positions())});
+                 absl::StrCat(p.planned_positions()), ranks});
     }
     ctx.out() << "\n" << pl.Render();
   }

@@ -284,6 +284,62 @@ absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
   return absl::OkStatus();
 }
 
+absl::StatusOr<JobPlanState> ClientCore::RegisterJobPlan(
+    absl::string_view dataset, absl::string_view plan, JobPlanRank job,
+    uint64_t epoch, absl::Span<const std::string> paths, uint64_t offset) {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
+  if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
+  if (job.world_size == 0 || job.rank >= job.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RegisterJobPlan: rank ", job.rank, " of a world of ", job.world_size));
+  }
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  absl::StatusOr<std::shared_ptr<Connection>> conn =
+      link_->AwaitConn(deadline, "RegisterJobPlan");
+  if (!conn.ok()) return conn.status();
+  const local::PlanJobFields fields{job.world_size, job.rank};
+  // One frame: keys [offset + begin, offset + begin + n).
+  auto send = [&](size_t begin, size_t n) -> absl::StatusOr<JobPlanState> {
+    std::string payload = local::EncodeRegisterPlan(
+        dataset, plan, epoch, offset + begin, 0, n,
+        [&](size_t i) {
+          return local::Key{paths[begin + i], 0, 0};
+        },
+        &fields);
+    absl::StatusOr<local::Frame> frame =
+        Roundtrip(**conn, local::MsgType::kRegisterPlan, payload, deadline,
+                  "RegisterJobPlan");
+    if (!frame.ok()) return frame.status();
+    local::RegisterPlanReply reply;
+    absl::Status st =
+        frame->type() == local::MsgType::kRegisterPlanReply
+            ? local::DecodeRegisterPlanReply(frame->payload, &reply)
+            : absl::DataLossError(absl::StrCat("answered with message type ",
+                                               frame->header.type));
+    if (!st.ok()) return RpcError("RegisterJobPlan", st);
+    return JobPlanState{reply.has_epoch, reply.epoch, reply.next_offset};
+  };
+  // Attach first: another rank of the job may have sent the epoch already.
+  absl::StatusOr<JobPlanState> state = send(0, 0);
+  if (!state.ok() || paths.empty()) return state;
+  size_t begin = 0;
+  if (state->has_epoch && state->epoch > epoch) return state;
+  if (state->has_epoch && state->epoch == epoch &&
+      state->next_offset > offset) {
+    if (state->next_offset >= offset + paths.size()) return state;
+    begin = state->next_offset - offset;
+  }
+  const size_t per_request =
+      std::max<size_t>(1, KeysPerRequest(**conn, paths.size() - begin));
+  while (begin < paths.size()) {
+    const size_t n = std::min(paths.size() - begin, per_request);
+    state = send(begin, n);
+    if (!state.ok()) return state;
+    begin += n;
+  }
+  return state;
+}
+
 absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;

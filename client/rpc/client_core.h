@@ -98,6 +98,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   absl::Status RegisterPlan(absl::string_view dataset, absl::string_view plan,
                             uint64_t epoch, absl::Span<const std::string> paths,
                             uint64_t offset, bool reset);
+  absl::StatusOr<JobPlanState> RegisterJobPlan(
+      absl::string_view dataset, absl::string_view plan, JobPlanRank job,
+      uint64_t epoch, absl::Span<const std::string> paths, uint64_t offset);
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);
   // Sends every queued release now and waits for the server to take them.

@@ -108,6 +108,14 @@ void Plans(std::string* out, const v1::PlanStatus& p) {
        [](const v1::PlanInfo& i) { return i.end(); }},
       {"dlcache_plan_sessions", "Sessions attached to a plan",
        [](const v1::PlanInfo& i) { return uint64_t{i.sessions()}; }},
+      {"dlcache_plan_world_size",
+       "World size of a job plan (one plan for a job's ranks); 0: one "
+       "reader's plan",
+       [](const v1::PlanInfo& i) { return uint64_t{i.world_size()}; }},
+      {"dlcache_plan_ranks", "Ranks of a job plan attached on this node",
+       [](const v1::PlanInfo& i) {
+         return static_cast<uint64_t>(i.ranks_size());
+       }},
   };
   for (const Family& f : families) {
     absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,

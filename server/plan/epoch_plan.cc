@@ -6,24 +6,100 @@ namespace dlcache {
 
 uint64_t EpochPlan::Add(uint64_t epoch, uint64_t offset,
                         absl::Span<const absl::string_view> paths) {
+  // Nothing to add (a session only attaching): no epoch begins.
+  if (paths.empty()) return 0;
   if (!has_epoch_ || epoch > epoch_) {
     has_epoch_ = true;
     epoch_ = epoch;
     epoch_start_ = end();
-    epoch_added_ = 0;
+    epoch_next_ = offset;
   } else if (epoch < epoch_) {
     return 0;
   }
-  if (offset + paths.size() <= epoch_added_) return 0;
-  const size_t skip = offset < epoch_added_ ? epoch_added_ - offset : 0;
+  if (offset + paths.size() <= epoch_next_) return 0;
+  const size_t skip = offset < epoch_next_ ? epoch_next_ - offset : 0;
   for (size_t i = skip; i < paths.size(); ++i) {
     auto it = keys_.try_emplace(std::string(paths[i])).first;
     it->second.positions.push_back(end());
     order_.push_back(&*it);
+    // The epoch index, not the position, names the rank: a part added
+    // after a gap (a rank registering from where it is) keeps its ranks.
+    if (world_size_ != 0) {
+      lanes_.push_back(static_cast<uint32_t>((offset + i) % world_size_));
+    }
   }
-  const uint64_t added = paths.size() - skip;
-  epoch_added_ += added;
-  return added;
+  epoch_next_ = offset + paths.size();
+  return paths.size() - skip;
+}
+
+void EpochPlan::AttachRank(uint32_t rank) {
+  RankState& r = ranks_[rank];
+  if (r.attached++ == 0) r.frontier = std::max(r.frontier, frontier_);
+}
+
+void EpochPlan::DetachRank(uint32_t rank) {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || it->second.attached == 0) return;
+  if (--it->second.attached == 0) {
+    UpdateJobFrontier();
+    Trim();
+  }
+}
+
+void EpochPlan::UpdateJobFrontier() {
+  uint64_t least = kNever;
+  for (const auto& [rank, r] : ranks_) {
+    if (r.attached > 0) least = std::min(least, r.frontier);
+  }
+  // No rank attached: the plan is about to go; it stays where it was.
+  if (least != kNever) frontier_ = std::max(frontier_, least);
+}
+
+std::vector<EpochPlan::RankInfo> EpochPlan::Ranks() const {
+  std::vector<RankInfo> out;
+  for (const auto& [rank, r] : ranks_) {
+    if (r.attached > 0) out.push_back(RankInfo{rank, r.attached, r.frontier});
+  }
+  std::sort(out.begin(), out.end(), [](const RankInfo& a, const RankInfo& b) {
+    return a.rank < b.rank;
+  });
+  return out;
+}
+
+bool EpochPlan::ConsumeAs(uint32_t rank, absl::string_view path) {
+  auto rit = ranks_.find(rank);
+  if (rit == ranks_.end() || rit->second.attached == 0) return false;
+  RankState& r = rit->second;
+  auto it = keys_.find(path);
+  if (it == keys_.end()) return false;
+  KeyUses& k = it->second;
+  // The rank's own earliest outstanding read of the path: in a permutation
+  // a path is read by one rank an epoch, so this looks at a few positions.
+  size_t i = k.next;
+  for (; i < k.positions.size(); ++i) {
+    const uint64_t pos = k.positions[i];
+    const uint32_t lane = lanes_[pos - base_];
+    if (lane == rank && pos + skew_ >= r.frontier) break;
+  }
+  if (i == k.positions.size()) return false;
+  const uint64_t pos = k.positions[i];
+  if (pos > r.frontier + skew_ && ++r.out_of_window < resync_after_) {
+    return false;
+  }
+  r.out_of_window = 0;
+  lanes_[pos - base_] |= kConsumed;
+  while (k.next < k.positions.size() &&
+         (lanes_[k.positions[k.next] - base_] & kConsumed) != 0) {
+    ++k.next;
+  }
+  const uint64_t was = r.frontier;
+  r.frontier = std::max(r.frontier, pos + 1);
+  // Only the slowest rank moves the plan's frontier.
+  if (was <= frontier_ && r.frontier != was) {
+    UpdateJobFrontier();
+    Trim();
+  }
+  return true;
 }
 
 size_t EpochPlan::FirstLive(const KeyUses& k) const {
@@ -74,10 +150,29 @@ uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
   if (mentioned != nullptr) *mentioned = it != keys_.end();
   if (it == keys_.end()) return kNever;
   const KeyUses& k = it->second;
+  if (world_size_ != 0) return NextUseOfJob(k);
   const size_t i = FirstLive(k);
   if (i == k.positions.size()) return kNever;
   const uint64_t pos = k.positions[i];
   return pos >= frontier_ ? pos - frontier_ : 0;
+}
+
+uint64_t EpochPlan::NextUseOfJob(const KeyUses& k) const {
+  for (size_t i = k.next; i < k.positions.size(); ++i) {
+    const uint64_t pos = k.positions[i];
+    const uint32_t lane = lanes_[pos - base_];
+    if ((lane & kConsumed) != 0) continue;
+    auto r = ranks_.find(lane);
+    if (r == ranks_.end() || r->second.attached == 0) continue;  // not here
+    const uint64_t f = r->second.frontier;
+    if (pos + skew_ < f) continue;  // the rank skipped it
+    // In the reading rank's own reads from its own frontier (its positions
+    // are world_size apart): the unit of a reader's plan, and a rank ahead
+    // of the others reads its next items sooner than the plan's frontier
+    // says.
+    return pos >= f ? (pos - f) / world_size_ : 0;
+  }
+  return kNever;
 }
 
 void EpochPlan::NoteCached(absl::string_view path, uint64_t generation) {
@@ -89,6 +184,7 @@ void EpochPlan::Trim() {
   while (!order_.empty() && base_ + skew_ < frontier_) {
     KeyMap::value_type* node = order_.front();
     order_.pop_front();
+    if (world_size_ != 0) lanes_.pop_front();
     ++base_;
     KeyUses& k = node->second;
     // Positions leave in ascending order, so this key's first is the one.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -27,13 +28,26 @@ namespace dlcache {
 // that skipped much) does not count, unless `resync_after` such requests
 // come in a row: then the plan follows the consumer there.
 //
+// A job plan (world_size > 0) holds the whole order of a job's epoch, as
+// every rank of a DistributedSampler computes it (the padded permutation),
+// once for all the ranks of the job on the node: epoch index i is read by
+// rank i mod world_size. Each rank attached here (AttachRank) has its own
+// frontier and out-of-step count; ConsumeAs marks the rank's own earliest
+// outstanding position of the path. The plan's frontier (what trimming and
+// the look-ahead start from) is the smallest frontier among the attached
+// ranks; positions of ranks not attached here (other nodes' ranks, or one
+// that left) are neither wanted nor counted in NextUse. A plan with
+// world_size 0 is one reader's plan (a rank's own, or an iterable
+// dataset's): Consume.
+//
 // Not thread-safe (PlanRegistry serialises calls).
 class EpochPlan {
  public:
   static constexpr uint64_t kNever = UINT64_MAX;
+  static constexpr uint32_t kMaxWorldSize = uint32_t{1} << 20;
 
-  EpochPlan(uint64_t skew, uint32_t resync_after)
-      : skew_(skew), resync_after_(resync_after) {}
+  EpochPlan(uint64_t skew, uint32_t resync_after, uint32_t world_size = 0)
+      : skew_(skew), resync_after_(resync_after), world_size_(world_size) {}
   EpochPlan(const EpochPlan&) = delete;
   EpochPlan& operator=(const EpochPlan&) = delete;
 
@@ -46,12 +60,51 @@ class EpochPlan {
                absl::Span<const absl::string_view> paths);
 
   // A consumer asked for `path`. Returns true if that counted as progress
-  // of the plan.
+  // of the plan. Per-reader plans only (world_size 0).
   bool Consume(absl::string_view path);
 
+  // --- job plans (world_size > 0) ---
+  uint32_t world_size() const { return world_size_; }
+  // A session of `rank` (< world_size) attached / detached; counted, the
+  // rank is local while any of its sessions is. A rank joining starts at
+  // the plan's frontier (it cannot move the frontier back); one leaving
+  // may move it forward (and trim).
+  void AttachRank(uint32_t rank);
+  void DetachRank(uint32_t rank);
+  // Rank `rank` asked for `path`: its earliest outstanding position of
+  // the path counts (the same skew and out-of-step rules as Consume, on
+  // the rank's own frontier).
+  bool ConsumeAs(uint32_t rank, absl::string_view path);
+  // Whether the read at `pos` (base() <= pos < end()) is still to come on
+  // this node: always for a reader's plan; for a job plan, not consumed
+  // yet and of an attached rank.
+  bool Wanted(uint64_t pos) const {
+    if (world_size_ == 0) return true;
+    const uint32_t lane = lanes_[pos - base_];
+    if ((lane & kConsumed) != 0) return false;
+    auto it = ranks_.find(lane);
+    return it != ranks_.end() && it->second.attached > 0;
+  }
+  struct RankInfo {
+    uint32_t rank = 0;
+    uint32_t sessions = 0;
+    uint64_t frontier = 0;
+  };
+  // The attached ranks, by rank.
+  std::vector<RankInfo> Ranks() const;
+
+  // The newest epoch added (has_epoch() false: none) and one past the
+  // highest epoch index added of it: what a rank attaching to a job plan
+  // still has to send.
+  bool has_epoch() const { return has_epoch_; }
+  uint64_t epoch() const { return epoch_; }
+  uint64_t epoch_next_offset() const { return epoch_next_; }
+
   // Positions from the frontier to the path's next outstanding use (0 =
-  // the next one to be consumed); kNever if the plan has no further use of
-  // it. `mentioned` (if set) tells whether the plan has the path at all.
+  // the next one to be consumed; a job plan: the reads of the attached rank
+  // that reads it next, from that rank's frontier); kNever if the plan has
+  // no further use of it. `mentioned` (if set) tells whether the plan has the
+  // path at all.
   uint64_t NextUse(absl::string_view path, bool* mentioned = nullptr) const;
 
   // Positions added and not yet trimmed away, and the end of them.
@@ -83,13 +136,29 @@ class EpochPlan {
     uint64_t cached_generation = 0;   // NoteCached; 0: not known
   };
 
+  static constexpr uint32_t kConsumed = uint32_t{1} << 31;
+  struct RankState {
+    uint32_t attached = 0;  // sessions
+    uint64_t frontier = 0;
+    uint32_t out_of_window = 0;  // consecutive
+  };
+
   // First outstanding position of `k` at or after the frontier less skew.
   size_t FirstLive(const KeyUses& k) const;
+  uint64_t NextUseOfJob(const KeyUses& k) const;
+  // The plan's frontier: the smallest of the attached ranks' (never back).
+  void UpdateJobFrontier();
   // Drops positions (and keys) the frontier left far behind.
   void Trim();
 
   const uint64_t skew_;
   const uint32_t resync_after_;
+  const uint32_t world_size_;
+  // Job plans: position base_ + i is read by rank lanes_[i] & ~kConsumed;
+  // kConsumed once it was.
+  std::deque<uint32_t> lanes_;
+  // Job plans: every rank that attached so far (at most world_size_).
+  absl::flat_hash_map<uint32_t, RankState> ranks_;
   using KeyMap = absl::node_hash_map<std::string, KeyUses>;
   KeyMap keys_;
   // Position base_ + i: its key's node (stable in a node_hash_map), so
@@ -101,7 +170,7 @@ class EpochPlan {
   bool has_epoch_ = false;
   uint64_t epoch_ = 0;        // newest epoch added
   uint64_t epoch_start_ = 0;  // its first position
-  uint64_t epoch_added_ = 0;  // its keys added so far
+  uint64_t epoch_next_ = 0;   // one past its highest epoch index added
 };
 
 }  // namespace dlcache

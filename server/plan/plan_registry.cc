@@ -18,9 +18,17 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
                                     absl::string_view name, uint64_t epoch,
                                     uint64_t offset,
                                     absl::Span<const absl::string_view> paths,
-                                    bool reset) {
+                                    bool reset, PlanJob job, PlanState* state) {
   if (name.empty() || name.size() > 128) {
     return absl::InvalidArgumentError("a plan name must have 1 to 128 bytes");
+  }
+  if (job.world_size > EpochPlan::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a job plan's world size must be at most ", EpochPlan::kMaxWorldSize));
+  }
+  if (job.world_size > 0 && job.rank >= job.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", job.rank, " of a world of ", job.world_size));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -30,6 +38,19 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
     PlanKey key{dataset, std::string(name)};
     auto it = plans_.find(key);
     Plan* p = it == plans_.end() ? nullptr : it->second.get();
+    if (p != nullptr && p->world_size != job.world_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "epoch plan \"", name, "\" has world size ", p->world_size,
+          " (0: one reader's plan), registered with ", job.world_size));
+    }
+    if (p != nullptr && job.world_size > 0) {
+      auto s = p->sessions.find(session);
+      if (s != p->sessions.end() && s->second != job.rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the session is rank ", s->second, " of plan \"", name,
+                         "\", not ", job.rank));
+      }
+    }
     std::vector<Plan*>& mine = by_session_[session];
     if (p == nullptr || !p->sessions.contains(session)) {
       if (mine.size() >= limits_.max_plans_per_session) {
@@ -46,24 +67,38 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
           return absl::ResourceExhaustedError(absl::StrCat(
               "the node has ", limits_.max_plans, " epoch plans already"));
         }
-        auto owned = std::make_unique<Plan>(dataset, key.second, limits_);
+        auto owned = std::make_unique<Plan>(dataset, key.second, job.world_size,
+                                            limits_);
         p = owned.get();
         plans_.emplace(std::move(key), std::move(owned));
         by_dataset_[dataset].push_back(p);
         plan_count_.fetch_add(1, std::memory_order_relaxed);
       }
-      p->sessions.insert(session);
+      p->sessions.emplace(session, job.rank);
+      if (p->world_size > 0) p->plan->AttachRank(job.rank);
       mine.push_back(p);
     }
-    if (reset) {
+    // Another rank's progress is not this one's to undo.
+    if (reset && (p->world_size == 0 || p->plan->Ranks().size() <= 1)) {
       total_positions_ -= p->plan->live_positions();
-      p->plan = std::make_unique<EpochPlan>(limits_.skew, limits_.resync_after);
+      p->plan = std::make_unique<EpochPlan>(limits_.skew, limits_.resync_after,
+                                            p->world_size);
+      for (const auto& [s, rank] : p->sessions) {
+        if (p->world_size > 0) p->plan->AttachRank(rank);
+      }
       p->handed_out = 0;
     }
+    auto fill_state = [&] {
+      if (state != nullptr) {
+        *state = PlanState{p->plan->has_epoch(), p->plan->epoch(),
+                           p->plan->epoch_next_offset()};
+      }
+    };
     const uint64_t live = p->plan->live_positions();
     if (live + paths.size() > limits_.max_positions_per_plan ||
         total_positions_ + paths.size() > limits_.max_total_positions) {
       ++refusals_;
+      fill_state();
       return absl::ResourceExhaustedError(absl::StrCat(
           "epoch plan over its limit: ", live, " positions held, ",
           paths.size(), " more asked; a plan may hold ",
@@ -72,6 +107,7 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
     }
     p->plan->Add(epoch, offset, paths);
     total_positions_ += p->plan->live_positions() - live;
+    fill_state();
   }
   Changed();
   return absl::OkStatus();
@@ -133,10 +169,20 @@ bool PlanRegistry::ObserveLocked(uint64_t session, uint32_t dataset,
   for (Plan* p : it->second) {
     if (p->dataset != dataset) continue;
     const uint64_t before = p->plan->live_positions();
-    for (absl::string_view path : paths) {
-      if (p->plan->Consume(path)) {
-        ++consumed_;
-        progressed = true;
+    if (p->world_size == 0) {
+      for (absl::string_view path : paths) {
+        if (p->plan->Consume(path)) {
+          ++consumed_;
+          progressed = true;
+        }
+      }
+    } else {
+      const uint32_t rank = p->sessions.at(session);
+      for (absl::string_view path : paths) {
+        if (p->plan->ConsumeAs(rank, path)) {
+          ++consumed_;
+          progressed = true;
+        }
       }
     }
     total_positions_ -= before - p->plan->live_positions();
@@ -151,8 +197,17 @@ void PlanRegistry::CloseSession(uint64_t session) {
   auto it = by_session_.find(session);
   if (it == by_session_.end()) return;
   for (Plan* p : it->second) {
-    p->sessions.erase(session);
-    if (p->sessions.empty()) DropPlanLocked(p);
+    auto s = p->sessions.find(session);
+    const uint32_t rank = s->second;
+    p->sessions.erase(s);
+    if (p->sessions.empty()) {
+      DropPlanLocked(p);
+    } else if (p->world_size > 0) {
+      // The other ranks go on; this one no longer holds the frontier.
+      const uint64_t before = p->plan->live_positions();
+      p->plan->DetachRank(rank);
+      total_positions_ -= before - p->plan->live_positions();
+    }
   }
   by_session_.erase(it);
 }
@@ -182,12 +237,21 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
       Plan* p = all[(round_robin_ + n) % all.size()];
       const EpochPlan& plan = *p->plan;
       uint64_t start = std::max(p->handed_out, plan.frontier());
-      const uint64_t stop = std::min(plan.end(), plan.frontier() + lookahead);
+      // A job plan: `lookahead` reads of each rank (its positions are
+      // world_size apart), the local ranks' taken below.
+      const uint64_t stop = std::min(
+          plan.end(),
+          plan.frontier() + lookahead * std::max<uint64_t>(1, p->world_size));
       // A window of hits costs a pointer check per new position, not a
-      // question to the tier.
-      while (start < stop && plan.KnownCached(start, cache_generation)) {
+      // question to the tier. A job plan's reads already done, or of ranks
+      // not on this node, are passed over.
+      while (start < stop) {
+        if (plan.KnownCached(start, cache_generation)) {
+          if (known_cached != nullptr) ++*known_cached;
+        } else if (plan.Wanted(start)) {
+          break;
+        }
         ++start;
-        if (known_cached != nullptr) ++*known_cached;
       }
       p->handed_out = std::max(p->handed_out, start);
       if (start >= stop) continue;
@@ -264,7 +328,8 @@ std::vector<PlanRegistry::PlanInfo> PlanRegistry::Describe() {
     for (const auto& [key, p] : plans_) {
       out.push_back(PlanInfo{
           p->dataset, p->name, static_cast<uint32_t>(p->sessions.size()),
-          p->plan->frontier(), p->plan->end(), p->plan->live_positions()});
+          p->plan->frontier(), p->plan->end(), p->plan->live_positions(),
+          p->world_size, p->plan->Ranks()});
     }
   }
   std::sort(out.begin(), out.end(), [](const PlanInfo& a, const PlanInfo& b) {

@@ -34,6 +34,22 @@ struct PlanLimits {
   uint32_t resync_after = 256;
 };
 
+// A registration's place in a job (job plans): world_size 0 = a plan of
+// its own reader (a rank's shard, an iterable dataset's order).
+struct PlanJob {
+  uint32_t world_size = 0;
+  uint32_t rank = 0;
+};
+
+// What a plan holds after a registration (a rank attaching to a job plan
+// sends only what is missing): the newest epoch and one past its highest
+// index added.
+struct PlanState {
+  bool has_epoch = false;
+  uint64_t epoch = 0;
+  uint64_t next_offset = 0;
+};
+
 // The epoch plans of the node (issue 14), by (dataset, plan name). A plan
 // is shared by the sessions attached to it (the DataLoader workers of one
 // rank register or attach the same name) and dies with the last of them:
@@ -67,13 +83,23 @@ class PlanRegistry : public NextUseOracle {
   // (EpochPlan::Add; paths normalised, as GetBatch keys are). Progress
   // queued before is applied first. `reset`
   // first forgets what the plan held (a consumer restarting its epoch).
-  // INVALID_ARGUMENT: name empty or over 128 bytes. RESOURCE_EXHAUSTED
+  // A job plan (job.world_size > 0): one plan for the ranks of a job on
+  // the node (EpochPlan's job plans); the session attaches as `job.rank`
+  // and `paths` are indices [offset, offset + n) of the job's whole epoch
+  // order; a reset is ignored while another rank is attached (it would
+  // undo their progress). `*state` (if set) gets what the plan holds after
+  // (also when RESOURCE_EXHAUSTED refused the keys).
+  // INVALID_ARGUMENT: name empty or over 128 bytes, rank >= world_size,
+  // world_size over EpochPlan::kMaxWorldSize, the session attached to the
+  // plan with another rank. FAILED_PRECONDITION: the plan exists with
+  // another world size (0: a reader's plan). RESOURCE_EXHAUSTED
   // (nothing added): the session has max_plans_per_session plans, the node
   // max_plans, or the keys would take the plan or the node over its
   // position limit.
   absl::Status Register(uint64_t session, uint32_t dataset,
                         absl::string_view name, uint64_t epoch, uint64_t offset,
-                        absl::Span<const absl::string_view> paths, bool reset);
+                        absl::Span<const absl::string_view> paths, bool reset,
+                        PlanJob job = PlanJob(), PlanState* state = nullptr);
 
   // `session` asked `dataset` for these paths: progress of its plans on
   // that dataset, applied now (after the progress queued before it). Cheap
@@ -153,6 +179,8 @@ class PlanRegistry : public NextUseOracle {
     uint64_t frontier = 0;
     uint64_t end = 0;
     uint64_t live_positions = 0;
+    uint32_t world_size = 0;                 // 0: a reader's plan
+    std::vector<EpochPlan::RankInfo> ranks;  // job plans: attached ranks
   };
   // Every plan (at most PlanLimits::max_plans), by dataset and name.
   std::vector<PlanInfo> Describe();
@@ -164,14 +192,19 @@ class PlanRegistry : public NextUseOracle {
 
  private:
   struct Plan {
-    Plan(uint32_t dataset, std::string name, const PlanLimits& l)
+    Plan(uint32_t dataset, std::string name, uint32_t world_size,
+         const PlanLimits& l)
         : dataset(dataset),
           name(std::move(name)),
-          plan(std::make_unique<EpochPlan>(l.skew, l.resync_after)) {}
+          world_size(world_size),
+          plan(std::make_unique<EpochPlan>(l.skew, l.resync_after,
+                                           world_size)) {}
     uint32_t dataset;
     std::string name;
+    uint32_t world_size;  // 0: a reader's plan
     std::unique_ptr<EpochPlan> plan;
-    absl::flat_hash_set<uint64_t> sessions;
+    // Attached sessions and their ranks (0 in a reader's plan).
+    absl::flat_hash_map<uint64_t, uint32_t> sessions;
     uint64_t handed_out = 0;  // look-ahead positions before this are issued
   };
   using PlanKey = std::pair<uint32_t, std::string>;

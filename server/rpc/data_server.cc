@@ -894,18 +894,26 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       }
       paths.push_back(p);
     }
+    const bool job = (req.flags & local::kPlanJob) != 0;
+    PlanState state;
     if (s.ok()) {
       // Attached even when a position limit refuses the keys.
       c->in_plan = true;
-      s = shared_->plans->Register(c->session, *ds, req.plan, req.epoch,
-                                   req.offset, paths,
-                                   (req.flags & local::kPlanReset) != 0);
+      s = shared_->plans->Register(
+          c->session, *ds, req.plan, req.epoch, req.offset, paths,
+          (req.flags & local::kPlanReset) != 0,
+          PlanJob{req.job.world_size, req.job.rank}, &state);
     }
     if (!s.ok()) {
       ReplyError(c, h.request_id, s);
       return;
     }
-    Reply(c, MsgType::kRegisterPlanReply, h.request_id, std::string());
+    // A rank attaching to its job's plan learns what is held already and
+    // sends only the rest.
+    Reply(c, MsgType::kRegisterPlanReply, h.request_id,
+          job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
+                    state.has_epoch, state.epoch, state.next_offset})
+              : std::string());
   }
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,

@@ -88,6 +88,13 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
       p->set_frontier(e.info.frontier);
       p->set_end(e.info.end);
       p->set_planned_positions(e.info.live_positions);
+      p->set_world_size(e.info.world_size);
+      for (const EpochPlan::RankInfo& rk : e.info.ranks) {
+        v1::PlanRank* r = p->add_ranks();
+        r->set_rank(rk.rank);
+        r->set_sessions(rk.sessions);
+        r->set_frontier(rk.frontier);
+      }
     }
   }
   for (const StatusReport::Dataset& d : report.datasets) {

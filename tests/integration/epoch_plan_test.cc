@@ -158,6 +158,85 @@ TEST_F(EpochPlanServerTest, SessionsShareThePlanAndItDiesWithTheLast) {
       absl::Seconds(10)));
 }
 
+// One plan for the ranks of a job: rank 0 sends the job's epoch, rank 1
+// attaches and sends nothing; each rank's reads advance its own positions;
+// a rank leaving leaves the other's plan working. A reader's plan (an old
+// client's RegisterPlan, no job) on the same node works beside it.
+TEST_F(EpochPlanServerTest, RanksOfAJobShareOnePlanBesideAReadersPlan) {
+  Start();
+  std::unique_ptr<Client> r0 = Connect(), r1 = Connect(), old = Connect();
+  ASSERT_NE(r0, nullptr);
+  ASSERT_NE(r1, nullptr);
+  ASSERT_NE(old, nullptr);
+  const std::vector<std::string> e0 = Order(0);
+  absl::StatusOr<JobPlanState> s0 =
+      r0->RegisterJobPlan("ds", "job/j", JobPlanRank{2, 0}, 0, e0);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  EXPECT_TRUE(s0->has_epoch);
+  EXPECT_EQ(s0->next_offset, static_cast<uint64_t>(kItems));
+  absl::StatusOr<JobPlanState> s1 =
+      r1->RegisterJobPlan("ds", "job/j", JobPlanRank{2, 1}, 0, e0);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_EQ(s1->next_offset, static_cast<uint64_t>(kItems));
+  // The old call: a plan of its own reader.
+  const std::vector<std::string> e1 = Order(1);
+  ASSERT_TRUE(old->RegisterPlan("ds", "rank-plan", 0, e1).ok());
+  EXPECT_EQ(plans().stats().plans, 2u);
+  // The job's order once, not once per rank.
+  EXPECT_EQ(plans().stats().live_positions, 2u * kItems);
+  EXPECT_EQ(r1->RegisterJobPlan("ds", "job/j", JobPlanRank{3, 1}, 0, {})
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r1->RegisterPlan("ds", "job/j", 0, {}).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // Each rank reads its shard (DistributedSampler: index r, r + 2, ...).
+  std::vector<std::string> shard0, shard1;
+  for (int i = 0; i < kItems; ++i) (i % 2 ? shard1 : shard0).push_back(e0[i]);
+  ReadEpoch(*r1, std::vector<std::string>(shard1.begin(), shard1.begin() + 8));
+  ReadEpoch(*r0, std::vector<std::string>(shard0.begin(), shard0.begin() + 4));
+  ReadEpoch(*old, std::vector<std::string>(e1.begin(), e1.begin() + 8));
+  EXPECT_EQ(plans().stats().consumed, 20u);
+  std::vector<PlanRegistry::PlanInfo> info = plans().Describe();
+  ASSERT_EQ(info.size(), 2u);
+  const PlanRegistry::PlanInfo& job =
+      info[0].name == "job/j" ? info[0] : info[1];
+  const PlanRegistry::PlanInfo& own =
+      info[0].name == "job/j" ? info[1] : info[0];
+  EXPECT_EQ(job.world_size, 2u);
+  ASSERT_EQ(job.ranks.size(), 2u);
+  EXPECT_EQ(job.ranks[0].frontier, 7u);   // one past index 6
+  EXPECT_EQ(job.ranks[1].frontier, 16u);  // one past index 15
+  EXPECT_EQ(job.frontier, 7u);            // the slower rank's
+  EXPECT_EQ(own.world_size, 0u);
+  EXPECT_EQ(own.frontier, 8u);
+
+  r0.reset();  // rank 0 dies: rank 1 goes on alone
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        std::vector<PlanRegistry::PlanInfo> i = plans().Describe();
+        for (const PlanRegistry::PlanInfo& p : i) {
+          if (p.name == "job/j") return p.ranks.size() == 1;
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  ReadEpoch(*r1, std::vector<std::string>(shard1.begin() + 8, shard1.end()));
+  EXPECT_EQ(plans().stats().consumed, 20u + kItems / 2 - 8);
+  r1.reset();
+  old.reset();
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        PlanRegistry::Stats s = plans().stats();
+        return s.plans == 0 && s.live_positions == 0;
+      },
+      absl::Seconds(10)));
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return server_->server().Status().memory->leases == 0; },
+      absl::Seconds(10)));
+}
+
 TEST_F(EpochPlanServerTest, RestartedEpochResetsThePlan) {
   Start();
   std::unique_ptr<Client> c = Connect();

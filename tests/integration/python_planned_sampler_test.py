@@ -136,6 +136,40 @@ class PlannedSamplerOrderTest(unittest.TestCase):
                                 self.assertEqual(list(mine), list(ref), what)
                                 self.assertEqual(len(mine), len(ref), what)
 
+    def test_job_id_names_one_plan_for_the_ranks(self):
+        env = os.environ.pop("TORCHELASTIC_RUN_ID", None)
+        try:
+            # No job id: a plan per rank (today's, distinct names).
+            a = PlannedSampler(Keys(N), rank=0, world_size=2)
+            b = PlannedSampler(Keys(N), rank=1, world_size=2)
+            self.assertIsNone(a.job)
+            self.assertNotEqual(a.plan_name, b.plan_name)
+            self.assertIsNone(a.dataset._plan_job)
+            # torchrun's run id, or job=: one name for every rank.
+            os.environ["TORCHELASTIC_RUN_ID"] = "run-42"
+            a = PlannedSampler(Keys(N), rank=0, world_size=2, seed=3)
+            b = PlannedSampler(Keys(N), rank=1, world_size=2, seed=3)
+            self.assertEqual(a.job, "run-42")
+            self.assertEqual(a.plan_name, b.plan_name)
+            self.assertEqual(b.dataset._plan_job, (2, 1))
+            c = PlannedSampler(Keys(N), rank=0, world_size=2, seed=3,
+                               job="other")
+            self.assertNotEqual(c.plan_name, a.plan_name)
+            self.assertIsNone(PlannedSampler(Keys(N), job=False).job)
+            os.environ["TORCHELASTIC_RUN_ID"] = "none"  # torchrun's default
+            self.assertIsNone(PlannedSampler(Keys(N)).job)
+            long = PlannedSampler(Keys(N), job="x" * 200)
+            self.assertLessEqual(len(long.plan_name), 128)
+            # The job's order: every rank's indices, interleaved.
+            whole = a.job_indices(2)
+            self.assertEqual(whole[0::2], a.indices(2))
+            self.assertEqual(whole[1::2], b.indices(2))
+            self.assertEqual(sorted(whole), list(range(N)))
+        finally:
+            os.environ.pop("TORCHELASTIC_RUN_ID", None)
+            if env is not None:
+                os.environ["TORCHELASTIC_RUN_ID"] = env
+
     def test_set_epoch_changes_the_order_deterministically(self):
         a = PlannedSampler(Keys(N), seed=1, plan=False)
         b = PlannedSampler(Keys(N), seed=1, plan=False)

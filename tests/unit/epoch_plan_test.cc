@@ -127,5 +127,82 @@ TEST(EpochPlanTest, AddIsIdempotentPerEpochAndOffset) {
   EXPECT_EQ(plan.NextUse("e"), 4u);
 }
 
+// A job plan: epoch index i is rank i % world_size's read; each rank
+// consumes only its own positions, and the plan's frontier is the slowest
+// attached rank's.
+TEST(EpochPlanTest, JobPlanRanksConsumeTheirOwnPositions) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4, /*world_size=*/2);
+  EXPECT_EQ(plan.world_size(), 2u);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e", "f"};
+  ASSERT_EQ(plan.Add(0, 0, Views(e0)), 6u);
+  plan.AttachRank(0);
+  plan.AttachRank(1);
+  EXPECT_TRUE(plan.ConsumeAs(1, "b"));
+  EXPECT_EQ(plan.frontier(), 0u);        // rank 0 has read nothing yet
+  EXPECT_FALSE(plan.ConsumeAs(0, "b"));  // rank 1's read, done
+  EXPECT_FALSE(plan.ConsumeAs(0, "d"));  // rank 1's read
+  EXPECT_TRUE(plan.ConsumeAs(0, "a"));
+  EXPECT_EQ(plan.frontier(), 1u);
+  // Distances in the reading rank's own reads from its own frontier (rank
+  // 0: 1, rank 1: 2).
+  EXPECT_EQ(plan.NextUse("c"), 0u);
+  EXPECT_EQ(plan.NextUse("d"), 0u);
+  EXPECT_EQ(plan.NextUse("e"), 1u);
+  EXPECT_EQ(plan.NextUse("f"), 1u);
+  EXPECT_EQ(plan.NextUse("b"), EpochPlan::kNever);  // consumed
+  EXPECT_FALSE(plan.Wanted(1));
+  EXPECT_TRUE(plan.Wanted(2));
+  ASSERT_EQ(plan.Ranks().size(), 2u);
+  EXPECT_EQ(plan.Ranks()[1].frontier, 2u);
+
+  // Rank 1 leaves: its reads are no longer this node's.
+  plan.DetachRank(1);
+  EXPECT_FALSE(plan.Wanted(3));
+  EXPECT_EQ(plan.NextUse("d"), EpochPlan::kNever);
+  EXPECT_EQ(plan.NextUse("e"), 1u);
+  ASSERT_EQ(plan.Ranks().size(), 1u);
+  EXPECT_EQ(plan.Ranks()[0].rank, 0u);
+}
+
+TEST(EpochPlanTest, JobPlanFrontierWaitsForTheSlowestRankUntilItLeaves) {
+  EpochPlan plan(/*skew=*/1, /*resync_after=*/100, /*world_size=*/2);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  plan.Add(0, 0, Views(e0));
+  plan.AttachRank(0);
+  plan.AttachRank(1);
+  for (const char* k : {"a", "c", "e", "g"}) EXPECT_TRUE(plan.ConsumeAs(0, k));
+  EXPECT_EQ(plan.frontier(), 0u);
+  EXPECT_EQ(plan.live_positions(), 8u);  // rank 1 still reads from 1
+  EXPECT_EQ(plan.NextUse("b"), 0u);
+  EXPECT_EQ(plan.NextUse("h"), 3u);
+  plan.DetachRank(1);
+  EXPECT_EQ(plan.frontier(), 7u);
+  EXPECT_LE(plan.live_positions(), 2u);  // trimmed behind rank 0
+}
+
+// Ranks attaching send only what the plan lacks; a part added after a gap
+// keeps its indices' ranks.
+TEST(EpochPlanTest, JobPlanAddSkipsWhatIsHeldAndKeepsRanksAfterAGap) {
+  EpochPlan plan(/*skew=*/8, /*resync_after=*/100, /*world_size=*/2);
+  EXPECT_FALSE(plan.has_epoch());
+  const std::vector<std::string> none;
+  EXPECT_EQ(plan.Add(4, 0, Views(none)), 0u);  // attaching adds no epoch
+  EXPECT_FALSE(plan.has_epoch());
+  const std::vector<std::string> tail = {"c", "d"};
+  EXPECT_EQ(plan.Add(0, 2, Views(tail)), 2u);
+  EXPECT_TRUE(plan.has_epoch());
+  EXPECT_EQ(plan.epoch_next_offset(), 4u);
+  const std::vector<std::string> whole = {"a", "b", "c", "d"};
+  EXPECT_EQ(plan.Add(0, 0, Views(whole)), 0u);
+  const std::vector<std::string> more = {"d", "e"};
+  EXPECT_EQ(plan.Add(0, 3, Views(more)), 1u);  // only "e" (index 4)
+  plan.AttachRank(0);
+  plan.AttachRank(1);
+  EXPECT_FALSE(plan.ConsumeAs(1, "c"));  // index 2: rank 0's
+  EXPECT_TRUE(plan.ConsumeAs(0, "c"));
+  EXPECT_TRUE(plan.ConsumeAs(1, "d"));
+  EXPECT_TRUE(plan.ConsumeAs(0, "e"));
+}
+
 }  // namespace
 }  // namespace dlcache

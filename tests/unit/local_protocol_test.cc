@@ -210,8 +210,47 @@ TEST(LocalProtocolTest, RegisterPlanRoundTripAndErrors) {
   });
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeRegisterPlan(p, 3, &r)));
   std::string bad =
-      EncodeRegisterPlan("d", "p", 0, 0, 2, 0, [](size_t) { return Key{}; });
+      EncodeRegisterPlan("d", "p", 0, 0, 4, 0, [](size_t) { return Key{}; });
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeRegisterPlan(bad, kNoLimit, &r)));
+  // A registration without a job (an old client's) decodes with no job.
+  EXPECT_EQ(r.job.world_size, 0u);
+}
+
+// A job registration carries the world size and the rank; its reply what
+// the plan holds.
+TEST(LocalProtocolTest, RegisterJobPlanRoundTripAndErrors) {
+  const std::vector<std::string> keys = SomeKeys();
+  const PlanJobFields job{8, 3};
+  std::string p = EncodeRegisterPlan(
+      "imagenet", "job/x", 5, 64, 0, keys.size(),
+      [&](size_t i) { return Key{keys[i]}; }, &job);
+  RegisterPlanRequest r;
+  ASSERT_TRUE(DecodeRegisterPlan(p, kNoLimit, &r).ok());
+  EXPECT_EQ(r.flags, kPlanJob);
+  EXPECT_EQ(r.job.world_size, 8u);
+  EXPECT_EQ(r.job.rank, 3u);
+  EXPECT_EQ(r.epoch, 5u);
+  EXPECT_EQ(r.offset, 64u);
+  ASSERT_EQ(r.keys.size(), keys.size());
+  EveryTruncationFails(p, [](absl::string_view s) {
+    RegisterPlanRequest x;
+    return DecodeRegisterPlan(s, kNoLimit, &x);
+  });
+  const PlanJobFields empty{0, 0};  // a world of none
+  std::string bad = EncodeRegisterPlan(
+      "d", "p", 0, 0, 0, 0, [](size_t) { return Key{}; }, &empty);
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeRegisterPlan(bad, kNoLimit, &r)));
+
+  RegisterPlanReply reply;
+  ASSERT_TRUE(
+      DecodeRegisterPlanReply(
+          EncodeRegisterPlanReply(RegisterPlanReply{true, 9, 1234}), &reply)
+          .ok());
+  EXPECT_TRUE(reply.has_epoch);
+  EXPECT_EQ(reply.epoch, 9u);
+  EXPECT_EQ(reply.next_offset, 1234u);
+  // An old server's empty reply is no answer to a job registration.
+  EXPECT_FALSE(DecodeRegisterPlanReply("", &reply).ok());
 }
 
 TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {

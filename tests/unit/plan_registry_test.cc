@@ -248,5 +248,92 @@ TEST(PlanRegistryTest, LookaheadPassesOverReadsNotedCached) {
   }
 }
 
+// One plan for the ranks of a job: registered once, the other ranks
+// attach; a rank leaving leaves the others' plan; the last leaves nothing.
+TEST(PlanRegistryTest, AJobPlanIsOneForItsRanks) {
+  PlanRegistry r;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
+  PlanState st;
+  ASSERT_TRUE(
+      r.Register(1, 0, "j", 0, 0, Views(keys), false, PlanJob{2, 0}, &st).ok());
+  EXPECT_TRUE(st.has_epoch);
+  EXPECT_EQ(st.next_offset, 8u);
+  PlanState st2;
+  ASSERT_TRUE(r.Register(2, 0, "j", 0, 0, {}, false, PlanJob{2, 1}, &st2).ok());
+  EXPECT_TRUE(st2.has_epoch);
+  EXPECT_EQ(st2.epoch, 0u);
+  EXPECT_EQ(st2.next_offset, 8u);
+  // A worker of rank 1 attaches too.
+  ASSERT_TRUE(r.Register(3, 0, "j", 0, 0, {}, false, PlanJob{2, 1}).ok());
+  EXPECT_EQ(r.stats().plans, 1u);
+  EXPECT_EQ(r.stats().live_positions, 8u);
+
+  EXPECT_EQ(r.Register(4, 0, "j", 0, 0, {}, false, PlanJob{3, 0}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.Register(4, 0, "j", 0, 0, {}, false).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.Register(1, 0, "j", 0, 0, {}, false, PlanJob{2, 1}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Register(4, 0, "j", 0, 0, {}, false, PlanJob{2, 2}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Register(4, 0, "r", 0, 0, {}, false,
+                       PlanJob{EpochPlan::kMaxWorldSize + 1, 0})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const std::vector<std::string> k1 = {"k1"};
+  const std::vector<std::string> k0 = {"k0"};
+  r.Observe(3, 0, Views(k1));  // rank 1's worker
+  r.Observe(1, 0, Views(k1));  // not rank 0's read
+  r.Observe(1, 0, Views(k0));
+  EXPECT_EQ(r.stats().consumed, 2u);
+
+  std::vector<PlanRegistry::PlanInfo> info = r.Describe();
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].world_size, 2u);
+  EXPECT_EQ(info[0].sessions, 3u);
+  ASSERT_EQ(info[0].ranks.size(), 2u);
+  EXPECT_EQ(info[0].ranks[1].rank, 1u);
+  EXPECT_EQ(info[0].ranks[1].sessions, 2u);
+  EXPECT_EQ(info[0].frontier, 1u);
+
+  // A reset while another rank is attached undoes nothing.
+  ASSERT_TRUE(r.Register(1, 0, "j", 0, 0, {}, true, PlanJob{2, 0}).ok());
+  EXPECT_EQ(r.stats().live_positions, 8u);
+
+  r.CloseSession(1);  // rank 0 dies: rank 1 goes on
+  info = r.Describe();
+  ASSERT_EQ(info.size(), 1u);
+  ASSERT_EQ(info[0].ranks.size(), 1u);
+  EXPECT_EQ(info[0].ranks[0].rank, 1u);
+  EXPECT_EQ(r.NextUse(0, "k2"),
+            NextUseOracle::kNoFurtherUse);  // rank 0's: not here now
+  EXPECT_EQ(r.NextUse(0, "k3"), 0u);        // rank 1's next read
+  EXPECT_EQ(r.NextUse(0, "k7"), 2u);
+  r.CloseSession(2);
+  r.CloseSession(3);
+  EXPECT_EQ(r.stats().plans, 0u);
+  EXPECT_EQ(r.stats().live_positions, 0u);
+  EXPECT_FALSE(r.active());
+}
+
+// The look-ahead of a job plan takes only the reads of ranks attached on
+// this node, in the job's order.
+TEST(PlanRegistryTest, JobLookaheadTakesOnlyLocalRanksReads) {
+  PlanRegistry r;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
+  ASSERT_TRUE(
+      r.Register(1, 0, "j", 0, 0, Views(keys), false, PlanJob{4, 0}).ok());
+  ASSERT_TRUE(r.Register(2, 0, "j", 0, 0, {}, false, PlanJob{4, 1}).ok());
+  std::vector<std::string> got;
+  // Two reads of each rank.
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(2, 100)) {
+    got.push_back(p.path);
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"k0", "k1", "k4", "k5"}));
+}
+
 }  // namespace
 }  // namespace dlcache

@@ -161,6 +161,19 @@ struct FileStatus {
   uint32_t cached_chunks = 0;
 };
 
+// Job plans (docs/epoch_plans.md): the caller's place in its job.
+struct JobPlanRank {
+  uint32_t world_size = 1;
+  uint32_t rank = 0;
+};
+// What a job plan holds: the newest epoch (has_epoch false: none yet) and
+// one past the highest index of it added.
+struct JobPlanState {
+  bool has_epoch = false;
+  uint64_t epoch = 0;
+  uint64_t next_offset = 0;
+};
+
 namespace internal {
 class ClientCore;
 class ItemDecoder;
@@ -291,6 +304,21 @@ class Client {
   absl::Status RegisterPlan(absl::string_view dataset, absl::string_view plan,
                             uint64_t epoch, absl::Span<const std::string> paths,
                             uint64_t offset = 0, bool reset = false);
+
+  // One plan for the ranks of a job (docs/epoch_plans.md): `plan` names
+  // the job's order (job id, seed, world size, padding: what every rank
+  // agrees on), `paths` are indices [offset, offset + n) of the job's
+  // whole epoch order (DistributedSampler's padded permutation; index i is
+  // read by rank i mod world_size) and this session reads as `job.rank`.
+  // Attaches first and sends only what the plan lacks: the first local
+  // rank to start a pass sends the epoch, the others attach (empty `paths`:
+  // attach only). The plan lives while any attached session does; its
+  // frontier is the slowest attached rank's. Returns what the plan holds
+  // after. Blocks. Errors as RegisterPlan, and FAILED_PRECONDITION when
+  // `plan` exists with another world size (or as a reader's plan).
+  absl::StatusOr<JobPlanState> RegisterJobPlan(
+      absl::string_view dataset, absl::string_view plan, JobPlanRank job,
+      uint64_t epoch, absl::Span<const std::string> paths, uint64_t offset = 0);
 
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);

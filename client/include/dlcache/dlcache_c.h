@@ -123,6 +123,18 @@ int dlc_prefetch(dlc_client* client, const char* dataset,
 int dlc_register_plan(dlc_client* client, const char* dataset, const char* plan,
                       uint64_t epoch, uint64_t offset, const char* const* paths,
                       size_t num_paths, int reset);
+/* One plan for the ranks of a job (dlcache::Client::RegisterJobPlan):
+ * paths are indices [offset, offset + num_paths) of the job's whole epoch
+ * order; this session reads as `rank` of `world_size`. Only what the plan
+ * lacks is sent. On success *has_epoch, *held_epoch and *next_offset (each
+ * may be NULL) tell what the plan holds. DLC_FAILED_PRECONDITION when the
+ * plan exists with another world size. */
+int dlc_register_job_plan(dlc_client* client, const char* dataset,
+                          const char* plan, uint32_t world_size, uint32_t rank,
+                          uint64_t epoch, uint64_t offset,
+                          const char* const* paths, size_t num_paths,
+                          int* has_epoch, uint64_t* held_epoch,
+                          uint64_t* next_offset);
 
 size_t dlc_batch_size(const dlc_batch* batch);
 int dlc_batch_item(const dlc_batch* batch, size_t item, dlc_item_info* out);

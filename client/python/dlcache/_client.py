@@ -701,6 +701,32 @@ class Client:
         _check(fn(ptr, dataset.encode(), plan.encode(), int(epoch),
                   int(offset), arr, len(keys), 1 if reset else 0))
 
+    def register_job_plan(self, dataset, plan, world_size, rank, epoch, keys,
+                          offset=0):
+        """One epoch plan for the ranks of a job (docs/epoch_plans.md):
+        `keys` are indices [offset, offset + len) of the job's whole epoch
+        order (DistributedSampler's padded permutation: index i is read by
+        rank i % world_size); this session reads as `rank`. Attaches first
+        and sends only what the plan lacks (the first local rank sends the
+        epoch, the others attach; keys=[]: attach only). Returns (epoch,
+        next_offset) of what the plan holds, epoch None if none. Raises
+        DlcacheError (FAILED_PRECONDITION when `plan` exists with another
+        world size; UNIMPLEMENTED when the library predates job plans)."""
+        ptr = self._client()
+        fn = getattr(self._lib, "dlc_register_job_plan", None)
+        if fn is None:
+            raise DlcacheError(UNIMPLEMENTED,
+                              "libdlcache_c.so has no job plans")
+        keys = _key_list(keys)
+        _, arr = _encode_keys(keys)
+        has = ctypes.c_int()
+        held = ctypes.c_uint64()
+        nxt = ctypes.c_uint64()
+        _check(fn(ptr, dataset.encode(), plan.encode(), int(world_size),
+                  int(rank), int(epoch), int(offset), arr, len(keys),
+                  ctypes.byref(has), ctypes.byref(held), ctypes.byref(nxt)))
+        return (held.value if has.value else None), nxt.value
+
     @property
     def sessions_opened(self):
         """Sessions opened with dlcached so far: 1 after connecting, +1

@@ -169,6 +169,11 @@ def _declare(lib):
                                       c_uint64, P(c_char_p), c_size_t,
                                       c_int]),
         "dlc_sessions_opened": (c_int, [c_void_p, P(c_uint64)]),
+        "dlc_register_job_plan": (c_int, [c_void_p, c_char_p, c_char_p,
+                                          c_uint32, c_uint32, c_uint64,
+                                          c_uint64, P(c_char_p), c_size_t,
+                                          P(c_int), P(c_uint64),
+                                          P(c_uint64)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

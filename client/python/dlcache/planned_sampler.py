@@ -25,11 +25,20 @@ has no plan: the sampler registers the rest of the epoch again, the workers
 attach again. A server with plans off (UNIMPLEMENTED) is read without them;
 other registration errors are a warning, never a failed epoch.
 
+Job plans: when the ranks of a job can name it (job=, or torchrun's
+TORCHELASTIC_RUN_ID), the ranks on a node share ONE plan instead of one
+each: the first local rank to start a pass registers the epoch's whole
+padded permutation with the world size, the others attach with their rank
+(only what the plan lacks is sent). dlcached then follows each local rank's
+progress in it, looks ahead in the node's read order and keeps the plan
+while any rank's session lives.
+
 Fork safety: registration uses the dataset's per-process Client in the
 main process (where DataLoaders iterate samplers); workers never touch it
 (see CacheDataset).
 """
 
+import hashlib
 import math
 import os
 import warnings
@@ -42,6 +51,18 @@ from ._client import UNIMPLEMENTED, DlcacheError
 # How many indices the sampler hands out between looks at the Client's
 # session count (a reconnect means: register again).
 _SESSION_CHECK_EVERY = 8
+
+
+def _job_id(job):
+    """The job id the ranks agree on: `job` (a string), else torchrun's
+    TORCHELASTIC_RUN_ID (unless unset or torchrun's default "none"); None:
+    no job plan (job=False always)."""
+    if job is False:
+        return None
+    if job is not None and job is not True:
+        return str(job)
+    env = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return env if env and env != "none" else None
 
 
 def _dist_rank():
@@ -63,7 +84,13 @@ class PlannedSampler(torch.utils.data.Sampler):
       rank, world_size: default: torch.distributed's, else 0 and 1.
       plan: register epoch plans (False: a plain DistributedSampler).
       plan_name: the plan's name on the node (default: the client name,
-        the process id and the rank); ranks need distinct names.
+        the process id and the rank); ranks need distinct names. Not used
+        for a job plan.
+      job: the job's id, the same in every rank (default: torchrun's
+        TORCHELASTIC_RUN_ID; False: a plan per rank). With one, the local
+        ranks share one job plan, named after the job id, the dataset's
+        length, seed, world size, padding and shuffling (what every rank
+        agrees on).
 
     Thread-compatible; iterate it in one process (the DataLoader's main
     process) at a time.
@@ -71,7 +98,7 @@ class PlannedSampler(torch.utils.data.Sampler):
 
     def __init__(self, dataset, shuffle=True, seed=0, rank=None,
                  world_size=None, drop_last=False, plan=True,
-                 plan_name=None):
+                 plan_name=None, job=None):
         if rank is None or world_size is None:
             dist_rank, dist_world = _dist_rank()
             rank = dist_rank if rank is None else rank
@@ -96,16 +123,28 @@ class PlannedSampler(torch.utils.data.Sampler):
         if plan_name is None:
             plan_name = "%s-%d/sampler/rank%d" % (
                 getattr(dataset, "client_name", "torch"), os.getpid(), rank)
+        self.job = _job_id(job)
+        if self.job is not None:
+            plan_name = "job/%s/n%d/s%d/w%d/%s%s" % (
+                self.job, n, self.seed, world_size,
+                "cut" if drop_last else "pad", "" if shuffle else "/ordered")
+            if len(plan_name.encode()) > 128:
+                digest = hashlib.sha256(plan_name.encode()).hexdigest()[:32]
+                plan_name = "job/%s" % digest
         self.plan_name = plan_name
         if plan:
-            # The workers attach to it on their first read.
+            # The workers attach to it on their first read (to a job plan
+            # as this rank).
             dataset._plan_name = plan_name
+            dataset._plan_job = (None if self.job is None else
+                                 (world_size, rank))
         self._epoch_set = False
         # After a completed pass: (pid, epoch of the next pass as guessed
         # then, the plan epoch it was registered as, the Client's session
         # count then).
         self._next = None
         self._plan_epoch = 0
+        self._passes = 0  # job plans without set_epoch: passes so far
         self._warned = False
 
     def set_epoch(self, epoch):
@@ -119,6 +158,12 @@ class PlannedSampler(torch.utils.data.Sampler):
 
     def indices(self, epoch):
         """This rank's dataset indices of `epoch`, in order."""
+        return self.job_indices(epoch)[self.rank:self.total_size:
+                                       self.world_size]
+
+    def job_indices(self, epoch):
+        """The whole job's dataset indices of `epoch` (every rank's): the
+        padded (or cut) permutation; rank r reads positions r, r + W, ..."""
         n = len(self.dataset)
         if self.shuffle:
             g = torch.Generator()
@@ -131,7 +176,7 @@ class PlannedSampler(torch.utils.data.Sampler):
             order = (order * math.ceil(self.total_size / n))[:self.total_size]
         else:
             order = order[:self.total_size]
-        return order[self.rank:self.total_size:self.world_size]
+        return order
 
     def plan_order(self, epoch):
         """This rank's keys of `epoch` in the order they will be read."""
@@ -177,6 +222,8 @@ class PlannedSampler(torch.utils.data.Sampler):
         plans are off."""
         if not self.plan:
             return None
+        if self.job is not None:
+            return self._register_job_pass(epoch)
         nxt = self._next
         self._next = None
         try:
@@ -202,10 +249,51 @@ class PlannedSampler(torch.utils.data.Sampler):
         except DlcacheError as e:
             return self._failed(e)
 
+    def _job_keys(self, epoch, start=0):
+        keys = self.dataset.keys
+        return [keys[i] for i in self.job_indices(epoch)[start:]]
+
+    def _register_job_pass(self, epoch):
+        """A job plan: attaches this rank to the job's plan and adds this
+        pass's epoch and the next (only what no other local rank added:
+        the plan's epochs are the sampler's, the same in every rank)."""
+        self._plan_epoch = epoch if self._epoch_set else self._passes
+        self._passes += 1
+        try:
+            client = self.dataset._get_client()
+            for e, plan_epoch in ((epoch, self._plan_epoch),
+                                  (self._guess_next(epoch),
+                                   self._plan_epoch + 1)):
+                client.register_job_plan(self.dataset.dataset, self.plan_name,
+                                         self.world_size, self.rank,
+                                         plan_epoch, self._job_keys(e))
+            return client
+        except DlcacheError as e:
+            return self._failed(e)
+
     def _register_rest(self, epoch, indices, pos, client):
         """A new session (dlcached restarted): the plan is gone; registers
         the epoch from `pos` on and the next one. True when done."""
         keys = self.dataset.keys
+        if self.job is not None:
+            # The job's order from this rank's row on (the other local
+            # ranks add what they lack when they notice).
+            start = pos * self.world_size
+            try:
+                client.register_job_plan(self.dataset.dataset, self.plan_name,
+                                         self.world_size, self.rank,
+                                         self._plan_epoch,
+                                         self._job_keys(epoch, start),
+                                         offset=start)
+                client.register_job_plan(self.dataset.dataset, self.plan_name,
+                                         self.world_size, self.rank,
+                                         self._plan_epoch + 1,
+                                         self._job_keys(
+                                             self._guess_next(epoch)))
+                return True
+            except DlcacheError as e:
+                self._failed(e)
+                return False
         try:
             client.register_plan(self.dataset.dataset, self.plan_name,
                                  self._plan_epoch,
@@ -223,6 +311,7 @@ class PlannedSampler(torch.utils.data.Sampler):
         if e.code == UNIMPLEMENTED:
             self.plan = False
             self.dataset._plan_name = None
+            self.dataset._plan_job = None
         elif not self._warned:
             self._warned = True
             warnings.warn("dlcache: epoch plan not registered: %s" % e)

@@ -271,7 +271,13 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
             session = (os.getpid(), id(client), client.sessions_opened)
             if self.__dict__.get("_plan_attached") == session:
                 return
-            client.register_plan(self.dataset, name, 0, [])
+            job = self.__dict__.get("_plan_job")
+            if job is None:
+                client.register_plan(self.dataset, name, 0, [])
+            else:
+                # The job's plan: this worker reads as the sampler's rank.
+                client.register_job_plan(self.dataset, name, job[0], job[1],
+                                         0, [])
             self._plan_attached = session
         except DlcacheError as e:
             if e.code == UNIMPLEMENTED:
