@@ -350,6 +350,7 @@ struct RanksEpoch {
   double seconds = 0;
   uint32_t plans = 0;           // on the node once the epoch's are in
   uint64_t live_positions = 0;  // held then, over all plans
+  uint64_t distinct_keys = 0;   // paths held then, summed over plans
 };
 
 // `orders[e]`: the job's padded permutation of epoch e (a multiple of
@@ -464,6 +465,7 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
           PlanRegistry::Stats st = plans.stats();
           re.plans = st.plans;
           re.live_positions = st.live_positions;
+          re.distinct_keys = st.distinct_keys;
         }
         const std::vector<std::string> shard = paths_of(orders[e], r, ranks);
         for (size_t i = 0; i < shard.size(); i += batch) {
@@ -559,9 +561,10 @@ int RanksMain() {
   std::fprintf(stderr, "%u ranks, %lu items: cached epoch %.3fs\n", ranks,
                static_cast<unsigned long>(items), cached_s);
   std::string md =
-      "| plans | epoch | plans on the node | planned positions held | hit "
-      "when asked | kept (not read from source) | epoch time / cached epoch "
-      "|\n|---|---|---|---|---|---|---|\n";
+      "| plans | epoch | plans on the node | planned positions held | paths "
+      "held (summed over plans) | hit when asked | kept (not read from source) "
+      "| epoch time / cached epoch "
+      "|\n|---|---|---|---|---|---|---|---|\n";
   for (RankPlans m : {RankPlans::kNone, RankPlans::kPerRank, RankPlans::kJob}) {
     absl::StatusOr<std::vector<RanksEpoch>> r =
         RunRanks(m, arena_bytes, items, ranks, orders);
@@ -572,8 +575,9 @@ int RanksMain() {
     for (uint32_t e = 0; e < epochs; ++e) {
       const RanksEpoch& re = (*r)[e];
       absl::StrAppend(&md, "| ", Name(m), " | ", e + 1, " | ", re.plans, " | ",
-                      re.live_positions, " | ", F3(1.0 * re.hits / re.items),
-                      " | ", F3(1.0 - 1.0 * re.source_reads / re.items), " | ",
+                      re.live_positions, " | ", re.distinct_keys, " | ",
+                      F3(1.0 * re.hits / re.items), " | ",
+                      F3(1.0 - 1.0 * re.source_reads / re.items), " | ",
                       F2(re.seconds / cached_s), " |\n");
       std::fprintf(stderr, "%s epoch %u: %.3fs hits %.3f\n", Name(m), e + 1,
                    re.seconds, 1.0 * re.hits / re.items);

@@ -66,6 +66,33 @@ std::vector<EpochPlan::RankInfo> EpochPlan::Ranks() const {
   return out;
 }
 
+bool EpochPlan::NextLookahead(uint64_t reads, uint64_t generation,
+                              uint64_t* known_cached, uint64_t* pos) {
+  uint64_t best = kNever;
+  RankState* best_rank = nullptr;
+  for (auto& [rank, r] : ranks_) {
+    if (r.attached == 0) continue;
+    const uint64_t stop = std::min(end(), r.frontier + reads * world_size_);
+    uint64_t at = std::max({r.handed_out, r.frontier, base_});
+    for (; at < stop; ++at) {
+      const uint32_t lane = lanes_[at - base_];
+      if (lane != rank) continue;  // another rank's, or consumed
+      if (!KnownCached(at, generation)) break;
+      if (known_cached != nullptr) ++*known_cached;
+    }
+    r.handed_out = at;
+    // The earliest in the job's order first: the node's read order.
+    if (at < stop && at < best) {
+      best = at;
+      best_rank = &r;
+    }
+  }
+  if (best_rank == nullptr) return false;
+  best_rank->handed_out = best + 1;
+  *pos = best;
+  return true;
+}
+
 bool EpochPlan::ConsumeAs(uint32_t rank, absl::string_view path) {
   auto rit = ranks_.find(rank);
   if (rit == ranks_.end() || rit->second.attached == 0) return false;

@@ -85,6 +85,15 @@ class EpochPlan {
     auto it = ranks_.find(lane);
     return it != ranks_.end() && it->second.attached > 0;
   }
+  // The look-ahead of a job plan: the next planned read, in the job's
+  // order, of an attached rank within `reads` of that rank's own reads
+  // from its own frontier, not handed out before (each is handed out
+  // once). Every rank has its own window, so a rank done with its step
+  // looks ahead without waiting for the slowest. Reads noted cached at
+  // `generation` are passed over as handed out and counted in
+  // `*known_cached` (if set). False: none now.
+  bool NextLookahead(uint64_t reads, uint64_t generation,
+                     uint64_t* known_cached, uint64_t* pos);
   struct RankInfo {
     uint32_t rank = 0;
     uint32_t sessions = 0;
@@ -109,6 +118,8 @@ class EpochPlan {
 
   // Positions added and not yet trimmed away, and the end of them.
   uint64_t live_positions() const { return order_.size(); }
+  // Distinct paths held (a node each: the path and its positions).
+  uint64_t distinct_keys() const { return keys_.size(); }
   uint64_t end() const { return base_ + order_.size(); }
   uint64_t frontier() const { return frontier_; }
   // The path planned at position `pos` (base() <= pos < end()).
@@ -141,6 +152,7 @@ class EpochPlan {
     uint32_t attached = 0;  // sessions
     uint64_t frontier = 0;
     uint32_t out_of_window = 0;  // consecutive
+    uint64_t handed_out = 0;     // its look-ahead: positions before this
   };
 
   // First outstanding position of `k` at or after the frontier less skew.

@@ -235,23 +235,25 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
     more = false;
     for (size_t n = 0; n < all.size() && out.size() < max; ++n) {
       Plan* p = all[(round_robin_ + n) % all.size()];
+      if (p->world_size > 0) {
+        // A job plan: each local rank's own window (see EpochPlan).
+        uint64_t pos = 0;
+        if (!p->plan->NextLookahead(lookahead, cache_generation, known_cached,
+                                    &pos)) {
+          continue;
+        }
+        out.push_back(Pending{p->dataset, std::string(p->plan->At(pos))});
+        more = true;
+        continue;
+      }
       const EpochPlan& plan = *p->plan;
       uint64_t start = std::max(p->handed_out, plan.frontier());
-      // A job plan: `lookahead` reads of each rank (its positions are
-      // world_size apart), the local ranks' taken below.
-      const uint64_t stop = std::min(
-          plan.end(),
-          plan.frontier() + lookahead * std::max<uint64_t>(1, p->world_size));
+      const uint64_t stop = std::min(plan.end(), plan.frontier() + lookahead);
       // A window of hits costs a pointer check per new position, not a
-      // question to the tier. A job plan's reads already done, or of ranks
-      // not on this node, are passed over.
-      while (start < stop) {
-        if (plan.KnownCached(start, cache_generation)) {
-          if (known_cached != nullptr) ++*known_cached;
-        } else if (plan.Wanted(start)) {
-          break;
-        }
+      // question to the tier.
+      while (start < stop && plan.KnownCached(start, cache_generation)) {
         ++start;
+        if (known_cached != nullptr) ++*known_cached;
       }
       p->handed_out = std::max(p->handed_out, start);
       if (start >= stop) continue;
@@ -316,6 +318,8 @@ PlanRegistry::Stats PlanRegistry::stats() {
   s.consumed = consumed_;
   s.refusals = refusals_;
   s.progress_dropped = progress_.stats().dropped;
+  for (const auto& [key, p] : plans_)
+    s.distinct_keys += p->plan->distinct_keys();
   return s;
 }
 

@@ -168,6 +168,7 @@ class PlanRegistry : public NextUseOracle {
     uint64_t consumed = 0;          // reads that advanced a plan
     uint64_t refusals = 0;          // Register calls refused by a limit
     uint64_t progress_dropped = 0;  // reports dropped by the full queue
+    uint64_t distinct_keys = 0;     // paths held, summed over plans
   };
   Stats stats();
 

@@ -323,16 +323,25 @@ TEST(PlanRegistryTest, AJobPlanIsOneForItsRanks) {
 TEST(PlanRegistryTest, JobLookaheadTakesOnlyLocalRanksReads) {
   PlanRegistry r;
   std::vector<std::string> keys;
-  for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
+  for (int i = 0; i < 16; ++i) keys.push_back("k" + std::to_string(i));
   ASSERT_TRUE(
       r.Register(1, 0, "j", 0, 0, Views(keys), false, PlanJob{4, 0}).ok());
   ASSERT_TRUE(r.Register(2, 0, "j", 0, 0, {}, false, PlanJob{4, 1}).ok());
-  std::vector<std::string> got;
-  // Two reads of each rank.
-  for (const PlanRegistry::Pending& p : r.TakeLookahead(2, 100)) {
-    got.push_back(p.path);
-  }
-  EXPECT_EQ(got, (std::vector<std::string>{"k0", "k1", "k4", "k5"}));
+  auto take = [&] {
+    std::vector<std::string> got;
+    // Two reads of each rank.
+    for (const PlanRegistry::Pending& p : r.TakeLookahead(2, 100)) {
+      got.push_back(p.path);
+    }
+    return got;
+  };
+  EXPECT_EQ(take(), (std::vector<std::string>{"k0", "k1", "k4", "k5"}));
+  // Rank 1 is done with its two reads, rank 0 has not started: rank 1's
+  // window moves on without waiting for it.
+  const std::vector<std::string> done = {"k1", "k5"};
+  r.Observe(2, 0, Views(done));
+  EXPECT_EQ(take(), (std::vector<std::string>{"k9", "k13"}));
+  EXPECT_TRUE(take().empty());
 }
 
 }  // namespace
