@@ -91,6 +91,8 @@ const char* const kFamilies[] = {
     "dlcache_plan_frontier",
     "dlcache_plan_end",
     "dlcache_plan_sessions",
+    "dlcache_plan_world_size",
+    "dlcache_plan_ranks",
     // The SSD tier.
     "dlcache_ssd_capacity_bytes",
     "dlcache_ssd_free_bytes",
