@@ -9,7 +9,8 @@ build=${1:-build}
 specs=("RestartTest.KillDuringReads:10" "ClusterProcessTest.KillingANode:1"
        "CephFsClusterTest.Conformance:4" "python_client_test:2"
        "python_dataloader_test:6" "MetricsProcessTest:0.15"
-       "python_epoch_plan_test:1" "python_gpu_loader_test:2")
+       "python_epoch_plan_test:1" "python_gpu_loader_test:2"
+       "python_job_plan_test:9")
 snap() {
   ls /dev/shm | sort > "$work/shm_$1"
   ls /tmp | grep "^dlc\|^tmp\|^scale" | sort > "$work/tmp_$1"
