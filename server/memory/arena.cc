@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -241,6 +242,13 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
       to_reserve.clear();
     }
   }
+  for (uint32_t i = 0; i < count; ++i) {
+    arena->by_base_.emplace_back(arena->segments_[i].base, i);
+  }
+  std::sort(arena->by_base_.begin(), arena->by_base_.end(),
+            [](const auto& a, const auto& b) {
+              return std::less<const char*>()(a.first, b.first);
+            });
   if (unbound > 0) {
     DLC_LOG(WARNING) << "arena: " << unbound << " of " << count
                      << " segments are not NUMA-bound (their pages go where "
@@ -270,6 +278,27 @@ Arena::~Arena() {
       ::unlinkat(dir_fd_.get(), s.name.c_str(), 0);
     }
   }
+}
+
+bool Arena::Locate(const void* p, size_t size, uint32_t* segment,
+                   uint64_t* offset) const {
+  const char* c = static_cast<const char*>(p);
+  // The last segment whose base is <= p.
+  auto it = std::upper_bound(
+      by_base_.begin(), by_base_.end(), c,
+      [](const char* x, const std::pair<const char*, uint32_t>& e) {
+        return std::less<const char*>()(x, e.first);
+      });
+  if (it == by_base_.begin()) return false;
+  --it;
+  const Segment& s = segments_[it->second];
+  // As integers: p may point into memory unrelated to the segment.
+  const uint64_t off =
+      reinterpret_cast<uintptr_t>(c) - reinterpret_cast<uintptr_t>(s.base);
+  if (off > s.size || size > s.size - off) return false;
+  *segment = it->second;
+  *offset = off;
+  return true;
 }
 
 std::string Arena::SegmentName(uint32_t id) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -95,6 +96,17 @@ class Arena {
   // Leave the segment files in place at destruction, for the next server.
   void KeepFiles() { keep_files_ = true; }
 
+  // Where `size` bytes at `p` lie in the segment files: true with the
+  // segment and the byte offset in it when they lie wholly inside one
+  // segment's mapping, false otherwise (another memory, or straddling two
+  // segments). O(log segments); for sending arena bytes with sendfile(2).
+  bool Locate(const void* p, size_t size, uint32_t* segment,
+              uint64_t* offset) const;
+  // The read-only fd of segment `id` opened at Create(), borrowed: valid
+  // while the arena lives; never close it. For sendfile(2)/pread with an
+  // explicit offset (the file position is shared by all its users).
+  int read_only_fd(uint32_t id) const { return segments_[id].read_only.get(); }
+
   // A new O_RDONLY, O_CLOEXEC fd of segment `id`: a dup() of the read-only
   // fd opened at Create() (no path is resolved). OUT_OF_RANGE for a bad
   // id, RESOURCE_EXHAUSTED when out of fds.
@@ -119,6 +131,8 @@ class Arena {
   bool adopted_ = false;
   bool keep_files_ = false;
   std::vector<Segment> segments_;
+  // (base, segment id) of every segment, by base: Locate's index.
+  std::vector<std::pair<const char*, uint32_t>> by_base_;
 };
 
 }  // namespace dlcache

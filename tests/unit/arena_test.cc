@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <vector>
@@ -31,6 +32,38 @@ TEST(ArenaTest, CreatesSegmentsAndRemovesThem) {
               absl::StatusCode::kOutOfRange);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+TEST(ArenaTest, LocateFindsTheSegmentFileOfArenaBytesOnly) {
+  testing::TempDir shm("/dev/shm");
+  ArenaOptions o{shm.path() + "/a", 10 << 20, 4 << 20, 1 << 20};
+  auto arena = Arena::Create(o);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  const Arena& a = **arena;
+  for (uint32_t s = 0; s < a.segment_count(); ++s) {
+    SCOPED_TRACE(s);
+    uint32_t segment = 99;
+    uint64_t offset = 99;
+    ASSERT_TRUE(a.Locate(a.base(s) + 4096, 100, &segment, &offset));
+    EXPECT_EQ(segment, s);
+    EXPECT_EQ(offset, 4096u);
+    // The whole segment, and its last byte.
+    EXPECT_TRUE(a.Locate(a.base(s), a.segment_size(s), &segment, &offset));
+    EXPECT_EQ(offset, 0u);
+    EXPECT_TRUE(
+        a.Locate(a.base(s) + a.segment_size(s) - 1, 1, &segment, &offset));
+    // One byte past its end is not in this segment's file.
+    EXPECT_FALSE(a.Locate(a.base(s) + 1, a.segment_size(s), &segment, &offset));
+    // The fd reads what the mapping holds.
+    a.base(s)[8192] = static_cast<char>('a' + s);
+    char c = 0;
+    ASSERT_EQ(::pread(a.read_only_fd(s), &c, 1, 8192), 1);
+    EXPECT_EQ(c, 'a' + s);
+  }
+  std::vector<char> heap(4096);
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  EXPECT_FALSE(a.Locate(heap.data(), heap.size(), &segment, &offset));
 }
 
 TEST(ArenaTest, TooLargeForTheFileSystemFailsClearly) {
