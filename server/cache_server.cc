@@ -647,6 +647,17 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
   if (config_.peer_data_port >= 0 && !config_.tls.enabled()) {
     PeerDataServer::Options d;
     d.token = config_.peer_token;
+    d.use_sendfile = config_.peer_sendfile;
+    // read_local hands over arena slots: sent from their segment files.
+    d.locate_file = [arena = arena_.get()](absl::Span<const char> bytes,
+                                           int* fd, uint64_t* offset) {
+      uint32_t segment = 0;
+      if (!arena->Locate(bytes.data(), bytes.size(), &segment, offset)) {
+        return false;
+      }
+      *fd = arena->read_only_fd(segment);
+      return true;
+    };
     const size_t colon = config_.peer_address.rfind(':');
     absl::StatusOr<std::unique_ptr<PeerDataServer>> data =
         PeerDataServer::Start(

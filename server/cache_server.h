@@ -72,6 +72,8 @@ class CacheServer {
   // Null when single-node.
   Membership* membership() { return membership_.get(); }
   PeerRouter* peer_router() { return router_.get(); }
+  // The raw chunk stream's server; null when single-node or turned off.
+  PeerDataServer* peer_data_server() { return peer_data_server_.get(); }
   // Null without --ssd_dir, and while the SSD tier is still recovering.
   SsdTier* ssd() { return ssd_ptr_.load(std::memory_order_acquire); }
   // Blocks until the SSD tier (if any) has finished recovering, its

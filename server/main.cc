@@ -166,6 +166,9 @@ ABSL_FLAG(int32_t, peer_data_port, 0,
           "TCP port of the raw chunk stream to peers, on the host of "
           "--peer_address (0 = any free port, announced to peers over the "
           "peer port; -1 = off: chunk data over gRPC). Off with TLS");
+ABSL_FLAG(bool, peer_sendfile, true,
+          "Send chunks to peers' chunk stream with sendfile(2) straight from "
+          "the arena's segment files (false: write() them, one more copy)");
 ABSL_FLAG(uint32_t, max_warmup_parallelism, 64,
           "Largest Warmup parallelism a client, the TCP admin port or a peer "
           "may ask for (INVALID_ARGUMENT above)");
@@ -277,6 +280,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.peer_dns = absl::GetFlag(FLAGS_peer_dns);
   c.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
   c.peer_data_port = absl::GetFlag(FLAGS_peer_data_port);
+  c.peer_sendfile = absl::GetFlag(FLAGS_peer_sendfile);
   if (std::string f = absl::GetFlag(FLAGS_peer_token_file); !f.empty()) {
     std::ifstream in(f);
     if (!in) {

@@ -143,6 +143,9 @@ struct ServerConfig {
   // (peers learn it through PeerService.DataPlane), -1 = off. Never used
   // with mTLS: chunk data then stays on gRPC.
   int peer_data_port = 0;
+  // Chunks of the arena go to the chunk stream with sendfile(2) from their
+  // segment file (no copy on this side); false = write() them (a copy).
+  bool peer_sendfile = true;
 
   // Test hooks. source_factory makes each dataset's Source (default:
   // OpenSource(source_root), server/source/source_factory.h); clock

@@ -43,7 +43,7 @@ DLCACHED_FLAGS = {
     "metrics_address", "admin_address", "log_level",
     "ssd_dir", "ssd_bytes", "ssd_verify_on_start", "node_id",
     "peer_address", "peers", "peer_dns", "peer_token_file", "peer_timeout",
-    "peer_data_port",
+    "peer_data_port", "peer_sendfile",
     "flagfile",
     # Issue 9: identity and access, mTLS and tokens, warm-up bounds.
     "dataset_readers", "default_readers", "admin_uids", "admin_gids",

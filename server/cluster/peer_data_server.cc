@@ -5,9 +5,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -177,6 +181,13 @@ void PeerDataServer::AcceptLoop() {
 }
 
 void PeerDataServer::Serve(Connection* c) {
+  // sendfile to a socket the asker closed raises SIGPIPE in this thread
+  // (it has no MSG_NOSIGNAL); blocked, it stays pending here and harmless,
+  // and the call fails with EPIPE.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   open_.fetch_add(1, std::memory_order_relaxed);
   if (Handshake(c->fd.get())) {
     while (ServeOne(c->fd.get())) {
@@ -250,43 +261,45 @@ bool PeerDataServer::ServeOne(int fd) {
   id.dataset = dataset;
   id.path = *path;
   id.chunk = req.chunk;
-  bool sent = false;    // the sink ran
-  bool broken = false;  // the connection failed mid-response
-  absl::Status status = read_local_(
-      id,
-      [&](const FileInfo& info, absl::Span<const char> bytes,
-          uint64_t checksum) -> absl::Status {
-        sent = true;
-        if (info.size != req.expected_size ||
-            info.mtime_ns != req.expected_mtime_ns) {
-          // Checked here, before any data: the asker's version is gone,
-          // and the bytes of this one are of no use to it.
-          if (!SendError(fd,
-                         absl::FailedPreconditionError(
-                             "the owner has another version"),
-                         &info, deadline)) {
-            broken = true;
-            return absl::CancelledError("asker went away");
-          }
-          return absl::OkStatus();
-        }
-        DataResponseHeader h;
-        h.file_size = info.size;
-        h.mtime_ns = info.mtime_ns;
-        h.checksum = checksum;
-        h.data_len = bytes.size();
-        char out[kDataResponseBytes];
-        EncodeDataResponse(h, out);
-        // The bytes go from the pinned slot to the socket buffer.
-        iovec iov[2] = {{out, sizeof(out)},
-                        {const_cast<char*>(bytes.data()), bytes.size()}};
-        if (!DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok()) {
-          broken = true;
-          return absl::CancelledError("asker went away");
-        }
-        bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
-        return absl::OkStatus();
-      });
+  bool sent = false;     // the sink ran
+  bool broken = false;   // the connection failed mid-response
+  bool counted = false;  // the chunk went out and fetches_ counts it
+  absl::Status status =
+      read_local_(id,
+                  [&](const FileInfo& info, absl::Span<const char> bytes,
+                      uint64_t checksum) -> absl::Status {
+                    sent = true;
+                    if (info.size != req.expected_size ||
+                        info.mtime_ns != req.expected_mtime_ns) {
+                      // Checked here, before any data: the asker's version is
+                      // gone, and the bytes of this one are of no use to it.
+                      if (!SendError(fd,
+                                     absl::FailedPreconditionError(
+                                         "the owner has another version"),
+                                     &info, deadline)) {
+                        broken = true;
+                        return absl::CancelledError("asker went away");
+                      }
+                      return absl::OkStatus();
+                    }
+                    DataResponseHeader h;
+                    h.file_size = info.size;
+                    h.mtime_ns = info.mtime_ns;
+                    h.checksum = checksum;
+                    h.data_len = bytes.size();
+                    char out[kDataResponseBytes];
+                    EncodeDataResponse(h, out);
+                    bool by_reference = false;
+                    if (!SendChunk(fd, out, bytes, deadline, &by_reference)) {
+                      broken = true;
+                      return absl::CancelledError("asker went away");
+                    }
+                    // Counted now: the asker may have it before the pin goes.
+                    fetches_.fetch_add(1, std::memory_order_relaxed);
+                    counted = true;
+                    if (by_reference) AwaitAskerRead(fd);
+                    return absl::OkStatus();
+                  });
   if (broken) {
     fetch_errors_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -298,8 +311,61 @@ bool PeerDataServer::ServeOne(int fd) {
     fetch_errors_.fetch_add(1, std::memory_order_relaxed);
     return SendError(fd, status, nullptr, deadline);
   }
-  fetches_.fetch_add(1, std::memory_order_relaxed);
+  if (!counted) fetches_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool PeerDataServer::SendChunk(int fd, const char* header,
+                               absl::Span<const char> bytes,
+                               absl::Time deadline, bool* by_reference) {
+  int file_fd = -1;
+  uint64_t offset = 0;
+  const bool by_file = options_.use_sendfile && options_.locate_file &&
+                       bytes.size() >= options_.sendfile_min_bytes &&
+                       options_.locate_file(bytes, &file_fd, &offset);
+  if (!by_file) {
+    // The bytes go from the pinned slot to the socket buffer.
+    iovec iov[2] = {{const_cast<char*>(header), kDataResponseBytes},
+                    {const_cast<char*>(bytes.data()), bytes.size()}};
+    if (!DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok()) return false;
+    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    return true;
+  }
+  // MSG_MORE: the header waits for the first data segment (TCP_NODELAY
+  // would send it alone).
+  iovec iov[1] = {{const_cast<char*>(header), kDataResponseBytes}};
+  if (!DataWriteAll(fd, absl::MakeSpan(iov), deadline, MSG_MORE).ok()) {
+    return false;
+  }
+  size_t sent = 0;
+  absl::Status s =
+      DataSendFile(fd, file_fd, offset, bytes.size(), deadline, &sent);
+  sendfile_bytes_.fetch_add(sent, std::memory_order_relaxed);
+  if (absl::IsUnimplemented(s)) {
+    sendfile_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    iovec rest[1] = {
+        {const_cast<char*>(bytes.data()) + sent, bytes.size() - sent}};
+    s = DataWriteAll(fd, absl::MakeSpan(rest), deadline);
+  }
+  if (!s.ok()) return false;
+  bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  // All copied (a fallback from the start): nothing references the slot.
+  *by_reference = sent > 0;
+  return true;
+}
+
+void PeerDataServer::AwaitAskerRead(int fd) {
+  // The socket (and, on loopback, the asker's receive queue) still holds
+  // references to the slot's pages. The asker's next request or its close
+  // shows it has read them; either is left for ServeOne to read.
+  const int wait_ms = static_cast<int>(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.release_wait)));
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, wait_ms);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) early_releases_.fetch_add(1, std::memory_order_relaxed);
 }
 
 PeerDataServer::Stats PeerDataServer::stats() const {
@@ -311,6 +377,9 @@ PeerDataServer::Stats PeerDataServer::stats() const {
   s.connections = open_.load(std::memory_order_relaxed);
   s.unauthenticated = unauthenticated_.load(std::memory_order_relaxed);
   s.refused = refused_.load(std::memory_order_relaxed);
+  s.sendfile_bytes = sendfile_bytes_.load(std::memory_order_relaxed);
+  s.sendfile_fallbacks = sendfile_fallbacks_.load(std::memory_order_relaxed);
+  s.early_releases = early_releases_.load(std::memory_order_relaxed);
   return s;
 }
 

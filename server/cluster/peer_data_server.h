@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/unique_fd.h"
 #include "server/cluster/peer_service.h"
 
@@ -20,9 +22,26 @@ namespace dlcache {
 // The owner's side of the raw chunk stream (peer_data_wire.h): listens on
 // TCP, checks each connection's token (constant time; an empty configured
 // token accepts any), then answers fetch and stat requests through the
-// same functions as PeerServiceImpl. A chunk's bytes are written to the
-// socket straight from what read_local pins (no copy in user space); the
-// pin is held only for the write.
+// same functions as PeerServiceImpl.
+//
+// A chunk's bytes leave without a copy in user space. When locate_file
+// finds them in a file (the arena's segments in /dev/shm), they go with
+// sendfile(2) from that file: TCP then queues references to the file's
+// pages and copies nothing on this side (on loopback the asker's recv() is
+// the one copy of the hop). Otherwise, or where sendfile refuses the file
+// (EINVAL/ENOSYS), they are written from what read_local pins (one copy
+// into the socket buffer).
+//
+// Pages sent by reference are read by the asker when it reads, so the pin
+// read_local holds must outlast that, not just sendfile's return (on Linux
+// 6.18, bytes overwritten after sendfile returned reached a reader that
+// read later: docs/cluster_benchmark.md). The asker sends its next request
+// on a connection only after it read the whole answer, so after a
+// sendfile the pin is held until the next request (or a close) arrives on
+// the connection, for at most release_wait; past that it is released
+// anyway (counted in Stats::early_releases) and a chunk overwritten while
+// still unread fails the asker's XXH3 check (DATA_LOSS: it reads the chunk
+// elsewhere), never arrives corrupt. write() copies, so holds nothing.
 //
 // One thread per connection (askers keep a small pool each: about their
 // fill threads, so the default 1024 serves 64 askers of 16); connections
@@ -30,7 +49,8 @@ namespace dlcache {
 // that call), a connection that does not finish its hello within
 // handshake_timeout is closed, and a response not written within
 // send_timeout drops the connection (and the pin). Requests with a bad dataset
-// name or path get INVALID_ARGUMENT without calling read_local.
+// name or path get INVALID_ARGUMENT without calling read_local. SIGPIPE is
+// blocked in the connection threads (sendfile has no MSG_NOSIGNAL).
 //
 // Thread-safe. Shutdown() (also the destructor) stops accepting, closes
 // every connection and joins their threads; a thread inside read_local
@@ -42,6 +62,18 @@ class PeerDataServer {
     int max_connections = 1024;
     absl::Duration handshake_timeout = absl::Seconds(5);
     absl::Duration send_timeout = absl::Seconds(30);
+    // Finds the file `bytes` (pinned by read_local) are mapped from: its fd
+    // (borrowed, open while the server runs) and their offset in it; false
+    // when they are not in a file. Null = always write().
+    std::function<bool(absl::Span<const char> bytes, int* fd, uint64_t* offset)>
+        locate_file;
+    bool use_sendfile = true;  // false = always write() (benchmarks)
+    // Smaller chunks are written: below this sendfile's page handling costs
+    // more than the copy it saves.
+    size_t sendfile_min_bytes = 16 << 10;
+    // Longest a chunk sent by sendfile stays pinned waiting for the asker's
+    // next request (see above).
+    absl::Duration release_wait = absl::Milliseconds(200);
   };
 
   // Binds host:port (port 0 = any free port; host "" or "0.0.0.0" = all
@@ -65,7 +97,13 @@ class PeerDataServer {
     uint64_t bytes_sent = 0;
     uint64_t connections = 0;  // open now
     uint64_t unauthenticated = 0;
-    uint64_t refused = 0;  // over max_connections
+    uint64_t refused = 0;         // over max_connections
+    uint64_t sendfile_bytes = 0;  // of bytes_sent, sent by sendfile
+    // Chunks sendfile could not send (EINVAL, ENOSYS, ...): written instead.
+    uint64_t sendfile_fallbacks = 0;
+    // Sent chunks whose pin was released at release_wait, before the
+    // asker's next request or close.
+    uint64_t early_releases = 0;
   };
   Stats stats() const;
 
@@ -84,6 +122,14 @@ class PeerDataServer {
   bool Handshake(int fd);
   // One request/response; false when the connection must close.
   bool ServeOne(int fd);
+  // Sends a chunk's header and bytes; false when the connection broke.
+  // *by_reference: some went by sendfile, so the socket still references
+  // the pinned pages.
+  bool SendChunk(int fd, const char* header, absl::Span<const char> bytes,
+                 absl::Time deadline, bool* by_reference);
+  // Returns once the asker's next request or close is readable on fd, or
+  // after options_.release_wait (counted in early_releases_).
+  void AwaitAskerRead(int fd);
   void ReapFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -104,6 +150,9 @@ class PeerDataServer {
   std::atomic<uint64_t> open_{0};
   std::atomic<uint64_t> unauthenticated_{0};
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> sendfile_bytes_{0};
+  std::atomic<uint64_t> sendfile_fallbacks_{0};
+  std::atomic<uint64_t> early_releases_{0};
 };
 
 }  // namespace dlcache

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,6 +60,36 @@ absl::Status Wait(int fd, short events, absl::Time deadline) {
 absl::Status Broken(const char* what, int err) {
   return absl::UnavailableError(
       absl::StrCat("peer data stream: ", what, ": ", std::strerror(err)));
+}
+
+// The read loop of both DataReadAll.
+absl::Status ReadAll(
+    int fd, char* dst, size_t n, absl::Time deadline, size_t* got,
+    const absl::FunctionRef<void(const char*, size_t)>* on_piece) {
+  size_t done = 0;
+  absl::Status status;
+  while (done < n) {
+    const ssize_t r = ::recv(fd, dst + done, n - done, 0);
+    if (r > 0) {
+      if (on_piece != nullptr) (*on_piece)(dst + done, r);
+      done += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) {
+      status = absl::UnavailableError("peer data stream: closed by the peer");
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      status = Wait(fd, POLLIN, deadline);
+      if (!status.ok()) break;
+      continue;
+    }
+    status = Broken("recv", errno);
+    break;
+  }
+  if (got != nullptr) *got = done;
+  return status;
 }
 
 }  // namespace
@@ -138,7 +169,8 @@ absl::Status DecodeDataResponse(const char* in, DataResponseHeader* h) {
   return absl::OkStatus();
 }
 
-absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline) {
+absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline,
+                          int flags) {
   size_t first = 0;
   while (first < iov.size()) {
     if (iov[first].iov_len == 0) {
@@ -148,7 +180,7 @@ absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline) {
     msghdr msg{};
     msg.msg_iov = &iov[first];
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -169,31 +201,45 @@ absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status DataReadAll(int fd, char* dst, size_t n, absl::Time deadline,
-                         size_t* got) {
-  size_t done = 0;
-  absl::Status status;
-  while (done < n) {
-    const ssize_t r = ::recv(fd, dst + done, n - done, 0);
+absl::Status DataSendFile(int sock, int file_fd, uint64_t offset, size_t n,
+                          absl::Time deadline, size_t* sent) {
+  *sent = 0;
+  while (*sent < n) {
+    off_t off = static_cast<off_t>(offset + *sent);
+    const ssize_t r = ::sendfile(sock, file_fd, &off, n - *sent);
     if (r > 0) {
-      done += static_cast<size_t>(r);
+      *sent += static_cast<size_t>(r);
       continue;
     }
     if (r == 0) {
-      status = absl::UnavailableError("peer data stream: closed by the peer");
-      break;
+      // The file is shorter than the range: its bytes are not the ones
+      // asked for here; the caller has them in memory.
+      return absl::UnimplementedError("sendfile: end of file");
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      status = Wait(fd, POLLIN, deadline);
-      if (!status.ok()) break;
+      if (absl::Status s = Wait(sock, POLLOUT, deadline); !s.ok()) return s;
       continue;
     }
-    status = Broken("recv", errno);
-    break;
+    if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
+        errno == ESPIPE) {
+      return absl::UnimplementedError(
+          absl::StrCat("sendfile: ", std::strerror(errno)));
+    }
+    return Broken("sendfile", errno);
   }
-  if (got != nullptr) *got = done;
-  return status;
+  return absl::OkStatus();
+}
+
+absl::Status DataReadAll(int fd, char* dst, size_t n, absl::Time deadline,
+                         size_t* got) {
+  return ReadAll(fd, dst, n, deadline, got, nullptr);
+}
+
+absl::Status DataReadAll(
+    int fd, char* dst, size_t n, absl::Time deadline,
+    absl::FunctionRef<void(const char*, size_t)> on_piece) {
+  return ReadAll(fd, dst, n, deadline, nullptr, &on_piece);
 }
 
 }  // namespace dlcache

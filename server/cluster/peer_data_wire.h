@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -77,13 +78,31 @@ void EncodeDataResponse(const DataResponseHeader& h, char* out);
 absl::Status DecodeDataResponse(const char* in, DataResponseHeader* h);
 
 // Blocking I/O with a deadline on a non-blocking socket (InfiniteFuture =
-// none). Write sends every byte of iov (MSG_NOSIGNAL); Read fills dst.
+// none). Write sends every byte of iov (MSG_NOSIGNAL, plus `flags`, e.g.
+// MSG_MORE for a header whose data follows); Read fills dst.
 // DEADLINE_EXCEEDED past the deadline, UNAVAILABLE on a closed or broken
 // connection (Read: *got says how many bytes came before), INTERNAL on
 // other errors. Modifies iov.
-absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline);
+absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline,
+                          int flags = 0);
+
+// Sends n bytes of file_fd from `offset` to the socket with sendfile(2):
+// from a tmpfs or page-cache file TCP then queues references to the file's
+// pages, not a copy of them, so the bytes must not change until the
+// receiver has read them (see PeerDataServer). *sent says how many bytes
+// went. UNIMPLEMENTED when sendfile cannot serve this file or socket
+// (EINVAL, ENOSYS, EOPNOTSUPP, ESPIPE, or the file ended early): the caller
+// sends the rest another way. Otherwise the codes of DataWriteAll. SIGPIPE is
+// not suppressed (sendfile has no MSG_NOSIGNAL): block or ignore it in the
+// calling thread.
+absl::Status DataSendFile(int sock, int file_fd, uint64_t offset, size_t n,
+                          absl::Time deadline, size_t* sent);
 absl::Status DataReadAll(int fd, char* dst, size_t n, absl::Time deadline,
                          size_t* got = nullptr);
+// Same, calling on_piece with each piece as soon as a recv() put it in
+// dst (still in cache: a checksum over it costs no second pass over dst).
+absl::Status DataReadAll(int fd, char* dst, size_t n, absl::Time deadline,
+                         absl::FunctionRef<void(const char*, size_t)> on_piece);
 
 }  // namespace dlcache
 

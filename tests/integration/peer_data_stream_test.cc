@@ -3,9 +3,17 @@
 // controls, PeerDataClient against it, and PeerClient choosing the stream
 // over gRPC when the peer announces one.
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,11 +27,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checksum.h"
+#include "common/unique_fd.h"
 #include "gtest/gtest.h"
 #include "server/cluster/peer_client.h"
 #include "server/cluster/peer_data_client.h"
 #include "server/cluster/peer_data_server.h"
+#include "server/cluster/peer_data_wire.h"
 #include "server/cluster/peer_service.h"
+#include "server/memory/arena.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
@@ -288,6 +300,414 @@ TEST(PeerDataStreamTest, ConnectionsOverTheLimitAreClosed) {
   release.Notify();
   threads.JoinAll();
   EXPECT_TRUE(sa.ok()) << sa;
+}
+
+// An owner whose chunks lie in a real arena (segment files in /dev/shm),
+// located for sendfile as dlcached's are. Chunk i is kChunkBytes at
+// i * kChunkBytes in segment 0, its 64-bit words all (i << 32 | version).
+// read_local pins the slot for its sink, as the memory tier does;
+// after_release runs when a slot's last pin is dropped: by default it frees
+// and refills the slot at once with the next version, the worst an
+// eviction could do.
+class ArenaOwner {
+ public:
+  static constexpr uint64_t kChunkBytes = 64 << 10;
+  static constexpr uint32_t kChunks = 8;
+
+  explicit ArenaOwner(PeerDataServer::Options o = Defaults(),
+                      uint64_t chunk_bytes = kChunkBytes)
+      : shm_("/dev/shm"), chunk_bytes_(chunk_bytes) {
+    ArenaOptions a{shm_.path() + "/arena", kChunks * chunk_bytes,
+                   kChunks * chunk_bytes, 4096};
+    auto arena = Arena::Create(a);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+    for (uint32_t i = 0; i < kChunks; ++i) Fill(i, 0);
+    if (!o.locate_file) {
+      o.locate_file = [this](absl::Span<const char> bytes, int* fd,
+                             uint64_t* offset) {
+        uint32_t segment = 0;
+        if (!arena_->Locate(bytes.data(), bytes.size(), &segment, offset)) {
+          return false;
+        }
+        *fd = arena_->read_only_fd(segment);
+        return true;
+      };
+    }
+    auto server = PeerDataServer::Start(
+        o, "127.0.0.1", 0,
+        [this](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
+          const uint32_t i = id.chunk % kChunks;
+          {
+            absl::MutexLock lock(&mu_);
+            ++pins_[i];
+          }
+          absl::Status s = sink(FileInfo{chunk_bytes_, kMtime},
+                                absl::MakeConstSpan(slot(i), chunk_bytes_),
+                                Checksum(slot(i), chunk_bytes_));
+          absl::MutexLock lock(&mu_);
+          // Unpinned: from here on the slot is the arena's again.
+          if (--pins_[i] == 0 && after_release) after_release(i);
+          released_.fetch_add(1);
+          return s;
+        },
+        [this](absl::string_view, absl::string_view) {
+          return absl::StatusOr<FileInfo>(FileInfo{chunk_bytes_, kMtime});
+        });
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    after_release = [this](uint32_t i) { Fill(i, version(i) + 1); };
+  }
+  ~ArenaOwner() { server_->Shutdown(); }
+
+  static PeerDataServer::Options Defaults() {
+    PeerDataServer::Options o;
+    o.token = kToken;
+    // Long enough that only the asker's next request or close releases.
+    o.release_wait = absl::Seconds(60);
+    return o;
+  }
+
+  char* slot(uint32_t i) { return arena_->base(0) + i * chunk_bytes_; }
+  uint32_t version(uint32_t i) {
+    uint64_t w;
+    std::memcpy(&w, slot(i), sizeof(w));
+    return static_cast<uint32_t>(w);
+  }
+  void Fill(uint32_t i, uint32_t version) {
+    const uint64_t w = uint64_t{i} << 32 | version;
+    for (uint64_t off = 0; off < chunk_bytes_; off += sizeof(w)) {
+      std::memcpy(slot(i) + off, &w, sizeof(w));
+    }
+  }
+  // True when every word of `bytes` is chunk i's, of one version.
+  static bool OneVersionOf(uint32_t i, absl::string_view bytes) {
+    uint64_t first;
+    std::memcpy(&first, bytes.data(), sizeof(first));
+    if (first >> 32 != i) return false;
+    for (size_t off = 0; off < bytes.size(); off += sizeof(first)) {
+      uint64_t w;
+      std::memcpy(&w, bytes.data() + off, sizeof(w));
+      if (w != first) return false;
+    }
+    return true;
+  }
+
+  PeerDataServer& server() { return *server_; }
+  int port() const { return server_->port(); }
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
+  int released() const { return released_.load(); }
+  const std::string& dir() const { return shm_.path(); }
+
+  std::function<void(uint32_t)> after_release;
+
+ private:
+  testing::TempDir shm_;
+  const uint64_t chunk_bytes_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<PeerDataServer> server_;
+  std::atomic<int> released_{0};
+  absl::Mutex mu_;
+  int pins_[kChunks] ABSL_GUARDED_BY(mu_) = {};
+};
+
+absl::Status FetchChunk(PeerDataClient& client, uint32_t chunk, uint64_t bytes,
+                        std::string* out) {
+  out->assign(bytes, '\0');
+  uint64_t sum = 0;
+  absl::Status s =
+      client.Fetch(ChunkId{"ds", "f", chunk}, FileInfo{bytes, kMtime},
+                   absl::MakeSpan(*out), &sum, absl::Seconds(20));
+  if (s.ok() && sum != Checksum(out->data(), out->size())) {
+    return absl::InternalError("checksum not returned");
+  }
+  return s;
+}
+
+TEST(PeerDataSendfileTest, ArenaChunksGoBySendfileAndArriveIntact) {
+  ArenaOwner owner;
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  for (uint32_t round = 0; round < 3; ++round) {
+    for (uint32_t i = 0; i < ArenaOwner::kChunks; ++i) {
+      SCOPED_TRACE(absl::StrCat("round ", round, " chunk ", i));
+      std::string got;
+      ASSERT_TRUE(FetchChunk(client, i, owner.chunk_bytes(), &got).ok());
+      // Each fetch's release refilled the slot: round r got version r.
+      EXPECT_TRUE(ArenaOwner::OneVersionOf(i, got));
+      uint64_t w;
+      std::memcpy(&w, got.data(), sizeof(w));
+      EXPECT_EQ(static_cast<uint32_t>(w), round);
+    }
+  }
+  // Counted once each answer is on its way (the asker may be faster).
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        return owner.server().stats().fetches == 3u * ArenaOwner::kChunks;
+      },
+      absl::Seconds(10)));
+  const PeerDataServer::Stats st = owner.server().stats();
+  EXPECT_EQ(st.sendfile_bytes, st.bytes_sent);
+  EXPECT_EQ(st.bytes_sent, 3u * ArenaOwner::kChunks * owner.chunk_bytes());
+  EXPECT_EQ(st.sendfile_fallbacks, 0u);
+  EXPECT_EQ(client.connections_opened(), 1u);
+}
+
+TEST(PeerDataSendfileTest, WithoutSendfileOrBelowItsMinimumChunksAreWritten) {
+  for (bool off : {true, false}) {
+    SCOPED_TRACE(off ? "use_sendfile = false" : "chunk below the minimum");
+    PeerDataServer::Options o = ArenaOwner::Defaults();
+    o.use_sendfile = !off;
+    if (!off) o.sendfile_min_bytes = ArenaOwner::kChunkBytes + 1;
+    ArenaOwner owner(o);
+    PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+    std::string got;
+    ASSERT_TRUE(FetchChunk(client, 3, owner.chunk_bytes(), &got).ok());
+    EXPECT_TRUE(ArenaOwner::OneVersionOf(3, got));
+    // A write() copies: the pin goes as soon as the bytes are queued.
+    EXPECT_TRUE(testing::Eventually([&] { return owner.released() == 1; },
+                                    absl::Seconds(10)));
+    EXPECT_EQ(owner.server().stats().sendfile_bytes, 0u);
+    EXPECT_EQ(owner.server().stats().bytes_sent, owner.chunk_bytes());
+  }
+}
+
+TEST(PeerDataSendfileTest, AFileSendfileCannotServeFallsBackToWrite) {
+  testing::TempDir scratch;
+  // A directory (sendfile: EINVAL) and an empty file (sendfile: 0 bytes,
+  // the file ends before the chunk): neither holds the bytes; both are
+  // written from memory instead, on the same connection.
+  UniqueFd dir(::open(scratch.path().c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_TRUE(dir.valid());
+  const std::string empty = scratch.path() + "/empty";
+  testing::WriteFileOrDie(empty, "");
+  UniqueFd empty_fd(::open(empty.c_str(), O_RDONLY));
+  ASSERT_TRUE(empty_fd.valid());
+  for (int fd : {dir.get(), empty_fd.get()}) {
+    SCOPED_TRACE(fd == dir.get() ? "directory" : "empty file");
+    PeerDataServer::Options o = ArenaOwner::Defaults();
+    o.locate_file = [fd](absl::Span<const char>, int* out, uint64_t* offset) {
+      *out = fd;
+      *offset = 0;
+      return true;
+    };
+    ArenaOwner owner(o);
+    PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+    for (uint32_t i = 0; i < 2; ++i) {
+      std::string got;
+      ASSERT_TRUE(FetchChunk(client, i, owner.chunk_bytes(), &got).ok());
+      EXPECT_TRUE(ArenaOwner::OneVersionOf(i, got));
+    }
+    ASSERT_TRUE(
+        testing::Eventually([&] { return owner.server().stats().fetches == 2; },
+                            absl::Seconds(10)));
+    const PeerDataServer::Stats st = owner.server().stats();
+    EXPECT_EQ(st.sendfile_fallbacks, 2u);
+    EXPECT_EQ(st.sendfile_bytes, 0u);
+    EXPECT_EQ(st.bytes_sent, 2 * owner.chunk_bytes());
+    EXPECT_EQ(client.connections_opened(), 1u);
+  }
+}
+
+// A hand-driven asker: hello, requests and responses byte by byte, so that
+// a test decides when the answer is read.
+class RawAsker {
+ public:
+  // rcvbuf > 0 fixes the receive buffer (no autotuning).
+  RawAsker(int port, int rcvbuf = 0) {
+    fd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (rcvbuf > 0) {
+      ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(
+        ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+        0);
+    char hello[kDataHelloBytes];
+    EncodeDataHello(sizeof(kToken) - 1, hello);
+    Send(absl::string_view(hello, sizeof(hello)));
+    Send(kToken);
+    EXPECT_EQ(Read(4), std::string(4, '\0'));
+  }
+  void Send(absl::string_view bytes) {
+    EXPECT_EQ(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void Request(uint32_t chunk, uint64_t size) {
+    DataRequestHeader h;
+    h.chunk = chunk;
+    h.expected_size = size;
+    h.expected_mtime_ns = kMtime;
+    h.dataset_len = 2;
+    h.path_len = 1;
+    char out[kDataRequestBytes];
+    EncodeDataRequest(h, out);
+    Send(absl::StrCat(absl::string_view(out, sizeof(out)), "ds", "f"));
+  }
+  std::string Read(size_t n) {
+    std::string out(n, '\0');
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::recv(fd_.get(), out.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += r;
+    }
+    out.resize(got);
+    return out;
+  }
+  DataResponseHeader ReadHeader() {
+    DataResponseHeader h;
+    const std::string bytes = Read(kDataResponseBytes);
+    EXPECT_EQ(bytes.size(), kDataResponseBytes);
+    if (bytes.size() == kDataResponseBytes) {
+      EXPECT_TRUE(DecodeDataResponse(bytes.data(), &h).ok());
+    }
+    return h;
+  }
+  void Close() { fd_ = UniqueFd(); }
+
+ private:
+  UniqueFd fd_;
+};
+
+TEST(PeerDataSendfileTest, ASentSlotStaysPinnedUntilTheAskerHasReadIt) {
+  ArenaOwner owner;
+  RawAsker asker(owner.port());
+  asker.Request(2, owner.chunk_bytes());
+  // sendfile has returned for every byte: the pages are in the socket
+  // (64 KiB fit in loopback's default buffers), none read yet.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        return owner.server().stats().sendfile_bytes == owner.chunk_bytes();
+      },
+      absl::Seconds(10)));
+  // The slot is still pinned (release_wait is a minute), so nothing may
+  // overwrite it while the bytes wait unread.
+  EXPECT_EQ(owner.released(), 0);
+  const DataResponseHeader h = asker.ReadHeader();
+  ASSERT_EQ(h.data_len, owner.chunk_bytes());
+  const std::string data = asker.Read(h.data_len);
+  EXPECT_TRUE(ArenaOwner::OneVersionOf(2, data));
+  EXPECT_EQ(Checksum(data.data(), data.size()), h.checksum);
+  EXPECT_EQ(owner.released(), 0);
+  // The next request says the answer was read: the pin goes (and the slot
+  // is refilled), then the new request is served.
+  asker.Request(2, owner.chunk_bytes());
+  ASSERT_TRUE(testing::Eventually([&] { return owner.released() >= 1; },
+                                  absl::Seconds(10)));
+  const DataResponseHeader h2 = asker.ReadHeader();
+  const std::string data2 = asker.Read(h2.data_len);
+  EXPECT_TRUE(ArenaOwner::OneVersionOf(2, data2));
+  EXPECT_EQ(Checksum(data2.data(), data2.size()), h2.checksum);
+  EXPECT_NE(data2, data);  // the refilled version
+  // A close releases too.
+  asker.Close();
+  EXPECT_TRUE(testing::Eventually([&] { return owner.released() == 2; },
+                                  absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().early_releases, 0u);
+}
+
+TEST(PeerDataSendfileTest,
+     ASlotOverwrittenBeforeTheAskerReadsFailsItsChecksum) {
+  // Without the wait (release_wait 0: the pin goes as soon as sendfile
+  // returned), the slot is refilled while its pages still sit unread in
+  // the asker's socket. Whatever the kernel then delivers, the bytes are
+  // never taken for the chunk: changed bytes fail the sender's checksum,
+  // which PeerDataClient turns into DATA_LOSS.
+  PeerDataServer::Options o = ArenaOwner::Defaults();
+  o.release_wait = absl::ZeroDuration();
+  ArenaOwner owner(o);
+  RawAsker asker(owner.port());
+  asker.Request(5, owner.chunk_bytes());
+  ASSERT_TRUE(testing::Eventually([&] { return owner.released() == 1; },
+                                  absl::Seconds(10)));
+  const DataResponseHeader h = asker.ReadHeader();
+  ASSERT_EQ(h.data_len, owner.chunk_bytes());
+  const std::string data = asker.Read(h.data_len);
+  ASSERT_TRUE(ArenaOwner::OneVersionOf(5, data));
+  uint64_t w;
+  std::memcpy(&w, data.data(), sizeof(w));
+  const bool overwritten = static_cast<uint32_t>(w) != 0;
+  if (overwritten) {
+    EXPECT_NE(Checksum(data.data(), data.size()), h.checksum);
+  } else {
+    EXPECT_EQ(Checksum(data.data(), data.size()), h.checksum);
+  }
+  std::printf(
+      "sendfile, slot refilled before the asker read: the asker saw "
+      "the %s bytes\n",
+      overwritten ? "refilled (pages are sent by reference)"
+                  : "original (the kernel copied)");
+  EXPECT_EQ(owner.server().stats().early_releases, 1u);
+}
+
+TEST(PeerDataSendfileTest,
+     SlotsRefilledRightAfterEachSendAreNeverServedCorrupt) {
+  // Four askers fetch the same chunks over and over while every release
+  // refills the slot with the next version at once: each fetch gets one
+  // whole version with its checksum, none fails.
+  ArenaOwner owner;
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  std::atomic<int> ok{0}, bad{0};
+  testing::ThreadGuard threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.Spawn([&, t] {
+      for (int n = 0; n < 100; ++n) {
+        const uint32_t i = (t + n) % 3;  // three hot chunks
+        std::string got;
+        absl::Status s = FetchChunk(client, i, owner.chunk_bytes(), &got);
+        if (s.ok() && ArenaOwner::OneVersionOf(i, got)) {
+          ++ok;
+        } else {
+          ++bad;
+          ADD_FAILURE() << s;
+        }
+      }
+    });
+  }
+  threads.JoinAll();
+  EXPECT_EQ(ok.load(), 400);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        return owner.server().stats().sendfile_bytes ==
+               400 * owner.chunk_bytes();
+      },
+      absl::Seconds(10)));
+}
+
+TEST(PeerDataSendfileTest, AnAskerClosingMidChunkDropsOnlyItsConnection) {
+  // 16 MiB: more than loopback's socket buffers hold with the asker's
+  // receive buffer fixed small, so the sendfile is under way when the
+  // asker goes.
+  constexpr uint64_t kBig = 16 << 20;
+  ArenaOwner owner(ArenaOwner::Defaults(), kBig);
+  {
+    RawAsker asker(owner.port(), /*rcvbuf=*/64 << 10);
+    asker.Request(1, kBig);
+    const DataResponseHeader h = asker.ReadHeader();
+    ASSERT_EQ(h.data_len, kBig);
+    EXPECT_EQ(asker.Read(4096).size(), 4096u);
+    asker.Close();  // unread data: the owner gets a reset
+  }
+  // The owner's send fails (EPIPE/ECONNRESET; SIGPIPE blocked, so this
+  // process lives), the pin is released and the connection closed.
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return owner.server().stats().fetch_errors == 1; },
+      absl::Seconds(20)));
+  EXPECT_TRUE(testing::Eventually([&] { return owner.released() == 1; },
+                                  absl::Seconds(10)));
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return owner.server().stats().connections == 0; },
+      absl::Seconds(10)));
+  EXPECT_LT(owner.server().stats().sendfile_bytes, kBig);
+  // Others are served as before.
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  std::string got;
+  ASSERT_TRUE(FetchChunk(client, 0, kBig, &got).ok());
+  EXPECT_TRUE(ArenaOwner::OneVersionOf(0, got));
 }
 
 // PeerClient: with a DataPlane port announced over gRPC, chunk data goes
