@@ -12,11 +12,14 @@
 // behind --source_latency_ms per file (each read at offset 0 sleeps that
 // long, like the open of a file on NFS). With the page-cached source the
 // cluster runs twice: chunk data over the raw TCP chunk stream (the
-// default) and over gRPC only (--peer_data_port=-1), to show the hop.
+// default) and over gRPC only (--peer_data_port=-1), to show the hop;
+// on the stream the owner sends arena chunks with sendfile(2) (the
+// default) and, in a third row, with write() (--peer_sendfile=false: one
+// more copy per hop), so the two hops compare within one run.
 //
 //   cluster_bench [--files=1500] [--file_bytes=110000] [--arena_mib=96]
 //                 [--clients=2] [--epochs=2] [--batch=32] [--dir=/tmp]
-//                 [--source_latency_ms=2] [--rounds=3]
+//                 [--source_latency_ms=2] [--rounds=3] [--write_row=true]
 //                 [--out=docs/cluster_benchmark.md]
 //
 // Every delivered item's bytes are folded into a checksum compared with the
@@ -43,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/dataset_gen.h"
@@ -52,6 +56,7 @@
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "server/cache_server.h"
+#include "server/cluster/peer_data_server.h"
 #include "server/cluster/peer_router.h"
 #include "server/source/posix_source.h"
 
@@ -68,6 +73,9 @@ ABSL_FLAG(uint32_t, rounds, 3,
           "rounds of all configurations; rows show the median round");
 ABSL_FLAG(uint32_t, source_latency_ms, 2,
           "latency per file of the slow source rows (0 = no such rows)");
+ABSL_FLAG(bool, write_row, true,
+          "also run the page-cached cluster with the owner write()ing chunks "
+          "(--peer_sendfile=false), to compare the hops in one run");
 
 namespace dlcache::bench {
 namespace {
@@ -125,6 +133,7 @@ struct Config {
   std::string name;
   bool peers = false;
   bool data_stream = true;  // raw TCP chunk stream between the peers
+  bool sendfile = true;     // the owner sends chunks with sendfile(2)
   absl::Duration latency;   // per file, at the source
 };
 
@@ -138,6 +147,8 @@ struct Result {
   uint64_t peer_fetches = 0;  // chunks fetched from their owner
   uint64_t peer_stats = 0;    // file sizes asked of the owner of chunk 0
   uint64_t fallbacks = 0;
+  uint64_t sendfile_bytes = 0;  // of the bytes the owners sent
+  uint64_t early_releases = 0;  // pins released before the asker read
   double seconds = 0;
   uint64_t bad = 0;  // items with wrong bytes or errors
   double items_per_s() const { return seconds > 0 ? items / seconds : 0; }
@@ -172,6 +183,7 @@ absl::StatusOr<Result> RunConfig(const Config& config, const Dataset& data,
       c.peers = addresses;
       c.peer_token = "bench";
       c.peer_data_port = config.data_stream ? 0 : -1;
+      c.peer_sendfile = config.sendfile;
     }
     c.source_factory =
         [latency = config.latency](
@@ -264,6 +276,11 @@ absl::StatusOr<Result> RunConfig(const Config& config, const Dataset& data,
       r.peer_stats += rs.peer_stats;
       r.fallbacks += rs.fallbacks;
     }
+    if (PeerDataServer* d = s->peer_data_server()) {
+      const PeerDataServer::Stats ds = d->stats();
+      r.sendfile_bytes += ds.sendfile_bytes;
+      r.early_releases += ds.early_releases;
+    }
   }
   for (auto& s : servers) s->Shutdown();
   return r;
@@ -301,14 +318,19 @@ int Main(int argc, char** argv) {
   }
   const absl::Duration slow =
       absl::Milliseconds(absl::GetFlag(FLAGS_source_latency_ms));
+  const absl::Duration none = absl::ZeroDuration();
   std::vector<Config> configs = {
-      {"cluster", true, true, absl::ZeroDuration()},
-      {"cluster-grpc", true, false, absl::ZeroDuration()},
-      {"independent", false, true, absl::ZeroDuration()},
+      {"cluster", true, true, true, none},
+      {"cluster-grpc", true, false, true, none},
+      {"independent", false, true, true, none},
   };
+  if (absl::GetFlag(FLAGS_write_row)) {
+    configs.insert(configs.begin() + 1,
+                   {"cluster-write", true, true, false, none});
+  }
   if (slow > absl::ZeroDuration()) {
-    configs.push_back({"cluster-slow", true, true, slow});
-    configs.push_back({"independent-slow", false, true, slow});
+    configs.push_back({"cluster-slow", true, true, true, slow});
+    configs.push_back({"independent-slow", false, true, true, slow});
   }
   // Rounds of every configuration in turn, so that a burst of load on the
   // machine hits all of them alike; each row is the round with the median
@@ -347,15 +369,19 @@ int Main(int argc, char** argv) {
             : "page cache";
     if (!c.peers) return absl::StrCat("3 independent caches | ", source);
     return absl::StrCat("cluster (3 nodes, peers, ",
-                        c.data_stream ? "TCP chunk stream" : "gRPC only",
+                        !c.data_stream ? "gRPC only"
+                        : c.sendfile   ? "TCP chunk stream, sendfile"
+                                       : "TCP chunk stream, write()",
                         ") | ", source);
   };
   std::string md = absl::StrCat(
       "| configuration | source | source reads | source MB | "
       "source MB / dataset | peer MB | peer fetches + stats | fallbacks | "
-      "hit rate per node | "
+      "sendfile MB | early releases | hit rate per node | "
       "items | seconds | items/s | bad |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:"
+      "|"
+      "\n");
   for (const Result& r : results) {
     std::vector<std::string> rates;
     for (double h : r.hit_rates) {
@@ -366,24 +392,37 @@ int Main(int argc, char** argv) {
         Mb(r.source_bytes), " | ",
         absl::StrFormat("%.2f", 1.0 * r.source_bytes / data->total_bytes),
         " | ", Mb(r.peer_bytes), " | ", r.peer_fetches, " + ", r.peer_stats,
-        " | ", r.fallbacks, " | ", absl::StrJoin(rates, " / "), " | ", r.items,
+        " | ", r.fallbacks, " | ", Mb(r.sendfile_bytes), " | ",
+        r.early_releases, " | ", absl::StrJoin(rates, " / "), " | ", r.items,
         " | ", absl::StrFormat("%.2f", r.seconds), " | ",
         absl::StrFormat("%.0f", r.items_per_s()), " | ", r.bad, " |\n");
   }
   auto ratio = [](double a, double b) {
     return absl::StrFormat("%.2fx", b > 0 ? a / b : 0.0);
   };
-  const Result& c = results[0];
-  const Result& grpc_only = results[1];
-  const Result& ind = results[2];
+  auto find = [&](absl::string_view name) -> const Result* {
+    for (const Result& r : results) {
+      if (r.config.name == name) return &r;
+    }
+    return nullptr;
+  };
+  const Result& c = *find("cluster");
+  const Result& grpc_only = *find("cluster-grpc");
+  const Result& ind = *find("independent");
   absl::StrAppend(&md, "\nPage-cached source: items/s cluster / independent ",
-                  ratio(c.items_per_s(), ind.items_per_s()), " (gRPC-only hop ",
+                  ratio(c.items_per_s(), ind.items_per_s()));
+  if (const Result* w = find("cluster-write")) {
+    absl::StrAppend(
+        &md, " (write() hop ", ratio(w->items_per_s(), ind.items_per_s()),
+        "; sendfile / write() ", ratio(c.items_per_s(), w->items_per_s()), ")");
+  }
+  absl::StrAppend(&md, " (gRPC-only hop ",
                   ratio(grpc_only.items_per_s(), ind.items_per_s()),
                   "); source bytes independent / cluster ",
                   ratio(ind.source_bytes, c.source_bytes), ".\n");
-  if (results.size() == 5) {
-    const Result& cs = results[3];
-    const Result& is = results[4];
+  if (find("cluster-slow") != nullptr) {
+    const Result& cs = *find("cluster-slow");
+    const Result& is = *find("independent-slow");
     absl::StrAppend(&md, "Source with ", absl::GetFlag(FLAGS_source_latency_ms),
                     " ms per file: items/s cluster / independent ",
                     ratio(cs.items_per_s(), is.items_per_s()),
