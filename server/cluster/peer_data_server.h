@@ -29,14 +29,18 @@ namespace dlcache {
 // sendfile(2) from that file: TCP then queues references to the file's
 // pages and copies nothing on this side (on loopback the asker's recv() is
 // the one copy of the hop). Otherwise, or where sendfile refuses the file
-// (EINVAL/ENOSYS), they are written from what read_local pins (one copy
-// into the socket buffer).
+// (EINVAL/ENOSYS, the fallback sendfile(2) advises; also EOPNOTSUPP,
+// ESPIPE), they are written from what read_local pins (one copy into the
+// socket buffer).
 //
 // Pages sent by reference are read by the asker when it reads, so the pin
-// read_local holds must outlast that, not just sendfile's return (on Linux
-// 6.18, bytes overwritten after sendfile returned reached a reader that
-// read later: docs/cluster_benchmark.md). The asker sends its next request
-// on a connection only after it read the whole answer, so after a
+// read_local holds must outlast that, not just sendfile's return: the
+// kernel's MSG_ZEROCOPY notes say of such sends (sendfile and splice
+// included) that a buffer overwritten after the call returned may change
+// the data in flight (Documentation/networking/msg_zerocopy.rst), and on
+// Linux 6.18 bytes overwritten after sendfile returned reached a reader
+// that read later (docs/cluster_benchmark.md). The asker sends its next
+// request on a connection only after it read the whole answer, so after a
 // sendfile the pin is held until the next request (or a close) arrives on
 // the connection, for at most release_wait; past that it is released
 // anyway (counted in Stats::early_releases) and a chunk overwritten while

@@ -30,7 +30,12 @@
 #   -> multi_rank_feed.log, multi_rank_feed.md
 # RUN_CLUSTER=1 (bench/cluster_bench: 3 nodes on loopback, cluster vs
 # independent caches, on this machine's quiet cores; CLUSTER_FLAGS are
-# passed to it)  -> cluster_bench.log, cluster_benchmark.md
+# passed to it; with bin/base/cluster_bench (BASE_BINS) base and this build
+# run alternately, CLUSTER_AB rounds of each, default 2)
+#   -> cluster_bench.log, cluster_benchmark.md (+ _base, _N per round)
+# RUN_PEER_HOP=1 (bench/peer_hop_bench, issue 11: one peer hop, owner
+# write() vs sendfile, CPU per chunk by size; PEER_HOP_FLAGS are passed to
+# it; ~40 s)  -> peer_hop_bench.log, peer_hop_benchmark.md
 # RUN_SCALE=1 (bench/scale_bench, issue 17: SCALE_ITEMS files, default
 # 10000,100000,1300000, generated under a temp dir on this machine's disk,
 # the arena in /dev/shm; warm-up, RAM per item, restarts; SCALE_CPUS=0,1
@@ -147,13 +152,43 @@ fi
 # Opt-in: the cluster benchmark (issue 11's peer hop) on quiet cores.
 if [ -n "$RUN_CLUSTER" ] && [ -x "$here/bin/cluster_bench" ]; then
   echo "=== cluster_bench"
-  cdir=$(mktemp -d /tmp/dlc_cluster.XXXXXX)
-  binenv timeout 540 "$here/bin/cluster_bench" --dir="$cdir" \
-    --out="$out/cluster_benchmark.md" ${CLUSTER_FLAGS:-} > "$out/cluster_bench.log" 2>&1
+  if [ -x "$here/bin/base/cluster_bench" ]; then
+    # Base and this build alternately (a base build does not know this
+    # build's newer flags: --undefok lets it skip them).
+    : > "$out/cluster_bench.log"
+    for i in $(seq 1 "${CLUSTER_AB:-2}"); do
+      for which in base this; do
+        bin="$here/bin/cluster_bench"; md="cluster_benchmark_$i.md"
+        [ $which = base ] && { bin="$here/bin/base/cluster_bench"; md="cluster_benchmark_base_$i.md"; }
+        cdir=$(mktemp -d /tmp/dlc_cluster.XXXXXX)
+        echo "--- $which round $i, load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/cluster_bench.log"
+        binenv timeout 270 "$bin" --dir="$cdir" --out="$out/$md" \
+          --undefok=write_row ${CLUSTER_FLAGS:-} >> "$out/cluster_bench.log" 2>&1
+        r=$?
+        rm -rf "$cdir"
+        if [ $r -eq 0 ]; then note "ok   cluster_bench $which $i"; else note "FAIL cluster_bench $which $i ($r)"; rc=1; fi
+      done
+    done
+    tail -60 "$out/cluster_bench.log"
+  else
+    cdir=$(mktemp -d /tmp/dlc_cluster.XXXXXX)
+    binenv timeout 540 "$here/bin/cluster_bench" --dir="$cdir" \
+      --out="$out/cluster_benchmark.md" ${CLUSTER_FLAGS:-} > "$out/cluster_bench.log" 2>&1
+    r=$?
+    rm -rf "$cdir"
+    tail -30 "$out/cluster_bench.log"
+    if [ $r -eq 0 ]; then note "ok   cluster_bench"; else note "FAIL cluster_bench ($r)"; rc=1; fi
+  fi
+fi
+
+# Opt-in: one peer hop, owner write() vs sendfile (issue 11).
+if [ -n "$RUN_PEER_HOP" ] && [ -x "$here/bin/peer_hop_bench" ]; then
+  echo "=== peer_hop_bench"
+  binenv timeout 240 "$here/bin/peer_hop_bench" \
+    --out="$out/peer_hop_benchmark.md" ${PEER_HOP_FLAGS:-} > "$out/peer_hop_bench.log" 2>&1
   r=$?
-  rm -rf "$cdir"
-  tail -30 "$out/cluster_bench.log"
-  if [ $r -eq 0 ]; then note "ok   cluster_bench"; else note "FAIL cluster_bench ($r)"; rc=1; fi
+  tail -30 "$out/peer_hop_bench.log"
+  if [ $r -eq 0 ]; then note "ok   peer_hop_bench"; else note "FAIL peer_hop_bench ($r)"; rc=1; fi
 fi
 
 # Opt-in: the scale benchmark (issue 17): item counts up to ImageNet's.
