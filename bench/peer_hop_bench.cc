@@ -1,6 +1,7 @@
-// peer_hop_bench: the cost of one peer hop on this host, owner side alone
-// vs asker side alone is not separable over loopback, so both run in this
-// process and the CPU time of the whole process is what is compared.
+// peer_hop_bench: the CPU cost of one peer hop on this host. Over loopback
+// the owner's and the asker's shares are not separable (the kernel does
+// the receive side's work in the sender's context and vice versa), so both
+// run in this process and the CPU time of the whole process is compared.
 //
 // An owner (PeerDataServer) serves chunks that lie in a real arena (segment
 // files in /dev/shm, as dlcached's); askers (PeerDataClient, --threads of
