@@ -34,7 +34,7 @@ if [ -x "$here/bin/base/batch_breakdown" ]; then
 fi
 if [ -x "$here/bin/batch_breakdown" ]; then
   binenv timeout 180 "$here/bin/batch_breakdown" --files=8192 --iterations=5000 \
-    --lookup_threads=1,2,4,8,14 --reply_spin_us=20 \
+    --lookup_threads=1,2,4,8,14 --reply_spin_us=150 \
     --out="$out/batch_breakdown.md" > "$out/batch_breakdown.log" 2>&1 || rc=1
   cat "$out/batch_breakdown.log"
 fi
