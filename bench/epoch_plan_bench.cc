@@ -172,54 +172,88 @@ absl::Status RegisterEpoch(PlanRegistry& plans, uint64_t session,
   return plans.Register(session, 0, "bench-job", epoch, 0, views, false);
 }
 
+// What one measured run serves from: an arena in a temp dir, a memory tier
+// (MinIO-style or Belady eviction as asked), the plans, the synthetic
+// source and the engine, and the plans' prefetcher when asked. Members are
+// destroyed in reverse order: the prefetcher (waiting for its fills)
+// before the engine, the engine before the tier and the arena.
+struct Rig {
+  static absl::StatusOr<std::unique_ptr<Rig>> Create(uint64_t arena_bytes,
+                                                     uint64_t items, bool minio,
+                                                     bool belady,
+                                                     bool prefetch) {
+    auto rig = std::make_unique<Rig>();
+    const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
+    absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+        ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-arena-");
+    if (!shm.ok()) return shm.status();
+    rig->shm = *std::move(shm);
+    ArenaOptions a;
+    a.dir = rig->shm->path() + "/arena";
+    a.total_bytes = arena_bytes;
+    a.segment_bytes = a.total_bytes;
+    a.align = chunk;
+    absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
+    if (!arena.ok()) return arena.status();
+    rig->arena = *std::move(arena);
+    rig->tier = std::make_unique<MemoryTier>(rig->arena.get(), chunk, 1);
+    if (minio) rig->tier->SetDatasetEviction(0, DatasetEviction::kMinio);
+    if (belady) {
+      rig->tier->SetEvictionPolicy([plans = &rig->plans](int classes) {
+        return std::make_unique<BeladyEvictionPolicy>(classes, plans);
+      });
+    }
+    rig->source = std::make_unique<SyntheticItems>(SyntheticItems::Options{
+        .dataset = kDataset,
+        .items = items,
+        .item_bytes = chunk,
+        .latency = absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
+        .bytes_per_second = absl::GetFlag(FLAGS_source_mbps) * 1e6});
+    CacheEngine::Options eo;
+    eo.fill_threads = 16;
+    rig->engine = std::make_unique<CacheEngine>(
+        std::vector<std::string>{kDataset}, rig->tier.get(), rig->source.get(),
+        nullptr, eo);
+    if (prefetch) {
+      PlanPrefetcher::Options po;
+      po.lookahead = absl::GetFlag(FLAGS_lookahead);
+      po.max_in_flight = absl::GetFlag(FLAGS_in_flight);
+      rig->prefetcher = std::make_unique<PlanPrefetcher>(
+          &rig->plans,
+          [engine = rig->engine.get()](
+              uint32_t ds, std::string path,
+              absl::AnyInvocable<void(absl::Status)> done,
+              std::function<bool()> wanted) {
+            engine->FillFileAsync(ds, std::move(path), std::move(done),
+                                  std::move(wanted));
+          },
+          po);
+      rig->plans.SetOnChange([p = rig->prefetcher.get()] { p->Wake(); });
+    }
+    return rig;
+  }
+
+  std::unique_ptr<ScopedTempDir> shm;
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<MemoryTier> tier;
+  PlanRegistry plans;
+  std::unique_ptr<SyntheticItems> source;
+  std::unique_ptr<CacheEngine> engine;
+  std::unique_ptr<PlanPrefetcher> prefetcher;
+};
+
 absl::StatusOr<std::vector<EpochResult>> Run(
     Mode mode, uint64_t arena_bytes, uint64_t items,
     const std::vector<std::vector<uint64_t>>& orders) {
-  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-arena-");
-  if (!shm.ok()) return shm.status();
-  ArenaOptions a;
-  a.dir = (*shm)->path() + "/arena";
-  a.total_bytes = arena_bytes;
-  a.segment_bytes = a.total_bytes;
-  a.align = chunk;
-  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
-  if (!arena.ok()) return arena.status();
-  MemoryTier tier(arena->get(), chunk, 1);
-  PlanRegistry plans;
   const bool planned = mode == Mode::kBelady || mode == Mode::kBeladyPrefetch;
-  if (mode == Mode::kMinio) tier.SetDatasetEviction(0, DatasetEviction::kMinio);
-  if (planned) {
-    tier.SetEvictionPolicy([&](int classes) {
-      return std::make_unique<BeladyEvictionPolicy>(classes, &plans);
-    });
-  }
-  SyntheticItems source(
-      {.dataset = kDataset,
-       .items = items,
-       .item_bytes = chunk,
-       .latency = absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
-       .bytes_per_second = absl::GetFlag(FLAGS_source_mbps) * 1e6});
-  CacheEngine::Options eo;
-  eo.fill_threads = 16;
-  CacheEngine engine({kDataset}, &tier, &source, nullptr, eo);
-  std::unique_ptr<PlanPrefetcher> prefetcher;
-  if (mode == Mode::kBeladyPrefetch) {
-    PlanPrefetcher::Options po;
-    po.lookahead = absl::GetFlag(FLAGS_lookahead);
-    po.max_in_flight = absl::GetFlag(FLAGS_in_flight);
-    prefetcher = std::make_unique<PlanPrefetcher>(
-        &plans,
-        [&engine](uint32_t ds, std::string path,
-                  absl::AnyInvocable<void(absl::Status)> done,
-                  std::function<bool()> wanted) {
-          engine.FillFileAsync(ds, std::move(path), std::move(done),
-                               std::move(wanted));
-        },
-        po);
-    plans.SetOnChange([p = prefetcher.get()] { p->Wake(); });
-  }
+  absl::StatusOr<std::unique_ptr<Rig>> rig =
+      Rig::Create(arena_bytes, items, mode == Mode::kMinio, planned,
+                  mode == Mode::kBeladyPrefetch);
+  if (!rig.ok()) return rig.status();
+  PlanRegistry& plans = (*rig)->plans;
+  SyntheticItems& source = *(*rig)->source;
+  CacheEngine& engine = *(*rig)->engine;
+  std::unique_ptr<PlanPrefetcher>& prefetcher = (*rig)->prefetcher;
   const uint64_t session = engine.OpenSession();
   const uint32_t batch = absl::GetFlag(FLAGS_batch);
   const absl::Duration compute =
@@ -358,50 +392,14 @@ struct RanksEpoch {
 absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
     RankPlans mode, uint64_t arena_bytes, uint64_t items, uint32_t ranks,
     const std::vector<std::vector<uint64_t>>& orders) {
-  const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
-  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
-      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-arena-");
-  if (!shm.ok()) return shm.status();
-  ArenaOptions a;
-  a.dir = (*shm)->path() + "/arena";
-  a.total_bytes = arena_bytes;
-  a.segment_bytes = a.total_bytes;
-  a.align = chunk;
-  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
-  if (!arena.ok()) return arena.status();
-  MemoryTier tier(arena->get(), chunk, 1);
-  PlanRegistry plans;
   const bool planned = mode != RankPlans::kNone;
-  if (planned) {
-    tier.SetEvictionPolicy([&](int classes) {
-      return std::make_unique<BeladyEvictionPolicy>(classes, &plans);
-    });
-  }
-  SyntheticItems source(
-      {.dataset = kDataset,
-       .items = items,
-       .item_bytes = chunk,
-       .latency = absl::Microseconds(absl::GetFlag(FLAGS_latency_ms) * 1000),
-       .bytes_per_second = absl::GetFlag(FLAGS_source_mbps) * 1e6});
-  CacheEngine::Options eo;
-  eo.fill_threads = 16;
-  CacheEngine engine({kDataset}, &tier, &source, nullptr, eo);
-  std::unique_ptr<PlanPrefetcher> prefetcher;
-  if (planned) {
-    PlanPrefetcher::Options po;
-    po.lookahead = absl::GetFlag(FLAGS_lookahead);
-    po.max_in_flight = absl::GetFlag(FLAGS_in_flight);
-    prefetcher = std::make_unique<PlanPrefetcher>(
-        &plans,
-        [&engine](uint32_t ds, std::string path,
-                  absl::AnyInvocable<void(absl::Status)> done,
-                  std::function<bool()> wanted) {
-          engine.FillFileAsync(ds, std::move(path), std::move(done),
-                               std::move(wanted));
-        },
-        po);
-    plans.SetOnChange([p = prefetcher.get()] { p->Wake(); });
-  }
+  absl::StatusOr<std::unique_ptr<Rig>> rig =
+      Rig::Create(arena_bytes, items, false, planned, planned);
+  if (!rig.ok()) return rig.status();
+  PlanRegistry& plans = (*rig)->plans;
+  SyntheticItems& source = *(*rig)->source;
+  CacheEngine& engine = *(*rig)->engine;
+  std::unique_ptr<PlanPrefetcher>& prefetcher = (*rig)->prefetcher;
   std::vector<uint64_t> sessions;
   for (uint32_t r = 0; r < ranks; ++r) sessions.push_back(engine.OpenSession());
   const uint32_t batch = absl::GetFlag(FLAGS_batch);
