@@ -12,29 +12,19 @@
 #include "gtest/gtest.h"
 #include "server/memory/arena.h"
 #include "server/tier/memory_tier.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/memory_tier_fixture.h"
 
 namespace dlcache {
 namespace {
 
 constexpr uint64_t kChunk = 64 << 10;
 
-class AdmissionTest : public ::testing::Test {
+class AdmissionTest : public testing::MemoryTierFixture {
  protected:
   // An arena of `chunks` slots of kChunk (one slab each), `datasets`
   // datasets.
   void Make(uint64_t chunks, uint32_t datasets = 1) {
-    tier_.reset();
-    arena_.reset();
-    ArenaOptions o;
-    o.dir = shm_.path() + "/arena";
-    o.total_bytes = chunks * kChunk;
-    o.segment_bytes = chunks * kChunk;
-    o.align = kChunk;
-    auto arena = Arena::Create(o);
-    ASSERT_TRUE(arena.ok()) << arena.status();
-    arena_ = *std::move(arena);
-    tier_ = std::make_unique<MemoryTier>(arena_.get(), kChunk, datasets);
+    MakeTier(kChunk, chunks * kChunk, chunks * kChunk, datasets);
   }
   void SetUp() override { Make(8); }
 
@@ -59,10 +49,6 @@ class AdmissionTest : public ::testing::Test {
   static std::string Name(const std::string& prefix, int i) {
     return prefix + std::to_string(i);
   }
-
-  testing::TempDir shm_{"/dev/shm"};
-  std::unique_ptr<Arena> arena_;
-  std::unique_ptr<MemoryTier> tier_;
 };
 
 TEST_F(AdmissionTest, OwnedChunksStayUnderPeerPressure) {

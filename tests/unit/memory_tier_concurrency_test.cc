@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/memory/arena.h"
 #include "server/tier/memory_tier.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/memory_tier_fixture.h"
 
 namespace dlcache {
 namespace {
@@ -29,19 +29,9 @@ bool HoldsFile(const char* p, uint64_t length, int file) {
   return std::all_of(p, p + length, [&](char c) { return c == ByteOf(file); });
 }
 
-class MemoryTierConcurrencyTest : public ::testing::Test {
+class MemoryTierConcurrencyTest : public testing::MemoryTierFixture {
  protected:
-  void SetUp() override {
-    ArenaOptions o;
-    o.dir = shm_.path() + "/arena";
-    o.total_bytes = kSlots * kChunk;
-    o.segment_bytes = 16 * kChunk;
-    o.align = kChunk;
-    auto arena = Arena::Create(o);
-    ASSERT_TRUE(arena.ok()) << arena.status();
-    arena_ = *std::move(arena);
-    tier_ = std::make_unique<MemoryTier>(arena_.get(), kChunk, 1);
-  }
+  void SetUp() override { MakeTier(kChunk, kSlots * kChunk, 16 * kChunk); }
 
   const char* Bytes(const LeasedChunk& c) const {
     return arena_->base(c.segment) + c.offset;
@@ -76,10 +66,6 @@ class MemoryTierConcurrencyTest : public ::testing::Test {
       return;
     }
   }
-
-  testing::TempDir shm_{"/dev/shm"};
-  std::unique_ptr<Arena> arena_;
-  std::unique_ptr<MemoryTier> tier_;
 };
 
 TEST_F(MemoryTierConcurrencyTest,

@@ -5,26 +5,16 @@
 
 #include "gtest/gtest.h"
 #include "server/memory/arena.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/memory_tier_fixture.h"
 
 namespace dlcache {
 namespace {
 
 constexpr uint64_t kChunk = 1 << 20;
 
-class MemoryTierTest : public ::testing::Test {
+class MemoryTierTest : public testing::MemoryTierFixture {
  protected:
-  void SetUp() override {
-    ArenaOptions o;
-    o.dir = shm_.path() + "/arena";
-    o.total_bytes = 4 * kChunk;
-    o.segment_bytes = 2 * kChunk;
-    o.align = kChunk;
-    auto arena = Arena::Create(o);
-    ASSERT_TRUE(arena.ok()) << arena.status();
-    arena_ = *std::move(arena);
-    tier_ = std::make_unique<MemoryTier>(arena_.get(), kChunk, 1);
-  }
+  void SetUp() override { MakeTier(kChunk, 4 * kChunk, 2 * kChunk); }
 
   // Fills chunk 0 of `path` (size bytes) with `byte` and returns its entry
   // still pinned.
@@ -39,10 +29,6 @@ class MemoryTierTest : public ::testing::Test {
     tier_->CompleteFill(a->entry, absl::OkStatus(), 42);
     return a->entry;
   }
-
-  testing::TempDir shm_{"/dev/shm"};
-  std::unique_ptr<Arena> arena_;
-  std::unique_ptr<MemoryTier> tier_;
 };
 
 TEST_F(MemoryTierTest, HitAfterFillAndLeaseAccounting) {
