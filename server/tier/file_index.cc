@@ -69,17 +69,24 @@ size_t FileIndex::CapacityFor(size_t n) {
   return c;
 }
 
-FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
-                                absl::string_view path) const {
+size_t FileIndex::ProbeTag(size_t i, uint64_t tag) const {
   const size_t mask = capacity_ - 1;
   for (;; i = (i + 1) & mask) {
     const uint64_t s = slots_[i];
-    if (s == kEmpty) return nullptr;
-    if (Live(s) && TagOf(s) == tag) {
-      FileRecord* r = RecordOf(s);
-      if (r->path() == path) return r;
-    }
+    if (s == kEmpty) return capacity_;
+    if (Live(s) && TagOf(s) == tag) return i;
   }
+}
+
+FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
+                                absl::string_view path) const {
+  const size_t mask = capacity_ - 1;
+  for (i = ProbeTag(i, tag); i != capacity_;
+       i = ProbeTag((i + 1) & mask, tag)) {
+    FileRecord* r = RecordOf(slots_[i]);
+    if (r->path() == path) return r;
+  }
+  return nullptr;
 }
 
 FileRecord* FileIndex::Find(absl::string_view path) const {
@@ -117,16 +124,9 @@ void FileIndex::FindBatch(size_t n,
     // slot's line has arrived), start loading the candidate record.
     if (step >= kAhead && step - kAhead < n) {
       Key& k = ring[(step - kAhead) % kRing];
-      const uint64_t tag = TagOf(k.hash);
-      k.slot = capacity_;
-      for (size_t i = Home(k.hash);; i = (i + 1) & mask) {
-        const uint64_t s = slots_[i];
-        if (s == kEmpty) break;
-        if (Live(s) && TagOf(s) == tag) {
-          k.slot = i;
-          PrefetchRecord(RecordOf(s), k.path.size());
-          break;
-        }
+      k.slot = ProbeTag(Home(k.hash), TagOf(k.hash));
+      if (k.slot != capacity_) {
+        PrefetchRecord(RecordOf(slots_[k.slot]), k.path.size());
       }
     }
     // Stage 3, 2 x kAhead keys behind: compare the path (the record has

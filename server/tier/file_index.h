@@ -97,6 +97,9 @@ class FileIndex {
   static FileRecord* RecordOf(uint64_t slot) {
     return reinterpret_cast<FileRecord*>(slot & kPointerMask);
   }
+  // The first live slot from `i` on, probing linearly, whose tag is `tag`;
+  // capacity_ when an empty slot comes first. Reads no record.
+  size_t ProbeTag(size_t i, uint64_t tag) const;
   // The record of `path` probing from slot `i` on; null at an empty slot.
   FileRecord* FindFrom(size_t i, uint64_t tag, absl::string_view path) const;
   // Puts a record whose path hashes to `hash` into the first free slot
