@@ -17,14 +17,17 @@ bins=(bench/gpu_upload_bench tests/gpu/upload_engine_test
       tests/gpu/cuda_feed_test tests/gpu/feed_pipeline_test
       client/dlcachectl bench/batch_breakdown bench/scaling_bench
       bench/cluster_bench bench/scale_bench bench/plan_hit_bench
-      bench/tier_index_bench bench/peer_hop_bench)
-# BASE_BINS=DIR: batch_breakdown, scaling_bench, tier_index_bench and
-# cluster_bench of an earlier build go into bin/base/ too, for an A/B in
-# one run (bench_on_device.sh, RUN_TIER_INDEX, RUN_CLUSTER); they need the
-# same shared libraries.
+      bench/tier_index_bench bench/peer_hop_bench bench/epoch_plan_bench)
+# BASE_BINS=DIR: batch_breakdown, scaling_bench, tier_index_bench,
+# cluster_bench, plan_hit_bench, epoch_plan_bench and scale_bench of an
+# earlier build go into bin/base/ too, for an A/B in one run
+# (bench_on_device.sh, RUN_TIER_INDEX, RUN_CLUSTER, RUN_PLAN_HIT,
+# RUN_EPOCH_PLAN, RUN_SCALE with SCALE_AB); they need the same shared
+# libraries.
 if [ -n "${BASE_BINS:-}" ]; then
   mkdir -p "$out/bin/base"
-  for b in batch_breakdown scaling_bench tier_index_bench cluster_bench; do
+  for b in batch_breakdown scaling_bench tier_index_bench cluster_bench \
+      plan_hit_bench epoch_plan_bench scale_bench; do
     [ -x "$BASE_BINS/$b" ] || continue
     cp "$BASE_BINS/$b" "$out/bin/base/"
     strip --strip-all "$out/bin/base/$b"

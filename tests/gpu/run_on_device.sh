@@ -40,7 +40,9 @@
 # 10000,100000,1300000, generated under a temp dir on this machine's disk,
 # the arena in /dev/shm; warm-up, RAM per item, restarts; SCALE_CPUS=0,1
 # pins it with taskset like a small node; SCALE_FLAGS are passed to it;
-# SCALE_TIMEOUT seconds, default 570)  -> scale_bench.log, scale_benchmark.md
+# SCALE_TIMEOUT seconds, default 570; SCALE_AB=1 with bin/base/scale_bench
+# runs the base first, then this build)
+#   -> scale_bench.log, scale_benchmark.md (+ scale_bench_base.log, _base.md)
 # RUN_TIER_INDEX=1 (bench/tier_index_bench, issue 17: the memory tier's
 # index alone, heap B/item and ServeHits of 256 random keys at
 # TIER_INDEX_ITEMS, default 100000,1000000,1300000; with bin/base/ from
@@ -48,7 +50,13 @@
 #   -> tier_index.log
 # RUN_PLAN_HIT=1 (bench/plan_hit_bench, issue 14: a warm 256-key batch with
 # no plan, another session's plan and the reader's own plan; PLAN_HIT_FLAGS
-# are passed to it)  -> plan_hit_bench.log, plan_hit_bench.md
+# are passed to it; with bin/base/plan_hit_bench base and this build
+# alternate, PLAN_HIT_AB rounds of each, default 2)
+#   -> plan_hit_bench.log, plan_hit_bench[_base]_N.md
+# RUN_EPOCH_PLAN=1 (bench/epoch_plan_bench, issue 14: EPOCH_PLAN_RUNS, a
+# ';'-separated list of flag sets, default "--ranks=8"; each runs with
+# bin/base/epoch_plan_bench first when it is there; 240 s each at most)
+#   -> epoch_plan_bench.log, epoch_plan[_base]_N.md
 # Leave out steps with SKIP_TESTS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
 # SKIP_TORCH=1, SKIP_HOTPATH=1;
 # TRAINER_FEED_FLAGS are passed to trainer_feed.py.
@@ -193,20 +201,26 @@ fi
 
 # Opt-in: the scale benchmark (issue 17): item counts up to ImageNet's.
 if [ -n "$RUN_SCALE" ] && [ -x "$here/bin/scale_bench" ]; then
-  echo "=== scale_bench ${SCALE_ITEMS:-10000,100000,1300000}"
-  sdir=$(mktemp -d /tmp/dlc_scale.XXXXXX)
   pin=()
   [ -n "${SCALE_CPUS:-}" ] && pin=(taskset -c "$SCALE_CPUS")
-  binenv timeout "${SCALE_TIMEOUT:-570}" "${pin[@]}" "$here/bin/scale_bench" \
-    --items="${SCALE_ITEMS:-10000,100000,1300000}" --dir="$sdir" \
-    --dlcachectl="$here/bin/dlcachectl.sh" --log_info \
-    --out="$out/scale_benchmark.md" ${SCALE_FLAGS:-} > "$out/scale_bench.log" 2>&1
-  r=$?
-  rm -rf "$sdir"
-  grep -E "start-up|checked in|accounting recovered" "$out/scale_bench.log" | tail -20
-  tail -12 "$out/scale_bench.log"
-  if [ $r -eq 0 ]; then note "ok   scale_bench (table: scale_benchmark.md)"
-  else note "FAIL scale_bench ($r)"; rc=1; fi
+  whiches=this
+  [ -n "${SCALE_AB:-}" ] && [ -x "$here/bin/base/scale_bench" ] && whiches="base this"
+  for which in $whiches; do
+    bin="$here/bin/scale_bench"; sfx=""
+    [ $which = base ] && { bin="$here/bin/base/scale_bench"; sfx="_base"; }
+    echo "=== scale_bench $which ${SCALE_ITEMS:-10000,100000,1300000}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    sdir=$(mktemp -d /tmp/dlc_scale.XXXXXX)
+    binenv timeout "${SCALE_TIMEOUT:-570}" "${pin[@]}" "$bin" \
+      --items="${SCALE_ITEMS:-10000,100000,1300000}" --dir="$sdir" \
+      --dlcachectl="$here/bin/dlcachectl.sh" --log_info \
+      --out="$out/scale_benchmark$sfx.md" ${SCALE_FLAGS:-} > "$out/scale_bench$sfx.log" 2>&1
+    r=$?
+    rm -rf "$sdir"
+    grep -E "start-up|checked in|accounting recovered" "$out/scale_bench$sfx.log" | tail -20
+    tail -12 "$out/scale_bench$sfx.log"
+    if [ $r -eq 0 ]; then note "ok   scale_bench $which (table: scale_benchmark$sfx.md)"
+    else note "FAIL scale_bench $which ($r)"; rc=1; fi
+  done
 fi
 
 # Opt-in: the memory tier's index alone (issue 17), base/branch A/B.
@@ -229,13 +243,45 @@ fi
 # Opt-in: what an epoch plan costs a warm hit (issue 14) on quiet cores.
 if [ -n "$RUN_PLAN_HIT" ] && [ -x "$here/bin/plan_hit_bench" ]; then
   echo "=== plan_hit_bench"
-  pdir=$(mktemp -d /tmp/dlc_plan_hit.XXXXXX)
-  binenv timeout 300 "$here/bin/plan_hit_bench" --dir="$pdir" \
-    --out="$out/plan_hit_bench.md" ${PLAN_HIT_FLAGS:-} > "$out/plan_hit_bench.log" 2>&1
-  r=$?
-  rm -rf "$pdir"
-  tail -12 "$out/plan_hit_bench.log"
-  if [ $r -eq 0 ]; then note "ok   plan_hit_bench"; else note "FAIL plan_hit_bench ($r)"; rc=1; fi
+  whiches=this
+  [ -x "$here/bin/base/plan_hit_bench" ] && whiches="base this"
+  : > "$out/plan_hit_bench.log"
+  for i in $(seq 1 "${PLAN_HIT_AB:-2}"); do
+    for which in $whiches; do
+      bin="$here/bin/plan_hit_bench"; md="plan_hit_bench_$i.md"
+      [ $which = base ] && { bin="$here/bin/base/plan_hit_bench"; md="plan_hit_bench_base_$i.md"; }
+      pdir=$(mktemp -d /tmp/dlc_plan_hit.XXXXXX)
+      echo "--- $which round $i, load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/plan_hit_bench.log"
+      binenv timeout 200 "$bin" --dir="$pdir" --out="$out/$md" \
+        ${PLAN_HIT_FLAGS:-} >> "$out/plan_hit_bench.log" 2>&1
+      r=$?
+      rm -rf "$pdir"
+      if [ $r -eq 0 ]; then note "ok   plan_hit_bench $which $i"; else note "FAIL plan_hit_bench $which $i ($r)"; rc=1; fi
+    done
+  done
+  grep -E "^---|^\| " "$out/plan_hit_bench.log" | tail -40
+fi
+
+# Opt-in: epoch plans' hit rates and epoch times (issue 14), base first.
+if [ -n "$RUN_EPOCH_PLAN" ] && [ -x "$here/bin/epoch_plan_bench" ]; then
+  echo "=== epoch_plan_bench"
+  : > "$out/epoch_plan_bench.log"
+  i=0
+  IFS=';' read -r -a eruns <<< "${EPOCH_PLAN_RUNS:---ranks=8}"
+  for flags in "${eruns[@]}"; do
+    i=$((i + 1))
+    for which in base this; do
+      bin="$here/bin/epoch_plan_bench"; md="epoch_plan_$i.md"
+      [ $which = base ] && { bin="$here/bin/base/epoch_plan_bench"; md="epoch_plan_base_$i.md"; }
+      [ -x "$bin" ] || continue
+      echo "--- $which run $i ($flags), load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/epoch_plan_bench.log"
+      # shellcheck disable=SC2086
+      binenv timeout 240 "$bin" --out="$out/$md" $flags >> "$out/epoch_plan_bench.log" 2>&1
+      r=$?
+      if [ $r -eq 0 ]; then note "ok   epoch_plan_bench $which $i"; else note "FAIL epoch_plan_bench $which $i ($r)"; rc=1; fi
+    done
+  done
+  tail -60 "$out/epoch_plan_bench.log"
 fi
 
 # Opt-in: end to end through a real dlcached.
