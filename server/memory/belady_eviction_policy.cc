@@ -18,8 +18,9 @@ bool BeladyEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
   absl::Span<const uint32_t> slabs = layout.class_slabs(c);
   if (slabs.empty()) return false;
   Hand& hand = hands_[c];
-  const uint64_t slots =
-      uint64_t{slabs.size()} * layout.slab_slots(slabs[0]).size();
+  // Every slab of a class has the same number of slots.
+  const uint32_t per_slab = layout.slot_count(slabs[0]);
+  const uint64_t slots = uint64_t{slabs.size()} * per_slab;
   entries_.clear();
   refs_.clear();
   at_.clear();
@@ -28,10 +29,9 @@ bool BeladyEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
        ++step) {
     if (h.slab >= slabs.size()) h = Hand{};
     const uint32_t id = slabs[h.slab];
-    absl::Span<ChunkEntry* const> s = layout.slab_slots(id);
     const Hand here = h;
-    if (++h.slot >= s.size()) h = Hand{h.slab + 1, 0};
-    ChunkEntry* e = s[here.slot];
+    if (++h.slot >= per_slab) h = Hand{h.slab + 1, 0};
+    ChunkEntry* e = layout.slot_entry(id, here.slot);
     if (e == nullptr || !IsEvictable(e) || e->sticky) continue;
     entries_.push_back(e);
     refs_.push_back(SlotRef{id, here.slot});
@@ -66,7 +66,7 @@ bool BeladyEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
   }
   *victim = refs_[best];
   hand = at_[best];
-  if (++hand.slot >= layout.slab_slots(victim->slab).size()) {
+  if (++hand.slot >= layout.slot_count(victim->slab)) {
     hand = Hand{hand.slab + 1, 0};
   }
   return true;

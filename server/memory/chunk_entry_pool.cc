@@ -1,6 +1,8 @@
 #include "server/memory/chunk_entry_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <iterator>
 #include <new>
 #include <type_traits>
 
@@ -25,7 +27,14 @@ ChunkEntry* ChunkEntryPool::New() {
       const size_t bytes =
           blocks_.empty() ? kFirstBlockBytes
                           : std::min(kMaxBlockBytes, blocks_.back().bytes * 2);
+      // Handles have room for kMaxBlocks blocks (1.7G entries).
+      if (blocks_.size() == kMaxBlocks) std::abort();
       void* pages = AllocatePages(bytes);
+      const std::pair<uintptr_t, uint32_t> at(
+          reinterpret_cast<uintptr_t>(pages),
+          static_cast<uint32_t>(blocks_.size()));
+      by_address_.insert(
+          std::upper_bound(by_address_.begin(), by_address_.end(), at), at);
       blocks_.push_back({static_cast<ChunkEntry*>(pages), bytes});
       page_bytes_ += PageRoundedBytes(bytes);
       used_in_last_ = 0;
@@ -36,6 +45,19 @@ ChunkEntry* ChunkEntryPool::New() {
   new (e) ChunkEntry{};
   ++live_;
   return e;
+}
+
+uint32_t ChunkEntryPool::HandleOf(const ChunkEntry* entry) const {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(entry);
+  // The last block starting at or below p holds it.
+  auto it = std::upper_bound(
+      by_address_.begin(), by_address_.end(), p,
+      [](uintptr_t a, const std::pair<uintptr_t, uint32_t>& b) {
+        return a < b.first;
+      });
+  const std::pair<uintptr_t, uint32_t>& block = *std::prev(it);
+  return (block.second << kIndexBits) |
+         static_cast<uint32_t>((p - block.first) / sizeof(ChunkEntry));
 }
 
 void ChunkEntryPool::Delete(ChunkEntry* entry) {

@@ -2,6 +2,8 @@
 #define DLCACHE_SERVER_MEMORY_CHUNK_ENTRY_POOL_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "server/memory/chunk_entry.h"
@@ -17,7 +19,13 @@ namespace dlcache {
 // goes back to the system only when the pool is destroyed; freed entries
 // are reused first.
 //
-// Not thread-safe: the owner (MemoryTier) serialises calls.
+// Every entry also has a 31-bit handle, stable from New() to Delete(): its
+// block's number in the high bits, its index in the block in the low
+// kIndexBits. The slab allocator keeps a handle per slot instead of a
+// pointer (4 bytes instead of 8); EntryAt turns it back with one load.
+//
+// Not thread-safe: the owner (MemoryTier) serialises calls; EntryAt and
+// HandleOf only read and may run concurrently with each other.
 class ChunkEntryPool {
  public:
   static constexpr size_t kFirstBlockBytes = size_t{64} << 10;
@@ -25,6 +33,11 @@ class ChunkEntryPool {
   // Entries in the first block (later ones hold more).
   static constexpr size_t kFirstBlockEntries =
       kFirstBlockBytes / sizeof(ChunkEntry);
+  static constexpr int kIndexBits = 16;
+  static constexpr uint32_t kIndexMask = (uint32_t{1} << kIndexBits) - 1;
+  // Handles are below 2^31 (the top bit is the slab allocator's).
+  static constexpr size_t kMaxBlocks = size_t{1} << (31 - kIndexBits);
+  static_assert(kMaxBlockBytes / sizeof(ChunkEntry) <= kIndexMask + 1);
 
   ChunkEntryPool() = default;
   ~ChunkEntryPool();
@@ -35,6 +48,14 @@ class ChunkEntryPool {
   ChunkEntry* New();
   // `entry` must come from New() of this pool and not be deleted yet.
   void Delete(ChunkEntry* entry);
+
+  // The handle of an entry of this pool (New() and not deleted): a binary
+  // search over the blocks by address.
+  uint32_t HandleOf(const ChunkEntry* entry) const;
+  // The entry of a handle HandleOf gave (while that entry lives).
+  ChunkEntry* EntryAt(uint32_t handle) const {
+    return blocks_[handle >> kIndexBits].entries + (handle & kIndexMask);
+  }
 
   // Entries handed out and not deleted.
   size_t live() const { return live_; }
@@ -50,7 +71,9 @@ class ChunkEntryPool {
     ChunkEntry* entries;
     size_t bytes;
   };
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_;  // a block's number is its index here
+  // (start address, block number), sorted by address: HandleOf.
+  std::vector<std::pair<uintptr_t, uint32_t>> by_address_;
   size_t used_in_last_ = 0;  // entries of blocks_.back()
   size_t last_entries_ = 0;  // entries blocks_.back() holds
   std::vector<ChunkEntry*> free_;

@@ -10,20 +10,20 @@ bool ClockEvictionPolicy::PickSlot(const SlabLayout& layout, int c,
   absl::Span<const uint32_t> slabs = layout.class_slabs(c);
   if (slabs.empty()) return false;
   Hand& hand = hands_[c];
-  const uint64_t slots =
-      uint64_t{slabs.size()} * layout.slab_slots(slabs[0]).size();
+  // Every slab of a class has the same number of slots.
+  const uint32_t per_slab = layout.slot_count(slabs[0]);
+  const uint64_t slots = uint64_t{slabs.size()} * per_slab;
   // Two sweeps: the first may only clear referenced bits. Sticky entries
   // are passed over; a third sweep takes them when nothing else is left.
   for (uint64_t step = 0; step < 3 * slots; ++step) {
     if (hand.slab >= slabs.size()) hand.slab = 0;
     const uint32_t id = slabs[hand.slab];
-    absl::Span<ChunkEntry* const> s = layout.slab_slots(id);
     const uint32_t slot = hand.slot;
-    if (++hand.slot >= s.size()) {
+    if (++hand.slot >= per_slab) {
       hand.slot = 0;
       ++hand.slab;
     }
-    ChunkEntry* e = s[slot];
+    ChunkEntry* e = layout.slot_entry(id, slot);
     if (e == nullptr || !IsEvictable(e)) continue;
     if (e->sticky) {
       if (step < 2 * slots) continue;
@@ -50,9 +50,10 @@ bool ClockEvictionPolicy::PickSlab(const SlabLayout& layout, int c,
     const uint32_t id = steal_hand_++ % count;
     const int size_class = layout.slab_class(id);
     if (size_class == c || size_class < 0) continue;
-    absl::Span<ChunkEntry* const> slots = layout.slab_slots(id);
+    const uint32_t slots = layout.slot_count(id);
     bool pinned = false, referenced = false, sticky = false;
-    for (ChunkEntry* e : slots) {
+    for (uint32_t i = 0; i < slots; ++i) {
+      const ChunkEntry* e = layout.slot_entry(id, i);
       if (e == nullptr) continue;
       if (!IsEvictable(e)) pinned = true;
       if (e->referenced) referenced = true;
@@ -60,7 +61,8 @@ bool ClockEvictionPolicy::PickSlab(const SlabLayout& layout, int c,
     }
     if (pinned || (sticky && step < 2 * size_t{count})) continue;
     if (referenced && step < count) {
-      for (ChunkEntry* e : slots) {
+      for (uint32_t i = 0; i < slots; ++i) {
+        ChunkEntry* e = layout.slot_entry(id, i);
         if (e != nullptr) e->referenced = false;
       }
       continue;

@@ -24,8 +24,11 @@ class SlabLayout {
   virtual uint32_t slab_count() const = 0;
   // Size class of a slab; -1 for a free slab.
   virtual int slab_class(uint32_t slab) const = 0;
-  // The slab's slots; null where a slot is free. Empty for a free slab.
-  virtual absl::Span<ChunkEntry* const> slab_slots(uint32_t slab) const = 0;
+  // The number of the slab's slots (the same for every slab of a class);
+  // 0 for a free slab.
+  virtual uint32_t slot_count(uint32_t slab) const = 0;
+  // The entry in a slot (slot < slot_count(slab)); null where it is free.
+  virtual ChunkEntry* slot_entry(uint32_t slab, uint32_t slot) const = 0;
   // The slabs of size class `c`, in the order the class got them.
   virtual absl::Span<const uint32_t> class_slabs(int c) const = 0;
 };

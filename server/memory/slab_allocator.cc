@@ -13,12 +13,14 @@ namespace dlcache {
 
 SlabAllocator::SlabAllocator(absl::Span<const uint64_t> segment_sizes,
                              uint64_t slab_size,
-                             std::unique_ptr<EvictionPolicy> policy)
+                             std::unique_ptr<EvictionPolicy> policy,
+                             const ChunkEntryPool* entries)
     : classes_(slab_size),
       class_state_(classes_.count()),
       policy_(policy != nullptr
                   ? std::move(policy)
-                  : std::make_unique<ClockEvictionPolicy>(classes_.count())) {
+                  : std::make_unique<ClockEvictionPolicy>(classes_.count())),
+      entries_(entries) {
   for (uint32_t seg = 0; seg < segment_sizes.size(); ++seg) {
     first_slab_of_segment_.push_back(slabs_.size());
     for (uint64_t off = 0; off + slab_size <= segment_sizes[seg];
@@ -67,6 +69,43 @@ void SlabAllocator::SetPolicy(std::unique_ptr<EvictionPolicy> policy) {
 }
 
 SlabAllocator::~SlabAllocator() = default;
+
+uint32_t SlabAllocator::Enter(ChunkEntry* owner) {
+  if (entries_ != nullptr) return entries_->HandleOf(owner);
+  auto [it, inserted] = foreign_.handle_of.try_emplace(owner, 0);
+  if (inserted) {
+    if (!foreign_.free.empty()) {
+      it->second = foreign_.free.back();
+      foreign_.free.pop_back();
+      foreign_.at[it->second] = owner;
+    } else {
+      it->second = static_cast<uint32_t>(foreign_.at.size());
+      foreign_.at.push_back(owner);
+      foreign_.uses.push_back(0);
+    }
+  }
+  ++foreign_.uses[it->second];
+  return it->second;
+}
+
+void SlabAllocator::Leave(uint32_t handle) {
+  if (entries_ != nullptr || --foreign_.uses[handle] > 0) return;
+  foreign_.handle_of.erase(foreign_.at[handle]);
+  foreign_.at[handle] = nullptr;
+  foreign_.free.push_back(handle);
+}
+
+void SlabAllocator::Occupy(Slab& s, uint32_t slot, ChunkEntry* owner) {
+  s.slots[slot] = Enter(owner);
+}
+
+void SlabAllocator::Vacate(Slab& s, uint32_t slot) {
+  Leave(s.slots[slot]);
+  // Pushed at the head: the next Allocate takes it first (LIFO).
+  s.slots[slot] = kFreeBit | s.free_head;
+  s.free_head = slot;
+  ++s.free_count;
+}
 
 uint64_t SlabAllocator::OffsetOf(SlotRef ref) const {
   const Slab& s = slabs_[ref.slab];
@@ -133,7 +172,7 @@ bool SlabAllocator::HasRoom(uint64_t bytes) {
   for (std::vector<uint32_t>& with_free : class_state_[c].with_free) {
     while (!with_free.empty()) {
       const Slab& s = slabs_[with_free.back()];
-      if (s.size_class == c && !s.free_slots.empty()) return true;
+      if (s.size_class == c && s.free_count > 0) return true;
       with_free.pop_back();  // stale entry, as in TakeFreeSlot
     }
   }
@@ -148,12 +187,13 @@ bool SlabAllocator::PickVictims(uint64_t bytes,
   if (c < 0) return false;
   SlotRef victim;
   if (policy_->PickSlot(*this, c, &victim)) {
-    victims->push_back(slabs_[victim.slab].slots[victim.slot]);
+    victims->push_back(slot_entry(victim.slab, victim.slot));
     return true;
   }
   uint32_t id;
   if (!policy_->PickSlab(*this, c, &id)) return false;
-  for (ChunkEntry* e : slabs_[id].slots) {
+  for (uint32_t i = 0; i < slot_count(id); ++i) {
+    ChunkEntry* e = slot_entry(id, i);
     if (e != nullptr) victims->push_back(e);
   }
   *slab = id;
@@ -162,7 +202,7 @@ bool SlabAllocator::PickVictims(uint64_t bytes,
 
 void SlabAllocator::ReleaseIfEmpty(uint32_t id) {
   Slab& s = slabs_[id];
-  if (s.size_class < 0 || s.free_slots.size() != s.slots.size()) return;
+  if (s.size_class < 0 || s.free_count != s.slots.size()) return;
   // Its entry in the class's with_free list goes stale: TakeFreeSlot skips
   // slabs of another class or none.
   const int c = s.size_class;
@@ -171,7 +211,8 @@ void SlabAllocator::ReleaseIfEmpty(uint32_t id) {
   policy_->OnSlabLeftClass(c, id, cs.slabs.size());
   s.size_class = -1;
   s.slots.clear();
-  s.free_slots.clear();
+  s.free_head = kNoSlot;
+  s.free_count = 0;
   free_slabs_[s.group].push_back(id);
 }
 
@@ -202,12 +243,23 @@ bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
   } else if (s.size_class != c) {
     return false;
   }
-  // From the back: free_slots starts in descending order, and re-adoption
-  // claims in arena order, so the slot is usually the last one.
-  auto it = std::find(s.free_slots.rbegin(), s.free_slots.rend(), slot);
-  if (it == s.free_slots.rend()) return false;
-  s.free_slots.erase(std::next(it).base());
-  s.slots[slot] = owner;
+  // From the head: a new slab's list is in ascending order, and
+  // re-adoption claims in arena order, so the slot is usually the first.
+  uint32_t prev = kNoSlot;
+  uint32_t at = s.free_head;
+  while (at != kNoSlot && at != slot) {
+    prev = at;
+    at = s.slots[at] & ~kFreeBit;
+  }
+  if (at == kNoSlot) return false;
+  const uint32_t next = s.slots[at] & ~kFreeBit;
+  if (prev == kNoSlot) {
+    s.free_head = next;
+  } else {
+    s.slots[prev] = kFreeBit | next;
+  }
+  --s.free_count;
+  Occupy(s, slot, owner);
   used_bytes_ += classes_.size(c);
   *out = SlotRef{static_cast<uint32_t>(id), slot};
   return true;
@@ -240,14 +292,14 @@ bool SlabAllocator::TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner,
   while (!with_free.empty()) {
     uint32_t id = with_free.back();
     Slab& s = slabs_[id];
-    if (s.size_class != c || s.free_slots.empty()) {
+    if (s.size_class != c || s.free_count == 0) {
       with_free.pop_back();  // stale entry
       continue;
     }
-    uint32_t slot = s.free_slots.back();
-    s.free_slots.pop_back();
-    if (s.free_slots.empty()) with_free.pop_back();
-    s.slots[slot] = owner;
+    const uint32_t slot = s.free_head;
+    s.free_head = s.slots[slot] & ~kFreeBit;
+    if (--s.free_count == 0) with_free.pop_back();
+    Occupy(s, slot, owner);
     used_bytes_ += classes_.size(c);
     *out = SlotRef{id, slot};
     return true;
@@ -259,19 +311,22 @@ void SlabAllocator::AssignSlab(uint32_t id, int c) {
   Slab& s = slabs_[id];
   s.size_class = c;
   uint32_t n = classes_.slots_per_slab(c);
-  s.slots.assign(n, nullptr);
-  s.free_slots.clear();
-  for (uint32_t i = n; i > 0; --i) s.free_slots.push_back(i - 1);
+  // Free slots in ascending order: the lowest is taken first.
+  s.slots.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    s.slots[i] = kFreeBit | (i + 1 < n ? i + 1 : kNoSlot);
+  }
+  s.free_head = n > 0 ? 0 : kNoSlot;
+  s.free_count = n;
   class_state_[c].slabs.push_back(id);
   class_state_[c].with_free[s.group].push_back(id);
 }
 
 void SlabAllocator::Free(SlotRef ref) {
   Slab& s = slabs_[ref.slab];
-  s.slots[ref.slot] = nullptr;
-  s.free_slots.push_back(ref.slot);
+  Vacate(s, ref.slot);
   used_bytes_ -= classes_.size(s.size_class);
-  if (s.free_slots.size() == 1) {
+  if (s.free_count == 1) {
     class_state_[s.size_class].with_free[s.group].push_back(ref.slab);
   }
 }
@@ -282,9 +337,11 @@ bool SlabAllocator::EvictInClass(int c, ChunkEntry* owner,
   SlotRef victim;
   if (!policy_->PickSlot(*this, c, &victim)) return false;
   Slab& s = slabs_[victim.slab];
-  on_evict(s.slots[victim.slot]);
+  const uint32_t old = s.slots[victim.slot];
+  on_evict(EntryOf(old));
   // The slot moves to the new owner: used_bytes_ stays the same.
-  s.slots[victim.slot] = owner;
+  Leave(old);
+  Occupy(s, victim.slot, owner);
   *out = victim;
   return true;
 }
@@ -295,11 +352,13 @@ bool SlabAllocator::StealSlab(int c,
   if (!policy_->PickSlab(*this, c, &id)) return false;
   Slab& s = slabs_[id];
   for (uint32_t i = 0; i < s.slots.size(); ++i) {
-    if (s.slots[i] == nullptr) continue;
-    on_evict(s.slots[i]);
-    s.slots[i] = nullptr;
+    const uint32_t word = s.slots[i];
+    if ((word & kFreeBit) != 0) continue;
+    on_evict(EntryOf(word));
+    Leave(word);
     used_bytes_ -= classes_.size(s.size_class);
   }
+  // AssignSlab below makes every slot free again.
   const int old_class = s.size_class;
   ClassState& old = class_state_[old_class];
   old.slabs.erase(std::find(old.slabs.begin(), old.slabs.end(), id));

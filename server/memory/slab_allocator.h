@@ -5,11 +5,13 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/numa_topology.h"
 #include "server/memory/chunk_entry.h"
+#include "server/memory/chunk_entry_pool.h"
 #include "server/memory/eviction_policy.h"
 #include "server/memory/size_classes.h"
 
@@ -27,14 +29,23 @@ namespace dlcache {
 // when that node has neither. Eviction does not look at nodes: when the
 // arena is full, the victim is the eviction policy's pick, wherever it is.
 //
+// A slot costs 4 bytes of bookkeeping (issue 17): the handle of its entry
+// (ChunkEntryPool::HandleOf) when in use, else the number of the next free
+// slot of its slab (the free list is threaded through the free slots).
+//
 // Not thread-safe: the owner (MemoryTier) serialises every call. The
 // SlabLayout view is what the policy reads.
 class SlabAllocator : public SlabLayout {
  public:
   // segment_sizes[i]: bytes of segment i; the tail that does not fill a
-  // whole slab is unused. `policy` null = ClockEvictionPolicy.
+  // whole slab is unused. `policy` null = ClockEvictionPolicy. `entries`
+  // (not owned, outlives the allocator) is the pool every owner passed to
+  // Allocate and Claim comes from; null: owners may be any entries, which
+  // the allocator then numbers in a table of its own (a hash map entry per
+  // slot in use: for tests).
   SlabAllocator(absl::Span<const uint64_t> segment_sizes, uint64_t slab_size,
-                std::unique_ptr<EvictionPolicy> policy = nullptr);
+                std::unique_ptr<EvictionPolicy> policy = nullptr,
+                const ChunkEntryPool* entries = nullptr);
   ~SlabAllocator() override;
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -109,21 +120,38 @@ class SlabAllocator : public SlabLayout {
   int slab_class(uint32_t slab) const override {
     return slabs_[slab].size_class;
   }
-  absl::Span<ChunkEntry* const> slab_slots(uint32_t slab) const override {
-    return slabs_[slab].slots;
+  uint32_t slot_count(uint32_t slab) const override {
+    return static_cast<uint32_t>(slabs_[slab].slots.size());
+  }
+  ChunkEntry* slot_entry(uint32_t slab, uint32_t slot) const override {
+    const uint32_t word = slabs_[slab].slots[slot];
+    return (word & kFreeBit) != 0 ? nullptr : EntryOf(word);
   }
   absl::Span<const uint32_t> class_slabs(int c) const override {
     return class_state_[c].slabs;
   }
 
  private:
+  // A slot's word: its entry's handle (below kFreeBit), or kFreeBit | the
+  // next free slot (kNoSlot ends the list).
+  static constexpr uint32_t kFreeBit = uint32_t{1} << 31;
+  static constexpr uint32_t kNoSlot = kFreeBit - 1;
   struct Slab {
-    uint32_t segment = 0;
     uint64_t offset = 0;
+    uint32_t segment = 0;
     int size_class = -1;  // -1 = free
     uint32_t group = 0;   // index into group_node_
-    std::vector<ChunkEntry*> slots;
-    std::vector<uint32_t> free_slots;
+    uint32_t free_head = kNoSlot;
+    uint32_t free_count = 0;
+    std::vector<uint32_t> slots;  // words, see kFreeBit
+  };
+  // Numbers for owners that come from no pool (entries == null): handle ->
+  // entry and back, an entry counted once per slot it is in.
+  struct ForeignEntries {
+    absl::flat_hash_map<const ChunkEntry*, uint32_t> handle_of;
+    std::vector<ChunkEntry*> at;
+    std::vector<uint32_t> uses;
+    std::vector<uint32_t> free;
   };
   struct ClassState {
     std::vector<uint32_t> slabs;  // slabs of this class
@@ -131,6 +159,17 @@ class SlabAllocator : public SlabLayout {
     std::vector<std::vector<uint32_t>> with_free;
   };
 
+  ChunkEntry* EntryOf(uint32_t handle) const {
+    return entries_ != nullptr ? entries_->EntryAt(handle)
+                               : foreign_.at[handle];
+  }
+  // The handle of an owner that is put into a slot, and that it left one.
+  uint32_t Enter(ChunkEntry* owner);
+  void Leave(uint32_t handle);
+  // Puts `owner` into a slot the caller took off the free list.
+  void Occupy(Slab& s, uint32_t slot, ChunkEntry* owner);
+  // Marks an occupied slot free (the owner left it).
+  void Vacate(Slab& s, uint32_t slot);
   // From node group `g`'s slabs of class c.
   bool TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner, SlotRef* out);
   // From any group's, in group order.
@@ -154,6 +193,8 @@ class SlabAllocator : public SlabLayout {
   std::vector<uint32_t> first_slab_of_segment_;
   uint64_t used_bytes_ = 0;
   std::unique_ptr<EvictionPolicy> policy_;
+  const ChunkEntryPool* const entries_;
+  ForeignEntries foreign_;
 };
 
 }  // namespace dlcache

@@ -78,7 +78,10 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
                        uint32_t dataset_count)
     : arena_(arena),
       chunk_size_(chunk_size),
-      allocator_(SegmentSizes(*arena), SlabSize(chunk_size)),
+      // The pool is constructed after the allocator (member order), which
+      // only keeps its address until the first Allocate or Claim.
+      allocator_(SegmentSizes(*arena), SlabSize(chunk_size),
+                 /*policy=*/nullptr, &entries_),
       files_(dataset_count),
       stats_(dataset_count) {
   // Entries and records keep the dataset in 16 bits, entries a chunk's
@@ -1017,10 +1020,8 @@ uint64_t MemoryTier::VerifyAdopted(size_t max_chunks) {
       // reused while that entry lives, and every unverified entry is in
       // this list).
       if (allocator_.slab_class(ref.slab) < 0) continue;
-      const absl::Span<ChunkEntry* const> slots =
-          allocator_.slab_slots(ref.slab);
-      if (ref.slot >= slots.size()) continue;
-      ChunkEntry* e = slots[ref.slot];
+      if (ref.slot >= allocator_.slot_count(ref.slab)) continue;
+      ChunkEntry* e = allocator_.slot_entry(ref.slab, ref.slot);
       if (e == nullptr || !e->unverified) continue;
       ++e->pins;  // its bytes stay put while read outside the lock
       batch.push_back(e);

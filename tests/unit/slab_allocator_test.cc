@@ -1,10 +1,13 @@
 #include "server/memory/slab_allocator.h"
 
+#include <functional>
 #include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/memory/chunk_entry_pool.h"
 #include "server/memory/size_classes.h"
 
 namespace dlcache {
@@ -135,6 +138,120 @@ TEST_F(SlabAllocatorTest, RejectsOversizedItems) {
   SlabAllocator a(std::vector<uint64_t>{kSlab}, kSlab);
   EXPECT_EQ(a.Allocate(kSlab + 1, NewEntry(), on_evict_).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Handles (issue 17): what the slab allocator keeps per slot instead of a
+// pointer. Stable while an entry lives, across the pool's growing blocks.
+TEST(ChunkEntryPoolTest, HandlesRoundTripAcrossBlocks) {
+  ChunkEntryPool pool;
+  std::vector<ChunkEntry*> entries;
+  std::set<uint32_t> handles;
+  // 300k entries: the blocks grow 64 KiB -> 2 MiB, nine of them.
+  for (int i = 0; i < 300000; ++i) entries.push_back(pool.New());
+  for (ChunkEntry* e : entries) {
+    const uint32_t h = pool.HandleOf(e);
+    EXPECT_LT(h, uint32_t{1} << 31);
+    ASSERT_EQ(pool.EntryAt(h), e);
+    handles.insert(h);
+  }
+  EXPECT_EQ(handles.size(), entries.size());
+  // A deleted entry's memory is reused with the same handle.
+  const uint32_t h = pool.HandleOf(entries[123456]);
+  pool.Delete(entries[123456]);
+  ChunkEntry* again = pool.New();
+  EXPECT_EQ(again, entries[123456]);
+  EXPECT_EQ(pool.HandleOf(again), h);
+}
+
+class SlabAllocatorPoolTest : public ::testing::Test {
+ protected:
+  ChunkEntry* NewEntry() {
+    ChunkEntry* e = pool_.New();
+    e->state = ChunkEntry::State::kReady;
+    return e;
+  }
+  ChunkEntryPool pool_;
+  std::vector<ChunkEntry*> evicted_;
+  // As the memory tier does: a victim is deleted before its slot is reused.
+  std::function<void(ChunkEntry*)> on_evict_ = [this](ChunkEntry* e) {
+    evicted_.push_back(e);
+    pool_.Delete(e);
+  };
+};
+
+TEST_F(SlabAllocatorPoolTest, SlotsHoldTheirEntriesThroughFreeAndEviction) {
+  // Four slabs of 256 slots of 4 KiB; entries from several pool blocks.
+  SlabAllocator a(std::vector<uint64_t>{4 * kSlab}, kSlab, nullptr, &pool_);
+  for (int i = 0; i < 5000; ++i) pool_.New();  // later entries: block 2+
+  std::vector<std::pair<SlotRef, ChunkEntry*>> placed;
+  for (int i = 0; i < 4 * 256; ++i) {
+    ChunkEntry* e = NewEntry();
+    absl::StatusOr<SlotRef> r = a.Allocate(4096, e, on_evict_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    placed.emplace_back(*r, e);
+  }
+  for (const auto& [ref, e] : placed) {
+    ASSERT_EQ(a.slot_entry(ref.slab, ref.slot), e);
+  }
+  // Slots come in ascending order within a slab.
+  EXPECT_EQ(placed[0].first.slot, 0u);
+  EXPECT_EQ(placed[1].first.slot, 1u);
+  EXPECT_EQ(placed[1].first.slab, placed[0].first.slab);
+  // Freed slots are null and reused last-freed first.
+  a.Free(placed[10].first);
+  a.Free(placed[20].first);
+  EXPECT_EQ(a.slot_entry(placed[10].first.slab, placed[10].first.slot),
+            nullptr);
+  ChunkEntry* x = NewEntry();
+  ChunkEntry* y = NewEntry();
+  absl::StatusOr<SlotRef> rx = a.Allocate(4096, x, on_evict_);
+  absl::StatusOr<SlotRef> ry = a.Allocate(4096, y, on_evict_);
+  ASSERT_TRUE(rx.ok() && ry.ok());
+  EXPECT_EQ(rx->slot, placed[20].first.slot);
+  EXPECT_EQ(ry->slot, placed[10].first.slot);
+  EXPECT_EQ(a.slot_entry(rx->slab, rx->slot), x);
+  EXPECT_TRUE(evicted_.empty());
+  // Full: the next one evicts, and the victim's slot holds the new owner.
+  ChunkEntry* z = NewEntry();
+  absl::StatusOr<SlotRef> rz = a.Allocate(4096, z, on_evict_);
+  ASSERT_TRUE(rz.ok()) << rz.status();
+  ASSERT_EQ(evicted_.size(), 1u);
+  EXPECT_EQ(a.slot_entry(rz->slab, rz->slot), z);
+  // A whole slab taken for a class of 1 MiB items: 256 victims.
+  ChunkEntry* big = NewEntry();
+  absl::StatusOr<SlotRef> rb = a.Allocate(kSlab, big, on_evict_);
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(evicted_.size(), 1u + 256u);
+  EXPECT_EQ(a.slot_count(rb->slab), 1u);
+  EXPECT_EQ(a.slot_entry(rb->slab, 0), big);
+  EXPECT_EQ(a.used_bytes(), 3 * kSlab + kSlab);
+}
+
+TEST_F(SlabAllocatorPoolTest, ClaimTakesSlotsOutOfTheFreeListInAnyOrder) {
+  SlabAllocator a(std::vector<uint64_t>{2 * kSlab}, kSlab, nullptr, &pool_);
+  SlotRef r;
+  ChunkEntry* e5 = NewEntry();
+  ChunkEntry* e2 = NewEntry();
+  ChunkEntry* e3 = NewEntry();
+  ASSERT_TRUE(a.Claim(0, 5 * 4096, 4096, e5, &r));
+  EXPECT_EQ(r.slot, 5u);
+  ASSERT_TRUE(a.Claim(0, 2 * 4096, 4096, e2, &r));
+  ASSERT_TRUE(a.Claim(0, 3 * 4096, 4096, e3, &r));
+  EXPECT_FALSE(a.Claim(0, 3 * 4096, 4096, NewEntry(), &r));  // taken
+  EXPECT_FALSE(a.Claim(0, 4 * 4096 + 1, 4096, NewEntry(), &r));
+  EXPECT_EQ(a.slot_entry(r.slab, 5), e5);
+  EXPECT_EQ(a.slot_entry(r.slab, 2), e2);
+  EXPECT_EQ(a.slot_entry(r.slab, 3), e3);
+  // The rest are handed out lowest first: 0, 1, 4, 6.
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<SlotRef> n = a.Allocate(4096, NewEntry(), on_evict_);
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(n->slab, r.slab);
+    got.push_back(n->slot);
+  }
+  EXPECT_EQ(got, (std::vector<uint32_t>{0, 1, 4, 6}));
+  EXPECT_EQ(a.used_bytes(), 7u * 4096);
 }
 
 }  // namespace
