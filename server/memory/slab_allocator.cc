@@ -99,7 +99,19 @@ void SlabAllocator::Occupy(Slab& s, uint32_t slot, ChunkEntry* owner) {
   s.slots[slot] = Enter(owner);
 }
 
+void SlabAllocator::Relink(Slab& s) {
+  uint32_t next = kNoSlot;
+  for (uint32_t i = static_cast<uint32_t>(s.slots.size()); i > 0; --i) {
+    if ((s.slots[i - 1] & kFreeBit) == 0) continue;
+    s.slots[i - 1] = kFreeBit | next;
+    next = i - 1;
+  }
+  s.free_head = next;
+  s.relink = false;
+}
+
 void SlabAllocator::Vacate(Slab& s, uint32_t slot) {
+  if (s.relink) Relink(s);
   Leave(s.slots[slot]);
   // Pushed at the head: the next Allocate takes it first (LIFO).
   s.slots[slot] = kFreeBit | s.free_head;
@@ -213,6 +225,7 @@ void SlabAllocator::ReleaseIfEmpty(uint32_t id) {
   s.slots.clear();
   s.free_head = kNoSlot;
   s.free_count = 0;
+  s.relink = false;
   free_slabs_[s.group].push_back(id);
 }
 
@@ -243,21 +256,12 @@ bool SlabAllocator::Claim(uint32_t segment, uint64_t offset, uint64_t bytes,
   } else if (s.size_class != c) {
     return false;
   }
-  // From the head: a new slab's list is in ascending order, and
-  // re-adoption claims in arena order, so the slot is usually the first.
-  uint32_t prev = kNoSlot;
-  uint32_t at = s.free_head;
-  while (at != kNoSlot && at != slot) {
-    prev = at;
-    at = s.slots[at] & ~kFreeBit;
-  }
-  if (at == kNoSlot) return false;
-  const uint32_t next = s.slots[at] & ~kFreeBit;
-  if (prev == kNoSlot) {
-    s.free_head = next;
-  } else {
-    s.slots[prev] = kFreeBit | next;
-  }
+  if ((s.slots[slot] & kFreeBit) == 0) return false;  // taken
+  // Not unlinked here (claims come in any order; a walk of the list per
+  // claim would be quadratic): the list is rebuilt once, in ascending
+  // order as the old vector of free slots left it, before the slab's
+  // next Allocate or Free.
+  s.relink = true;
   --s.free_count;
   Occupy(s, slot, owner);
   used_bytes_ += classes_.size(c);
@@ -296,6 +300,7 @@ bool SlabAllocator::TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner,
       with_free.pop_back();  // stale entry
       continue;
     }
+    if (s.relink) Relink(s);
     const uint32_t slot = s.free_head;
     s.free_head = s.slots[slot] & ~kFreeBit;
     if (--s.free_count == 0) with_free.pop_back();
@@ -318,6 +323,7 @@ void SlabAllocator::AssignSlab(uint32_t id, int c) {
   }
   s.free_head = n > 0 ? 0 : kNoSlot;
   s.free_count = n;
+  s.relink = false;
   class_state_[c].slabs.push_back(id);
   class_state_[c].with_free[s.group].push_back(id);
 }

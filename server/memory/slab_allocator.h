@@ -143,6 +143,9 @@ class SlabAllocator : public SlabLayout {
     uint32_t group = 0;   // index into group_node_
     uint32_t free_head = kNoSlot;
     uint32_t free_count = 0;
+    // Claim took slots without unlinking them: free_head and the links
+    // are stale (the free bits and free_count are right) until Relink.
+    bool relink = false;
     std::vector<uint32_t> slots;  // words, see kFreeBit
   };
   // Numbers for owners that come from no pool (entries == null): handle ->
@@ -170,6 +173,8 @@ class SlabAllocator : public SlabLayout {
   void Occupy(Slab& s, uint32_t slot, ChunkEntry* owner);
   // Marks an occupied slot free (the owner left it).
   void Vacate(Slab& s, uint32_t slot);
+  // Links a slab's free slots anew, in ascending order, after Claims.
+  static void Relink(Slab& s);
   // From node group `g`'s slabs of class c.
   bool TakeFreeSlot(int c, uint32_t g, ChunkEntry* owner, SlotRef* out);
   // From any group's, in group order.
