@@ -1,7 +1,7 @@
 #include "server/tier/file_index.h"
 
+#include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstdlib>
 #include <utility>
 
@@ -18,8 +18,6 @@ namespace {
 constexpr size_t kAhead = 8;
 constexpr size_t kRing = 32;  // > 2 * kAhead, a power of two
 static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
-
-constexpr size_t kMinCapacity = 16;
 
 // Odd multipliers from a counter through a 64-bit mixer (splitmix64's).
 uint64_t NextHomeMultiplier() {
@@ -59,19 +57,26 @@ FileIndex::FileIndex(FileIndex&& other) noexcept
       capacity_(std::exchange(other.capacity_, 0)),
       size_(std::exchange(other.size_, 0)),
       erased_(std::exchange(other.erased_, 0)),
-      home_shift_(other.home_shift_),
       home_mul_(other.home_mul_),
       arena_(std::move(other.arena_)) {}
 
 size_t FileIndex::CapacityFor(size_t n) {
-  size_t c = kMinCapacity;
-  while (n > c / 4 * 3) c *= 2;
+  constexpr size_t kSlotsPerPage = 4096 / sizeof(uint64_t);
+  size_t c =
+      std::max(kMinCapacity, (n * 100 + kMaxLoadPercent - 1) / kMaxLoadPercent);
+  // The rest of a page would be mapped anyway.
+  if (c >= kSlotsPerPage)
+    c = (c + kSlotsPerPage - 1) / kSlotsPerPage * kSlotsPerPage;
+  while (MaxLoad(c) < n) ++c;  // rounding
   return c;
 }
 
+size_t FileIndex::GrownCapacity(size_t n) const {
+  return CapacityFor(std::max(n, MaxLoad(capacity_ * kGrowthPercent / 100)));
+}
+
 size_t FileIndex::ProbeTag(size_t i, uint64_t tag) const {
-  const size_t mask = capacity_ - 1;
-  for (;; i = (i + 1) & mask) {
+  for (;; i = Next(i)) {
     const uint64_t s = slots_[i];
     if (s == kEmpty) return capacity_;
     if (Live(s) && TagOf(s) == tag) return i;
@@ -80,9 +85,7 @@ size_t FileIndex::ProbeTag(size_t i, uint64_t tag) const {
 
 FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
                                 absl::string_view path) const {
-  const size_t mask = capacity_ - 1;
-  for (i = ProbeTag(i, tag); i != capacity_;
-       i = ProbeTag((i + 1) & mask, tag)) {
+  for (i = ProbeTag(i, tag); i != capacity_; i = ProbeTag(Next(i), tag)) {
     FileRecord* r = RecordOf(slots_[i]);
     if (r->path() == path) return r;
   }
@@ -111,7 +114,6 @@ void FileIndex::FindBatch(size_t n,
     size_t slot;
   };
   Key ring[kRing];
-  const size_t mask = capacity_ - 1;
   for (size_t step = 0; step < n + 2 * kAhead; ++step) {
     // Stage 1, key `step`: hash, start loading its slot.
     if (step < n) {
@@ -139,7 +141,7 @@ void FileIndex::FindBatch(size_t n,
         r = RecordOf(slots_[k.slot]);
         // A tag collision (1 in 65536 per probed slot): probe on.
         if (r->path() != k.path) {
-          r = FindFrom((k.slot + 1) & mask, TagOf(k.hash), k.path);
+          r = FindFrom(Next(k.slot), TagOf(k.hash), k.path);
         }
       }
       out[key] = r;
@@ -161,8 +163,7 @@ void FileIndex::Place(FileRecord* record, uint64_t hash) {
   // User-space addresses fit 47 bits on x86-64 (48 on arm64 with 4 KiB
   // pages); a larger one would lose its top bits to the tag.
   if ((p & ~kPointerMask) != 0) std::abort();
-  const size_t mask = capacity_ - 1;
-  for (size_t i = Home(hash);; i = (i + 1) & mask) {
+  for (size_t i = Home(hash);; i = Next(i)) {
     if (!Live(slots_[i])) {
       if (slots_[i] == kErased) --erased_;
       slots_[i] = p | (TagOf(hash) << kTagShift);
@@ -176,7 +177,6 @@ void FileIndex::Rehash(size_t capacity) {
   const size_t old_capacity = capacity_;
   slots_ = static_cast<uint64_t*>(AllocatePages(capacity * sizeof(uint64_t)));
   capacity_ = capacity;
-  home_shift_ = 64 - std::countr_zero(capacity);
   // A new multiplier for every table: the old table is walked in the
   // order of its homes, and records put into a table whose homes follow
   // the same order (a smaller table, or another index filled from this
@@ -184,7 +184,16 @@ void FileIndex::Rehash(size_t capacity) {
   // linear probing and make inserting quadratic.
   home_mul_ = NextHomeMultiplier();
   erased_ = 0;
+  // Each record is read for its hash: load the records a few slots ahead
+  // (a large table's records are out of the caches).
+  constexpr size_t kRehashAhead = 16;
   for (size_t i = 0; i < old_capacity; ++i) {
+    if (i + kRehashAhead < old_capacity && Live(old[i + kRehashAhead])) {
+      const FileRecord* ahead = RecordOf(old[i + kRehashAhead]);
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(reinterpret_cast<const char*>(ahead) +
+                         sizeof(FileRecord) + 32);
+    }
     if (!Live(old[i])) continue;
     FileRecord* r = RecordOf(old[i]);
     Place(r, hash_(r->path()));
@@ -199,10 +208,11 @@ void FileIndex::Reserve(size_t n) {
 
 FileRecord* FileIndex::Insert(uint32_t dataset, absl::string_view path,
                               const FileInfo& info, uint32_t chunk_count) {
-  if (size_ + erased_ + 1 > capacity_ / 4 * 3) {
-    // Doubles when live records need it; otherwise the same size, rid of
+  if (size_ + erased_ + 1 > MaxLoad(capacity_)) {
+    // Grows when live records need it; otherwise the same size, rid of
     // the erased slots.
-    Rehash(CapacityFor(size_ + 1));
+    Rehash(size_ + 1 > MaxLoad(capacity_) ? GrownCapacity(size_ + 1)
+                                          : capacity_);
   }
   FileRecord* r = FileRecord::Create(dataset, path, info, chunk_count, &arena_);
   Place(r, hash_(path));
@@ -222,7 +232,11 @@ void FileIndex::EraseIf(absl::FunctionRef<bool(FileRecord*)> fn) {
   }
   // Erased slots lengthen every probe that passes them: rebuild once they
   // are a quarter of the table (an evict of a whole dataset empties it).
-  if (erased_ > 0 && erased_ >= capacity_ / 4) Rehash(CapacityFor(size_));
+  // Smaller when few are left, with room to grow by a step before the
+  // next rehash.
+  if (erased_ > 0 && erased_ >= capacity_ / 4) {
+    Rehash(std::min(capacity_, CapacityFor(size_ * kGrowthPercent / 100)));
+  }
 }
 
 void FileIndex::ForEach(absl::FunctionRef<void(const FileRecord&)> fn) const {

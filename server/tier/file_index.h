@@ -22,9 +22,12 @@ namespace dlcache {
 // 16 bits), so a probe picks its candidate without touching any record;
 // a path is stored once, in its record, and compared only for a tag
 // match; the first slot probed is a multiplicative hash of the rest of
-// the hash with a multiplier of each table's own. At most 3/4 of the
-// slots are in use (erased slots count until
-// the table is rebuilt); it doubles beyond that. FindBatch looks up many
+// the hash with a multiplier of each table's own, scaled to the capacity
+// (multiply-high), so that the capacity need not be a power of two. At
+// most kMaxLoadPercent of the slots are in use (erased slots count until
+// the table is rebuilt); beyond that it grows by kGrowthPercent, in whole
+// pages, which keeps the table near 8 / 0.75 bytes per record on average
+// instead of 8 / 0.56 with doubling at 3/4 (issue 17). FindBatch looks up many
 // paths in a pipeline that overlaps their cache misses (slot, record,
 // entry), which is what a lookup costs once the index is out of the CPU
 // caches.
@@ -41,6 +44,11 @@ class FileIndex {
   // others are the slot's tag.
   static constexpr uint64_t kHomeBitsMask = (uint64_t{1} << 48) - 1;
   static uint64_t DefaultHash(absl::string_view path);
+  // At most this share of the slots is in use (live or erased).
+  static constexpr size_t kMaxLoadPercent = 85;
+  // A full table grows to this share of its capacity.
+  static constexpr size_t kGrowthPercent = 130;
+  static constexpr size_t kMinCapacity = 16;
 
   explicit FileIndex(HashFn hash = &DefaultHash);
   ~FileIndex();
@@ -69,7 +77,8 @@ class FileIndex {
   // Room for `n` records without rehashing (bulk inserts).
   void Reserve(size_t n);
   size_t size() const { return size_; }
-  // Slots of the table (0 or a power of two).
+  // Slots of the table (0, or at least kMinCapacity; a whole number of
+  // 4 KiB pages once it is a page).
   size_t capacity() const { return capacity_; }
   // Bytes of the table itself (the slots' pages), not the records.
   size_t TableBytes() const;
@@ -88,10 +97,18 @@ class FileIndex {
 
   static uint64_t TagOf(uint64_t hash) { return hash >> kTagShift; }
   // The first slot to probe: the hash's low 48 bits (the tag is the top
-  // 16) times this table's odd multiplier, top bits (multiplicative
-  // hashing with a multiplier per table, see Rehash).
+  // 16) times this table's odd multiplier (multiplicative hashing with a
+  // multiplier per table, see Rehash), scaled to [0, capacity_) by the
+  // high half of a product with the capacity.
   size_t Home(uint64_t hash) const {
-    return ((hash & kHomeBitsMask) * home_mul_) >> home_shift_;
+    const uint64_t mixed = (hash & kHomeBitsMask) * home_mul_;
+    return static_cast<size_t>(
+        (static_cast<unsigned __int128>(mixed) * capacity_) >> 64);
+  }
+  // The slot after `i`, wrapping.
+  size_t Next(size_t i) const { return i + 1 == capacity_ ? 0 : i + 1; }
+  static size_t MaxLoad(size_t capacity) {
+    return capacity * kMaxLoadPercent / 100;
   }
   static bool Live(uint64_t slot) { return slot > kErased; }
   static FileRecord* RecordOf(uint64_t slot) {
@@ -105,18 +122,20 @@ class FileIndex {
   // Puts a record whose path hashes to `hash` into the first free slot
   // (empty or erased) of its probe sequence.
   void Place(FileRecord* record, uint64_t hash);
-  // A table of `capacity` slots (a power of two, room for size_) with
+  // A table of `capacity` slots (CapacityFor's, room for size_) with
   // every live record put in again.
   void Rehash(size_t capacity);
-  // The smallest capacity with room for `n` records.
+  // The smallest capacity with room for `n` records: at least
+  // kMinCapacity, whole pages.
   static size_t CapacityFor(size_t n);
+  // The capacity a full table grows to for `n` records.
+  size_t GrownCapacity(size_t n) const;
 
   HashFn hash_;
   uint64_t* slots_ = nullptr;  // capacity_ of them, page memory
   size_t capacity_ = 0;
   size_t size_ = 0;
   size_t erased_ = 0;
-  int home_shift_ = 64;  // 64 - log2(capacity_)
   uint64_t home_mul_ = 1;
   RecordArena arena_;
 };
