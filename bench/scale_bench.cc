@@ -9,8 +9,15 @@
 //     after the warm-up minus before, over N; and where it goes, by phase
 //     (after the warm-up, once the SSD write-behind has drained, after
 //     sync): malloc's bytes in use and free-but-held (mallinfo2), RocksDB's
-//     memtables, block cache and table readers, and the memory tier's
-//     index counted from its structures;
+//     memtables, block cache and table readers, the memory tier's index
+//     counted from its structures, and RssAnon by kind of mapping
+//     (/proc/self/smaps: malloc's thread heaps, its main heap, thread
+//     stacks, the rest; and how much of it is transparent huge pages);
+//   - with --halves, the same split into a fixed and a per-item part: the
+//     first half of the files is generated and warmed (and drained), then
+//     the second; the growth over the second half, per item of it, is the
+//     marginal cost per item (threads, their malloc heaps and stacks
+//     exist by then);
 //   - SSD index bytes per item (the RocksDB directory after `dlcachectl
 //     sync`);
 //   - warm 256-key GetBatch p50/p99 (handles only) over random keys;
@@ -23,7 +30,7 @@
 //
 //   scale_bench [--items=10000,100000,1300000] [--min_bytes=4096]
 //               [--max_bytes=8192] [--dir=/tmp] [--out=FILE]
-//               [--skip=sync,restart,admin,json,drain]
+//               [--skip=sync,restart,admin,json,drain] [--halves]
 //
 // --skip leaves parts out (their cells print "-"), so that a 1.3M run of
 // the warm-up, RAM and GetBatch rows fits a 10-minute command on 2 cores:
@@ -40,6 +47,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -47,6 +55,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,6 +103,10 @@ ABSL_FLAG(std::vector<std::string>, skip, {},
           "warm-up with --json), drain (waiting for the SSD write-behind); "
           "e.g. --skip=sync,restart,admin for the warm-up, RAM and GetBatch "
           "rows alone");
+ABSL_FLAG(bool, halves, false,
+          "warm the first half of the files, then the second, and report "
+          "the RAM growth over the second half per item of it (the "
+          "marginal cost) next to the total");
 ABSL_FLAG(bool, log_info, false,
           "show the server's INFO log (start-up stage times)");
 
@@ -118,8 +131,16 @@ uint64_t SizeOf(uint64_t i) {
   return lo + (i * 0x9E3779B97F4A7C15ull >> 20) % (hi - lo + 1);
 }
 
-// N files under root/nCCCC/; returns their total bytes.
-absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t n) {
+// Bytes of files [0, n).
+uint64_t TotalBytes(uint64_t n) {
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < n; ++i) total += SizeOf(i);
+  return total;
+}
+
+// Files [begin, end) under root/nCCCC/; returns their total bytes.
+absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t begin,
+                                  uint64_t end) {
   std::string blob(1 << 20, '\0');
   std::mt19937_64 rng(42);
   for (size_t i = 0; i < blob.size(); i += 8) {
@@ -130,7 +151,7 @@ absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t n) {
     fs::create_directories(absl::StrFormat("%s/n%04d", root, c));
   }
   uint64_t total = 0;
-  for (uint64_t i = 0; i < n; ++i) {
+  for (uint64_t i = begin; i < end; ++i) {
     const std::string path = root + "/" + KeyOf(i);
     const uint64_t size = SizeOf(i);
     const int fd =
@@ -167,6 +188,70 @@ uint64_t RssAnonKb() {
   return 0;
 }
 
+// RssAnon (the Anonymous lines of /proc/self/smaps) by kind of mapping.
+// glibc puts each malloc arena but the main one in a heap mapped at a
+// multiple of 64 MiB (HEAP_MAX_SIZE on 64-bit), and a thread's stack in
+// one mapping of the stack size (8 MiB by default) with a guard page.
+struct AnonSplit {
+  uint64_t thread_heaps = 0;  // malloc's thread arenas
+  uint64_t main_heap = 0;     // [heap]: the main arena (brk)
+  uint64_t stacks = 0;        // thread stacks and [stack]
+  uint64_t other = 0;  // the rest: mmapped malloc blocks, the index's page
+                       // memory, RocksDB, private file pages written
+  uint64_t huge = 0;   // AnonHugePages, of all of the above
+};
+
+AnonSplit ReadAnonSplit() {
+  AnonSplit a;
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  uint64_t start = 0, end = 0;
+  std::string name;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') != std::string::npos &&
+        line.find(':') > line.find(' ')) {
+      // "start-end perms offset dev inode [name]"
+      std::istringstream head(line);
+      std::string range, perms, offset, dev, inode;
+      head >> range >> perms >> offset >> dev >> inode;
+      name.clear();
+      std::getline(head >> std::ws, name);
+      const size_t dash = range.find('-');
+      start = std::stoull(range.substr(0, dash), nullptr, 16);
+      end = std::stoull(range.substr(dash + 1), nullptr, 16);
+      continue;
+    }
+    uint64_t kb = 0;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %llu kB",
+                    reinterpret_cast<unsigned long long*>(&kb)) == 1) {
+      a.huge += kb << 10;
+      continue;
+    }
+    if (std::sscanf(line.c_str(), "Anonymous: %llu kB",
+                    reinterpret_cast<unsigned long long*>(&kb)) != 1) {
+      continue;
+    }
+    const uint64_t bytes = kb << 10;
+    const uint64_t size = end - start;
+    constexpr uint64_t kHeapMax = 64ull << 20;
+    constexpr uint64_t kStack = 8ull << 20;
+    if (name == "[heap]") {
+      a.main_heap += bytes;
+    } else if (name.rfind("[stack", 0) == 0 ||
+               (name.empty() && size <= kStack &&
+                size >= kStack - (64 << 10))) {
+      a.stacks += bytes;
+    } else if (name.empty() && start % kHeapMax == 0 && size <= kHeapMax) {
+      a.thread_heaps += bytes;
+    } else {
+      a.other += bytes;
+    }
+  }
+  return a;
+}
+
 // The server's memory at one point (the process's, with the bench's small
 // share: it is in-process).
 struct MemPoint {
@@ -176,6 +261,7 @@ struct MemPoint {
   int arenas = 0;          // malloc arenas
   SsdIndexMemory rocks;    // RocksDB's figures for the SSD index
   MemoryTier::IndexMemory index;
+  AnonSplit anon;
 };
 
 MemPoint TakeMemPoint(CacheServer& server) {
@@ -197,6 +283,7 @@ MemPoint TakeMemPoint(CacheServer& server) {
   }
   if (SsdTier* ssd = server.ssd()) p.rocks = ssd->Stats().index_memory;
   p.index = server.engine().tier().IndexMemoryUsage();
+  p.anon = ReadAnonSplit();
   return p;
 }
 
@@ -252,9 +339,12 @@ struct Row {
   double readopt_done_s = kSkipped, readopt_done_cpu_s = kSkipped;
   double ssd_done_s = kSkipped, ssd_done_cpu_s = kSkipped;
   // Before the warm-up, after it, after the write-behind drained, after
-  // sync; taken[p]: whether phase p was measured (--skip).
-  MemPoint mem[4];
-  bool taken[4] = {true, true, true, true};
+  // sync, after the first half's warm-up (--halves, drained);
+  // taken[p]: whether phase p was measured (--skip, --halves).
+  MemPoint mem[5];
+  bool taken[5] = {true, true, true, true, false};
+  // --halves: RssAnon growth over the second half per item of it.
+  double marginal_bytes_per_item = kSkipped;
 };
 
 // Whether --skip names `part`.
@@ -272,7 +362,20 @@ std::string Cell(const absl::FormatSpec<double>& format, double value,
 }
 
 constexpr const char* kPhases[] = {"before", "warm-up done",
-                                   "write-behind drained", "after sync"};
+                                   "write-behind drained", "after sync",
+                                   "first half warmed, drained"};
+
+// Waits until the SSD write-behind queue is empty.
+absl::Status Drain(SsdTier* ssd) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
+  while (ssd->Stats().queued > 0) {
+    if (Clock::now() > deadline) {
+      return absl::DeadlineExceededError("write-behind did not drain");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::OkStatus();
+}
 
 class Harness {
  public:
@@ -370,40 +473,67 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
       ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "scale-bench-");
   if (!shm.ok()) return shm.status();
   const std::string root = (*work)->path() + "/data";
+  const bool halves = absl::GetFlag(FLAGS_halves);
+  // --halves: the second half's files come after the first's warm-up.
+  const uint64_t first_end = halves ? n / 2 : n;
   Clock::time_point t = Clock::now();
-  absl::StatusOr<uint64_t> bytes = Generate(root, n);
+  absl::StatusOr<uint64_t> bytes = Generate(root, 0, first_end);
   if (!bytes.ok()) return bytes.status();
   row.gen_s = Since(t);
   std::fprintf(stderr, "N=%llu: %llu bytes generated in %.1f s\n",
-               static_cast<unsigned long long>(n),
+               static_cast<unsigned long long>(first_end),
                static_cast<unsigned long long>(*bytes), row.gen_s);
-  Harness h((*work)->path(), (*shm)->path(), root, *bytes);
+  Harness h((*work)->path(), (*shm)->path(), root, TotalBytes(n));
   if (absl::StatusOr<double> s = h.Start(/*keep_arena=*/true); !s.ok()) {
     return s.status();
   }
+  // Pages an earlier N's server left free in malloc's heaps go back first:
+  // else this N's warm-up reuses them unseen and its growth depends on
+  // which N ran before in this process (issue 17: 102 vs 127 B/item at
+  // 1.3M on the H200 came from that, not from the core count).
+  ReleaseFreeHeap();
   row.mem[0] = TakeMemPoint(h.server());
   const uint64_t rss0 = RssAnonKb();
   // The progress bar as an operator sees it (plain lines to a pipe), then
   // again, evicted, with --json (no bar): the difference is its overhead.
-  double s = Ctl(h.socket(), "warmup ds");
-  if (s < 0) return absl::InternalError("warmup");
+  SsdTier* ssd = Skipped("drain") ? nullptr : h.server().ssd();
+  double s = 0;
+  if (halves) {
+    // The first half, drained (if drain is not skipped): the threads, their
+    // malloc heaps and stacks, RocksDB's buffers exist from here on.
+    s = Ctl(h.socket(), "warmup ds");
+    if (s < 0) return absl::InternalError("warmup");
+    if (ssd != nullptr) {
+      if (absl::Status d = Drain(ssd); !d.ok()) return d;
+    }
+    row.mem[4] = TakeMemPoint(h.server());
+    row.taken[4] = true;
+    t = Clock::now();
+    absl::StatusOr<uint64_t> rest = Generate(root, first_end, n);
+    if (!rest.ok()) return rest.status();
+    row.gen_s += Since(t);
+  }
+  // With --halves this warm-up lists every file and fills the second half.
+  const double s2 = Ctl(h.socket(), "warmup ds");
+  if (s2 < 0) return absl::InternalError("warmup");
+  s += s2;
   row.warm_files_s = n / s;
   const uint64_t rss1 = RssAnonKb();
   row.meta_bytes_per_item = (static_cast<double>(rss1) - rss0) * 1024 / n;
   row.mem[1] = TakeMemPoint(h.server());
-  SsdTier* ssd = Skipped("drain") ? nullptr : h.server().ssd();
   row.taken[2] = ssd != nullptr;
   if (ssd != nullptr) {
     // Copies still queued for the SSD hold heap; wait for the writer.
-    const Clock::time_point deadline = Clock::now() + std::chrono::minutes(10);
-    while (ssd->Stats().queued > 0) {
-      if (Clock::now() > deadline) {
-        return absl::DeadlineExceededError("write-behind did not drain");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    if (absl::Status d = Drain(ssd); !d.ok()) return d;
   }
   if (row.taken[2]) row.mem[2] = TakeMemPoint(h.server());
+  if (halves) {
+    // Both ends drained, unless drain is skipped.
+    const MemPoint& end = row.taken[2] ? row.mem[2] : row.mem[1];
+    row.marginal_bytes_per_item =
+        (static_cast<double>(end.rss) - static_cast<double>(row.mem[4].rss)) /
+        static_cast<double>(n - first_end);
+  }
   if (!Skipped("json")) {
     row.evict_all_s = Ctl(h.socket(), "evict ds");
     if (row.evict_all_s < 0) return absl::InternalError("evict");
@@ -522,10 +652,13 @@ int Run() {
   for (const Row& r : rows) {
     absl::StrAppendFormat(
         &md,
-        "| %llu | %.0f / %s | %.0f | %s | %.0f / %.0f | %s / %s | %s | %s / "
+        "| %llu | %.0f / %s | %.0f%s | %s | %.0f / %.0f | %s / %s | %s | %s / "
         "%s | %s | %s (%s, %s) | %s (%s, %s) | %s (%s) / %s (%s) |\n",
         static_cast<unsigned long long>(r.n), r.warm_files_s,
         Cell("%.0f", r.warm_json_files_s), r.meta_bytes_per_item,
+        r.marginal_bytes_per_item == kSkipped
+            ? ""
+            : absl::StrFormat(" (marginal %.0f)", r.marginal_bytes_per_item),
         Cell("%.0f", r.index_bytes_per_item), r.p50_us, r.p99_us,
         Cell("%.2f", r.status_s), Cell("%.2f", r.stats_s),
         Cell("%.1f", r.revalidate_s), Cell("%.2f", r.evict_s),
@@ -544,22 +677,24 @@ int Run() {
       "| items | phase | RssAnon B/item | malloc in use B/item | malloc free "
       "held B/item (arenas) | RocksDB memtables / block cache / readers MiB | "
       "index "
-      "B/item (records / entries / table) |\n"
-      "|---:|---|---:|---:|---:|---:|---:|\n");
+      "B/item (records / entries / table) | RssAnon by mapping B/item: "
+      "malloc thread heaps / main heap / stacks / other (of all: huge "
+      "pages) |\n"
+      "|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const double n = static_cast<double>(r.n);
     auto per = [n](uint64_t now, uint64_t before) {
       return (static_cast<double>(now) - static_cast<double>(before)) / n;
     };
     constexpr double kMiB = 1 << 20;
-    for (int p = 1; p < 4; ++p) {
+    for (int p : {4, 1, 2, 3}) {
       if (!r.taken[p]) continue;
       const MemPoint& m = r.mem[p];
       const MemPoint& b = r.mem[0];
       absl::StrAppendFormat(
           &md,
           "| %llu | %s | %.0f | %.0f | %.0f (%d) | %.1f / %.1f / %.1f | %.0f "
-          "(%.0f / %.0f / %.0f) |\n",
+          "(%.0f / %.0f / %.0f) | %.0f / %.0f / %.0f / %.0f (%.0f) |\n",
           static_cast<unsigned long long>(r.n), kPhases[p], per(m.rss, b.rss),
           per(m.heap_used, b.heap_used), per(m.heap_free, b.heap_free),
           m.arenas, m.rocks.memtable_bytes / kMiB,
@@ -567,7 +702,11 @@ int Run() {
           per(m.index.total(), b.index.total()),
           per(m.index.record_bytes, b.index.record_bytes),
           per(m.index.entry_bytes, b.index.entry_bytes),
-          per(m.index.table_bytes, b.index.table_bytes));
+          per(m.index.table_bytes, b.index.table_bytes),
+          per(m.anon.thread_heaps, b.anon.thread_heaps),
+          per(m.anon.main_heap, b.anon.main_heap),
+          per(m.anon.stacks, b.anon.stacks), per(m.anon.other, b.anon.other),
+          per(m.anon.huge, b.anon.huge));
     }
   }
   if (rows.size() > 1) {
