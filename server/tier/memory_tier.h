@@ -121,7 +121,8 @@ struct TierStats {
 // Layout (issue 17): per dataset a FileIndex of FileRecords (path stored
 // once, in the record; a one-chunk file's entry pointer in the record;
 // records in the index's own arena, the table of tagged 8-byte slots),
-// entries from a ChunkEntryPool (no malloc per entry), all of it in page
+// entries from a ChunkEntryPool (no malloc per entry; the slab allocator
+// keeps their 32-bit pool handles, 4 bytes per slot), all of it in page
 // memory on huge pages where it is large; what few entries need (a
 // failed fill's status, the borrowed list's links) lies in side tables.
 // Records and entries never move while they exist.
