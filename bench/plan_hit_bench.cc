@@ -7,6 +7,10 @@
 //   own plan        this session's plan covers the keys in the order read
 //                   (every batch is the plan's progress; the look-ahead
 //                   runs beside it, finding everything cached)
+//   own plan, by position
+//                   the same, each GetBatch saying where it stands in the
+//                   plan (Client::GetBatch with a PlanPosition: progress
+//                   by position, not by key)
 //
 // Reported: the median and the minimum over rounds of each case's mean,
 // and their ratios to the baseline's; and the median CPU time per batch of
@@ -32,6 +36,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/dataset_gen.h"
 #include "bench/machine_info.h"
 #include "bench/report.h"
@@ -50,6 +55,12 @@ ABSL_FLAG(uint64_t, plan_lookahead_bytes, 64ull << 20,
 ABSL_FLAG(std::string, dir, "/tmp", "where the dataset is generated");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
 ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "false: absl::SetMutexDeadlockDetectionMode(kIgnore) (an "
+          "experiment: a debug-mode absl checks every Mutex lock)");
+ABSL_FLAG(bool, skip_key_cases, false,
+          "measure only no plan and own plan by position (for a profile of "
+          "the latter)");
 
 namespace dlcache::bench {
 namespace {
@@ -111,12 +122,18 @@ int Run() {
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
   };
   double last_cpu = 0;  // CPU us per batch of the last measure()
-  // Mean microseconds per GetBatch of `n` batches read in order by `c`.
-  auto measure = [&](Client& c) -> absl::StatusOr<double> {
+  // Mean microseconds per GetBatch of `n` batches read in order by `c`;
+  // `positioned`: each batch says where it stands in the plan.
+  auto measure = [&](Client& c,
+                     bool positioned = false) -> absl::StatusOr<double> {
     const double cpu0 = cpu_us();
     const Clock::time_point t0 = Clock::now();
     for (uint32_t i = 0; i < n; ++i) {
-      absl::StatusOr<Batch> b = c.GetBatch("ds", batches[i % batches.size()]);
+      const size_t at = i % batches.size();
+      absl::StatusOr<Batch> b =
+          positioned ? c.GetBatch("ds", batches[at],
+                                  PlanPosition{i / batches.size(), at * batch})
+                     : c.GetBatch("ds", batches[at]);
       if (!b.ok()) return b.status();
       if (!(*b)[0].ok() || !(*b)[0].hit()) {
         return absl::InternalError("not a warm hit");
@@ -138,14 +155,15 @@ int Run() {
   if (plans == nullptr) {
     return fail("plans", absl::FailedPreconditionError("epoch plans off"));
   }
-  std::vector<double> none, other, own;
-  std::vector<double> none_cpu, other_cpu, own_cpu;
+  std::vector<double> none, other, own, own_pos;
+  std::vector<double> none_cpu, other_cpu, own_cpu, own_pos_cpu;
   for (uint32_t r = 0; r < rounds; ++r) {
     absl::StatusOr<double> us = measure(**reader);
     if (!us.ok()) return fail("no plan", us.status());
     none.push_back(*us);
     none_cpu.push_back(last_cpu);
-    {
+    const bool skip_keys = absl::GetFlag(FLAGS_skip_key_cases);
+    if (!skip_keys) {
       // Another session's plan: the node is planning, this reader is not.
       absl::StatusOr<std::unique_ptr<Client>> planner =
           Connect(setup->socket_path);
@@ -159,19 +177,28 @@ int Run() {
       other.push_back(*us);
       other_cpu.push_back(last_cpu);
     }
-    // The reader's own plan, afresh each round, in the order it reads.
-    for (uint64_t e = 0; e < epochs; ++e) {
-      absl::Status s =
-          (*reader)->RegisterPlan("ds", "own", e, order, 0, /*reset=*/e == 0);
-      if (!s.ok()) return fail("register", s);
-    }
-    us = measure(**reader);
-    if (!us.ok()) return fail("own plan", us.status());
-    own.push_back(*us);
-    own_cpu.push_back(last_cpu);
-    // Progress really was recorded (else the case measured nothing).
-    if (plans->stats().consumed == 0) {
-      return fail("own plan", absl::InternalError("no progress recorded"));
+    // The reader's own plan, afresh each round, in the order it reads:
+    // reported by key, then (afresh again) by position.
+    for (bool positioned : {false, true}) {
+      if (skip_keys && !positioned) continue;
+      for (uint64_t e = 0; e < epochs; ++e) {
+        absl::Status s = (*reader)->RegisterPlan("ds", "own", e, order, 0,
+                                                 /*reset=*/e == 0);
+        if (!s.ok()) return fail("register", s);
+      }
+      const uint64_t consumed = plans->stats().consumed;
+      us = measure(**reader, positioned);
+      if (!us.ok()) return fail("own plan", us.status());
+      (positioned ? own_pos : own).push_back(*us);
+      (positioned ? own_pos_cpu : own_cpu).push_back(last_cpu);
+      // Progress really was recorded (else the case measured nothing).
+      const PlanRegistry::Stats st = plans->stats();
+      if (st.consumed == consumed || st.position_mismatches != 0) {
+        return fail("own plan",
+                    absl::InternalError(absl::StrFormat(
+                        "%u batches read, %d reads counted, %d mismatches", n,
+                        st.consumed - consumed, st.position_mismatches)));
+      }
     }
     // The plan ends with its session: reconnect for the next round's
     // baseline without a plan.
@@ -206,8 +233,10 @@ int Run() {
     const std::vector<double>* cpu;
   } rows[] = {{"no plan on the node", &none, &none_cpu},
               {"another session's plan", &other, &other_cpu},
-              {"own plan (progress every batch)", &own, &own_cpu}};
+              {"own plan (progress every batch)", &own, &own_cpu},
+              {"own plan, by plan position", &own_pos, &own_pos_cpu}};
   for (const auto& row : rows) {
+    if (row.us->empty()) continue;
     const double med = Median(*row.us);
     const double min = *std::min_element(row.us->begin(), row.us->end());
     const double cpu = Median(*row.cpu);
@@ -231,6 +260,9 @@ int main(int argc, char** argv) {
       "bench/plan_hit_bench.cc).\n  plan_hit_bench [--files=4096] "
       "[--batch=256] [--batches=400] [--rounds=11] [--out=FILE]");
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   dlcache::SetMinLogLevel(dlcache::LogLevel::kWarning);
   return dlcache::bench::Run();
 }

@@ -138,6 +138,12 @@ absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
   return core_->GetBatch(dataset, items);
 }
 
+absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
+                                       absl::Span<const std::string> paths,
+                                       const PlanPosition& at) {
+  return core_->GetBatch(dataset, paths, &at);
+}
+
 absl::Status Client::Prefetch(absl::string_view dataset,
                               absl::Span<const std::string> paths) {
   return core_->Prefetch(dataset, paths);

@@ -226,7 +226,15 @@ absl::Status DecodeGetBatch(absl::string_view payload, uint32_t max_keys,
   if (!r.Column(n_release, &out->release)) return Malformed("get-batch");
   absl::Status s = DecodeKeys(r, max_keys, &out->keys);
   if (!s.ok()) return s;
-  if (!r.done()) return Malformed("get-batch");
+  out->has_plan_position = false;
+  out->plan_position = PlanPositionFields();
+  if (!r.done()) {
+    if (!r.U64(&out->plan_position.epoch) ||
+        !r.U64(&out->plan_position.offset) || !r.done()) {
+      return Malformed("get-batch");
+    }
+    out->has_plan_position = true;
+  }
   return absl::OkStatus();
 }
 
@@ -544,6 +552,24 @@ absl::Status DecodeRegisterPlanReply(absl::string_view payload,
     return MalformedReply("register plan reply");
   }
   out->has_epoch = has != 0;
+  return absl::OkStatus();
+}
+
+std::string EncodeRegisterPlanFeatures(uint32_t features) {
+  std::string out;
+  Writer w(&out);
+  w.U32(features);
+  return out;
+}
+
+absl::Status DecodeRegisterPlanFeatures(absl::string_view payload,
+                                        uint32_t* features) {
+  *features = 0;
+  if (payload.empty()) return absl::OkStatus();
+  Reader r(payload);
+  if (!r.U32(features) || !r.done()) {
+    return MalformedReply("register plan reply");
+  }
   return absl::OkStatus();
 }
 

@@ -60,7 +60,11 @@
 //                u32 segment_count, column<u64>[segment_count] sizes
 //   kGetSegments: u32 first, u32 count (<= kMaxSegmentsPerFrame)
 //   kSegments:   i32 code, bytes message, u32 first, u32 count; `count` fds
-//   kGetBatch:   bytes dataset, u32 n_release, column<u64> release, keys
+//   kGetBatch:   bytes dataset, u32 n_release, column<u64> release, keys,
+//                [u64 plan_epoch, u64 plan_offset] (a plan position: only
+//                to a server whose kRegisterPlanReply announced
+//                kFeaturePlanPositions; an older server closes the
+//                connection on the extra bytes)
 //   kBatch:      i32 code, bytes message, then (code 0) the packed items
 //   kRelease:    u32 n, column<u64> leases
 //   kReleased:   u32 released
@@ -71,8 +75,10 @@
 //   kRegisterPlan: bytes dataset, bytes plan, u64 epoch, u64 offset,
 //                u32 flags (bit 0: reset, bit 1: job), [flags bit 1: u32
 //                world_size, u32 rank], keys (ranges ignored)
-//   kRegisterPlanReply: (empty); to a job registration: u32 has_epoch,
-//                u64 epoch, u64 next_offset (what the plan holds)
+//   kRegisterPlanReply: to a job registration: u32 has_epoch, u64 epoch,
+//                u64 next_offset (what the plan holds); to a reader's
+//                registration: u32 features (empty from a server before
+//                kFeaturePlanPositions; old clients ignore this payload)
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -313,21 +319,39 @@ absl::Status DecodeSegmentsReply(absl::string_view payload, SegmentsReply* out);
 
 // ---- GetBatch -------------------------------------------------------------
 
+// Where a batch's keys stand in the order the session registered as its
+// plan (issue 14): keys [offset, offset + n) of epoch `epoch`. The server
+// then counts the batch's progress by position, without a lookup per key.
+struct PlanPositionFields {
+  uint64_t epoch = 0;
+  uint64_t offset = 0;
+};
 struct GetBatchRequest {
   absl::string_view dataset;
   ColumnView<uint64_t> release;
   KeysView keys;
+  bool has_plan_position = false;
+  PlanPositionFields plan_position;  // set with has_plan_position
 };
+// `at` non-null: the batch carries its plan position. Send it only to a
+// server that announced kFeaturePlanPositions (see kRegisterPlanReply):
+// the decoder of an older one takes the extra 16 bytes for a malformed
+// frame and closes the connection.
 template <typename KeyAt>
 std::string EncodeGetBatch(absl::string_view dataset,
                            absl::Span<const uint64_t> release, size_t n,
-                           KeyAt key_at) {
+                           KeyAt key_at,
+                           const PlanPositionFields* at = nullptr) {
   std::string out;
   Writer w(&out);
   w.Bytes(dataset);
   w.U32(static_cast<uint32_t>(release.size()));
   w.Column(release);
   EncodeKeys(n, key_at, &out);
+  if (at != nullptr) {
+    w.U64(at->epoch);
+    w.U64(at->offset);
+  }
   return out;
 }
 // INVALID_ARGUMENT when malformed or over the limits.
@@ -515,6 +539,15 @@ struct RegisterPlanReply {
   uint64_t next_offset = 0;
 };
 std::string EncodeRegisterPlanReply(const RegisterPlanReply& reply);
+// The reply to a reader's (not a job's) registration: what the server
+// takes beyond the first protocol of plans. Bit 0: a GetBatch may carry a
+// plan position (PlanPositionFields).
+inline constexpr uint32_t kFeaturePlanPositions = 1;
+std::string EncodeRegisterPlanFeatures(uint32_t features);
+// 0 for an empty payload (a server before features); DATA_LOSS when
+// malformed.
+absl::Status DecodeRegisterPlanFeatures(absl::string_view payload,
+                                        uint32_t* features);
 // DATA_LOSS when malformed (also an empty payload: a server that predates
 // job plans, which would have refused the request's flag anyway).
 absl::Status DecodeRegisterPlanReply(absl::string_view payload,

@@ -285,9 +285,14 @@ int dlc_get_batch(dlc_client* client, const char* dataset,
   });
 }
 
-int dlc_get_batch_packed(dlc_client* client, const char* dataset,
-                         const char* keys, size_t keys_size, size_t num_keys,
-                         dlc_batch** out, const dlc_batch_arrays** arrays) {
+namespace {
+
+// dlc_get_batch_packed and dlc_get_batch_packed_at: `at` null or the plan
+// position.
+int GetBatchPacked(dlc_client* client, const char* dataset, const char* keys,
+                   size_t keys_size, size_t num_keys,
+                   const dlcache::PlanPosition* at, dlc_batch** out,
+                   const dlc_batch_arrays** arrays) {
   return Errors::Guard([&] {
     if (out == nullptr) return Errors::NullArg("out");
     *out = nullptr;
@@ -317,7 +322,8 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
                                        " bytes (a key may not contain NUL)"));
     }
     absl::StatusOr<dlcache::Batch> batch =
-        client->client->GetBatch(dataset, paths);
+        at != nullptr ? client->client->GetBatch(dataset, paths, *at)
+                      : client->client->GetBatch(dataset, paths);
     if (!batch.ok()) return Errors::Fail(batch.status());
     std::unique_ptr<dlc_batch> handle = MakeBatch(*std::move(batch));
     if (arrays != nullptr) {
@@ -327,6 +333,24 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
     *out = handle.release();
     return static_cast<int>(DLC_OK);
   });
+}
+
+}  // namespace
+
+int dlc_get_batch_packed(dlc_client* client, const char* dataset,
+                         const char* keys, size_t keys_size, size_t num_keys,
+                         dlc_batch** out, const dlc_batch_arrays** arrays) {
+  return GetBatchPacked(client, dataset, keys, keys_size, num_keys, nullptr,
+                        out, arrays);
+}
+
+int dlc_get_batch_packed_at(dlc_client* client, const char* dataset,
+                            const char* keys, size_t keys_size, size_t num_keys,
+                            uint64_t plan_epoch, uint64_t plan_offset,
+                            dlc_batch** out, const dlc_batch_arrays** arrays) {
+  const dlcache::PlanPosition at{plan_epoch, plan_offset};
+  return GetBatchPacked(client, dataset, keys, keys_size, num_keys, &at, out,
+                        arrays);
 }
 
 int dlc_batch_arrays_get(dlc_batch* batch, const dlc_batch_arrays** out) {

@@ -116,11 +116,15 @@ absl::StatusOr<local::Frame> ClientCore::Roundtrip(Connection& conn,
   return frame;
 }
 
-absl::StatusOr<Batch> ClientCore::GetBatch(
-    absl::string_view dataset, absl::Span<const std::string> paths) {
-  return DoGetBatch(dataset, paths.size(), [&](size_t i) {
-    return local::Key{paths[i], 0, 0};
-  });
+absl::StatusOr<Batch> ClientCore::GetBatch(absl::string_view dataset,
+                                           absl::Span<const std::string> paths,
+                                           const PlanPosition* at) {
+  return DoGetBatch(
+      dataset, paths.size(),
+      [&](size_t i) {
+        return local::Key{paths[i], 0, 0};
+      },
+      at);
 }
 
 absl::StatusOr<Batch> ClientCore::GetBatch(
@@ -132,7 +136,8 @@ absl::StatusOr<Batch> ClientCore::GetBatch(
 
 template <typename KeyAt>
 absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
-                                             size_t n, KeyAt key_at) {
+                                             size_t n, KeyAt key_at,
+                                             const PlanPosition* at) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
   if (n == 0) return Batch();
@@ -149,8 +154,9 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
     absl::Status st;
     for (size_t begin = 0; begin < n && st.ok(); begin += per_request) {
       const size_t end = std::min(n, begin + per_request);
-      absl::StatusOr<std::vector<Item>> part = GetBatchSlice(
-          c, dataset, begin, end, key_at, /*piggyback=*/begin == 0, deadline);
+      absl::StatusOr<std::vector<Item>> part =
+          GetBatchSlice(c, dataset, begin, end, key_at,
+                        /*piggyback=*/begin == 0, deadline, at);
       if (!part.ok()) {
         st = part.status();
       } else if (items.empty()) {
@@ -173,12 +179,19 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
 template <typename KeyAt>
 absl::StatusOr<std::vector<Item>> ClientCore::GetBatchSlice(
     Connection& conn, absl::string_view dataset, size_t begin, size_t end,
-    KeyAt key_at, bool piggyback, absl::Time deadline) {
+    KeyAt key_at, bool piggyback, absl::Time deadline, const PlanPosition* at) {
   std::vector<uint64_t> released;
   if (piggyback) released = releases_->Take(conn.generation());
   const size_t n = end - begin;
+  // Only to a server that said it takes it (an older one would close the
+  // connection on the extra bytes): this session's plan registration's
+  // reply tells.
+  local::PlanPositionFields position;
+  const bool positioned = at != nullptr && conn.plan_positions();
+  if (positioned) position = {at->epoch, at->offset + begin};
   std::string payload = local::EncodeGetBatch(
-      dataset, released, n, [&](size_t i) { return key_at(begin + i); });
+      dataset, released, n, [&](size_t i) { return key_at(begin + i); },
+      positioned ? &position : nullptr);
   absl::StatusOr<local::Frame> frame =
       Roundtrip(conn, local::MsgType::kGetBatch, payload, deadline, "GetBatch");
   if (!frame.ok()) {
@@ -274,10 +287,15 @@ absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
         Roundtrip(**conn, local::MsgType::kRegisterPlan, payload, deadline,
                   "RegisterPlan");
     if (!frame.ok()) return frame.status();
-    if (frame->type() != local::MsgType::kRegisterPlanReply) {
-      return RpcError("RegisterPlan",
-                      absl::DataLossError(absl::StrCat(
-                          "answered with message type ", frame->header.type)));
+    uint32_t features = 0;
+    absl::Status st =
+        frame->type() == local::MsgType::kRegisterPlanReply
+            ? local::DecodeRegisterPlanFeatures(frame->payload, &features)
+            : absl::DataLossError(absl::StrCat("answered with message type ",
+                                               frame->header.type));
+    if (!st.ok()) return RpcError("RegisterPlan", st);
+    if ((features & local::kFeaturePlanPositions) != 0) {
+      (*conn)->set_plan_positions();
     }
     begin += n;
   } while (begin < paths.size());

@@ -89,8 +89,11 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // While the session is lost, waits up to options.rpc_timeout for the
   // reconnect, then UNAVAILABLE; DEADLINE_EXCEEDED when the server does
   // not answer within rpc_timeout (a late answer's leases are released).
+  // `at` (if set): the plan position (Client::GetBatch), sent only on a
+  // connection whose server announced it takes one.
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
-                                 absl::Span<const std::string> paths);
+                                 absl::Span<const std::string> paths,
+                                 const PlanPosition* at = nullptr);
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const ItemRequest> items);
   absl::Status Prefetch(absl::string_view dataset,
@@ -134,14 +137,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // when the session is lost under the call.
   template <typename KeyAt>
   absl::StatusOr<Batch> DoGetBatch(absl::string_view dataset, size_t n,
-                                   KeyAt key_at);
-  // One kGetBatch for keys [begin, end) on `conn`.
+                                   KeyAt key_at,
+                                   const PlanPosition* at = nullptr);
+  // One kGetBatch for keys [begin, end) on `conn`; `at`: the plan
+  // position of key 0 (then sent for this slice), or null.
   template <typename KeyAt>
-  absl::StatusOr<std::vector<Item>> GetBatchSlice(Connection& conn,
-                                                  absl::string_view dataset,
-                                                  size_t begin, size_t end,
-                                                  KeyAt key_at, bool piggyback,
-                                                  absl::Time deadline);
+  absl::StatusOr<std::vector<Item>> GetBatchSlice(
+      Connection& conn, absl::string_view dataset, size_t begin, size_t end,
+      KeyAt key_at, bool piggyback, absl::Time deadline,
+      const PlanPosition* at = nullptr);
   // Items from a kBatch answer for n keys, pointing into conn's mapping.
   // Leases of items refused here (handle outside the mapping, checksum
   // mismatch) and of a malformed answer are queued for release.

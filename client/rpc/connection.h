@@ -92,6 +92,14 @@ class Connection {
   absl::Status end_status() const;
 
   uint64_t generation() const { return generation_; }
+  // Whether the server takes a GetBatch's plan position: it said so in its
+  // reply to this session's plan registration (older servers do not).
+  bool plan_positions() const {
+    return plan_positions_.load(std::memory_order_relaxed);
+  }
+  void set_plan_positions() {
+    plan_positions_.store(true, std::memory_order_relaxed);
+  }
   // Set by Open(); constant after.
   const SessionInfo& info() const { return info_; }
   const std::shared_ptr<const SegmentMap>& map() const { return map_; }
@@ -112,6 +120,7 @@ class Connection {
   // Set by Open(); constant after.
   absl::Duration reply_spin_ = absl::ZeroDuration();
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<bool> plan_positions_{false};
 
   // One writer at a time: frames must not interleave on the stream.
   // Lock order: write_mu_ before mu_.

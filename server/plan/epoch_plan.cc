@@ -1,6 +1,10 @@
 #include "server/plan/epoch_plan.h"
 
 #include <algorithm>
+#include <iterator>
+#include <tuple>
+
+#include "absl/hash/hash.h"
 
 namespace dlcache {
 
@@ -18,10 +22,39 @@ uint64_t EpochPlan::Add(uint64_t epoch, uint64_t offset,
   }
   if (offset + paths.size() <= epoch_next_) return 0;
   const size_t skip = offset < epoch_next_ ? epoch_next_ - offset : 0;
+  // ConsumeRange's map: one piece per run of epoch indices added in order.
+  if (!segments_.empty() && segments_.back().epoch == epoch &&
+      segments_.back().offset + segments_.back().count == offset + skip &&
+      segments_.back().position + segments_.back().count == end()) {
+    segments_.back().count += paths.size() - skip;
+  } else {
+    segments_.push_back(Segment{epoch, offset + skip, end(),
+                                static_cast<uint64_t>(paths.size() - skip)});
+  }
   for (size_t i = skip; i < paths.size(); ++i) {
     auto it = keys_.try_emplace(std::string(paths[i])).first;
-    it->second.positions.push_back(end());
-    order_.push_back(&*it);
+    KeyUses& k = it->second;
+    if (!k.positions.empty()) {
+      // A live key's last position is never trimmed (that erases the key).
+      order_[k.positions.back() - base_] &= ~kLastUse;
+      if (world_size_ == 0) {
+        // A reader's plan trims without touching keys: its positions
+        // behind base_ go here, where the key is touched anyway.
+        while (k.trimmed < k.positions.size() &&
+               k.positions[k.trimmed] < base_) {
+          ++k.trimmed;
+        }
+        if (k.next < k.trimmed) k.next = k.trimmed;
+        if (k.trimmed >= 16 && 2 * k.trimmed >= k.positions.size()) {
+          k.positions.erase(k.positions.begin(),
+                            k.positions.begin() + k.trimmed);
+          k.next -= k.trimmed;
+          k.trimmed = 0;
+        }
+      }
+    }
+    k.positions.push_back(end());
+    order_.push_back(reinterpret_cast<uintptr_t>(&*it) | kLastUse);
     // The epoch index, not the position, names the rank: a part added
     // after a gap (a rank registering from where it is) keeps its ranks.
     if (world_size_ != 0) {
@@ -130,9 +163,99 @@ bool EpochPlan::ConsumeAs(uint32_t rank, absl::string_view path) {
 }
 
 size_t EpochPlan::FirstLive(const KeyUses& k) const {
+  // Behind the frontier less skew: skipped; below consumed_below_ or in a
+  // pending range: consumed by a range.
+  const uint64_t floor =
+      std::max(consumed_below_, frontier_ > skew_ ? frontier_ - skew_ : 0);
   size_t i = k.next;
-  while (i < k.positions.size() && k.positions[i] + skew_ < frontier_) ++i;
+  while (i < k.positions.size() &&
+         (k.positions[i] < floor || RangeConsumed(k.positions[i]))) {
+    ++i;
+  }
   return i;
+}
+
+bool EpochPlan::RangeConsumed(uint64_t pos) const {
+  for (const auto& [first, end] : pending_) {
+    if (pos < first) return false;
+    if (pos < end) return true;
+  }
+  return false;
+}
+
+uint64_t EpochPlan::KeyHash(absl::string_view path) {
+  return absl::HashOf(path);
+}
+
+uint64_t EpochPlan::ConsumeRange(uint64_t epoch, uint64_t offset,
+                                 uint64_t count, uint64_t first_hash,
+                                 uint64_t last_hash) {
+  if (world_size_ != 0) return kMismatch;
+  if (count == 0) return 0;
+  // The piece holding epoch index `offset` (pieces ascend in (epoch,
+  // offset) as in position).
+  auto it = std::upper_bound(
+      segments_.begin(), segments_.end(), std::make_tuple(epoch, offset),
+      [](const std::tuple<uint64_t, uint64_t>& v, const Segment& s) {
+        return v < std::make_tuple(s.epoch, s.offset);
+      });
+  // Before everything held: trimmed away with its piece (left behind).
+  if (it == segments_.begin()) return 0;
+  const Segment& s = *std::prev(it);
+  if (s.epoch != epoch || offset + count > s.offset + s.count) {
+    return kMismatch;
+  }
+  const uint64_t first = s.position + (offset - s.offset);
+  const uint64_t end = first + count;
+  if (end <= base_) return 0;  // wholly behind: nothing to move
+  // Two keys checked, not every one: a client whose count drifted from
+  // the order it registered is caught at either end.
+  if ((first >= base_ && KeyHash(At(first)) != first_hash) ||
+      KeyHash(At(end - 1)) != last_hash) {
+    return kMismatch;
+  }
+  if (first > frontier_ + skew_) {
+    out_of_window_ +=
+        static_cast<uint32_t>(std::min<uint64_t>(count, resync_after_));
+    if (out_of_window_ < resync_after_) return 0;
+  }
+  out_of_window_ = 0;
+  if (first <= consumed_below_) {
+    consumed_below_ = std::max(consumed_below_, end);
+  } else {
+    // Ahead of a gap (another worker's batch still to come): held as a
+    // range, merged with its neighbours.
+    auto at = std::lower_bound(pending_.begin(), pending_.end(), first,
+                               [](const std::pair<uint64_t, uint64_t>& r,
+                                  uint64_t f) { return r.second < f; });
+    uint64_t lo = first, hi = end;
+    auto stop = at;
+    while (stop != pending_.end() && stop->first <= hi) {
+      lo = std::min(lo, stop->first);
+      hi = std::max(hi, stop->second);
+      ++stop;
+    }
+    if (at != stop) {
+      *at = {lo, hi};
+      pending_.erase(std::next(at), stop);
+    } else if (pending_.size() < kMaxPendingRanges) {
+      pending_.insert(at, {lo, hi});
+    }
+    // (Too many gaps: the range is not held; its positions stay
+    // outstanding until the frontier leaves them skew behind.)
+  }
+  frontier_ = std::max(frontier_, end);
+  if (frontier_ > skew_) {
+    consumed_below_ = std::max(consumed_below_, frontier_ - skew_);
+  }
+  size_t merged = 0;
+  for (; merged < pending_.size() && pending_[merged].first <= consumed_below_;
+       ++merged) {
+    consumed_below_ = std::max(consumed_below_, pending_[merged].second);
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + merged);
+  Trim();
+  return count;
 }
 
 bool EpochPlan::Consume(absl::string_view path) {
@@ -140,7 +263,7 @@ bool EpochPlan::Consume(absl::string_view path) {
   // frontier needs no hash lookup (the same outcome as below: it is its
   // key's first outstanding position).
   if (frontier_ < end()) {
-    KeyMap::value_type* node = order_[frontier_ - base_];
+    KeyMap::value_type* node = NodeAt(frontier_);
     if (node->first == path) {
       KeyUses& k = node->second;
       const size_t i = FirstLive(k);
@@ -208,8 +331,30 @@ void EpochPlan::NoteCached(absl::string_view path, uint64_t generation) {
 }
 
 void EpochPlan::Trim() {
+  TrimOrder();
+  while (!segments_.empty() &&
+         segments_.front().position + segments_.front().count <= base_) {
+    segments_.pop_front();
+  }
+}
+
+void EpochPlan::TrimOrder() {
+  if (world_size_ == 0) {
+    // A reader's plan: a key is touched only when its last position goes
+    // (the key goes with it); its earlier positions are dropped by Add
+    // and passed over by FirstLive (everything behind base_ is behind the
+    // frontier less skew). Touching each trimmed position's key cost a
+    // cache miss per read consumed.
+    while (!order_.empty() && base_ + skew_ < frontier_) {
+      const uintptr_t entry = order_.front();
+      order_.pop_front();
+      ++base_;
+      if ((entry & kLastUse) != 0) keys_.erase(Node(entry)->first);
+    }
+    return;
+  }
   while (!order_.empty() && base_ + skew_ < frontier_) {
-    KeyMap::value_type* node = order_.front();
+    KeyMap::value_type* node = Node(order_.front());
     order_.pop_front();
     if (world_size_ != 0) lanes_.pop_front();
     ++base_;

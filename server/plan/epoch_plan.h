@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -62,6 +63,21 @@ class EpochPlan {
   // A consumer asked for `path`. Returns true if that counted as progress
   // of the plan. Per-reader plans only (world_size 0).
   bool Consume(absl::string_view path);
+
+  // The same for a batch that says where it stands: keys [offset, offset +
+  // count) of epoch `epoch` as added (Add), read in that order. Marks
+  // those positions consumed without a lookup per key: O(1) for batches
+  // in order (each DataLoader worker's batches a little out of order are
+  // held as a few ranges until the gap closes). `first_hash` and
+  // `last_hash` (KeyHash of the batch's first and last path) must match
+  // the paths planned there; the skew and out-of-step rules are Consume's.
+  // Returns the positions consumed; kMismatch if the range is not one
+  // part added in one piece, or a hash differs (nothing changes). Reader's
+  // plans only (world_size 0).
+  static constexpr uint64_t kMismatch = UINT64_MAX;
+  uint64_t ConsumeRange(uint64_t epoch, uint64_t offset, uint64_t count,
+                        uint64_t first_hash, uint64_t last_hash);
+  static uint64_t KeyHash(absl::string_view path);
 
   // --- job plans (world_size > 0) ---
   uint32_t world_size() const { return world_size_; }
@@ -123,9 +139,7 @@ class EpochPlan {
   uint64_t end() const { return base_ + order_.size(); }
   uint64_t frontier() const { return frontier_; }
   // The path planned at position `pos` (base() <= pos < end()).
-  absl::string_view At(uint64_t pos) const {
-    return order_[pos - base_]->first;
-  }
+  absl::string_view At(uint64_t pos) const { return NodeAt(pos)->first; }
   uint64_t base() const { return base_; }
 
   // The look-ahead's memo of what is cached (so that a window of hits is
@@ -136,7 +150,7 @@ class EpochPlan {
   // nothing removed from the cache since (base() <= pos < end()).
   bool KnownCached(uint64_t pos, uint64_t generation) const {
     return generation != 0 &&
-           order_[pos - base_]->second.cached_generation == generation;
+           NodeAt(pos)->second.cached_generation == generation;
   }
 
  private:
@@ -155,6 +169,19 @@ class EpochPlan {
     uint64_t handed_out = 0;     // its look-ahead: positions before this
   };
 
+  using KeyMap = absl::node_hash_map<std::string, KeyUses>;
+  // order_ entries: the key's node, with kLastUse set in the low bit when
+  // the position is the last one its key has (so trimming a reader's plan
+  // needs to touch a node only when its key leaves).
+  static constexpr uintptr_t kLastUse = 1;
+  static KeyMap::value_type* Node(uintptr_t entry) {
+    return reinterpret_cast<KeyMap::value_type*>(entry & ~kLastUse);
+  }
+  KeyMap::value_type* NodeAt(uint64_t pos) const {
+    return Node(order_[pos - base_]);
+  }
+  // Whether `pos` was consumed by a range (ConsumeRange).
+  bool RangeConsumed(uint64_t pos) const;
   // First outstanding position of `k` at or after the frontier less skew.
   size_t FirstLive(const KeyUses& k) const;
   uint64_t NextUseOfJob(const KeyUses& k) const;
@@ -162,6 +189,7 @@ class EpochPlan {
   void UpdateJobFrontier();
   // Drops positions (and keys) the frontier left far behind.
   void Trim();
+  void TrimOrder();
 
   const uint64_t skew_;
   const uint32_t resync_after_;
@@ -171,11 +199,25 @@ class EpochPlan {
   std::deque<uint32_t> lanes_;
   // Job plans: every rank that attached so far (at most world_size_).
   absl::flat_hash_map<uint32_t, RankState> ranks_;
-  using KeyMap = absl::node_hash_map<std::string, KeyUses>;
   KeyMap keys_;
   // Position base_ + i: its key's node (stable in a node_hash_map), so
-  // trimming needs no second lookup.
-  std::deque<KeyMap::value_type*> order_;
+  // trimming needs no second lookup; kLastUse marked (see Node).
+  std::deque<uintptr_t> order_;
+  // Reader's plans: every position below consumed_below_ is consumed (by
+  // ranges, or left skew behind the frontier); ranges consumed above it,
+  // disjoint, ascending, at most kMaxPendingRanges.
+  static constexpr size_t kMaxPendingRanges = 64;
+  uint64_t consumed_below_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> pending_;  // [first, end)
+  // What Add added, in pieces: epoch index `offset` of `epoch` and on is
+  // position `position` and on, for `count` (ConsumeRange's map).
+  struct Segment {
+    uint64_t epoch;
+    uint64_t offset;
+    uint64_t position;
+    uint64_t count;
+  };
+  std::deque<Segment> segments_;
   uint64_t base_ = 0;
   uint64_t frontier_ = 0;
   uint32_t out_of_window_ = 0;  // consecutive

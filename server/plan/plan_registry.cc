@@ -155,7 +155,8 @@ bool PlanRegistry::ApplyProgressLocked() {
   progress_.TakeAll(&applying_);
   bool progressed = false;
   for (const ProgressQueue::Report& r : applying_) {
-    progressed |= ObserveLocked(r.session, r.dataset, r.paths);
+    progressed |= r.by_position ? ObservePositionLocked(r)
+                                : ObserveLocked(r.session, r.dataset, r.paths);
   }
   applying_.clear();
   return progressed;
@@ -188,6 +189,33 @@ bool PlanRegistry::ObserveLocked(uint64_t session, uint32_t dataset,
     total_positions_ -= before - p->plan->live_positions();
   }
   return progressed;
+}
+
+bool PlanRegistry::ObservePositionLocked(const ProgressQueue::Report& r) {
+  auto it = by_session_.find(r.session);
+  if (it == by_session_.end()) return false;
+  Plan* only = nullptr;
+  size_t on_dataset = 0;
+  for (Plan* p : it->second) {
+    if (p->dataset != r.dataset) continue;
+    only = p;
+    ++on_dataset;
+  }
+  if (on_dataset == 0) return false;
+  if (on_dataset > 1 || only->world_size != 0) {
+    ++position_mismatches_;
+    return false;
+  }
+  const uint64_t before = only->plan->live_positions();
+  const uint64_t got = only->plan->ConsumeRange(r.epoch, r.offset, r.count,
+                                                r.first_hash, r.last_hash);
+  total_positions_ -= before - only->plan->live_positions();
+  if (got == EpochPlan::kMismatch) {
+    ++position_mismatches_;
+    return false;
+  }
+  consumed_ += got;
+  return got > 0;
 }
 
 void PlanRegistry::CloseSession(uint64_t session) {
@@ -317,7 +345,8 @@ PlanRegistry::Stats PlanRegistry::stats() {
   s.live_positions = total_positions_;
   s.consumed = consumed_;
   s.refusals = refusals_;
-  s.progress_dropped = progress_.stats().dropped;
+  s.progress_dropped = progress_.stats().dropped + position_mismatches_;
+  s.position_mismatches = position_mismatches_;
   for (const auto& [key, p] : plans_)
     s.distinct_keys += p->plan->distinct_keys();
   return s;

@@ -108,7 +108,9 @@ class PlanRegistry : public NextUseOracle {
                absl::Span<const absl::string_view> paths);
 
   // The same progress, queued for ApplyProgress (the hit path: takes only
-  // the queue's mutex). The report owns the frame its paths point into.
+  // the queue's mutex). The report owns the frame its paths point into,
+  // or says where the batch stands in the session's plan (by_position: a
+  // reader's plan, the only one of the session on the dataset).
   // Returns false if the report was dropped: the queue is at its limit
   // (counted). If the queue was empty the applier must be woken: with
   // `wake` null, Report calls on_change; else it sets `*wake` and the
@@ -165,10 +167,13 @@ class PlanRegistry : public NextUseOracle {
   struct Stats {
     uint32_t plans = 0;
     uint64_t live_positions = 0;
-    uint64_t consumed = 0;          // reads that advanced a plan
-    uint64_t refusals = 0;          // Register calls refused by a limit
-    uint64_t progress_dropped = 0;  // reports dropped by the full queue
-    uint64_t distinct_keys = 0;     // paths held, summed over plans
+    uint64_t consumed = 0;  // reads that advanced a plan
+    uint64_t refusals = 0;  // Register calls refused by a limit
+    // Reports dropped by the full queue, and reports by plan position
+    // that did not match the plan (position_mismatches).
+    uint64_t progress_dropped = 0;
+    uint64_t position_mismatches = 0;
+    uint64_t distinct_keys = 0;  // paths held, summed over plans
   };
   Stats stats();
 
@@ -218,6 +223,12 @@ class PlanRegistry : public NextUseOracle {
                      absl::Span<const absl::string_view> paths)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ApplyProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report by plan position: applied to the session's one reader's plan
+  // on the dataset (EpochPlan::ConsumeRange); a session in a job plan or
+  // in several plans of the dataset cannot say which plan it means: the
+  // report counts as a mismatch.
+  bool ObservePositionLocked(const ProgressQueue::Report& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() const {
     if (on_change_) on_change_();
   }
@@ -239,6 +250,7 @@ class PlanRegistry : public NextUseOracle {
   uint64_t total_positions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t position_mismatches_ ABSL_GUARDED_BY(mu_) = 0;
   size_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -37,12 +37,21 @@ struct ProgressQueueLimits {
 class ProgressQueue {
  public:
   // What one batch asked for: `paths` point into `frame`, which the
-  // report owns.
+  // report owns. Or, from a client that knows where the batch stands in
+  // its plan (by_position): keys [offset, offset + count) of epoch `epoch`
+  // of the order it registered, the first and last key's
+  // EpochPlan::KeyHash; no frame, no paths (nothing allocated).
   struct Report {
     uint64_t session = 0;
     uint32_t dataset = 0;
     std::shared_ptr<const std::string> frame;
     std::vector<absl::string_view> paths;
+    bool by_position = false;
+    uint64_t epoch = 0;
+    uint64_t offset = 0;
+    uint64_t count = 0;
+    uint64_t first_hash = 0;
+    uint64_t last_hash = 0;
   };
 
   explicit ProgressQueue(

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -660,20 +661,32 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   void HandleGetBatch(const std::shared_ptr<Conn>& c,
                       const local::FrameHeader& h, std::string* frame) {
-    // A session in a plan reports its keys as progress: the report keeps
-    // the frame (moved, not copied) that the decoded keys point into,
-    // rather than a copy of every path. Other sessions pay nothing.
-    std::shared_ptr<const std::string> kept;
-    if (c->in_plan && shared_->plans != nullptr) {
-      kept = std::make_shared<const std::string>(std::move(*frame));
-    }
-    const std::string& payload = kept ? *kept : *frame;
     local::GetBatchRequest req;
     if (absl::Status s =
-            local::DecodeGetBatch(payload, kNoLimit, kNoLimit, &req);
+            local::DecodeGetBatch(*frame, kNoLimit, kNoLimit, &req);
         !s.ok()) {
       Fatal(c, s);
       return;
+    }
+    // A session in a plan reports its keys as progress. A batch that says
+    // where it stands in the plan is reported by position (nothing kept,
+    // nothing allocated); else the report keeps the frame (moved, not
+    // copied) that the decoded keys point into, rather than a copy of
+    // every path. Other sessions pay nothing.
+    std::shared_ptr<const std::string> kept;
+    if (c->in_plan && shared_->plans != nullptr && !req.has_plan_position) {
+      const char* const was = frame->data();
+      kept = std::make_shared<const std::string>(std::move(*frame));
+      // The views moved along with the buffer (any frame beyond the
+      // small-string size); decoded again where it did not.
+      if (kept->data() != was) {
+        if (absl::Status s =
+                local::DecodeGetBatch(*kept, kNoLimit, kNoLimit, &req);
+            !s.ok()) {
+          Fatal(c, s);
+          return;
+        }
+      }
     }
     absl::Status s = CheckKeys(req.keys.size());
     if (s.ok()) s = CheckRelease(req.release.size());
@@ -694,23 +707,25 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       return;
     }
     std::vector<BatchKey> keys = Keys(req.keys);
-    std::function<void(bool*)> observe =
-        PlanObserver(c->session, req.dataset, keys, std::move(kept));
+    std::optional<ProgressQueue::Report> progress =
+        c->in_plan ? PlanProgress(c->session, req, keys, std::move(kept))
+                   : std::nullopt;
     ++c->inflight;
     shared_->inflight.Add(1);
     engine->GetBatchAsync(
         c->session, req.dataset, keys,
         [self = shared_from_this(), c, id = h.request_id, engine,
          session = c->session, max_frame = shared_->options.max_frame_bytes,
-         observe = std::move(observe)](absl::StatusOr<BatchResult> r) mutable {
+         progress =
+             std::move(progress)](absl::StatusOr<BatchResult> r) mutable {
           // Progress counts once the items are leased: marked used
           // earlier, an item a look-ahead fill just brought in would be
           // the eviction's first pick before the batch pins it. Only
           // queued here (before the answer: stats read after it see it);
           // applied off the hit path.
-          if (observe) {
+          if (progress.has_value()) {
             bool wake = false;
-            observe(&wake);
+            self->shared_->plans->Report(*std::move(progress), &wake);
             if (wake) {
               if (current_loop == self.get()) {
                 self->plan_wake_ = true;  // a hit, answered on this loop
@@ -838,27 +853,37 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   }
 
   // The plans' progress comes from what their sessions ask for: no frame
-  // of its own, and nothing at all (null) when `frame` (the payload the
-  // keys' paths point into) was not kept. The closure owns the frame and
-  // queues it with the paths (PlanRegistry::Report: the queue's lock only;
+  // of its own. By position when the batch says where it stands in the
+  // plan (the first and last keys' hashes let the registry check it);
+  // else by key: the report owns the frame (the payload the keys' paths
+  // point into). Nothing (nullopt) when neither applies. Queued by
+  // PlanRegistry::Report once the batch is leased (the queue's lock only;
   // a full queue drops the report and counts it).
-  std::function<void(bool* wake)> PlanObserver(
-      uint64_t session, absl::string_view dataset,
+  std::optional<ProgressQueue::Report> PlanProgress(
+      uint64_t session, const local::GetBatchRequest& req,
       absl::Span<const BatchKey> keys,
       std::shared_ptr<const std::string> frame) {
     PlanRegistry* plans = shared_->plans;
-    if (frame == nullptr || plans == nullptr) return nullptr;
-    absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(dataset);
-    if (!ds.ok()) return nullptr;
-    std::vector<absl::string_view> paths;
-    paths.reserve(keys.size());
-    for (const BatchKey& k : keys) paths.push_back(k.path);
-    return [plans, session, ds = *ds, frame = std::move(frame),
-            paths = std::move(paths)](bool* wake) mutable {
-      plans->Report(ProgressQueue::Report{session, ds, std::move(frame),
-                                          std::move(paths)},
-                    wake);
-    };
+    if (plans == nullptr || keys.empty()) return std::nullopt;
+    if (!req.has_plan_position && frame == nullptr) return std::nullopt;
+    absl::StatusOr<uint32_t> ds = shared_->engine->DatasetId(req.dataset);
+    if (!ds.ok()) return std::nullopt;
+    ProgressQueue::Report r;
+    r.session = session;
+    r.dataset = *ds;
+    if (req.has_plan_position) {
+      r.by_position = true;
+      r.epoch = req.plan_position.epoch;
+      r.offset = req.plan_position.offset;
+      r.count = keys.size();
+      r.first_hash = EpochPlan::KeyHash(keys.front().path);
+      r.last_hash = EpochPlan::KeyHash(keys.back().path);
+      return r;
+    }
+    r.frame = std::move(frame);
+    r.paths.reserve(keys.size());
+    for (const BatchKey& k : keys) r.paths.push_back(k.path);
+    return r;
   }
 
   void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
@@ -910,10 +935,14 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     }
     // A rank attaching to its job's plan learns what is held already and
     // sends only the rest.
-    Reply(c, MsgType::kRegisterPlanReply, h.request_id,
-          job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
-                    state.has_epoch, state.epoch, state.next_offset})
-              : std::string());
+    // A reader's plan: what this server takes beyond the first protocol
+    // (old clients ignore this reply's payload; a job reply keeps its
+    // form, which they check).
+    Reply(
+        c, MsgType::kRegisterPlanReply, h.request_id,
+        job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
+                  state.has_epoch, state.epoch, state.next_offset})
+            : local::EncodeRegisterPlanFeatures(local::kFeaturePlanPositions));
   }
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,

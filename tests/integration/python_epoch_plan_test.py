@@ -74,6 +74,7 @@ class EpochPlanTest(unittest.TestCase):
             multiprocessing_context="fork", timeout=LOADER_TIMEOUT_S,
             worker_init_fn=worker_init)
         reads = []
+        counted = SERVER.status()["plans"]
         for epoch in range(3):
             ds.set_epoch(epoch)
             before = SERVER.dataset_stats()["source_reads"]
@@ -86,6 +87,13 @@ class EpochPlanTest(unittest.TestCase):
             # The DataLoader delivers what the plan said, in that order.
             self.assertEqual(seen, ds.plan_order(epoch, num_workers=2))
             reads.append(SERVER.dataset_stats()["source_reads"] - before)
+        # The workers' batches said where they stand in the plan (a
+        # position each, two workers out of order): every read counted,
+        # none taken for a mismatch.
+        plans = SERVER.status()["plans"]
+        self.assertEqual(plans["consumed"] - counted["consumed"], 3 * N, plans)
+        self.assertEqual(plans["progress_dropped"],
+                         counted["progress_dropped"], plans)
         del loader
         # Epochs 2 and 3: the optimum reads N - 64 = 64 per epoch; CLOCK
         # reads about 0.85 N (docs/eviction_benchmark.md); the plan's

@@ -130,6 +130,104 @@ TEST(EpochPlanTest, AddIsIdempotentPerEpochAndOffset) {
 // A job plan: epoch index i is rank i % world_size's read; each rank
 // consumes only its own positions, and the plan's frontier is the slowest
 // attached rank's.
+// Progress by plan position (a batch that says where it stands) leaves
+// the plan as progress by key does: the same frontier, distances, trimming.
+uint64_t H(absl::string_view path) { return EpochPlan::KeyHash(path); }
+
+TEST(EpochPlanTest, RangesInOrderActAsKeysDo) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d"};
+  const std::vector<std::string> e1 = {"d", "c", "b", "a"};
+  plan.Add(0, 0, Views(e0));
+  plan.Add(1, 0, Views(e1));
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 2, H("a"), H("b")), 2u);
+  EXPECT_EQ(plan.frontier(), 2u);
+  EXPECT_EQ(plan.NextUse("a"), 5u);  // its epoch 1 read, at 7
+  EXPECT_EQ(plan.NextUse("b"), 4u);
+  EXPECT_EQ(plan.NextUse("c"), 0u);
+  EXPECT_EQ(plan.ConsumeRange(0, 2, 2, H("c"), H("d")), 2u);
+  EXPECT_EQ(plan.NextUse("d"), 0u);
+  EXPECT_EQ(plan.ConsumeRange(1, 0, 4, H("d"), H("a")), 4u);
+  EXPECT_EQ(plan.frontier(), 8u);
+  EXPECT_EQ(plan.NextUse("a"), EpochPlan::kNever);
+  EXPECT_LE(plan.live_positions(), 2u);
+  // Every key left with its last position; none was touched before.
+  EXPECT_LE(plan.distinct_keys(), 2u);
+}
+
+TEST(EpochPlanTest, RangesOutOfOrderAreHeldUntilTheGapCloses) {
+  EpochPlan plan(/*skew=*/100, /*resync_after=*/1000);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  const std::vector<std::string> e1 = {"h", "g", "f", "e", "d", "c", "b", "a"};
+  plan.Add(0, 0, Views(e0));
+  plan.Add(1, 0, Views(e1));
+  // Worker 1's batch answered before worker 0's.
+  EXPECT_EQ(plan.ConsumeRange(0, 4, 4, H("e"), H("h")), 4u);
+  EXPECT_EQ(plan.frontier(), 8u);
+  EXPECT_EQ(plan.NextUse("a"), 0u);  // still outstanding
+  EXPECT_EQ(plan.NextUse("e"), 3u);  // consumed: its epoch 1 read, at 11
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 4, H("a"), H("d")), 4u);
+  EXPECT_EQ(plan.NextUse("a"), 7u);  // at 15
+  // Keys after ranges: a key read counts its next outstanding position.
+  EXPECT_TRUE(plan.Consume("h"));
+  EXPECT_EQ(plan.frontier(), 9u);
+  EXPECT_EQ(plan.NextUse("h"), EpochPlan::kNever);
+  EXPECT_EQ(plan.NextUse("g"), 0u);
+}
+
+TEST(EpochPlanTest, RangesThatDoNotMatchChangeNothing) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4);
+  const std::vector<std::string> e0 = {"a", "b", "c", "d"};
+  plan.Add(0, 0, Views(e0));
+  plan.Add(1, 0, Views(e0));
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 2, H("a"), H("x")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 2, H("x"), H("b")), EpochPlan::kMismatch);
+  // Past the epoch's end, an epoch never added.
+  EXPECT_EQ(plan.ConsumeRange(0, 3, 2, H("d"), H("a")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRange(7, 0, 1, H("a"), H("a")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.frontier(), 0u);
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 0, 0, 0), 0u);
+  // A job plan takes no ranges.
+  EpochPlan job(2, 4, /*world_size=*/2);
+  job.Add(0, 0, Views(e0));
+  EXPECT_EQ(job.ConsumeRange(0, 0, 1, H("a"), H("a")), EpochPlan::kMismatch);
+  // A batch wholly behind what is held moves nothing, and is no error.
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 4, H("a"), H("d")), 4u);
+  EXPECT_EQ(plan.ConsumeRange(1, 0, 4, H("a"), H("d")), 4u);
+  EXPECT_EQ(plan.ConsumeRange(0, 0, 2, H("a"), H("b")), 0u);
+  EXPECT_EQ(plan.frontier(), 8u);
+}
+
+TEST(EpochPlanTest, FarRangeCountsOnlyWhenItPersists) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4);
+  std::vector<std::string> e0;
+  for (int i = 0; i < 16; ++i) e0.push_back("k" + std::to_string(i));
+  plan.Add(0, 0, Views(e0));
+  EXPECT_EQ(plan.ConsumeRange(0, 10, 2, H("k10"), H("k11")), 0u);
+  EXPECT_EQ(plan.frontier(), 0u);
+  EXPECT_EQ(plan.ConsumeRange(0, 12, 2, H("k12"), H("k13")), 2u);
+  EXPECT_EQ(plan.frontier(), 14u);
+}
+
+// Registered in several frames, and again after a gap: epoch indices map
+// to the positions they were given.
+TEST(EpochPlanTest, RangesFindTheirPositionsAcrossPartsAndGaps) {
+  EpochPlan plan(/*skew=*/100, /*resync_after=*/1000);
+  const std::vector<std::string> p0 = {"a", "b"}, p1 = {"c", "d"},
+                                 p2 = {"x", "y"};
+  plan.Add(0, 0, Views(p0));
+  plan.Add(0, 2, Views(p1));
+  plan.Add(0, 10, Views(p2));  // positions 4, 5
+  EXPECT_EQ(plan.ConsumeRange(0, 1, 2, H("b"), H("c")), 2u);
+  EXPECT_EQ(plan.ConsumeRange(0, 4, 1, H("x"), H("x")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRange(0, 3, 2, H("d"), H("x")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRange(0, 10, 2, H("x"), H("y")), 2u);
+  EXPECT_EQ(plan.frontier(), 6u);
+  EXPECT_EQ(plan.NextUse("a"), 0u);
+  EXPECT_EQ(plan.NextUse("d"), 0u);
+  EXPECT_EQ(plan.NextUse("b"), EpochPlan::kNever);
+}
+
 TEST(EpochPlanTest, JobPlanRanksConsumeTheirOwnPositions) {
   EpochPlan plan(/*skew=*/2, /*resync_after=*/4, /*world_size=*/2);
   EXPECT_EQ(plan.world_size(), 2u);

@@ -253,6 +253,51 @@ TEST(LocalProtocolTest, RegisterJobPlanRoundTripAndErrors) {
   EXPECT_FALSE(DecodeRegisterPlanReply("", &reply).ok());
 }
 
+// A GetBatch may end with its plan position; without it the request is
+// the one of the first protocol, byte for byte (what an older server
+// decodes).
+TEST(LocalProtocolTest, GetBatchPlanPositionRoundTrip) {
+  const std::vector<std::string> keys = SomeKeys();
+  auto key_at = [&](size_t i) { return Key{keys[i]}; };
+  const std::string plain =
+      EncodeGetBatch("ds", std::vector<uint64_t>{1}, keys.size(), key_at);
+  const PlanPositionFields at{3, 768};
+  const std::string positioned =
+      EncodeGetBatch("ds", std::vector<uint64_t>{1}, keys.size(), key_at, &at);
+  ASSERT_EQ(positioned.size(), plain.size() + 16);
+  EXPECT_EQ(positioned.substr(0, plain.size()), plain);
+  GetBatchRequest r;
+  ASSERT_TRUE(DecodeGetBatch(plain, kNoLimit, kNoLimit, &r).ok());
+  EXPECT_FALSE(r.has_plan_position);
+  ASSERT_TRUE(DecodeGetBatch(positioned, kNoLimit, kNoLimit, &r).ok());
+  EXPECT_TRUE(r.has_plan_position);
+  EXPECT_EQ(r.plan_position.epoch, 3u);
+  EXPECT_EQ(r.plan_position.offset, 768u);
+  EXPECT_EQ(r.keys.size(), keys.size());
+  // Any other tail is malformed.
+  for (size_t n = plain.size() + 1; n < positioned.size(); ++n) {
+    EXPECT_FALSE(
+        DecodeGetBatch(positioned.substr(0, n), kNoLimit, kNoLimit, &r).ok())
+        << n;
+  }
+  EXPECT_FALSE(DecodeGetBatch(positioned + "z", kNoLimit, kNoLimit, &r).ok());
+  // A plain request decoded after a positioned one has no position.
+  ASSERT_TRUE(DecodeGetBatch(plain, kNoLimit, kNoLimit, &r).ok());
+  EXPECT_FALSE(r.has_plan_position);
+
+  // The features of a reader's registration reply; an old server's is
+  // empty (none).
+  uint32_t features = 99;
+  ASSERT_TRUE(DecodeRegisterPlanFeatures(
+                  EncodeRegisterPlanFeatures(kFeaturePlanPositions), &features)
+                  .ok());
+  EXPECT_EQ(features, kFeaturePlanPositions);
+  ASSERT_TRUE(DecodeRegisterPlanFeatures("", &features).ok());
+  EXPECT_EQ(features, 0u);
+  EXPECT_FALSE(DecodeRegisterPlanFeatures("abc", &features).ok());
+  EXPECT_FALSE(DecodeRegisterPlanFeatures("abcde", &features).ok());
+}
+
 TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {
   const std::vector<std::string> keys = SomeKeys();
   std::string p = EncodeGetBatch("ds", std::vector<uint64_t>{1, 2}, keys.size(),

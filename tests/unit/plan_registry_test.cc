@@ -157,6 +157,51 @@ TEST(PlanRegistryTest, ReportedProgressIsAppliedLaterInOrder) {
   EXPECT_EQ(r.Describe()[0].frontier, 3u);
 }
 
+ProgressQueue::Report PositionReport(uint64_t session, uint64_t epoch,
+                                     uint64_t offset,
+                                     const std::vector<std::string>& paths) {
+  ProgressQueue::Report r;
+  r.session = session;
+  r.by_position = true;
+  r.epoch = epoch;
+  r.offset = offset;
+  r.count = paths.size();
+  r.first_hash = EpochPlan::KeyHash(paths.front());
+  r.last_hash = EpochPlan::KeyHash(paths.back());
+  return r;
+}
+
+TEST(PlanRegistryTest, ReportsByPositionGoToTheSessionsOneReadersPlan) {
+  PlanRegistry r;
+  const std::vector<std::string> keys = {"a", "b", "c", "d"};
+  ASSERT_TRUE(r.Register(1, 0, "mine", 0, 0, Views(keys), false).ok());
+  ASSERT_TRUE(r.Report(PositionReport(1, 0, 0, {"a", "b"})));
+  EXPECT_EQ(r.NextUse(0, "c"), 2u);  // not applied yet
+  EXPECT_TRUE(r.ApplyProgress());
+  EXPECT_EQ(r.NextUse(0, "c"), 0u);
+  EXPECT_EQ(r.stats().consumed, 2u);
+  // Not the plan's keys there: dropped and counted.
+  ASSERT_TRUE(r.Report(PositionReport(1, 0, 2, {"x", "d"})));
+  PlanRegistry::Stats st = r.stats();
+  EXPECT_EQ(st.consumed, 2u);
+  EXPECT_EQ(st.position_mismatches, 1u);
+  EXPECT_EQ(st.progress_dropped, 1u);
+  // A second plan of the session on the dataset: which one is meant is
+  // unknown, so positions are not applied (keys would be).
+  ASSERT_TRUE(r.Register(1, 0, "second", 0, 0, Views(keys), false).ok());
+  ASSERT_TRUE(r.Report(PositionReport(1, 0, 2, {"c", "d"})));
+  st = r.stats();
+  EXPECT_EQ(st.consumed, 2u);
+  EXPECT_EQ(st.position_mismatches, 2u);
+  // Another dataset's batch is none of these plans' business.
+  ProgressQueue::Report other = PositionReport(1, 0, 0, {"a"});
+  other.dataset = 7;
+  ASSERT_TRUE(r.Report(std::move(other)));
+  EXPECT_EQ(r.stats().position_mismatches, 2u);
+  r.CloseSession(1);
+  EXPECT_EQ(r.stats().plans, 0u);
+}
+
 TEST(PlanRegistryTest, AFloodOfReportsIsBoundedAndCounted) {
   ProgressQueueLimits q;
   q.max_reports = 4;

@@ -161,6 +161,13 @@ struct FileStatus {
   uint32_t cached_chunks = 0;
 };
 
+// Where a batch's keys stand in the order this session registered as its
+// plan (RegisterPlan): keys [offset, offset + n) of epoch `epoch`.
+struct PlanPosition {
+  uint64_t epoch = 0;
+  uint64_t offset = 0;
+};
+
 // Job plans (docs/epoch_plans.md): the caller's place in its job.
 struct JobPlanRank {
   uint32_t world_size = 1;
@@ -283,6 +290,18 @@ class Client {
                                  absl::Span<const std::string> paths);
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const ItemRequest> items);
+  // The same, for a loader that reads its plan in order: `paths` are keys
+  // [at.offset, at.offset + paths.size()) of epoch `at.epoch` of the order
+  // this session registered (RegisterPlan, its one plan on `dataset`), all
+  // of one epoch. The server then counts the batch's progress by position
+  // (O(1) per batch) instead of looking up every key; it checks the first
+  // and last key against the plan and ignores a batch that does not match.
+  // A server that predates this (no kFeaturePlanPositions in its
+  // RegisterPlan reply) is asked a plain GetBatch: progress by key. The
+  // items and errors are GetBatch's.
+  absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
+                                 absl::Span<const std::string> paths,
+                                 const PlanPosition& at);
 
   // Asks the server to fill the paths in the background. Takes no lease.
   absl::Status Prefetch(absl::string_view dataset,

@@ -657,19 +657,30 @@ class Client:
             raise DlcacheError(FAILED_PRECONDITION, "client is closed")
         return self._ptr
 
-    def get_batch(self, dataset, keys):
+    def get_batch(self, dataset, keys, plan_position=None):
         """Handles for `keys` (dataset-relative paths), in order, as a
         Batch (one C call). Per-file errors are in Batch.codes / Item.code;
         the call raises only when the server is unreachable, the dataset is
-        bad or unknown, or the Client was inherited through fork()."""
+        bad or unknown, or the Client was inherited through fork().
+        plan_position=(epoch, offset): `keys` are keys [offset, offset +
+        len) of that epoch of the order this session registered as its
+        plan (register_plan): the server counts the progress by position
+        (docs/epoch_plans.md); ignored by a library or server before it."""
         ptr = self._client()
         keys = _key_list(keys)
         packed = _pack_keys(keys)
         out = ctypes.c_void_p()
         arrays = ctypes.POINTER(_lib.BatchArrays)()
-        _check(self._lib.dlc_get_batch_packed(
-            ptr, dataset.encode(), packed, len(packed), len(keys),
-            ctypes.byref(out), ctypes.byref(arrays)))
+        at = (getattr(self._lib, "dlc_get_batch_packed_at", None)
+              if plan_position is not None else None)
+        if at is not None:
+            _check(at(ptr, dataset.encode(), packed, len(packed), len(keys),
+                      plan_position[0], plan_position[1],
+                      ctypes.byref(out), ctypes.byref(arrays)))
+        else:
+            _check(self._lib.dlc_get_batch_packed(
+                ptr, dataset.encode(), packed, len(packed), len(keys),
+                ctypes.byref(out), ctypes.byref(arrays)))
         return Batch(_BatchHandle(self._lib, out.value), keys,
                      arrays.contents)
 

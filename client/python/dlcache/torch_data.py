@@ -168,10 +168,11 @@ class _ClientMixin:
 
     # -- reading ----------------------------------------------------------
 
-    def _read(self, keys, skip_errors):
+    def _read(self, keys, skip_errors, plan_position=None):
         """(kept keys, samples) for `keys` with one get_batch. Failed items
         raise DlcacheError, or are left out with skip_errors."""
-        batch = self._get_client().get_batch(self.dataset, keys)
+        batch = self._get_client().get_batch(self.dataset, keys,
+                                             plan_position=plan_position)
         if batch.num_failed:
             if not skip_errors:
                 batch.raise_for_status()
@@ -539,24 +540,53 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
 
     def _iter_samples(self, mine, epoch):
         step = self.fetch_size
+        offsets = self._plan_offsets(step)
         for start in range(0, len(mine), step):
             self._replan_on_new_session(epoch, start)
+            at = (epoch, offsets(start)) if offsets is not None else None
             kept, samples = self._read(mine[start:start + step],
-                                       self.skip_errors)
+                                       self.skip_errors, plan_position=at)
             for key, data in zip(kept, samples):
                 yield self._sample(key, data)
             del kept, samples
 
+    def _plan_offsets(self, step):
+        """A function start -> where this worker's keys mine[start:start +
+        step] stand in the rank's plan order (plan_order), or None when
+        no plan was registered or attached: batches then say where they
+        stand, and dlcached counts their progress by position."""
+        if not self.plan or self.__dict__.get("_plan_session") is None:
+            return None
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        rank, world = self._rank()
+        n = len(self.keys)
+        if world > 1 and n:
+            n = (n // world if self.drop_last else -(-n // world)) * world
+        rank_len = len(range(rank, n, world))
+        parts = [len(range(w, rank_len, workers)) for w in range(workers)]
+
+        def offset(start):
+            # plan_order: every worker's first `start` keys (whole rounds
+            # of `step`), then the earlier workers' keys of this round.
+            return (sum(min(p, start) for p in parts)
+                    + sum(max(0, min(step, p - start))
+                          for p in parts[:worker]))
+        return offset
+
     def _iter_batches(self, mine, epoch):
         step = self.batch_size
         fast = self.transform is None and self.collate_fn is None
+        offsets = self._plan_offsets(step)
         for start in range(0, len(mine), step):
             self._replan_on_new_session(epoch, start)
             keys = mine[start:start + step]
             if self.drop_last and len(keys) < step:
                 break
+            at = (epoch, offsets(start)) if offsets is not None else None
             if fast and self.copy and self.output != "bytes":
-                batch = self._get_client().get_batch(self.dataset, keys)
+                batch = self._get_client().get_batch(self.dataset, keys,
+                                                     plan_position=at)
                 if batch.num_failed == 0 and batch.uniform_size is not None:
                     data = (batch.to_numpy() if self.output == "numpy"
                             else batch.to_tensor())
@@ -571,7 +601,8 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 kept, samples = self._convert(batch, keys, keep)
                 del batch
             else:
-                kept, samples = self._read(keys, self.skip_errors)
+                kept, samples = self._read(keys, self.skip_errors,
+                                           plan_position=at)
             if not fast:
                 if self.transform is not None:
                     samples = [self.transform(s) for s in samples]
