@@ -270,6 +270,9 @@ class PlannedSamplerServerTest(unittest.TestCase):
         after = plans()
         self.assertGreaterEqual(after["consumed"] - before["consumed"],
                                 3 * N - 24)
+        # The indices said where they stand in the plan (PlanIndex): the
+        # batches went by position, and none was taken for a mismatch.
+        self.assertEqual(after["progress_dropped"], before["progress_dropped"])
         self.assertGreater(after["lookahead_issued"],
                            before["lookahead_issued"] + 2 * LOOKAHEAD)
         # Epochs 2 and 3: the optimum reads N - 64 per epoch, CLOCK about

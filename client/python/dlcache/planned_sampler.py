@@ -53,6 +53,21 @@ from ._client import UNIMPLEMENTED, DlcacheError
 _SESSION_CHECK_EVERY = 8
 
 
+class PlanIndex(int):
+    """A dataset index that knows where it stands in the rank's epoch
+    plan: `plan_at` = (plan epoch, offset). An int everywhere else;
+    CacheDataset sends it with the read, so that dlcached counts the
+    progress by position rather than looking up each key."""
+
+    def __new__(cls, index, plan_at):
+        self = super().__new__(cls, index)
+        self.plan_at = plan_at
+        return self
+
+    def __reduce__(self):
+        return (PlanIndex, (int(self), self.plan_at))
+
+
 def _job_id(job):
     """The job id the ranks agree on: `job` (a string), else torchrun's
     TORCHELASTIC_RUN_ID (unless unset or torchrun's default "none"); None:
@@ -191,6 +206,9 @@ class PlannedSampler(torch.utils.data.Sampler):
     def _iter(self, epoch, indices):
         client = self._register_pass(epoch)
         seen = self._sessions(client)
+        # A reader's plan holds this rank's indices in this order: each
+        # says where it stands (a job plan's reads go by key).
+        positioned = client is not None and self.job is None
         for pos, i in enumerate(indices):
             if (client is not None and self.plan and pos > 0
                     and pos % _SESSION_CHECK_EVERY == 0):
@@ -198,7 +216,7 @@ class PlannedSampler(torch.utils.data.Sampler):
                 if now != seen and self._register_rest(epoch, indices, pos,
                                                        client):
                     seen = now
-            yield i
+            yield PlanIndex(i, (self._plan_epoch, pos)) if positioned else i
         if client is not None:
             self._next = (os.getpid(), self._guess_next(epoch),
                           self._plan_epoch + 1, seen)

@@ -168,11 +168,13 @@ class _ClientMixin:
 
     # -- reading ----------------------------------------------------------
 
-    def _read(self, keys, skip_errors, plan_position=None):
+    def _read(self, keys, skip_errors):
         """(kept keys, samples) for `keys` with one get_batch. Failed items
-        raise DlcacheError, or are left out with skip_errors."""
+        raise DlcacheError, or are left out with skip_errors. The batch's
+        place in the epoch plan, if known, was set by _read_at."""
+        at = self.__dict__.pop("_plan_at", None)
         batch = self._get_client().get_batch(self.dataset, keys,
-                                             plan_position=plan_position)
+                                             plan_position=at)
         if batch.num_failed:
             if not skip_errors:
                 batch.raise_for_status()
@@ -181,6 +183,16 @@ class _ClientMixin:
         else:
             keep = None
         return self._convert(batch, keys, keep)
+
+    def _read_at(self, keys, skip_errors, plan_position):
+        """_read of keys that stand at plan_position ((epoch, offset) or
+        None) in the plan: passed aside, so that subclasses overriding
+        _read(keys, skip_errors) keep working."""
+        self._plan_at = plan_position
+        try:
+            return self._read(keys, skip_errors)
+        finally:
+            self.__dict__.pop("_plan_at", None)
 
     def _convert(self, batch, keys, keep):
         n = len(batch)
@@ -249,7 +261,8 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
     def __getitems__(self, indices):
         keys = [self.keys[i] for i in indices]
         self._attach_plan()
-        kept, samples = self._read(keys, skip_errors=False)
+        kept, samples = self._read_at(keys, False,
+                                      self._plan_position(indices))
         return [self._sample(k, s) for k, s in zip(kept, samples)]
 
     def __getitem__(self, index):
@@ -257,8 +270,23 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
             return self.__getitems__(index)
         key = self.keys[index]
         self._attach_plan()
-        _, samples = self._read([key], skip_errors=False)
+        _, samples = self._read_at([key], False,
+                                   self._plan_position([index]))
         return self._sample(key, samples[0])
+
+    def _plan_position(self, indices):
+        """(epoch, offset) when `indices` are consecutive reads of the
+        sampler's plan (PlannedSampler yields PlanIndex), else None."""
+        if not indices or self.__dict__.get("_plan_attached") is None:
+            return None
+        first = getattr(indices[0], "plan_at", None)
+        if first is None or self.__dict__.get("_plan_job") is not None:
+            return None
+        epoch, offset = first
+        for n, i in enumerate(indices):
+            if getattr(i, "plan_at", None) != (epoch, offset + n):
+                return None
+        return first
 
     def _attach_plan(self):
         """Attaches this process's session (once per session: again after
@@ -544,8 +572,8 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         for start in range(0, len(mine), step):
             self._replan_on_new_session(epoch, start)
             at = (epoch, offsets(start)) if offsets is not None else None
-            kept, samples = self._read(mine[start:start + step],
-                                       self.skip_errors, plan_position=at)
+            kept, samples = self._read_at(mine[start:start + step],
+                                          self.skip_errors, at)
             for key, data in zip(kept, samples):
                 yield self._sample(key, data)
             del kept, samples
@@ -601,8 +629,7 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 kept, samples = self._convert(batch, keys, keep)
                 del batch
             else:
-                kept, samples = self._read(keys, self.skip_errors,
-                                           plan_position=at)
+                kept, samples = self._read_at(keys, self.skip_errors, at)
             if not fast:
                 if self.transform is not None:
                     samples = [self.transform(s) for s in samples]
