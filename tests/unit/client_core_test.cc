@@ -30,7 +30,9 @@ using client_testing::FakeServer;
 using client_testing::SegmentsFault;
 using client_testing::TempDir;
 using client_testing::WaitFor;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 using ::dlcache::testing::RandomBytes;
 
@@ -125,6 +127,39 @@ TEST_F(ClientCoreTest, ChunkRangesAreRequested) {
   EXPECT_EQ((*batch)[0].chunks()[1].index, 2u);
   ASSERT_EQ((*batch)[1].chunks().size(), 1u);
   EXPECT_EQ((*batch)[1].chunks()[0].index, 3u);
+}
+
+// Plan positions (issue 14) go only to a server that announced them in
+// its reply to the session's plan registration: an older one answers it
+// with nothing and would close the connection on a GetBatch's extra bytes.
+TEST_F(ClientCoreTest, PlanPositionsGoOnlyToAServerThatTakesThem) {
+  server_.AddFile("a", RandomBytes(100, 1));
+  server_.AddFile("b", RandomBytes(100, 2));
+  const std::vector<std::string> keys = {"a", "b"};
+  {
+    auto client = Connect();  // an old server
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->RegisterPlan("ds", "p", 0, keys).ok());
+    auto batch = client->GetBatch("ds", keys, PlanPosition{0, 0});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(ItemBytes((*batch)[1]), RandomBytes(100, 2));
+    EXPECT_TRUE(server_.plan_positions().empty());
+    EXPECT_EQ(server_.hellos(), 1);  // the session stayed
+  }
+  server_.set_plan_features(local::kFeaturePlanPositions);
+  server_.set_max_keys_per_batch(1);  // a batch goes as two requests
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // Nothing known before the session's registration: no position.
+  ASSERT_TRUE(client->GetBatch("ds", keys, PlanPosition{0, 0}).ok());
+  EXPECT_TRUE(server_.plan_positions().empty());
+  ASSERT_TRUE(client->RegisterPlan("ds", "p", 0, keys).ok());
+  auto batch = client->GetBatch("ds", keys, PlanPosition{3, 7});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(ItemBytes((*batch)[0]), RandomBytes(100, 1));
+  // Each request says where its own keys stand.
+  EXPECT_THAT(server_.plan_positions(),
+              ElementsAre(Pair(3u, 7u), Pair(3u, 8u)));
 }
 
 TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {

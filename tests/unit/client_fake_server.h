@@ -247,6 +247,19 @@ class FakeServer {
     absl::MutexLock lock(&mu_);
     announced_segments_ = n;
   }
+  // What it answers a reader's kRegisterPlan with: 0 (the default) as a
+  // server before plan positions does (an empty reply; a GetBatch with a
+  // plan position is then malformed: kError and the connection closed, as
+  // such a server's decoder does), else these features.
+  void set_plan_features(uint32_t features) {
+    absl::MutexLock lock(&mu_);
+    plan_features_ = features;
+  }
+  // Plan positions GetBatch requests carried: epoch, offset.
+  std::vector<std::pair<uint64_t, uint64_t>> plan_positions() const {
+    absl::MutexLock lock(&mu_);
+    return plan_positions_;
+  }
   // The epoch announced by sessions opened from now on.
   void set_arena_epoch(uint64_t epoch) {
     absl::MutexLock lock(&mu_);
@@ -384,6 +397,20 @@ class FakeServer {
         case local::MsgType::kStat:
           keep = StatReply(*conn, *f);
           break;
+        case local::MsgType::kRegisterPlan: {
+          local::RegisterPlanRequest req;
+          uint32_t features = 0;
+          {
+            absl::MutexLock lock(&mu_);
+            features = plan_features_;
+          }
+          keep =
+              local::DecodeRegisterPlan(f->payload, 1 << 20, &req).ok() &&
+              Send(*conn, local::MsgType::kRegisterPlanReply, id,
+                   features == 0 ? std::string()
+                                 : local::EncodeRegisterPlanFeatures(features));
+          break;
+        }
         case local::MsgType::kPrefetch: {
           local::StatRequest req;
           keep = local::DecodePrefetch(f->payload, 1 << 20, &req).ok() &&
@@ -493,6 +520,16 @@ class FakeServer {
     std::string answer;
     {
       absl::MutexLock lock(&mu_);
+      if (req.has_plan_position) {
+        if (plan_features_ == 0) {
+          Send(*conn, local::MsgType::kError, 0,
+               local::EncodeError(absl::InvalidArgumentError(
+                   "malformed get-batch (an old server)")));
+          return false;
+        }
+        plan_positions_.emplace_back(req.plan_position.epoch,
+                                     req.plan_position.offset);
+      }
       ++get_batch_calls_;
       for (size_t i = 0; i < req.release.size(); ++i) {
         if (leases_.erase(req.release[i]) > 0) ++piggybacked_;
@@ -618,6 +655,9 @@ class FakeServer {
   int get_batch_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int segment_requests_ ABSL_GUARDED_BY(mu_) = 0;
   int hellos_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t plan_features_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> plan_positions_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace client_testing
