@@ -168,10 +168,14 @@ size_t EpochPlan::FirstLive(const KeyUses& k) const {
   const uint64_t floor =
       std::max(consumed_below_, frontier_ > skew_ ? frontier_ - skew_ : 0);
   size_t i = k.next;
-  while (i < k.positions.size() &&
-         (k.positions[i] < floor || RangeConsumed(k.positions[i]))) {
-    ++i;
+  // Progress by position leaves `next` where it was, and a reader's plan
+  // drops a key's old positions only in Add: a search, not a walk, under
+  // the tier's lock (the eviction's distances).
+  if (i < k.positions.size() && k.positions[i] < floor) {
+    i = std::lower_bound(k.positions.begin() + i, k.positions.end(), floor) -
+        k.positions.begin();
   }
+  while (i < k.positions.size() && RangeConsumed(k.positions[i])) ++i;
   return i;
 }
 
