@@ -30,6 +30,17 @@
 // PlannedSampler registers without a job id) and one job plan for the N
 // ranks, both with Belady + look-ahead: positions the plans hold, hit
 // rate, source reads and epoch time over a cached epoch.
+//
+// Ranks at different speeds: --rank_speeds=1,1,1,0.5 (one per rank,
+// repeated if shorter: a rank of speed 0.5 trains twice as long per item)
+// and --sync=step (a barrier per step: the fast ranks wait for the slow
+// one, as under DDP) or --sync=epoch (no barrier within an epoch: each rank
+// reads at its own pace, as loaders whose workers run far ahead of the
+// step, or ranks that only meet at the epoch's end). The table then also
+// gives the hit rate of the slowest ranks and of the others, the
+// look-ahead's fills (and of those skipped: overtaken) and the optimum
+// (Belady's MIN over the node's read order: the job's order with a
+// barrier, the ranks' reads merged by their pace without).
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -51,6 +62,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -82,6 +94,12 @@ ABSL_FLAG(uint32_t, ranks, 0,
           "0: the policy table of one consumer; N: N ranks of one job, a "
           "plan per rank vs one job plan (see the top of the file)");
 ABSL_FLAG(double, ranks_ratio, 2.0, "--ranks: dataset / arena");
+ABSL_FLAG(std::string, rank_speeds, "1",
+          "--ranks: each rank's speed (a comma-separated list, repeated over "
+          "the ranks; 0.5: twice the compute time per item)");
+ABSL_FLAG(std::string, sync, "step",
+          "--ranks: step (a barrier per step, as DDP) or epoch (the ranks "
+          "meet only at the epoch's end)");
 ABSL_FLAG(std::string, out, "", "write the Markdown report here too");
 
 namespace dlcache::bench {
@@ -161,6 +179,22 @@ std::vector<uint64_t> OptimumHits(
     }
   }
   return hits;
+}
+
+// The arena's item capacity as the memory tier sees it; 0 on failure.
+uint64_t ArenaCapacity(uint64_t arena_bytes, uint64_t chunk) {
+  absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
+      ScopedTempDir::Create(absl::GetFlag(FLAGS_shm), "dlcache-plan-probe-");
+  if (!shm.ok()) return 0;
+  ArenaOptions a;
+  a.dir = (*shm)->path() + "/arena";
+  a.total_bytes = arena_bytes;
+  a.segment_bytes = arena_bytes;
+  a.align = chunk;
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
+  if (!arena.ok()) return 0;
+  MemoryTier tier(arena->get(), chunk, 1);
+  return tier.Stats().arena_bytes / chunk;
 }
 
 absl::Status RegisterEpoch(PlanRegistry& plans, uint64_t session,
@@ -380,6 +414,11 @@ class StepBarrier {
 struct RanksEpoch {
   uint64_t items = 0;
   uint64_t hits = 0;
+  // Of the slowest ranks (those of the least speed) and of the others.
+  uint64_t slow_items = 0;
+  uint64_t slow_hits = 0;
+  uint64_t lookahead_issued = 0;   // fills the look-ahead handed out
+  uint64_t lookahead_skipped = 0;  // of those: the rank got there first
   uint64_t source_reads = 0;
   double seconds = 0;
   uint32_t plans = 0;           // on the node once the epoch's are in
@@ -388,10 +427,14 @@ struct RanksEpoch {
 };
 
 // `orders[e]`: the job's padded permutation of epoch e (a multiple of
-// `ranks` long); rank r reads positions r, r + ranks, ...
+// `ranks` long); rank r reads positions r, r + ranks, ... and trains
+// 1 / speeds[r] times --compute_us per item; `step_sync`: a barrier per
+// step.
 absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
     RankPlans mode, uint64_t arena_bytes, uint64_t items, uint32_t ranks,
-    const std::vector<std::vector<uint64_t>>& orders) {
+    const std::vector<std::vector<uint64_t>>& orders,
+    const std::vector<double>& speeds, bool step_sync) {
+  const double slowest = *std::min_element(speeds.begin(), speeds.end());
   const bool planned = mode != RankPlans::kNone;
   absl::StatusOr<std::unique_ptr<Rig>> rig =
       Rig::Create(arena_bytes, items, false, planned, planned);
@@ -442,8 +485,10 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
   absl::Status failure;
   for (size_t e = 0; e < orders.size() && failure.ok(); ++e) {
     RanksEpoch re;
-    std::atomic<uint64_t> got{0}, hits{0};
+    std::atomic<uint64_t> got{0}, hits{0}, slow_got{0}, slow_hits{0};
     const uint64_t reads_before = source.reads();
+    const PlanPrefetcher::Stats la_before =
+        prefetcher ? prefetcher->stats() : PlanPrefetcher::Stats();
     StepBarrier registered(ranks), step(ranks);
     const absl::Time start = absl::Now();
     std::vector<std::thread> threads;
@@ -466,6 +511,8 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
           re.distinct_keys = st.distinct_keys;
         }
         const std::vector<std::string> shard = paths_of(orders[e], r, ranks);
+        const bool slow = speeds[r] == slowest;
+        const absl::Duration my_compute = compute / speeds[r];
         for (size_t i = 0; i < shard.size(); i += batch) {
           std::vector<BatchKey> keys;
           auto frame = std::make_shared<std::string>();
@@ -500,13 +547,17 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
               }
               got.fetch_add(1);
               if (item.hit) hits.fetch_add(1);
+              if (slow) {
+                slow_got.fetch_add(1);
+                if (item.hit) slow_hits.fetch_add(1);
+              }
               for (const LeasedChunk& c : item.chunks) {
                 leases.push_back(c.lease);
               }
             }
           }
-          absl::SleepFor(compute * static_cast<int64_t>(keys.size()));
-          step.Wait();  // the all-reduce: every rank's step is done
+          absl::SleepFor(my_compute * static_cast<int64_t>(keys.size()));
+          if (step_sync) step.Wait();  // the all-reduce: every rank's step
           engine.Release(sessions[r], leases);
         }
       });
@@ -515,6 +566,13 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
     re.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     re.items = got.load();
     re.hits = hits.load();
+    re.slow_items = slow_got.load();
+    re.slow_hits = slow_hits.load();
+    if (prefetcher) {
+      const PlanPrefetcher::Stats la = prefetcher->stats();
+      re.lookahead_issued = la.issued - la_before.issued;
+      re.lookahead_skipped = la.skipped - la_before.skipped;
+    }
     re.source_reads = source.reads() - reads_before;
     out.push_back(re);
   }
@@ -527,13 +585,68 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
   return out;
 }
 
+// The node's read order of `orders` (as RunRanks reads them): with a
+// barrier per step the job's order; without, each rank's reads at its own
+// pace (a batch's reads at the time its rank asks for it), merged.
+std::vector<std::vector<uint64_t>> NodeOrder(
+    const std::vector<std::vector<uint64_t>>& orders, uint32_t ranks,
+    uint32_t batch, const std::vector<double>& speeds, bool step_sync) {
+  if (step_sync) return orders;
+  std::vector<std::vector<uint64_t>> out;
+  for (const std::vector<uint64_t>& order : orders) {
+    struct Read {
+      double at;
+      uint32_t rank;
+      uint64_t item;
+    };
+    std::vector<Read> reads;
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      const uint32_t r = pos % ranks;
+      const uint64_t i = pos / ranks;  // the rank's i-th read
+      reads.push_back(Read{static_cast<double>(i / batch * batch) / speeds[r],
+                           r, order[pos]});
+    }
+    std::stable_sort(reads.begin(), reads.end(),
+                     [](const Read& x, const Read& y) {
+                       return x.at != y.at ? x.at < y.at : x.rank < y.rank;
+                     });
+    out.emplace_back();
+    for (const Read& rd : reads) out.back().push_back(rd.item);
+  }
+  return out;
+}
+
 int RanksMain() {
   const uint32_t ranks = absl::GetFlag(FLAGS_ranks);
   const uint32_t epochs = absl::GetFlag(FLAGS_epochs);
   const uint64_t chunk = absl::GetFlag(FLAGS_chunk_kib) << 10;
   const uint64_t arena_bytes = absl::GetFlag(FLAGS_arena_mib) << 20;
   const double ratio = absl::GetFlag(FLAGS_ranks_ratio);
-  const uint64_t capacity = arena_bytes / chunk;
+  const std::string sync = absl::GetFlag(FLAGS_sync);
+  if (sync != "step" && sync != "epoch") {
+    std::fprintf(stderr, "--sync must be step or epoch\n");
+    return 2;
+  }
+  const bool step_sync = sync == "step";
+  std::vector<double> listed;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_rank_speeds), ',')) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || v <= 0 || v > 1000) {
+      std::fprintf(stderr, "--rank_speeds: bad speed \"%s\"\n",
+                   std::string(part).c_str());
+      return 2;
+    }
+    listed.push_back(v);
+  }
+  std::vector<double> speeds;
+  for (uint32_t r = 0; r < ranks; ++r) {
+    speeds.push_back(listed[r % listed.size()]);
+  }
+  const bool skewed = *std::min_element(speeds.begin(), speeds.end()) !=
+                      *std::max_element(speeds.begin(), speeds.end());
+  const uint64_t capacity = ArenaCapacity(arena_bytes, chunk);
+  if (capacity == 0) return 1;
   const uint64_t items =
       static_cast<uint64_t>(ratio * static_cast<double>(capacity) + 0.5);
   // DistributedSampler's padding: the permutation repeated from its start.
@@ -546,11 +659,14 @@ int RanksMain() {
     std::shuffle(perm.begin(), perm.end(), rng);
     for (uint64_t i = 0; i < total; ++i) orders[e].push_back(perm[i % items]);
   }
+  const std::vector<uint64_t> opt = OptimumHits(
+      NodeOrder(orders, ranks, absl::GetFlag(FLAGS_batch), speeds, step_sync),
+      capacity);
   // Fully cached: an arena that holds the dataset, read once before.
   absl::StatusOr<std::vector<RanksEpoch>> cached =
       RunRanks(RankPlans::kNone,
                (items * chunk * 5 / 4 + (8 << 20)) & ~uint64_t{0xfffff}, items,
-               ranks, {orders[0], orders[1]});
+               ranks, {orders[0], orders[1]}, speeds, step_sync);
   if (!cached.ok()) {
     std::fprintf(stderr, "cached: %s\n", cached.status().ToString().c_str());
     return 1;
@@ -558,41 +674,55 @@ int RanksMain() {
   const double cached_s = (*cached)[1].seconds;
   std::fprintf(stderr, "%u ranks, %lu items: cached epoch %.3fs\n", ranks,
                static_cast<unsigned long>(items), cached_s);
-  std::string md =
+  std::string md = absl::StrCat(
       "| plans | epoch | plans on the node | planned positions held | paths "
-      "held (summed over plans) | hit when asked | kept (not read from source) "
-      "| epoch time / cached epoch "
-      "|\n|---|---|---|---|---|---|---|---|\n";
+      "held (summed over plans) | hit when asked | ",
+      skewed ? "hit: slowest ranks | hit: the others | " : "",
+      "kept (not read from source) | optimum kept | look-ahead fills "
+      "(skipped) | epoch time (slowest rank) / cached epoch |\n|",
+      skewed ? "---|---|" : "", "---|---|---|---|---|---|---|---|---|---|\n");
   for (RankPlans m : {RankPlans::kNone, RankPlans::kPerRank, RankPlans::kJob}) {
     absl::StatusOr<std::vector<RanksEpoch>> r =
-        RunRanks(m, arena_bytes, items, ranks, orders);
+        RunRanks(m, arena_bytes, items, ranks, orders, speeds, step_sync);
     if (!r.ok()) {
       std::fprintf(stderr, "%s: %s\n", Name(m), r.status().ToString().c_str());
       return 1;
     }
     for (uint32_t e = 0; e < epochs; ++e) {
       const RanksEpoch& re = (*r)[e];
-      absl::StrAppend(&md, "| ", Name(m), " | ", e + 1, " | ", re.plans, " | ",
-                      re.live_positions, " | ", re.distinct_keys, " | ",
-                      F3(1.0 * re.hits / re.items), " | ",
-                      F3(1.0 - 1.0 * re.source_reads / re.items), " | ",
-                      F2(re.seconds / cached_s), " |\n");
+      const uint64_t others = re.items - re.slow_items;
+      absl::StrAppend(
+          &md, "| ", Name(m), " | ", e + 1, " | ", re.plans, " | ",
+          re.live_positions, " | ", re.distinct_keys, " | ",
+          F3(1.0 * re.hits / re.items), " | ",
+          skewed ? absl::StrCat(
+                       F3(1.0 * re.slow_hits / re.slow_items), " | ",
+                       others > 0 ? F3(1.0 * (re.hits - re.slow_hits) / others)
+                                  : "-",
+                       " | ")
+                 : "",
+          F3(1.0 - 1.0 * re.source_reads / re.items), " | ",
+          F3(1.0 * opt[e] / re.items), " | ", re.lookahead_issued, " (",
+          re.lookahead_skipped, ") | ", F2(re.seconds / cached_s), " |\n");
       std::fprintf(stderr, "%s epoch %u: %.3fs hits %.3f\n", Name(m), e + 1,
                    re.seconds, 1.0 * re.hits / re.items);
     }
   }
+  std::string speed_text;
+  for (uint32_t r = 0; r < ranks; ++r) {
+    absl::StrAppend(&speed_text, r == 0 ? "" : ",", speeds[r]);
+  }
   const std::string header = absl::StrCat(
-      ranks,
-      " ranks of one job (a thread and a session each, a barrier per "
-      "step), dataset ",
-      items, " items = ", ratio, "x the arena of ",
-      absl::GetFlag(FLAGS_arena_mib),
+      ranks, " ranks of one job (a thread and a session each, ",
+      step_sync ? "a barrier per step" : "no barrier within an epoch",
+      "; speeds ", speed_text, "), dataset ", items, " items = ", ratio,
+      "x the arena of ", absl::GetFlag(FLAGS_arena_mib),
       " MiB, chunk = item = ", absl::GetFlag(FLAGS_chunk_kib), " KiB, ", epochs,
       " shuffled epochs (the same orders for every row); source: ",
       absl::GetFlag(FLAGS_latency_ms), " ms per file, ",
       absl::GetFlag(FLAGS_source_mbps), " MB/s; each rank: batches of ",
       absl::GetFlag(FLAGS_batch), ", ", absl::GetFlag(FLAGS_compute_us),
-      " us per item; look-ahead ", absl::GetFlag(FLAGS_lookahead),
+      " us per item at speed 1; look-ahead ", absl::GetFlag(FLAGS_lookahead),
       " reads per rank, ", absl::GetFlag(FLAGS_in_flight),
       " fills in flight; cached epoch ", F3(cached_s),
       " s; machine: ", DescribeMachine(), "; load ", LoadAverage(), "; ",
@@ -627,23 +757,8 @@ int Main(int argc, char** argv) {
       "optimum kept | kept / optimum | hit when asked | epoch time / cached "
       "epoch |\n|---|---|---|---|---|---|---|---|\n";
   for (double ratio : {1.5, 2.0, 4.0}) {
-    // The arena's item capacity as the memory tier sees it.
-    uint64_t capacity = 0;
-    {
-      absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
-          ScopedTempDir::Create(absl::GetFlag(FLAGS_shm),
-                                "dlcache-plan-probe-");
-      if (!shm.ok()) return 1;
-      ArenaOptions a;
-      a.dir = (*shm)->path() + "/arena";
-      a.total_bytes = arena_bytes;
-      a.segment_bytes = arena_bytes;
-      a.align = chunk;
-      absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
-      if (!arena.ok()) return 1;
-      MemoryTier tier(arena->get(), chunk, 1);
-      capacity = tier.Stats().arena_bytes / chunk;
-    }
+    const uint64_t capacity = ArenaCapacity(arena_bytes, chunk);
+    if (capacity == 0) return 1;
     const uint64_t items =
         static_cast<uint64_t>(ratio * static_cast<double>(capacity) + 0.5);
     std::vector<std::vector<uint64_t>> orders(epochs);
