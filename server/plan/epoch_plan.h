@@ -105,7 +105,10 @@ class EpochPlan {
   // order, of an attached rank within `reads` of that rank's own reads
   // from its own frontier, not handed out before (each is handed out
   // once). Every rank has its own window, so a rank done with its step
-  // looks ahead without waiting for the slowest. Reads noted cached at
+  // looks ahead without waiting for the slowest; the earliest in the job's
+  // order goes first, i.e. the rank furthest behind, which the epoch waits
+  // for (serving the ranks in turn cost epoch time when their speeds
+  // differ: docs/epoch_plans.md). Reads noted cached at
   // `generation` are passed over as handed out and counted in
   // `*known_cached` (if set). False: none now.
   bool NextLookahead(uint64_t reads, uint64_t generation,
