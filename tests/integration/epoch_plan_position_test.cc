@@ -17,53 +17,18 @@
 #include "gtest/gtest.h"
 #include "server/plan/plan_registry.h"
 #include "tests/testing/counting_source.h"
+#include "tests/testing/plan_server_fixture.h"
 #include "tests/testing/test_server.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
 
-constexpr uint64_t kChunk = 256 << 10;
-constexpr uint64_t kArena = 16 << 20;  // 64 items
-constexpr int kItems = 128;            // twice the arena
 constexpr size_t kBatch = 8;
 
-class EpochPlanPositionTest : public ::testing::Test {
+class EpochPlanPositionTest : public testing::PlanServerFixture {
  protected:
-  void SetUp() override {
-    testing::TestServer::Options o;
-    o.arena_bytes = kArena;
-    o.segment_bytes = kArena;
-    o.chunk_size = kChunk;
-    o.wrap_source = [this](const std::string&, std::shared_ptr<Source> in) {
-      auto c = std::make_shared<testing::CountingSource>(std::move(in));
-      counting_ = c.get();
-      return c;
-    };
-    auto s = testing::TestServer::Start(o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = *std::move(s);
-    for (int i = 0; i < kItems; ++i) {
-      keys_.push_back(absl::StrCat("f/", i));
-      server_->WriteFile("ds", keys_.back(), std::string(kChunk, 'a' + i % 26));
-    }
-  }
-
-  std::unique_ptr<Client> Connect() {
-    ClientOptions o;
-    o.socket_path = server_->socket_path();
-    o.client_name = "epoch-plan-position-test";
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
-  }
-
-  std::vector<std::string> Order(int epoch) {
-    std::vector<std::string> o = keys_;
-    std::mt19937_64 rng(100 + epoch);
-    std::shuffle(o.begin(), o.end(), rng);
-    return o;
-  }
+  void SetUp() override { Start(); }
 
   // Reads `order` (epoch `epoch` of the plan) in batches of kBatch, each
   // saying where it stands, checking every byte. `shift` misplaces them.
@@ -89,12 +54,6 @@ class EpochPlanPositionTest : public ::testing::Test {
       }
     }
   }
-
-  PlanRegistry& plans() { return *server_->server().plans(); }
-
-  std::unique_ptr<testing::TestServer> server_;
-  testing::CountingSource* counting_ = nullptr;
-  std::vector<std::string> keys_;
 };
 
 // Two epochs read by position: every read is the plan's progress, as by

@@ -16,54 +16,15 @@
 #include "server/plan/plan_registry.h"
 #include "server/server_status.h"
 #include "tests/testing/counting_source.h"
+#include "tests/testing/plan_server_fixture.h"
 #include "tests/testing/test_server.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
 
-constexpr uint64_t kChunk = 256 << 10;
-constexpr uint64_t kArena = 16 << 20;  // 64 items
-constexpr int kItems = 128;            // twice the arena
-
-class EpochPlanServerTest : public ::testing::Test {
+class EpochPlanServerTest : public testing::PlanServerFixture {
  protected:
-  void Start(std::function<void(ServerConfig*)> edit = nullptr) {
-    testing::TestServer::Options o;
-    o.arena_bytes = kArena;
-    o.segment_bytes = kArena;
-    o.chunk_size = kChunk;
-    o.wrap_source = [this](const std::string&, std::shared_ptr<Source> in) {
-      auto c = std::make_shared<testing::CountingSource>(std::move(in));
-      counting_ = c.get();
-      return c;
-    };
-    o.edit_config = std::move(edit);
-    auto s = testing::TestServer::Start(o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = *std::move(s);
-    for (int i = 0; i < kItems; ++i) {
-      keys_.push_back(absl::StrCat("f/", i));
-      server_->WriteFile("ds", keys_.back(), std::string(kChunk, 'a' + i % 26));
-    }
-  }
-
-  std::unique_ptr<Client> Connect() {
-    ClientOptions o;
-    o.socket_path = server_->socket_path();
-    o.client_name = "epoch-plan-test";
-    auto c = Client::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
-  }
-
-  std::vector<std::string> Order(int epoch) {
-    std::vector<std::string> o = keys_;
-    std::mt19937_64 rng(100 + epoch);
-    std::shuffle(o.begin(), o.end(), rng);
-    return o;
-  }
-
   // Reads `order` in batches of 8, checking every byte.
   void ReadEpoch(Client& c, const std::vector<std::string>& order) {
     for (size_t i = 0; i < order.size(); i += 8) {
@@ -137,12 +98,6 @@ class EpochPlanServerTest : public ::testing::Test {
       return f.cached_chunks == 1;
     });
   }
-
-  PlanRegistry& plans() { return *server_->server().plans(); }
-
-  std::unique_ptr<testing::TestServer> server_;
-  testing::CountingSource* counting_ = nullptr;
-  std::vector<std::string> keys_;
 };
 
 TEST_F(EpochPlanServerTest, PlanKeepsWhatTheNextEpochReadsFirst) {
