@@ -18,8 +18,17 @@
 // moved off the hit path still counts there), less disturbed by other
 // processes on a loaded machine than wall time.
 //
+// Then, paired (--slice): the own plan's reader and a second session with
+// no plan read the same batches in alternating slices of --slice batches
+// (which of the two goes first alternates too), so that both see the same
+// machine from millisecond to millisecond; per round the ratio of their
+// times, and the median and the range of those ratios over rounds. Cases
+// measured one after the other differ by what the machine did meanwhile
+// (on the H200 the baseline's round means alone moved 93-114 us).
+//
 //   plan_hit_bench [--files=4096] [--batch=256] [--batches=400]
-//                  [--rounds=11] [--dir=/tmp] [--shm_dir=/dev/shm] [--out=FILE]
+//                  [--rounds=11] [--slice=20] [--dir=/tmp]
+//                  [--shm_dir=/dev/shm] [--out=FILE]
 
 #include <time.h>
 
@@ -58,6 +67,8 @@ ABSL_FLAG(std::string, out, "", "also write the Markdown table here");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "false: absl::SetMutexDeadlockDetectionMode(kIgnore) (an "
           "experiment: a debug-mode absl checks every Mutex lock)");
+ABSL_FLAG(uint32_t, slice, 20,
+          "batches per slice of the paired cases (0: no paired cases)");
 ABSL_FLAG(bool, skip_key_cases, false,
           "measure only no plan and own plan by position (for a profile of "
           "the latter)");
@@ -157,6 +168,33 @@ int Run() {
   }
   std::vector<double> none, other, own, own_pos;
   std::vector<double> none_cpu, other_cpu, own_cpu, own_pos_cpu;
+  // Paired cases: the plain session reads beside the reader's own plan.
+  const uint32_t slice = absl::GetFlag(FLAGS_slice);
+  absl::StatusOr<std::unique_ptr<Client>> plain = Connect(setup->socket_path);
+  if (!plain.ok()) return fail("connect", plain.status());
+  if (absl::StatusOr<double> w = measure(**plain); !w.ok()) {
+    return fail("warm-up", w.status());
+  }
+  std::vector<double> paired_key, paired_pos;  // own / plain, per round
+  // Times `count` batches from batch `first` on (the plan's offsets follow
+  // the batch number, as measure's do), adding to *us.
+  auto timed_slice = [&](Client& c, bool positioned, uint32_t first,
+                         uint32_t count, double* us) -> absl::Status {
+    const Clock::time_point t0 = Clock::now();
+    for (uint32_t i = first; i < first + count; ++i) {
+      const size_t at = i % batches.size();
+      absl::StatusOr<Batch> b =
+          positioned ? c.GetBatch("ds", batches[at],
+                                  PlanPosition{i / batches.size(), at * batch})
+                     : c.GetBatch("ds", batches[at]);
+      if (!b.ok()) return b.status();
+      if (!(*b)[0].ok() || !(*b)[0].hit()) {
+        return absl::InternalError("not a warm hit");
+      }
+    }
+    *us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return absl::OkStatus();
+  };
   for (uint32_t r = 0; r < rounds; ++r) {
     absl::StatusOr<double> us = measure(**reader);
     if (!us.ok()) return fail("no plan", us.status());
@@ -199,6 +237,28 @@ int Run() {
                         "%u batches read, %d reads counted, %d mismatches", n,
                         st.consumed - consumed, st.position_mismatches)));
       }
+    }
+    // Paired: the reader's own plan (afresh) against the plain session,
+    // slice by slice.
+    for (bool positioned : {false, true}) {
+      if (slice == 0 || (skip_keys && !positioned)) continue;
+      for (uint64_t e = 0; e < epochs; ++e) {
+        absl::Status s = (*reader)->RegisterPlan("ds", "own", e, order, 0,
+                                                 /*reset=*/e == 0);
+        if (!s.ok()) return fail("register", s);
+      }
+      double own_us = 0, plain_us = 0;
+      for (uint32_t i = 0, k = 0; i < n; i += slice, ++k) {
+        const uint32_t count = std::min(slice, n - i);
+        for (int side = 0; side < 2; ++side) {
+          const bool own_side = (side == 0) == (k % 2 == 0);
+          absl::Status s =
+              own_side ? timed_slice(**reader, positioned, i, count, &own_us)
+                       : timed_slice(**plain, false, i, count, &plain_us);
+          if (!s.ok()) return fail("paired", s);
+        }
+      }
+      (positioned ? paired_pos : paired_key).push_back(own_us / plain_us);
     }
     // The plan ends with its session: reconnect for the next round's
     // baseline without a plan.
@@ -244,6 +304,28 @@ int Run() {
         &md, "| %s | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f |\n", row.name,
         med, med / base, min, min / base_min, cpu, cpu / base_cpu);
   }
+  const struct {
+    const char* name;
+    const std::vector<double>* ratios;
+  } paired[] = {{"own plan (progress every batch)", &paired_key},
+                {"own plan, by plan position", &paired_pos}};
+  if (!paired_pos.empty()) {
+    absl::StrAppendFormat(
+        &md,
+        "\nPaired: the own plan's reader and a session without a plan "
+        "read the same batches in alternating slices of %u batches; per "
+        "round the ratio of their times.\n\n"
+        "| paired case | median ratio to the plain session | min | max |\n"
+        "|---|---:|---:|---:|\n",
+        slice);
+  }
+  for (const auto& row : paired) {
+    if (row.ratios->empty()) continue;
+    absl::StrAppendFormat(
+        &md, "| %s | %.3f | %.3f | %.3f |\n", row.name, Median(*row.ratios),
+        *std::min_element(row.ratios->begin(), row.ratios->end()),
+        *std::max_element(row.ratios->begin(), row.ratios->end()));
+  }
   if (absl::Status s = PrintReport(md, absl::GetFlag(FLAGS_out)); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
@@ -258,7 +340,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Warm GetBatch with and without epoch plans (see the header of "
       "bench/plan_hit_bench.cc).\n  plan_hit_bench [--files=4096] "
-      "[--batch=256] [--batches=400] [--rounds=11] [--out=FILE]");
+      "[--batch=256] [--batches=400] [--rounds=11] [--slice=20] "
+      "[--out=FILE]");
   absl::ParseCommandLine(argc, argv);
   if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
