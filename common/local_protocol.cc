@@ -573,6 +573,27 @@ absl::Status DecodeRegisterPlanFeatures(absl::string_view payload,
   return absl::OkStatus();
 }
 
+// ---- Features -------------------------------------------------------------
+
+absl::Status DecodeGetFeatures(absl::string_view payload) {
+  if (!payload.empty()) return Malformed("get-features");
+  return absl::OkStatus();
+}
+
+std::string EncodeFeatures(uint32_t features) {
+  return EncodeRegisterPlanFeatures(features);
+}
+
+absl::Status DecodeFeatures(absl::string_view payload, uint32_t* features) {
+  *features = 0;
+  Reader r(payload);
+  if (!r.U32(features) || !r.done()) {
+    *features = 0;
+    return MalformedReply("features");
+  }
+  return absl::OkStatus();
+}
+
 // ---- Error ----------------------------------------------------------------
 
 std::string EncodeError(const absl::Status& status) {

@@ -62,9 +62,10 @@
 //   kSegments:   i32 code, bytes message, u32 first, u32 count; `count` fds
 //   kGetBatch:   bytes dataset, u32 n_release, column<u64> release, keys,
 //                [u64 plan_epoch, u64 plan_offset] (a plan position: only
-//                to a server whose kRegisterPlanReply announced
-//                kFeaturePlanPositions; an older server closes the
-//                connection on the extra bytes)
+//                to a server that announced kFeaturePlanPositions, or
+//                kFeatureJobPlanPositions for a session in a job plan;
+//                an older server closes the connection on the extra
+//                bytes)
 //   kBatch:      i32 code, bytes message, then (code 0) the packed items
 //   kRelease:    u32 n, column<u64> leases
 //   kReleased:   u32 released
@@ -79,6 +80,11 @@
 //                u64 next_offset (what the plan holds); to a reader's
 //                registration: u32 features (empty from a server before
 //                kFeaturePlanPositions; old clients ignore this payload)
+//   kGetFeatures: (empty) what the server takes beyond the first protocol;
+//                a server before it answers kError UNIMPLEMENTED and keeps
+//                the connection (the default of every server since the
+//                first: an unknown message type is no request)
+//   kFeatures:   u32 features (the kFeature* bits)
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -120,6 +126,8 @@ enum class MsgType : uint16_t {
   kError = 13,
   kRegisterPlan = 14,
   kRegisterPlanReply = 15,
+  kGetFeatures = 16,
+  kFeatures = 17,
 };
 
 struct FrameHeader {
@@ -539,10 +547,15 @@ struct RegisterPlanReply {
   uint64_t next_offset = 0;
 };
 std::string EncodeRegisterPlanReply(const RegisterPlanReply& reply);
-// The reply to a reader's (not a job's) registration: what the server
-// takes beyond the first protocol of plans. Bit 0: a GetBatch may carry a
-// plan position (PlanPositionFields).
+// The reply to a reader's (not a job's) registration, and kFeatures: what
+// the server takes beyond the first protocol of plans. Bit 0: a GetBatch
+// may carry a plan position (PlanPositionFields) for a reader's plan. Bit
+// 1: also for a job plan, where the offset counts the reads of the
+// session's rank (its j-th read is epoch index rank + j * world_size). A
+// job registration's reply cannot say so (old job clients check its
+// length): a job client asks with kGetFeatures.
 inline constexpr uint32_t kFeaturePlanPositions = 1;
+inline constexpr uint32_t kFeatureJobPlanPositions = 2;
 std::string EncodeRegisterPlanFeatures(uint32_t features);
 // 0 for an empty payload (a server before features); DATA_LOSS when
 // malformed.
@@ -555,6 +568,14 @@ absl::Status DecodeRegisterPlanReply(absl::string_view payload,
 // INVALID_ARGUMENT when malformed, over max_keys or with unknown flags.
 absl::Status DecodeRegisterPlan(absl::string_view payload, uint32_t max_keys,
                                 RegisterPlanRequest* out);
+
+// ---- Features -------------------------------------------------------------
+
+// kGetFeatures has an empty payload: INVALID_ARGUMENT for any other.
+absl::Status DecodeGetFeatures(absl::string_view payload);
+std::string EncodeFeatures(uint32_t features);
+// DATA_LOSS unless exactly a u32.
+absl::Status DecodeFeatures(absl::string_view payload, uint32_t* features);
 
 // ---- Error ----------------------------------------------------------------
 

@@ -196,16 +196,10 @@ uint64_t EpochPlan::ConsumeRange(uint64_t epoch, uint64_t offset,
                                  uint64_t last_hash) {
   if (world_size_ != 0) return kMismatch;
   if (count == 0) return 0;
-  // The piece holding epoch index `offset` (pieces ascend in (epoch,
-  // offset) as in position).
-  auto it = std::upper_bound(
-      segments_.begin(), segments_.end(), std::make_tuple(epoch, offset),
-      [](const std::tuple<uint64_t, uint64_t>& v, const Segment& s) {
-        return v < std::make_tuple(s.epoch, s.offset);
-      });
   // Before everything held: trimmed away with its piece (left behind).
-  if (it == segments_.begin()) return 0;
-  const Segment& s = *std::prev(it);
+  const Segment* piece = SegmentOf(epoch, offset);
+  if (piece == nullptr) return 0;
+  const Segment& s = *piece;
   if (s.epoch != epoch || offset + count > s.offset + s.count) {
     return kMismatch;
   }
@@ -260,6 +254,72 @@ uint64_t EpochPlan::ConsumeRange(uint64_t epoch, uint64_t offset,
   pending_.erase(pending_.begin(), pending_.begin() + merged);
   Trim();
   return count;
+}
+
+const EpochPlan::Segment* EpochPlan::SegmentOf(uint64_t epoch,
+                                               uint64_t offset) const {
+  // Pieces ascend in (epoch, offset) as in position.
+  auto it = std::upper_bound(
+      segments_.begin(), segments_.end(), std::make_tuple(epoch, offset),
+      [](const std::tuple<uint64_t, uint64_t>& v, const Segment& s) {
+        return v < std::make_tuple(s.epoch, s.offset);
+      });
+  return it == segments_.begin() ? nullptr : &*std::prev(it);
+}
+
+uint64_t EpochPlan::ConsumeRangeAs(uint32_t rank, uint64_t epoch,
+                                   uint64_t offset, uint64_t count,
+                                   uint64_t first_hash, uint64_t last_hash) {
+  if (world_size_ == 0) return kMismatch;
+  if (count == 0) return 0;
+  // Far beyond any epoch a plan can hold (max_plan_keys): a bogus report,
+  // and the index arithmetic below must not wrap.
+  constexpr uint64_t kMaxReads = uint64_t{1} << 40;
+  if (offset >= kMaxReads || count >= kMaxReads) return kMismatch;
+  auto rit = ranks_.find(rank);
+  if (rit == ranks_.end() || rit->second.attached == 0) return 0;
+  RankState& r = rit->second;
+  // The rank's reads as epoch indices (its shard of the job's order).
+  const uint64_t first_index = rank + offset * world_size_;
+  const uint64_t last_index = first_index + (count - 1) * world_size_;
+  const Segment* piece = SegmentOf(epoch, first_index);
+  if (piece == nullptr) return 0;
+  const Segment& s = *piece;
+  if (s.epoch != epoch || last_index >= s.offset + s.count) return kMismatch;
+  const uint64_t first = s.position + (first_index - s.offset);
+  const uint64_t last = first + (count - 1) * world_size_;
+  if (last < base_) return 0;  // wholly behind: nothing to move
+  if ((first >= base_ && KeyHash(At(first)) != first_hash) ||
+      KeyHash(At(last)) != last_hash) {
+    return kMismatch;
+  }
+  if (first > r.frontier + skew_) {
+    r.out_of_window +=
+        static_cast<uint32_t>(std::min<uint64_t>(count, resync_after_));
+    if (r.out_of_window < resync_after_) return 0;
+  }
+  r.out_of_window = 0;
+  // A bit per read, world_size apart in lanes_: no key's node is touched
+  // (ConsumeAs, NextUseOfJob and the look-ahead pass over consumed lanes).
+  uint64_t pos = first;
+  if (pos < base_)
+    pos += (base_ - pos + world_size_ - 1) / world_size_ * world_size_;
+  uint64_t consumed = 0;
+  for (; pos <= last; pos += world_size_) {
+    uint32_t& lane = lanes_[pos - base_];
+    if ((lane & kConsumed) == 0) {
+      lane |= kConsumed;
+      ++consumed;
+    }
+  }
+  const uint64_t was = r.frontier;
+  r.frontier = std::max(r.frontier, last + 1);
+  // Only the slowest rank moves the plan's frontier.
+  if (was <= frontier_ && r.frontier != was) {
+    UpdateJobFrontier();
+    Trim();
+  }
+  return consumed;
 }
 
 bool EpochPlan::Consume(absl::string_view path) {

@@ -91,6 +91,21 @@ class EpochPlan {
   // the path counts (the same skew and out-of-step rules as Consume, on
   // the rank's own frontier).
   bool ConsumeAs(uint32_t rank, absl::string_view path);
+  // ConsumeRange for a rank of a job plan: the rank's reads [offset,
+  // offset + count) of epoch `epoch`, its j-th read being epoch index
+  // rank + j * world_size (DistributedSampler's shard), read in that
+  // order. Marks those positions consumed without a lookup per key (a
+  // bit each, world_size apart: no key touched) and moves the rank's
+  // frontier as ConsumeAs would; out of order is fine (each position has
+  // its own bit). `first_hash` and `last_hash` are the KeyHash of the
+  // batch's first and last path. Returns the positions newly consumed
+  // (0: the rank is not attached, the range lies wholly behind what the
+  // plan holds, or out of step); kMismatch if the range is not within one
+  // part added in one piece, or a hash differs (nothing changes). Job
+  // plans only.
+  uint64_t ConsumeRangeAs(uint32_t rank, uint64_t epoch, uint64_t offset,
+                          uint64_t count, uint64_t first_hash,
+                          uint64_t last_hash);
   // Whether the read at `pos` (base() <= pos < end()) is still to come on
   // this node: always for a reader's plan; for a job plan, not consumed
   // yet and of an attached rank.
@@ -221,6 +236,9 @@ class EpochPlan {
     uint64_t count;
   };
   std::deque<Segment> segments_;
+  // The piece holding epoch index `offset` of `epoch` or, if none does,
+  // the last piece before it; null when it lies before everything held.
+  const Segment* SegmentOf(uint64_t epoch, uint64_t offset) const;
   uint64_t base_ = 0;
   uint64_t frontier_ = 0;
   uint32_t out_of_window_ = 0;  // consecutive

@@ -202,13 +202,19 @@ bool PlanRegistry::ObservePositionLocked(const ProgressQueue::Report& r) {
     ++on_dataset;
   }
   if (on_dataset == 0) return false;
-  if (on_dataset > 1 || only->world_size != 0) {
+  if (on_dataset > 1) {
     ++position_mismatches_;
     return false;
   }
   const uint64_t before = only->plan->live_positions();
-  const uint64_t got = only->plan->ConsumeRange(r.epoch, r.offset, r.count,
-                                                r.first_hash, r.last_hash);
+  // In a job plan the offset counts the reads of the session's rank.
+  const uint64_t got =
+      only->world_size == 0
+          ? only->plan->ConsumeRange(r.epoch, r.offset, r.count, r.first_hash,
+                                     r.last_hash)
+          : only->plan->ConsumeRangeAs(only->sessions.at(r.session), r.epoch,
+                                       r.offset, r.count, r.first_hash,
+                                       r.last_hash);
   total_positions_ -= before - only->plan->live_positions();
   if (got == EpochPlan::kMismatch) {
     ++position_mismatches_;

@@ -109,8 +109,9 @@ class PlanRegistry : public NextUseOracle {
 
   // The same progress, queued for ApplyProgress (the hit path: takes only
   // the queue's mutex). The report owns the frame its paths point into,
-  // or says where the batch stands in the session's plan (by_position: a
-  // reader's plan, the only one of the session on the dataset).
+  // or says where the batch stands in the session's plan (by_position: the
+  // only plan of the session on the dataset; in a job plan the offset
+  // counts the reads of the session's rank).
   // Returns false if the report was dropped: the queue is at its limit
   // (counted). If the queue was empty the applier must be woken: with
   // `wake` null, Report calls on_change; else it sets `*wake` and the
@@ -223,10 +224,10 @@ class PlanRegistry : public NextUseOracle {
                      absl::Span<const absl::string_view> paths)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ApplyProgressLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A report by plan position: applied to the session's one reader's plan
-  // on the dataset (EpochPlan::ConsumeRange); a session in a job plan or
-  // in several plans of the dataset cannot say which plan it means: the
-  // report counts as a mismatch.
+  // A report by plan position: applied to the session's one plan on the
+  // dataset (EpochPlan::ConsumeRange; a job plan's: ConsumeRangeAs, as the
+  // session's rank); a session in several plans of the dataset cannot say
+  // which plan it means: the report counts as a mismatch.
   bool ObservePositionLocked(const ProgressQueue::Report& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() const {

@@ -570,6 +570,14 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
       case MsgType::kRegisterPlan:
         HandleRegisterPlan(c, h, payload);
         return;
+      case MsgType::kGetFeatures:
+        if (absl::Status s = local::DecodeGetFeatures(payload); !s.ok()) {
+          Fatal(c, s);
+          return;
+        }
+        Reply(c, MsgType::kFeatures, h.request_id,
+              local::EncodeFeatures(kFeatures));
+        return;
       default:
         ReplyError(c, h.request_id,
                    absl::UnimplementedError(absl::StrCat(
@@ -632,6 +640,11 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   // Over-limit counts are refused per request (the stream is intact); the
   // codec is given no limit so that its INVALID_ARGUMENT means malformed.
   static constexpr uint32_t kNoLimit = ~uint32_t{0};
+  // What this server takes beyond the first protocol of plans (in a
+  // reader's registration reply, and kFeatures): plan positions from
+  // sessions in readers' plans and in job plans.
+  static constexpr uint32_t kFeatures =
+      local::kFeaturePlanPositions | local::kFeatureJobPlanPositions;
 
   absl::Status CheckKeys(size_t n) const {
     const uint32_t max = shared_->options.max_keys_per_batch;
@@ -938,11 +951,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
     // A reader's plan: what this server takes beyond the first protocol
     // (old clients ignore this reply's payload; a job reply keeps its
     // form, which they check).
-    Reply(
-        c, MsgType::kRegisterPlanReply, h.request_id,
-        job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
-                  state.has_epoch, state.epoch, state.next_offset})
-            : local::EncodeRegisterPlanFeatures(local::kFeaturePlanPositions));
+    Reply(c, MsgType::kRegisterPlanReply, h.request_id,
+          job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
+                    state.has_epoch, state.epoch, state.next_offset})
+              : local::EncodeRegisterPlanFeatures(kFeatures));
   }
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,

@@ -187,10 +187,12 @@ TEST(EpochPlanTest, RangesThatDoNotMatchChangeNothing) {
   EXPECT_EQ(plan.ConsumeRange(7, 0, 1, H("a"), H("a")), EpochPlan::kMismatch);
   EXPECT_EQ(plan.frontier(), 0u);
   EXPECT_EQ(plan.ConsumeRange(0, 0, 0, 0, 0), 0u);
-  // A job plan takes no ranges.
+  // A job plan takes no reader's ranges, a reader's plan no rank's.
   EpochPlan job(2, 4, /*world_size=*/2);
   job.Add(0, 0, Views(e0));
   EXPECT_EQ(job.ConsumeRange(0, 0, 1, H("a"), H("a")), EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 1, H("a"), H("a")),
+            EpochPlan::kMismatch);
   // A batch wholly behind what is held moves nothing, and is no error.
   EXPECT_EQ(plan.ConsumeRange(0, 0, 4, H("a"), H("d")), 4u);
   EXPECT_EQ(plan.ConsumeRange(1, 0, 4, H("a"), H("d")), 4u);
@@ -333,6 +335,148 @@ TEST(EpochPlanTest, JobPlanAddSkipsWhatIsHeldAndKeepsRanksAfterAGap) {
   EXPECT_TRUE(plan.ConsumeAs(0, "c"));
   EXPECT_TRUE(plan.ConsumeAs(1, "d"));
   EXPECT_TRUE(plan.ConsumeAs(0, "e"));
+}
+
+// A rank's reads by position in a job plan (ConsumeRangeAs: the rank's j-th
+// read is epoch index rank + j * world_size) leave the plan as the same
+// reads by key (ConsumeAs) do: frontiers, distances, wanted reads, the
+// look-ahead and trimming.
+TEST(EpochPlanTest, JobRangesInOrderActAsKeysDo) {
+  constexpr uint32_t kWorld = 3;
+  EpochPlan by_key(/*skew=*/4, /*resync_after=*/100, kWorld);
+  EpochPlan by_range(/*skew=*/4, /*resync_after=*/100, kWorld);
+  std::vector<std::string> e0, e1;
+  for (int i = 0; i < 12; ++i) e0.push_back("k" + std::to_string(i));
+  for (int i = 11; i >= 0; --i) e1.push_back("k" + std::to_string(i));
+  for (EpochPlan* p : {&by_key, &by_range}) {
+    p->Add(0, 0, Views(e0));
+    p->Add(1, 0, Views(e1));
+    for (uint32_t r = 0; r < kWorld; ++r) p->AttachRank(r);
+  }
+  auto compare = [&] {
+    EXPECT_EQ(by_range.frontier(), by_key.frontier());
+    EXPECT_EQ(by_range.live_positions(), by_key.live_positions());
+    for (const std::string& k : e0) {
+      EXPECT_EQ(by_range.NextUse(k), by_key.NextUse(k)) << k;
+    }
+    for (uint64_t pos = by_key.base(); pos < by_key.end(); ++pos) {
+      EXPECT_EQ(by_range.Wanted(pos), by_key.Wanted(pos)) << pos;
+    }
+    ASSERT_EQ(by_range.Ranks().size(), by_key.Ranks().size());
+    for (size_t i = 0; i < by_key.Ranks().size(); ++i) {
+      EXPECT_EQ(by_range.Ranks()[i].frontier, by_key.Ranks()[i].frontier);
+    }
+  };
+  // Each rank reads batches of 2 of its own 4 reads an epoch, the ranks in
+  // turn, through both epochs.
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    const std::vector<std::string>& order = epoch == 0 ? e0 : e1;
+    for (uint64_t j = 0; j < 4; j += 2) {
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        const std::string& a = order[r + j * kWorld];
+        const std::string& b = order[r + (j + 1) * kWorld];
+        EXPECT_TRUE(by_key.ConsumeAs(r, a));
+        EXPECT_TRUE(by_key.ConsumeAs(r, b));
+        EXPECT_EQ(by_range.ConsumeRangeAs(r, epoch, j, 2, H(a), H(b)), 2u);
+        compare();
+      }
+    }
+  }
+  EXPECT_EQ(by_range.frontier(), 22u);       // rank 0's: its last read at 21
+  EXPECT_EQ(by_range.live_positions(), 6u);  // trimmed to skew behind it
+  // Reads of the rank after its ranges, by key, go on from there.
+  EpochPlan mixed(/*skew=*/4, /*resync_after=*/100, kWorld);
+  mixed.Add(0, 0, Views(e0));
+  mixed.AttachRank(1);
+  EXPECT_EQ(mixed.ConsumeRangeAs(1, 0, 0, 2, H("k1"), H("k4")), 2u);
+  EXPECT_FALSE(mixed.ConsumeAs(1, "k4"));  // consumed by the range
+  EXPECT_TRUE(mixed.ConsumeAs(1, "k7"));
+  EXPECT_EQ(mixed.Ranks()[0].frontier, 8u);
+}
+
+// DataLoader workers of one rank are answered a little out of order: each
+// read has its own bit, so a batch after a gap counts at once and the gap's
+// reads stay outstanding (wanted, near) until they come.
+TEST(EpochPlanTest, JobRangesOutOfOrderCountEachRead) {
+  EpochPlan plan(/*skew=*/100, /*resync_after=*/1000, /*world_size=*/2);
+  std::vector<std::string> e0;
+  for (int i = 0; i < 16; ++i) e0.push_back("k" + std::to_string(i));
+  plan.Add(0, 0, Views(e0));
+  plan.AttachRank(0);
+  plan.AttachRank(1);
+  // Rank 1's reads 2-3 (indices 5, 7) before its reads 0-1 (1, 3).
+  EXPECT_EQ(plan.ConsumeRangeAs(1, 0, 2, 2, H("k5"), H("k7")), 2u);
+  EXPECT_EQ(plan.Ranks()[1].frontier, 8u);
+  EXPECT_TRUE(plan.Wanted(1));
+  EXPECT_FALSE(plan.Wanted(5));
+  EXPECT_EQ(plan.NextUse("k5"), EpochPlan::kNever);
+  EXPECT_EQ(plan.NextUse("k1"), 0u);  // outstanding: behind rank 1's frontier
+  EXPECT_EQ(plan.ConsumeRangeAs(1, 0, 0, 2, H("k1"), H("k3")), 2u);
+  EXPECT_FALSE(plan.Wanted(1));
+  EXPECT_EQ(plan.NextUse("k1"), EpochPlan::kNever);
+  // Again: nothing new is consumed; rank 0 still holds the plan's frontier.
+  EXPECT_EQ(plan.ConsumeRangeAs(1, 0, 0, 2, H("k1"), H("k3")), 0u);
+  EXPECT_EQ(plan.frontier(), 0u);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 4, H("k0"), H("k6")), 4u);
+  EXPECT_EQ(plan.frontier(), 7u);
+  // The look-ahead passes over what the ranks read.
+  std::vector<uint64_t> got;
+  uint64_t pos = 0;
+  while (plan.NextLookahead(/*reads=*/2, /*generation=*/0, nullptr, &pos)) {
+    got.push_back(pos);
+  }
+  EXPECT_EQ(got, (std::vector<uint64_t>{8, 9, 10, 11}));
+}
+
+TEST(EpochPlanTest, JobRangesThatDoNotMatchChangeNothing) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4, /*world_size=*/2);
+  const std::vector<std::string> p0 = {"a", "b", "c", "d"}, p1 = {"x", "y"};
+  plan.Add(0, 0, Views(p0));
+  plan.Add(0, 6, Views(p1));  // indices 6, 7 after a gap: positions 4, 5
+  plan.AttachRank(0);
+  plan.AttachRank(1);
+  // Rank 0's reads 0-1 are indices 0 and 2, "a" and "c".
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 2, H("a"), H("b")),
+            EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 2, H("b"), H("c")),
+            EpochPlan::kMismatch);
+  // Across the gap (indices 2, 4: 4 was never added), past the end, an
+  // epoch never added, an offset no plan could hold.
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 1, 2, H("c"), H("x")),
+            EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(1, 0, 3, 2, H("y"), H("y")),
+            EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 5, 0, 1, H("a"), H("a")),
+            EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, uint64_t{1} << 62, 1, 0, 0),
+            EpochPlan::kMismatch);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 0, 0, 0), 0u);  // an empty batch
+  // A rank not attached here moves nothing (no error either).
+  EpochPlan other(2, 4, 2);
+  other.Add(0, 0, Views(p0));
+  EXPECT_EQ(other.ConsumeRangeAs(1, 0, 0, 1, H("b"), H("b")), 0u);
+  for (uint64_t pos = 0; pos < 6; ++pos) EXPECT_TRUE(plan.Wanted(pos)) << pos;
+  EXPECT_EQ(plan.Ranks()[0].frontier, 0u);
+  EXPECT_EQ(plan.Ranks()[1].frontier, 0u);
+  // The part after the gap maps its own indices: rank 1's read 3 is index
+  // 7 ("y"), rank 0's read 3 index 6 ("x").
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 0, 2, H("a"), H("c")), 2u);
+  EXPECT_EQ(plan.ConsumeRangeAs(1, 0, 3, 1, H("y"), H("y")), 0u);  // far
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 3, 1, H("x"), H("x")), 1u);
+  EXPECT_EQ(plan.Ranks()[0].frontier, 5u);
+}
+
+TEST(EpochPlanTest, FarJobRangeCountsOnlyWhenItPersists) {
+  EpochPlan plan(/*skew=*/2, /*resync_after=*/4, /*world_size=*/2);
+  std::vector<std::string> e0;
+  for (int i = 0; i < 32; ++i) e0.push_back("k" + std::to_string(i));
+  plan.Add(0, 0, Views(e0));
+  plan.AttachRank(0);
+  // Rank 0's reads 5-6 (indices 10, 12), then 7-8 (14, 16).
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 5, 2, H("k10"), H("k12")), 0u);
+  EXPECT_EQ(plan.Ranks()[0].frontier, 0u);
+  EXPECT_EQ(plan.ConsumeRangeAs(0, 0, 7, 2, H("k14"), H("k16")), 2u);
+  EXPECT_EQ(plan.Ranks()[0].frontier, 17u);
 }
 
 }  // namespace

@@ -298,6 +298,37 @@ TEST(LocalProtocolTest, GetBatchPlanPositionRoundTrip) {
   EXPECT_FALSE(DecodeRegisterPlanFeatures("abcde", &features).ok());
 }
 
+// kGetFeatures / kFeatures: what a job client asks (a job registration's
+// reply keeps the form old job clients check). The bits are distinct and
+// the reply is exactly a u32; the request is empty.
+TEST(LocalProtocolTest, FeaturesRoundTrip) {
+  EXPECT_NE(kFeaturePlanPositions, kFeatureJobPlanPositions);
+  EXPECT_TRUE(DecodeGetFeatures("").ok());
+  EXPECT_EQ(DecodeGetFeatures("x").code(), absl::StatusCode::kInvalidArgument);
+  const uint32_t both = kFeaturePlanPositions | kFeatureJobPlanPositions;
+  const std::string reply = EncodeFeatures(both);
+  EXPECT_EQ(reply.size(), 4u);
+  uint32_t features = 0;
+  ASSERT_TRUE(DecodeFeatures(reply, &features).ok());
+  EXPECT_EQ(features, both);
+  // The same bits as a reader's registration reply carries.
+  ASSERT_TRUE(DecodeRegisterPlanFeatures(reply, &features).ok());
+  EXPECT_EQ(features, both);
+  for (absl::string_view bad : {"", "abc", "abcde"}) {
+    EXPECT_EQ(DecodeFeatures(bad, &features).code(),
+              absl::StatusCode::kDataLoss)
+        << bad.size();
+    EXPECT_EQ(features, 0u);
+  }
+  // A job registration's reply is unchanged (old job clients decode it
+  // strictly): 20 bytes, with no room for features.
+  const std::string job =
+      EncodeRegisterPlanReply(RegisterPlanReply{true, 3, 9});
+  EXPECT_EQ(job.size(), 20u);
+  RegisterPlanReply r;
+  EXPECT_FALSE(DecodeRegisterPlanReply(job + reply, &r).ok());
+}
+
 TEST(LocalProtocolTest, KeyAndReleaseLimitsNameTheirFlag) {
   const std::vector<std::string> keys = SomeKeys();
   std::string p = EncodeGetBatch("ds", std::vector<uint64_t>{1, 2}, keys.size(),

@@ -202,6 +202,39 @@ TEST(PlanRegistryTest, ReportsByPositionGoToTheSessionsOneReadersPlan) {
   EXPECT_EQ(r.stats().plans, 0u);
 }
 
+// A session in a job plan reports by position as its rank: the offset
+// counts the rank's reads (read j is the job's index rank + j * world).
+TEST(PlanRegistryTest, ReportsByPositionOfAJobPlanCountAsTheSessionsRank) {
+  PlanRegistry r;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
+  ASSERT_TRUE(
+      r.Register(1, 0, "job", 0, 0, Views(keys), false, PlanJob{2, 0}).ok());
+  ASSERT_TRUE(r.Register(2, 0, "job", 0, 0, {}, false, PlanJob{2, 1}).ok());
+  // Rank 1's reads 0-1 (indices 1, 3), rank 0's reads 0-2 (0, 2, 4).
+  ASSERT_TRUE(r.Report(PositionReport(2, 0, 0, {"k1", "k3"})));
+  ASSERT_TRUE(r.Report(PositionReport(1, 0, 0, {"k0", "k2", "k4"})));
+  EXPECT_TRUE(r.ApplyProgress());
+  PlanRegistry::Stats st = r.stats();
+  EXPECT_EQ(st.consumed, 5u);
+  EXPECT_EQ(st.position_mismatches, 0u);
+  std::vector<PlanRegistry::PlanInfo> info = r.Describe();
+  ASSERT_EQ(info.size(), 1u);
+  ASSERT_EQ(info[0].ranks.size(), 2u);
+  EXPECT_EQ(info[0].ranks[0].frontier, 5u);
+  EXPECT_EQ(info[0].ranks[1].frontier, 4u);
+  EXPECT_EQ(r.NextUse(0, "k3"), NextUseOracle::kNoFurtherUse);
+  EXPECT_EQ(r.NextUse(0, "k5"), 0u);
+  // Rank 0's read 1 is not "k1": dropped and counted, nothing moves.
+  ASSERT_TRUE(r.Report(PositionReport(1, 0, 3, {"k1"})));
+  st = r.stats();
+  EXPECT_EQ(st.consumed, 5u);
+  EXPECT_EQ(st.position_mismatches, 1u);
+  r.CloseSession(1);
+  r.CloseSession(2);
+  EXPECT_EQ(r.stats().plans, 0u);
+}
+
 TEST(PlanRegistryTest, AFloodOfReportsIsBoundedAndCounted) {
   ProgressQueueLimits q;
   q.max_reports = 4;
