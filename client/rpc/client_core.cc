@@ -183,11 +183,12 @@ absl::StatusOr<std::vector<Item>> ClientCore::GetBatchSlice(
   std::vector<uint64_t> released;
   if (piggyback) released = releases_->Take(conn.generation());
   const size_t n = end - begin;
-  // Only to a server that said it takes it (an older one would close the
-  // connection on the extra bytes): this session's plan registration's
-  // reply tells.
+  // Only to a server that said it takes it for this session's kind of
+  // plan (an older one would close the connection on the extra bytes, or
+  // take a job session's position for a mismatch): this session's plan
+  // registration's reply, or kFeatures, tells.
   local::PlanPositionFields position;
-  const bool positioned = at != nullptr && conn.plan_positions();
+  const bool positioned = at != nullptr && conn.takes_plan_position();
   if (positioned) position = {at->epoch, at->offset + begin};
   std::string payload = local::EncodeGetBatch(
       dataset, released, n, [&](size_t i) { return key_at(begin + i); },
@@ -294,9 +295,7 @@ absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
             : absl::DataLossError(absl::StrCat("answered with message type ",
                                                frame->header.type));
     if (!st.ok()) return RpcError("RegisterPlan", st);
-    if ((features & local::kFeaturePlanPositions) != 0) {
-      (*conn)->set_plan_positions();
-    }
+    (*conn)->set_features(features);
     begin += n;
   } while (begin < paths.size());
   return absl::OkStatus();
@@ -337,9 +336,19 @@ absl::StatusOr<JobPlanState> ClientCore::RegisterJobPlan(
     if (!st.ok()) return RpcError("RegisterJobPlan", st);
     return JobPlanState{reply.has_epoch, reply.epoch, reply.next_offset};
   };
+  // Before the attach: from now on a position goes only to a server that
+  // takes it for a job plan.
+  (*conn)->set_in_job_plan();
   // Attach first: another rank of the job may have sent the epoch already.
   absl::StatusOr<JobPlanState> state = send(0, 0);
-  if (!state.ok() || paths.empty()) return state;
+  if (!state.ok()) return state;
+  // The job reply cannot announce features (old job clients check its
+  // length): ask once per session.
+  if (absl::Status st = LearnFeatures(**conn, deadline, "RegisterJobPlan");
+      !st.ok()) {
+    return st;
+  }
+  if (paths.empty()) return state;
   size_t begin = 0;
   if (state->has_epoch && state->epoch > epoch) return state;
   if (state->has_epoch && state->epoch == epoch &&
@@ -356,6 +365,31 @@ absl::StatusOr<JobPlanState> ClientCore::RegisterJobPlan(
     begin += n;
   }
   return state;
+}
+
+absl::Status ClientCore::LearnFeatures(Connection& conn, absl::Time deadline,
+                                       absl::string_view what) {
+  if (conn.features_known()) return absl::OkStatus();
+  absl::StatusOr<local::Frame> frame =
+      Roundtrip(conn, local::MsgType::kGetFeatures, "", deadline, what);
+  if (!frame.ok()) {
+    // A server before kGetFeatures answers UNIMPLEMENTED and keeps the
+    // connection: it takes nothing beyond the first protocol.
+    if (absl::IsUnimplemented(frame.status())) {
+      conn.set_features(0);
+      return absl::OkStatus();
+    }
+    return frame.status();
+  }
+  uint32_t features = 0;
+  absl::Status st =
+      frame->type() == local::MsgType::kFeatures
+          ? local::DecodeFeatures(frame->payload, &features)
+          : absl::DataLossError(absl::StrCat("answered with message type ",
+                                             frame->header.type));
+  if (!st.ok()) return RpcError(what, st);
+  conn.set_features(features);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(

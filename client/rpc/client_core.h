@@ -90,7 +90,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // reconnect, then UNAVAILABLE; DEADLINE_EXCEEDED when the server does
   // not answer within rpc_timeout (a late answer's leases are released).
   // `at` (if set): the plan position (Client::GetBatch), sent only on a
-  // connection whose server announced it takes one.
+  // connection whose server announced it takes one for the session's kind
+  // of plan (Connection::takes_plan_position).
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const std::string> paths,
                                  const PlanPosition* at = nullptr);
@@ -160,6 +161,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                          absl::string_view payload,
                                          absl::Time deadline,
                                          absl::string_view what);
+
+  // Learns what the server takes (Connection::features_known) with a
+  // kGetFeatures round trip, unless known: an older server's UNIMPLEMENTED
+  // is "nothing". Blocks; the round trip's errors.
+  absl::Status LearnFeatures(Connection& conn, absl::Time deadline,
+                             absl::string_view what);
 
   // Wraps a failed call's status with the server address.
   absl::Status RpcError(absl::string_view what, absl::Status st) const;

@@ -92,13 +92,30 @@ class Connection {
   absl::Status end_status() const;
 
   uint64_t generation() const { return generation_; }
-  // Whether the server takes a GetBatch's plan position: it said so in its
-  // reply to this session's plan registration (older servers do not).
-  bool plan_positions() const {
-    return plan_positions_.load(std::memory_order_relaxed);
+  // What the server takes beyond the first protocol of plans (the
+  // local::kFeature* bits), once known: from its reply to a reader's plan
+  // registration on this session, or its answer to kGetFeatures (an older
+  // server announces nothing: 0).
+  bool features_known() const {
+    return features_known_.load(std::memory_order_acquire);
   }
-  void set_plan_positions() {
-    plan_positions_.store(true, std::memory_order_relaxed);
+  void set_features(uint32_t features) {
+    features_.store(features, std::memory_order_relaxed);
+    features_known_.store(true, std::memory_order_release);
+  }
+  // The session registered or attached to a job plan.
+  void set_in_job_plan() {
+    in_job_plan_.store(true, std::memory_order_relaxed);
+  }
+  // Whether a GetBatch may carry a plan position: the server takes one for
+  // the session's kind of plan. A session in a job plan needs
+  // kFeatureJobPlanPositions (a server with only kFeaturePlanPositions
+  // takes a job session's position for a mismatch).
+  bool takes_plan_position() const {
+    const uint32_t need = in_job_plan_.load(std::memory_order_relaxed)
+                              ? local::kFeatureJobPlanPositions
+                              : local::kFeaturePlanPositions;
+    return (features_.load(std::memory_order_relaxed) & need) != 0;
   }
   // Set by Open(); constant after.
   const SessionInfo& info() const { return info_; }
@@ -120,7 +137,9 @@ class Connection {
   // Set by Open(); constant after.
   absl::Duration reply_spin_ = absl::ZeroDuration();
   std::atomic<uint64_t> next_request_id_{1};
-  std::atomic<bool> plan_positions_{false};
+  std::atomic<uint32_t> features_{0};
+  std::atomic<bool> features_known_{false};
+  std::atomic<bool> in_job_plan_{false};
 
   // One writer at a time: frames must not interleave on the stream.
   // Lock order: write_mu_ before mu_.

@@ -244,6 +244,44 @@ class PlannedSamplerServerTest(unittest.TestCase):
         for ds in ranks:
             ds.close()
 
+    def test_job_plan_indices_say_where_they_stand_in_the_ranks_reads(self):
+        # A job plan: each index carries (plan epoch, its place in the
+        # rank's reads); dlcached maps read j to the job's index rank + j *
+        # world. Rank 1 of 2 reads its first 8 by position (one batch).
+        ranks = [dataset() for _ in range(2)]
+        samplers = [PlannedSampler(ds, seed=5, rank=r, world_size=2,
+                                   job="pos-test")
+                    for r, ds in enumerate(ranks)]
+        before = plans()
+        got = []
+        for s in samplers:
+            s.set_epoch(2)
+            got.append(list(s))
+        for s, idx in zip(samplers, got):
+            self.assertEqual([int(i) for i in idx], s.indices(2))
+            self.assertEqual([i.plan_at for i in idx],
+                             [(2, j) for j in range(len(idx))])
+        ds = ranks[1]
+        first = got[1][:8]
+        batch = ds.__getitems__(first)
+        self.assertEqual([bytes(d) for _, d in batch],
+                         [FILES[KEYS[i]] for i in first])
+        # (Attached now: positions go with consecutive reads only.)
+        self.assertEqual(ds._plan_position(first), (2, 0))
+        self.assertIsNone(ds._plan_position(first[1:] + first[:1]))
+        after = plans()
+        self.assertEqual(after["consumed"] - before["consumed"], 8, after)
+        self.assertEqual(after["progress_dropped"],
+                         before["progress_dropped"], after)
+        p = plan(samplers[1].plan_name)
+        self.assertEqual(p["world_size"], 2, p)
+        r1 = [r for r in p["ranks"] if r.get("rank", 0) == 1]
+        # One past rank 1's read 7 (the job's index 15 of epoch 2).
+        self.assertEqual(r1[0]["frontier"], 16, p)
+        del batch
+        for d in ranks:
+            d.close()
+
     def test_dataloader_workers_read_every_item_once_per_epoch(self):
         ds = dataset()
         sampler = PlannedSampler(ds, seed=3, rank=0, world_size=1)

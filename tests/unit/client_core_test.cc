@@ -162,6 +162,63 @@ TEST_F(ClientCoreTest, PlanPositionsGoOnlyToAServerThatTakesThem) {
               ElementsAre(Pair(3u, 7u), Pair(3u, 8u)));
 }
 
+// A job plan's positions (the rank's reads) go only to a server that says
+// it takes them when asked (kGetFeatures at RegisterJobPlan: the job
+// registration's reply cannot say so). Three servers: one before plan
+// positions, one with readers' positions only (it would take a job
+// session's position for a mismatch; the fake closes instead), and one
+// with both. The first two answer kGetFeatures UNIMPLEMENTED and keep the
+// session.
+TEST_F(ClientCoreTest, JobPlanPositionsGoOnlyToAServerThatTakesThem) {
+  server_.AddFile("a", RandomBytes(100, 1));
+  server_.AddFile("b", RandomBytes(100, 2));
+  const std::vector<std::string> keys = {"a", "b"};
+  const JobPlanRank rank{2, 1};
+  int asked = 0;
+  for (uint32_t features : {0u, local::kFeaturePlanPositions}) {
+    server_.set_plan_features(features);
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->RegisterJobPlan("ds", "job", rank, 0, keys).ok());
+    EXPECT_EQ(server_.get_features_calls(), ++asked);
+    // Asked once per session.
+    ASSERT_TRUE(client->RegisterJobPlan("ds", "job", rank, 0, {}).ok());
+    EXPECT_EQ(server_.get_features_calls(), asked);
+    auto batch = client->GetBatch("ds", keys, PlanPosition{0, 0});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(ItemBytes((*batch)[1]), RandomBytes(100, 2));
+    EXPECT_TRUE(server_.plan_positions().empty());
+    // The session stayed (the UNIMPLEMENTED answer did not end it).
+    EXPECT_EQ(server_.hellos(), asked);
+    EXPECT_EQ(client->sessions_opened(), 1u);
+  }
+  {
+    // Readers' positions known from a reader's registration (no question
+    // then): not enough for the session's job plan.
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->RegisterPlan("ds", "reader", 0, keys).ok());
+    ASSERT_TRUE(client->RegisterJobPlan("ds", "job", rank, 0, {}).ok());
+    EXPECT_EQ(server_.get_features_calls(), asked);
+    ASSERT_TRUE(client->GetBatch("ds", keys, PlanPosition{0, 0}).ok());
+    EXPECT_TRUE(server_.plan_positions().empty());
+    EXPECT_EQ(client->sessions_opened(), 1u);
+  }
+  server_.set_plan_features(local::kFeaturePlanPositions |
+                            local::kFeatureJobPlanPositions);
+  server_.set_max_keys_per_batch(1);  // a batch goes as two requests
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->RegisterJobPlan("ds", "job", rank, 0, {}).ok());
+  EXPECT_EQ(server_.get_features_calls(), asked + 1);
+  auto batch = client->GetBatch("ds", keys, PlanPosition{4, 10});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(ItemBytes((*batch)[0]), RandomBytes(100, 1));
+  // Each request says where its own keys stand in the rank's reads.
+  EXPECT_THAT(server_.plan_positions(),
+              ElementsAre(Pair(4u, 10u), Pair(4u, 11u)));
+}
+
 TEST_F(ClientCoreTest, DestroyedItemsAreReleasedByTheFlusher) {
   server_.AddFile("f", "hello");
   auto client = Connect();

@@ -250,10 +250,19 @@ class FakeServer {
   // What it answers a reader's kRegisterPlan with: 0 (the default) as a
   // server before plan positions does (an empty reply; a GetBatch with a
   // plan position is then malformed: kError and the connection closed, as
-  // such a server's decoder does), else these features.
+  // such a server's decoder does), else these features. kGetFeatures is
+  // answered (kFeatures) only with kFeatureJobPlanPositions among them;
+  // else as every older server does: kError UNIMPLEMENTED, the connection
+  // kept. A session in a job plan sending a position without
+  // kFeatureJobPlanPositions is an error here (kError, closed): a real
+  // server of kFeaturePlanPositions alone would count it as a mismatch and
+  // lose the batch's progress.
   void set_plan_features(uint32_t features) {
     absl::MutexLock lock(&mu_);
     plan_features_ = features;
+  }
+  int get_features_calls() const {
+    return Get(&FakeServer::get_features_calls_);
   }
   // Plan positions GetBatch requests carried: epoch, offset.
   std::vector<std::pair<uint64_t, uint64_t>> plan_positions() const {
@@ -299,6 +308,7 @@ class FakeServer {
     std::thread thread;
     absl::Mutex write_mu;
     std::atomic<bool> done{false};
+    std::atomic<bool> in_job_plan{false};  // registered a job plan
   };
 
   int Get(int FakeServer::*field) const {
@@ -404,11 +414,36 @@ class FakeServer {
             absl::MutexLock lock(&mu_);
             features = plan_features_;
           }
+          if (!local::DecodeRegisterPlan(f->payload, 1 << 20, &req).ok()) {
+            keep = false;
+            break;
+          }
+          if ((req.flags & local::kPlanJob) != 0) {
+            // A job reply keeps its form: what the plan holds (nothing).
+            conn->in_job_plan = true;
+            keep = Send(*conn, local::MsgType::kRegisterPlanReply, id,
+                        local::EncodeRegisterPlanReply({}));
+            break;
+          }
           keep =
-              local::DecodeRegisterPlan(f->payload, 1 << 20, &req).ok() &&
               Send(*conn, local::MsgType::kRegisterPlanReply, id,
                    features == 0 ? std::string()
                                  : local::EncodeRegisterPlanFeatures(features));
+          break;
+        }
+        case local::MsgType::kGetFeatures: {
+          uint32_t features = 0;
+          {
+            absl::MutexLock lock(&mu_);
+            ++get_features_calls_;
+            features = plan_features_;
+          }
+          keep = (features & local::kFeatureJobPlanPositions) != 0
+                     ? Send(*conn, local::MsgType::kFeatures, id,
+                            local::EncodeFeatures(features))
+                     : Send(*conn, local::MsgType::kError, id,
+                            local::EncodeError(absl::UnimplementedError(
+                                "message type 16 is not a request")));
           break;
         }
         case local::MsgType::kPrefetch: {
@@ -525,6 +560,14 @@ class FakeServer {
           Send(*conn, local::MsgType::kError, 0,
                local::EncodeError(absl::InvalidArgumentError(
                    "malformed get-batch (an old server)")));
+          return false;
+        }
+        if (conn->in_job_plan &&
+            (plan_features_ & local::kFeatureJobPlanPositions) == 0) {
+          Send(*conn, local::MsgType::kError, 0,
+               local::EncodeError(absl::InvalidArgumentError(
+                   "a job session's plan position (a server that would "
+                   "count it as a mismatch)")));
           return false;
         }
         plan_positions_.emplace_back(req.plan_position.epoch,
@@ -656,6 +699,7 @@ class FakeServer {
   int segment_requests_ ABSL_GUARDED_BY(mu_) = 0;
   int hellos_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t plan_features_ ABSL_GUARDED_BY(mu_) = 0;
+  int get_features_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<uint64_t, uint64_t>> plan_positions_
       ABSL_GUARDED_BY(mu_);
 };

@@ -293,12 +293,16 @@ class Client {
   // The same, for a loader that reads its plan in order: `paths` are keys
   // [at.offset, at.offset + paths.size()) of epoch `at.epoch` of the order
   // this session registered (RegisterPlan, its one plan on `dataset`), all
-  // of one epoch. The server then counts the batch's progress by position
-  // (O(1) per batch) instead of looking up every key; it checks the first
-  // and last key against the plan and ignores a batch that does not match.
-  // A server that predates this (no kFeaturePlanPositions in its
-  // RegisterPlan reply) is asked a plain GetBatch: progress by key. The
-  // items and errors are GetBatch's.
+  // of one epoch. In a job plan (RegisterJobPlan) the offset counts this
+  // rank's reads: read j of the epoch is index rank + j * world_size of
+  // the job's order (DistributedSampler's shard), so a rank passes the
+  // position in its own shard. The server then counts the batch's
+  // progress by position (no lookup per key) instead of looking up every
+  // key; it checks the first and last key against the plan and ignores a
+  // batch that does not match. A server that predates this (for a job
+  // plan: one that does not say so when asked at RegisterJobPlan) is
+  // asked a plain GetBatch: progress by key. The items and errors are
+  // GetBatch's.
   absl::StatusOr<Batch> GetBatch(absl::string_view dataset,
                                  absl::Span<const std::string> paths,
                                  const PlanPosition& at);

@@ -192,8 +192,10 @@ int dlc_get_batch_packed(dlc_client* client, const char* dataset,
 /* The same for keys [plan_offset, plan_offset + num_keys) of epoch
  * plan_epoch of the order this session registered as its plan
  * (dlc_register_plan; dlcache::Client::GetBatch with a PlanPosition): the
- * server counts the batch's progress by position, not key by key. A server
- * that predates it gets a plain request. */
+ * server counts the batch's progress by position, not key by key. In a job
+ * plan (dlc_register_job_plan) the offset counts this rank's reads (read j
+ * is index rank + j * world_size of the job's order). A server that
+ * predates it gets a plain request. */
 int dlc_get_batch_packed_at(dlc_client* client, const char* dataset,
                             const char* keys, size_t keys_size, size_t num_keys,
                             uint64_t plan_epoch, uint64_t plan_offset,

@@ -664,7 +664,9 @@ class Client:
         bad or unknown, or the Client was inherited through fork().
         plan_position=(epoch, offset): `keys` are keys [offset, offset +
         len) of that epoch of the order this session registered as its
-        plan (register_plan): the server counts the progress by position
+        plan (register_plan; in a job plan, register_job_plan, the offset
+        counts this rank's reads: read j is index rank + j * world_size
+        of the job's order): the server counts the progress by position
         (docs/epoch_plans.md); ignored by a library or server before it."""
         ptr = self._client()
         keys = _key_list(keys)

@@ -31,7 +31,9 @@ each: the first local rank to start a pass registers the epoch's whole
 padded permutation with the world size, the others attach with their rank
 (only what the plan lacks is sent). dlcached then follows each local rank's
 progress in it, looks ahead in the node's read order and keeps the plan
-while any rank's session lives.
+while any rank's session lives. Under either kind of plan the sampler
+yields PlanIndex: where each index stands in the rank's reads, which
+CacheDataset sends with the batch (progress by position).
 
 Fork safety: registration uses the dataset's per-process Client in the
 main process (where DataLoaders iterate samplers); workers never touch it
@@ -206,9 +208,11 @@ class PlannedSampler(torch.utils.data.Sampler):
     def _iter(self, epoch, indices):
         client = self._register_pass(epoch)
         seen = self._sessions(client)
-        # A reader's plan holds this rank's indices in this order: each
-        # says where it stands (a job plan's reads go by key).
-        positioned = client is not None and self.job is None
+        # Each index says where it stands: a reader's plan holds this
+        # rank's indices in this order; in a job plan `pos` counts this
+        # rank's reads (dlcached maps read pos to the job's index rank +
+        # pos * world_size).
+        positioned = client is not None
         for pos, i in enumerate(indices):
             if (client is not None and self.plan and pos > 0
                     and pos % _SESSION_CHECK_EVERY == 0):

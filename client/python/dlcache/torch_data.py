@@ -280,7 +280,7 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
         if not indices or self.__dict__.get("_plan_attached") is None:
             return None
         first = getattr(indices[0], "plan_at", None)
-        if first is None or self.__dict__.get("_plan_job") is not None:
+        if first is None:
             return None
         epoch, offset = first
         for n, i in enumerate(indices):
