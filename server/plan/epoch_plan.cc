@@ -37,20 +37,16 @@ uint64_t EpochPlan::Add(uint64_t epoch, uint64_t offset,
     if (!k.positions.empty()) {
       // A live key's last position is never trimmed (that erases the key).
       order_[k.positions.back() - base_] &= ~kLastUse;
-      if (world_size_ == 0) {
-        // A reader's plan trims without touching keys: its positions
-        // behind base_ go here, where the key is touched anyway.
-        while (k.trimmed < k.positions.size() &&
-               k.positions[k.trimmed] < base_) {
-          ++k.trimmed;
-        }
-        if (k.next < k.trimmed) k.next = k.trimmed;
-        if (k.trimmed >= 16 && 2 * k.trimmed >= k.positions.size()) {
-          k.positions.erase(k.positions.begin(),
-                            k.positions.begin() + k.trimmed);
-          k.next -= k.trimmed;
-          k.trimmed = 0;
-        }
+      // Trimming touches no key: its positions behind base_ go here,
+      // where the key is touched anyway.
+      while (k.trimmed < k.positions.size() && k.positions[k.trimmed] < base_) {
+        ++k.trimmed;
+      }
+      if (k.next < k.trimmed) k.next = k.trimmed;
+      if (k.trimmed >= 16 && 2 * k.trimmed >= k.positions.size()) {
+        k.positions.erase(k.positions.begin(), k.positions.begin() + k.trimmed);
+        k.next -= k.trimmed;
+        k.trimmed = 0;
       }
     }
     k.positions.push_back(end());
@@ -135,7 +131,8 @@ bool EpochPlan::ConsumeAs(uint32_t rank, absl::string_view path) {
   KeyUses& k = it->second;
   // The rank's own earliest outstanding read of the path: in a permutation
   // a path is read by one rank an epoch, so this looks at a few positions.
-  size_t i = k.next;
+  size_t i = FirstHeld(k);
+  k.next = i;
   for (; i < k.positions.size(); ++i) {
     const uint64_t pos = k.positions[i];
     const uint32_t lane = lanes_[pos - base_];
@@ -371,8 +368,18 @@ uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
   return pos >= frontier_ ? pos - frontier_ : 0;
 }
 
+size_t EpochPlan::FirstHeld(const KeyUses& k) const {
+  size_t i = k.next;
+  // A search, not a walk: NextUseOfJob runs under the tier's lock.
+  if (i < k.positions.size() && k.positions[i] < base_) {
+    i = std::lower_bound(k.positions.begin() + i, k.positions.end(), base_) -
+        k.positions.begin();
+  }
+  return i;
+}
+
 uint64_t EpochPlan::NextUseOfJob(const KeyUses& k) const {
-  for (size_t i = k.next; i < k.positions.size(); ++i) {
+  for (size_t i = FirstHeld(k); i < k.positions.size(); ++i) {
     const uint64_t pos = k.positions[i];
     const uint32_t lane = lanes_[pos - base_];
     if ((lane & kConsumed) != 0) continue;
@@ -403,38 +410,18 @@ void EpochPlan::Trim() {
 }
 
 void EpochPlan::TrimOrder() {
-  if (world_size_ == 0) {
-    // A reader's plan: a key is touched only when its last position goes
-    // (the key goes with it); its earlier positions are dropped by Add
-    // and passed over by FirstLive (everything behind base_ is behind the
-    // frontier less skew). Touching each trimmed position's key cost a
-    // cache miss per read consumed.
-    while (!order_.empty() && base_ + skew_ < frontier_) {
-      const uintptr_t entry = order_.front();
-      order_.pop_front();
-      ++base_;
-      if ((entry & kLastUse) != 0) keys_.erase(Node(entry)->first);
-    }
-    return;
-  }
+  // A key is touched only when its last position goes (the key goes with
+  // it); its earlier positions are dropped by Add and passed over by
+  // FirstLive and FirstHeld (everything behind base_ is behind the
+  // frontier less skew). Touching each trimmed position's key cost a
+  // cache miss per read consumed, W of them per read in a job plan of W
+  // ranks.
   while (!order_.empty() && base_ + skew_ < frontier_) {
-    KeyMap::value_type* node = Node(order_.front());
+    const uintptr_t entry = order_.front();
     order_.pop_front();
     if (world_size_ != 0) lanes_.pop_front();
     ++base_;
-    KeyUses& k = node->second;
-    // Positions leave in ascending order, so this key's first is the one.
-    // Not erased one by one: a key planned for many epochs would move its
-    // whole list per position trimmed.
-    ++k.trimmed;
-    if (k.next < k.trimmed) k.next = k.trimmed;
-    if (k.trimmed == k.positions.size()) {
-      keys_.erase(node->first);
-    } else if (k.trimmed >= 16 && 2 * k.trimmed >= k.positions.size()) {
-      k.positions.erase(k.positions.begin(), k.positions.begin() + k.trimmed);
-      k.next -= k.trimmed;
-      k.trimmed = 0;
-    }
+    if ((entry & kLastUse) != 0) keys_.erase(Node(entry)->first);
   }
 }
 

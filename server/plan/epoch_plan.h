@@ -174,9 +174,10 @@ class EpochPlan {
  private:
   struct KeyUses {
     std::vector<uint64_t> positions;  // ascending
-    size_t trimmed = 0;               // positions before this are gone
-    size_t next = 0;                  // first outstanding (>= trimmed)
-    uint64_t cached_generation = 0;   // NoteCached; 0: not known
+    size_t trimmed = 0;  // positions before this are gone (some after
+                         // it may lie behind base_: dropped by Add)
+    size_t next = 0;     // first outstanding (>= trimmed)
+    uint64_t cached_generation = 0;  // NoteCached; 0: not known
   };
 
   static constexpr uint32_t kConsumed = uint32_t{1} << 31;
@@ -189,8 +190,8 @@ class EpochPlan {
 
   using KeyMap = absl::node_hash_map<std::string, KeyUses>;
   // order_ entries: the key's node, with kLastUse set in the low bit when
-  // the position is the last one its key has (so trimming a reader's plan
-  // needs to touch a node only when its key leaves).
+  // the position is the last one its key has (so trimming needs to touch
+  // a node only when its key leaves).
   static constexpr uintptr_t kLastUse = 1;
   static KeyMap::value_type* Node(uintptr_t entry) {
     return reinterpret_cast<KeyMap::value_type*>(entry & ~kLastUse);
@@ -202,6 +203,9 @@ class EpochPlan {
   bool RangeConsumed(uint64_t pos) const;
   // First outstanding position of `k` at or after the frontier less skew.
   size_t FirstLive(const KeyUses& k) const;
+  // First index of k.positions at or after base_ (from k.next): positions
+  // behind base_ are dropped lazily (Add), not by trimming.
+  size_t FirstHeld(const KeyUses& k) const;
   uint64_t NextUseOfJob(const KeyUses& k) const;
   // The plan's frontier: the smallest of the attached ranks' (never back).
   void UpdateJobFrontier();
