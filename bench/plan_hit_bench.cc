@@ -11,6 +11,13 @@
 //                   the same, each GetBatch saying where it stands in the
 //                   plan (Client::GetBatch with a PlanPosition: progress
 //                   by position, not by key)
+//   job plan, by key / by position
+//                   the reading session is rank 0 of a job of
+//                   --job_world ranks sharing one job plan (the other
+//                   ranks' reads interleaved in the job's order, as
+//                   DistributedSampler shards it; those ranks are not on
+//                   this node); progress by key, then (a new session, a
+//                   new plan) by position: the rank's own reads
 //
 // Reported: the median and the minimum over rounds of each case's mean,
 // and their ratios to the baseline's; and the median CPU time per batch of
@@ -18,16 +25,18 @@
 // moved off the hit path still counts there), less disturbed by other
 // processes on a loaded machine than wall time.
 //
-// Then, paired (--slice): the own plan's reader and a second session with
-// no plan read the same batches in alternating slices of --slice batches
-// (which of the two goes first alternates too), so that both see the same
-// machine from millisecond to millisecond; per round the ratio of their
-// times, and the median and the range of those ratios over rounds. Cases
-// measured one after the other differ by what the machine did meanwhile
-// (on the H200 the baseline's round means alone moved 93-114 us).
+// Then, paired (--slice): the own plan's reader (and the job plan's rank
+// 0, the plan holding twice the epochs, going on from batch --batches) and
+// a second session with no plan read the same batches in alternating
+// slices of --slice batches (which of the two goes first alternates too),
+// so that both see the same machine from millisecond to millisecond; per
+// round the ratio of their times, and the median and the range of those
+// ratios over rounds. Cases measured one after the other differ by what
+// the machine did meanwhile (on the H200 the baseline's round means alone
+// moved 93-114 us).
 //
 //   plan_hit_bench [--files=4096] [--batch=256] [--batches=400]
-//                  [--rounds=11] [--slice=20] [--dir=/tmp]
+//                  [--rounds=11] [--slice=20] [--job_world=2] [--dir=/tmp]
 //                  [--shm_dir=/dev/shm] [--out=FILE]
 
 #include <time.h>
@@ -70,8 +79,11 @@ ABSL_FLAG(bool, mutex_deadlock_detection, true,
 ABSL_FLAG(uint32_t, slice, 20,
           "batches per slice of the paired cases (0: no paired cases)");
 ABSL_FLAG(bool, skip_key_cases, false,
-          "measure only no plan and own plan by position (for a profile of "
-          "the latter)");
+          "measure only no plan and the plans by position (for a profile "
+          "of the latter)");
+ABSL_FLAG(uint32_t, job_world, 2,
+          "world size of the job plan cases (the reader is rank 0; 0: no "
+          "job plan cases)");
 
 namespace dlcache::bench {
 namespace {
@@ -123,6 +135,19 @@ int Run() {
   order.resize(per_epoch * batch);
   // The same order every epoch; the plan lists as many as a round reads.
   const uint64_t epochs = n / per_epoch + 2;
+  // A job's epoch order: the reader's keys at indices 0, W, 2W, ... (rank
+  // 0's shard); the other ranks' shards other permutations of the files.
+  const uint32_t world = absl::GetFlag(FLAGS_job_world);
+  std::vector<std::string> job_order;
+  if (world > 0) {
+    std::vector<std::vector<std::string>> shards(world, order);
+    for (uint32_t r = 1; r < world; ++r) {
+      std::shuffle(shards[r].begin(), shards[r].end(), rng);
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (uint32_t r = 0; r < world; ++r) job_order.push_back(shards[r][i]);
+    }
+  }
   std::vector<std::vector<std::string>> batches;
   for (size_t at = 0; at < order.size(); at += batch) {
     batches.emplace_back(order.begin() + at, order.begin() + at + batch);
@@ -166,8 +191,9 @@ int Run() {
   if (plans == nullptr) {
     return fail("plans", absl::FailedPreconditionError("epoch plans off"));
   }
-  std::vector<double> none, other, own, own_pos;
-  std::vector<double> none_cpu, other_cpu, own_cpu, own_pos_cpu;
+  std::vector<double> none, other, own, own_pos, job, job_pos;
+  std::vector<double> none_cpu, other_cpu, own_cpu, own_pos_cpu, job_cpu,
+      job_pos_cpu;
   // Paired cases: the plain session reads beside the reader's own plan.
   const uint32_t slice = absl::GetFlag(FLAGS_slice);
   absl::StatusOr<std::unique_ptr<Client>> plain = Connect(setup->socket_path);
@@ -176,6 +202,7 @@ int Run() {
     return fail("warm-up", w.status());
   }
   std::vector<double> paired_key, paired_pos;  // own / plain, per round
+  std::vector<double> paired_job_key, paired_job_pos;
   // Times `count` batches from batch `first` on (the plan's offsets follow
   // the batch number, as measure's do), adding to *us.
   auto timed_slice = [&](Client& c, bool positioned, uint32_t first,
@@ -260,6 +287,56 @@ int Run() {
       }
       (positioned ? paired_pos : paired_key).push_back(own_us / plain_us);
     }
+    // A job plan, the reader rank 0: a session of its own for each case
+    // (a session in two plans of a dataset cannot report by position),
+    // its mappings made before it is measured.
+    for (bool positioned : {false, true}) {
+      if (world == 0 || (skip_keys && !positioned)) continue;
+      absl::StatusOr<std::unique_ptr<Client>> rank0 =
+          Connect(setup->socket_path);
+      if (!rank0.ok()) return fail("connect", rank0.status());
+      for (int pass = 0; pass < 2; ++pass) {
+        for (const auto& keys : batches) {
+          absl::StatusOr<Batch> b = (*rank0)->GetBatch("ds", keys);
+          if (!b.ok()) return fail("warm-up", b.status());
+        }
+      }
+      // Twice the epochs: the paired case goes on from batch n.
+      for (uint64_t e = 0; e < (slice == 0 ? epochs : 2 * epochs); ++e) {
+        absl::StatusOr<JobPlanState> s =
+            (*rank0)->RegisterJobPlan("ds", positioned ? "job-pos" : "job-key",
+                                      JobPlanRank{world, 0}, e, job_order);
+        if (!s.ok()) return fail("register job plan", s.status());
+      }
+      const uint64_t consumed = plans->stats().consumed;
+      us = measure(**rank0, positioned);
+      if (!us.ok()) return fail("job plan", us.status());
+      (positioned ? job_pos : job).push_back(*us);
+      (positioned ? job_pos_cpu : job_cpu).push_back(last_cpu);
+      const PlanRegistry::Stats st = plans->stats();
+      if (st.consumed - consumed != uint64_t{n} * batch ||
+          st.position_mismatches != 0) {
+        return fail("job plan",
+                    absl::InternalError(absl::StrFormat(
+                        "%u batches read, %d reads counted, %d mismatches", n,
+                        st.consumed - consumed, st.position_mismatches)));
+      }
+      if (slice == 0) continue;
+      // Paired: this rank against the plain session, slice by slice.
+      double own_us = 0, plain_us = 0;
+      for (uint32_t i = 0, k = 0; i < n; i += slice, ++k) {
+        const uint32_t count = std::min(slice, n - i);
+        for (int side = 0; side < 2; ++side) {
+          const bool own_side = (side == 0) == (k % 2 == 0);
+          absl::Status s =
+              own_side ? timed_slice(**rank0, positioned, n + i, count, &own_us)
+                       : timed_slice(**plain, false, n + i, count, &plain_us);
+          if (!s.ok()) return fail("paired job plan", s);
+        }
+      }
+      (positioned ? paired_job_pos : paired_job_key)
+          .push_back(own_us / plain_us);
+    }
     // The plan ends with its session: reconnect for the next round's
     // baseline without a plan.
     reader->reset();
@@ -282,11 +359,11 @@ int Run() {
   std::string md = absl::StrFormat(
       "%s\n\nWarm %u-key GetBatch end to end, in-process dlcached, %zu "
       "files read in one order; %u batches per case and round, %u rounds; "
-      "load %s.\n\n"
+      "job plans of %u ranks (the reader rank 0); load %s.\n\n"
       "| case | median us per batch | / no plan | min us per batch "
       "| / no plan | median CPU us per batch | / no plan |\n"
       "|---|---:|---:|---:|---:|---:|---:|\n",
-      DescribeMachine(), batch, order.size(), n, rounds, LoadAverage());
+      DescribeMachine(), batch, order.size(), n, rounds, world, LoadAverage());
   const struct {
     const char* name;
     const std::vector<double>* us;
@@ -294,7 +371,9 @@ int Run() {
   } rows[] = {{"no plan on the node", &none, &none_cpu},
               {"another session's plan", &other, &other_cpu},
               {"own plan (progress every batch)", &own, &own_cpu},
-              {"own plan, by plan position", &own_pos, &own_pos_cpu}};
+              {"own plan, by plan position", &own_pos, &own_pos_cpu},
+              {"job plan (rank 0), by key", &job, &job_cpu},
+              {"job plan (rank 0), by plan position", &job_pos, &job_pos_cpu}};
   for (const auto& row : rows) {
     if (row.us->empty()) continue;
     const double med = Median(*row.us);
@@ -308,13 +387,15 @@ int Run() {
     const char* name;
     const std::vector<double>* ratios;
   } paired[] = {{"own plan (progress every batch)", &paired_key},
-                {"own plan, by plan position", &paired_pos}};
+                {"own plan, by plan position", &paired_pos},
+                {"job plan (rank 0), by key", &paired_job_key},
+                {"job plan (rank 0), by plan position", &paired_job_pos}};
   if (!paired_pos.empty()) {
     absl::StrAppendFormat(
         &md,
-        "\nPaired: the own plan's reader and a session without a plan "
-        "read the same batches in alternating slices of %u batches; per "
-        "round the ratio of their times.\n\n"
+        "\nPaired: the own plan's reader (the job plan's rank 0) and a "
+        "session without a plan read the same batches in alternating "
+        "slices of %u batches; per round the ratio of their times.\n\n"
         "| paired case | median ratio to the plain session | min | max |\n"
         "|---|---:|---:|---:|\n",
         slice);
