@@ -41,6 +41,11 @@
 // look-ahead's fills (and of those skipped: overtaken) and the optimum
 // (Belady's MIN over the node's read order: the job's order with a
 // barrier, the ranks' reads merged by their pace without).
+//
+// --progress=position: the ranks' batches say where they stand in the
+// rank's reads (epoch, offset in its shard) instead of naming every path,
+// for both plan kinds (PlanRegistry maps a job plan's to the job's order);
+// a position that does not match fails the run.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -100,6 +105,10 @@ ABSL_FLAG(std::string, rank_speeds, "1",
 ABSL_FLAG(std::string, sync, "step",
           "--ranks: step (a barrier per step, as DDP) or epoch (the ranks "
           "meet only at the epoch's end)");
+ABSL_FLAG(std::string, progress, "key",
+          "--ranks: how the ranks' batches report progress: key (every "
+          "path, as old clients) or position (the batch's place in the "
+          "rank's reads, as PlannedSampler's loaders)");
 ABSL_FLAG(std::string, out, "", "write the Markdown report here too");
 
 namespace dlcache::bench {
@@ -436,6 +445,7 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
     const std::vector<double>& speeds, bool step_sync) {
   const double slowest = *std::min_element(speeds.begin(), speeds.end());
   const bool planned = mode != RankPlans::kNone;
+  const bool by_position = absl::GetFlag(FLAGS_progress) == "position";
   absl::StatusOr<std::unique_ptr<Rig>> rig =
       Rig::Create(arena_bytes, items, false, planned, planned);
   if (!rig.ok()) return rig.status();
@@ -515,18 +525,31 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
         const absl::Duration my_compute = compute / speeds[r];
         for (size_t i = 0; i < shard.size(); i += batch) {
           std::vector<BatchKey> keys;
-          auto frame = std::make_shared<std::string>();
           ProgressQueue::Report report{sessions[r], 0, nullptr, {}};
           for (size_t j = i; j < std::min(shard.size(), i + batch); ++j) {
             keys.push_back(BatchKey{shard[j], 0, 0});
-            frame->append(shard[j]);
           }
-          for (size_t at = 0; const BatchKey& k : keys) {
-            report.paths.push_back(
-                absl::string_view(*frame).substr(at, k.path.size()));
-            at += k.path.size();
+          if (by_position) {
+            // Read i of the rank's shard: the plan's epoch index (a plan
+            // per rank) or the rank's read i (a job plan) alike.
+            report.by_position = true;
+            report.epoch = e;
+            report.offset = i;
+            report.count = keys.size();
+            report.first_hash = EpochPlan::KeyHash(keys.front().path);
+            report.last_hash = EpochPlan::KeyHash(keys.back().path);
+          } else {
+            auto frame = std::make_shared<std::string>();
+            for (const BatchKey& k : keys) {
+              frame->append(k.path.data(), k.path.size());
+            }
+            for (size_t at = 0; const BatchKey& k : keys) {
+              report.paths.push_back(
+                  absl::string_view(*frame).substr(at, k.path.size()));
+              at += k.path.size();
+            }
+            report.frame = std::move(frame);
           }
-          report.frame = std::move(frame);
           absl::Notification done;
           absl::StatusOr<BatchResult> result;
           engine.GetBatchAsync(sessions[r], kDataset, keys,
@@ -575,6 +598,10 @@ absl::StatusOr<std::vector<RanksEpoch>> RunRanks(
     }
     re.source_reads = source.reads() - reads_before;
     out.push_back(re);
+  }
+  if (failure.ok() && plans.stats().position_mismatches != 0) {
+    failure = absl::InternalError(absl::StrCat(
+        plans.stats().position_mismatches, " plan positions did not match"));
   }
   for (uint64_t s : sessions) {
     plans.CloseSession(s);
@@ -628,6 +655,11 @@ int RanksMain() {
     return 2;
   }
   const bool step_sync = sync == "step";
+  if (absl::GetFlag(FLAGS_progress) != "key" &&
+      absl::GetFlag(FLAGS_progress) != "position") {
+    std::fprintf(stderr, "--progress must be key or position\n");
+    return 2;
+  }
   std::vector<double> listed;
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_rank_speeds), ',')) {
@@ -715,8 +747,9 @@ int RanksMain() {
   const std::string header = absl::StrCat(
       ranks, " ranks of one job (a thread and a session each, ",
       step_sync ? "a barrier per step" : "no barrier within an epoch",
-      "; speeds ", speed_text, "), dataset ", items, " items = ", ratio,
-      "x the arena of ", absl::GetFlag(FLAGS_arena_mib),
+      "; speeds ", speed_text, "; progress by ", absl::GetFlag(FLAGS_progress),
+      "), dataset ", items, " items = ", ratio, "x the arena of ",
+      absl::GetFlag(FLAGS_arena_mib),
       " MiB, chunk = item = ", absl::GetFlag(FLAGS_chunk_kib), " KiB, ", epochs,
       " shuffled epochs (the same orders for every row); source: ",
       absl::GetFlag(FLAGS_latency_ms), " ms per file, ",

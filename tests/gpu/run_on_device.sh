@@ -49,7 +49,8 @@
 # BASE_BINS, base and branch alternate, two rounds each; ~1-2 min)
 #   -> tier_index.log
 # RUN_PLAN_HIT=1 (bench/plan_hit_bench, issue 14: a warm 256-key batch with
-# no plan, another session's plan and the reader's own plan; PLAN_HIT_FLAGS
+# no plan, another session's plan, the reader's own plan (by key, by plan
+# position) and a job plan (by key, by plan position); PLAN_HIT_FLAGS
 # are passed to it; with bin/base/plan_hit_bench base and this build
 # alternate, PLAN_HIT_AB rounds of each, default 2)
 #   -> plan_hit_bench.log, plan_hit_bench[_base]_N.md
