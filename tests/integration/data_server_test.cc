@@ -378,6 +378,20 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   EXPECT_EQ(un->header.request_id, 9u);
   EXPECT_TRUE(absl::IsUnimplemented(local::DecodeError(un->payload)));
   ExpectServesA(*c);
+
+  // What this server takes beyond the first protocol (a job plan's client
+  // asks: its registration's reply cannot say): plan positions from
+  // readers' plans and job plans alike.
+  ASSERT_TRUE(c->Send(MsgType::kGetFeatures, 10, "").ok());
+  absl::StatusOr<local::Frame> ft = c->Recv();
+  ASSERT_TRUE(ft.ok());
+  ASSERT_EQ(ft->type(), MsgType::kFeatures);
+  EXPECT_EQ(ft->header.request_id, 10u);
+  uint32_t features = 0;
+  ASSERT_TRUE(local::DecodeFeatures(ft->payload, &features).ok());
+  EXPECT_EQ(features,
+            local::kFeaturePlanPositions | local::kFeatureJobPlanPositions);
+  ExpectServesA(*c);
   for (size_t i = 0; i < maps.size(); ++i) {
     ::munmap(const_cast<char*>(maps[i]), hello->segment_sizes[i]);
   }
