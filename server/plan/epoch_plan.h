@@ -34,7 +34,8 @@ namespace dlcache {
 // once for all the ranks of the job on the node: epoch index i is read by
 // rank i mod world_size. Each rank attached here (AttachRank) has its own
 // frontier and out-of-step count; ConsumeAs marks the rank's own earliest
-// outstanding position of the path. The plan's frontier (what trimming and
+// outstanding position of the path, ConsumeRangeAs a batch of the rank's
+// reads by position. The plan's frontier (what trimming and
 // the look-ahead start from) is the smallest frontier among the attached
 // ranks; positions of ranks not attached here (other nodes' ranks, or one
 // that left) are neither wanted nor counted in NextUse. A plan with

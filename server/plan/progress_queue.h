@@ -39,8 +39,9 @@ class ProgressQueue {
   // What one batch asked for: `paths` point into `frame`, which the
   // report owns. Or, from a client that knows where the batch stands in
   // its plan (by_position): keys [offset, offset + count) of epoch `epoch`
-  // of the order it registered, the first and last key's
-  // EpochPlan::KeyHash; no frame, no paths (nothing allocated).
+  // of the order it registered (in a job plan: the reads of the session's
+  // rank), the first and last key's EpochPlan::KeyHash; no frame, no paths
+  // (nothing allocated).
   struct Report {
     uint64_t session = 0;
     uint32_t dataset = 0;
