@@ -103,7 +103,9 @@ class Connection {
     features_.store(features, std::memory_order_relaxed);
     features_known_.store(true, std::memory_order_release);
   }
-  // The session registered or attached to a job plan.
+  // The session is in a job plan (set before it asks to attach, and kept
+  // if that fails: a position then needs kFeatureJobPlanPositions, which
+  // errs on the side of progress by key).
   void set_in_job_plan() {
     in_job_plan_.store(true, std::memory_order_relaxed);
   }
