@@ -337,9 +337,9 @@ void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
                              absl::Span<uint64_t> out) const {
   absl::ReaderMutexLock lock(&mu_);
   for (size_t i = 0; i < entries.size(); ++i) {
-    const ChunkEntry* e = entries[i];
-    out[i] = e->file == nullptr ? kUnplanned
-                                : NextUseLocked(e->dataset, e->file->path());
+    const FileRecord* file = FileOf(entries[i]);
+    out[i] = file == nullptr ? kUnplanned
+                             : NextUseLocked(entries[i]->dataset, file->path());
   }
 }
 

@@ -50,7 +50,11 @@ class FileIndex {
   static constexpr size_t kGrowthPercent = 130;
   static constexpr size_t kMinCapacity = 16;
 
-  explicit FileIndex(HashFn hash = &DefaultHash);
+  // `handles` (not owned, may be null): the pool the record arena
+  // registers its pieces with (RecordArena), so that one-chunk files'
+  // entries in the records get slab handles.
+  explicit FileIndex(HashFn hash = &DefaultHash,
+                     ChunkEntryPool* handles = nullptr);
   ~FileIndex();
   FileIndex(const FileIndex&) = delete;
   FileIndex& operator=(const FileIndex&) = delete;
@@ -70,9 +74,28 @@ class FileIndex {
   // by the index (FileRecord::Create's arguments and limits).
   FileRecord* Insert(uint32_t dataset, absl::string_view path,
                      const FileInfo& info, uint32_t chunk_count);
-  // Destroys the records for which fn returns true (fn may change them,
-  // not the index).
+  // A new record for `old`'s path, with `info` and `chunk_count`, takes
+  // `old`'s place in the table; `old` leaves the index but is not freed:
+  // the caller frees it with FreeUnlinked, now or later (a record whose
+  // inline entry is pinned lives on out of the index until its last
+  // unpin). `old` must be in the index.
+  FileRecord* Replace(FileRecord* old, const FileInfo& info,
+                      uint32_t chunk_count);
+  // What RemoveIf does with a record.
+  enum class Removal {
+    kKeep,
+    kDestroy,  // out of the index, freed
+    kUnlink,   // out of the index, freed later by the caller (FreeUnlinked)
+  };
+  // Calls fn on every record (fn may change them, not the index) and
+  // removes those it says.
+  void RemoveIf(absl::FunctionRef<Removal(FileRecord*)> fn);
+  // Destroys the records for which fn returns true (RemoveIf's kDestroy).
   void EraseIf(absl::FunctionRef<bool(FileRecord*)> fn);
+  // Frees a record that Replace or RemoveIf (kUnlink) took out.
+  void FreeUnlinked(FileRecord* record);
+  // Records out of the index and not freed yet.
+  size_t unlinked() const { return unlinked_; }
   void ForEach(absl::FunctionRef<void(const FileRecord&)> fn) const;
   // Room for `n` records without rehashing (bulk inserts).
   void Reserve(size_t n);
@@ -136,6 +159,7 @@ class FileIndex {
   size_t capacity_ = 0;
   size_t size_ = 0;
   size_t erased_ = 0;
+  size_t unlinked_ = 0;
   uint64_t home_mul_ = 1;
   RecordArena arena_;
 };

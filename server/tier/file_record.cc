@@ -20,62 +20,54 @@ FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
   if (path.size() > kMaxPathBytes || dataset > kMaxDataset) std::abort();
   static_assert(alignof(FileRecord) <= alignof(std::max_align_t));
   static_assert(alignof(FileRecord) <= RecordArena::kStep);
-  // The fields lie in order without gaps (info, the pointer, two 16-bit
-  // words), ending at kPathAt.
-  static_assert(sizeof(FileInfo) + sizeof(void*) + 2 * sizeof(uint16_t) ==
-                kPathAt);
-  const size_t bytes = BlockBytes(path.size());
-  void* block =
-      arena != nullptr ? arena->Allocate(bytes) : ::operator new(bytes);
-  FileRecord* r = new (block) FileRecord(dataset, path, info);
-  std::memcpy(static_cast<char*>(block) + kPathAt, path.data(), path.size());
-  r->SetChunkCount(chunk_count);
+  static_assert(alignof(ChunkEntry) <= RecordArena::kStep &&
+                sizeof(ChunkEntry) % alignof(FileRecord) == 0);
+  // The fields lie in order without gaps (info, two 16-bit words), ending
+  // at kPathAt.
+  static_assert(sizeof(FileInfo) + 2 * sizeof(uint16_t) == kPathAt);
+  const uint16_t kind =
+      chunk_count > 1 ? kMany : static_cast<uint16_t>(chunk_count);
+  const size_t bytes = BlockBytes(kind, path.size());
+  char* block = static_cast<char*>(arena != nullptr ? arena->Allocate(bytes)
+                                                    : ::operator new(bytes));
+  if (kind == kOne) {
+    ChunkEntry* e = new (block) ChunkEntry{};
+    e->in_record = true;
+  } else if (kind == kMany) {
+    // The count in the first slot, then the pointers, all null.
+    ChunkEntry** table = new ChunkEntry*[chunk_count + 1]();
+    table[0] = reinterpret_cast<ChunkEntry*>(uintptr_t{chunk_count});
+    new (block) ChunkEntry**(table);
+  }
+  char* fields = block + PrefixBytes(kind);
+  FileRecord* r = new (fields) FileRecord(dataset, path.size(), kind, info);
+  std::memcpy(fields + kPathAt, path.data(), path.size());
   return r;
 }
 
 void FileRecord::Destroy(FileRecord* record, RecordArena* arena) {
-  const size_t bytes = BlockBytes(record->PathSize());
+  const uint16_t kind = record->Kind();
+  const size_t bytes = BlockBytes(kind, record->PathSize());
+  char* block = record->Block();
+  if (kind == kMany) delete[] record->Table();
   record->~FileRecord();
   if (arena != nullptr) {
-    arena->Free(record, bytes);
+    arena->Free(block, bytes);
   } else {
-    ::operator delete(record);
+    ::operator delete(block);
   }
 }
 
-FileRecord::FileRecord(uint32_t dataset, absl::string_view path,
+FileRecord::FileRecord(uint32_t dataset, size_t path_bytes, uint16_t kind,
                        const FileInfo& info)
     : info(info),
-      one_(nullptr),
       dataset_(static_cast<uint16_t>(dataset)),
-      bits_(static_cast<uint16_t>(path.size())) {}
-
-FileRecord::~FileRecord() {
-  if ((bits_ >> kKindShift) == kMany) delete[] many_;
-}
+      bits_(static_cast<uint16_t>(path_bytes | (kind << kKindShift))) {}
 
 size_t FileRecord::TableHeapBytes() const {
-  return (bits_ >> kKindShift) == kMany
+  return Kind() == kMany
              ? MallocChunk((chunk_count() + 1) * sizeof(ChunkEntry*))
              : 0;
-}
-
-void FileRecord::Reset(const FileInfo& new_info, uint32_t chunk_count) {
-  info = new_info;
-  SetChunkCount(chunk_count);
-}
-
-void FileRecord::SetChunkCount(uint32_t count) {
-  if ((bits_ >> kKindShift) == kMany) delete[] many_;
-  const uint16_t kind = count > 1 ? kMany : static_cast<uint16_t>(count);
-  bits_ = static_cast<uint16_t>(PathSize() | (kind << kKindShift));
-  if (count > 1) {
-    // The count in the first slot, then the pointers, all null.
-    many_ = new ChunkEntry*[count + 1]();
-    many_[0] = reinterpret_cast<ChunkEntry*>(uintptr_t{count});
-  } else {
-    one_ = nullptr;
-  }
 }
 
 }  // namespace dlcache

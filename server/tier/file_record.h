@@ -1,40 +1,59 @@
 #ifndef DLCACHE_SERVER_TIER_FILE_RECORD_H_
 #define DLCACHE_SERVER_TIER_FILE_RECORD_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
 #include "server/backend/source.h"
 #include "server/memory/chunk_entry.h"
+#include "server/memory/chunk_entry_pool.h"
 #include "server/tier/record_arena.h"
 
 namespace dlcache {
 
-// A file known to the memory tier: its path, its metadata and a pointer
-// per chunk to its entry (null where not cached). One block holds the
-// record and its path (32 bytes + the path), from its FileIndex's
-// RecordArena (issue 17: no malloc header, 8-byte steps) or, without an
-// arena, from operator new; a file of one chunk keeps that chunk's
-// pointer in the record itself, larger files have a (malloc'd) table of
-// chunk_count() pointers. Never moved: entries point back at it.
+// A file known to the memory tier: its path, its metadata and its cached
+// chunks' entries. One block holds the record and its path, from its
+// FileIndex's RecordArena (issue 17: no malloc header, 8-byte steps) or,
+// without an arena, from operator new. What lies before the record's
+// fields in its block depends on the chunk count (issue 17):
+//
+//   no chunk (empty file)  [fields 20 B][path]
+//   one chunk              [ChunkEntry 32 B][fields 20 B][path]
+//   several chunks         [table pointer 8 B][fields 20 B][path]
+//
+// A one-chunk file (ImageNet: every file) keeps its entry in the block,
+// so it costs no pointer, the entry no pointer back (FileOf finds the
+// record at a fixed offset after it), and a hit reads one block; the
+// entry is there whether or not the chunk is cached (a bit says which).
+// Larger files have a (malloc'd) table of chunk_count() pointers to pool
+// entries. A record never moves, and neither does its entry: a record
+// whose entry must outlive it in the index (pinned when dropped) leaves
+// the index with its block (FileIndex::Replace, RemoveIf).
 //
 // Not thread-safe: the owner (MemoryTier, under its lock) serialises.
 class FileRecord {
  public:
-  // The longest path and the largest dataset id a record holds (keys are
-  // at most 4096 bytes, common/key.h).
-  static constexpr size_t kMaxPathBytes = (1 << 14) - 1;
+  // Where the path's bytes start after the record's address: right after
+  // the fields (20 bytes, not sizeof's 24 with the tail padding), so that
+  // a 19-byte ImageNet path and its entry make a 72-byte block.
+  static constexpr size_t kPathAt = 20;
+  // The longest path (every record fits RecordArena's size classes: keys
+  // are at most 4096 bytes, common/key.h) and the largest dataset id.
+  static constexpr size_t kMaxPathBytes =
+      RecordArena::kMaxSlabBytes - sizeof(ChunkEntry) - kPathAt;
   static constexpr uint32_t kMaxDataset = UINT16_MAX;
 
-  // A record with every chunk pointer null, its block from `arena` (null:
-  // operator new). Free with Destroy() and the same arena. Aborts the
+  // A record with no chunk cached, its block from `arena` (null: operator
+  // new); a one-chunk file's entry storage is a ChunkEntry{} with
+  // in_record set. Free with Destroy() and the same arena. Aborts the
   // process for a path or dataset over the limits above (a caller's bug:
   // the tier only sees validated keys).
   static FileRecord* Create(uint32_t dataset, absl::string_view path,
                             const FileInfo& info, uint32_t chunk_count,
                             RecordArena* arena = nullptr);
-  // Frees the record and its table; not the entries it points to.
+  // Frees the block (with a one-chunk file's entry storage) and the chunk
+  // table; not the pool entries the table points to.
   static void Destroy(FileRecord* record, RecordArena* arena = nullptr);
 
   FileRecord(const FileRecord&) = delete;
@@ -46,29 +65,43 @@ class FileRecord {
   }
   uint32_t dataset() const { return dataset_; }
   uint32_t chunk_count() const {
-    const uint32_t kind = bits_ >> kKindShift;
+    const uint32_t kind = Kind();
     return kind == kMany
-               ? static_cast<uint32_t>(reinterpret_cast<uintptr_t>(many_[0]))
+               ? static_cast<uint32_t>(reinterpret_cast<uintptr_t>(Table()[0]))
                : kind;
   }
-  // chunk_count() pointers; the record keeps their storage in place as
-  // long as chunk_count() is not changed.
-  absl::Span<ChunkEntry*> chunks() {
-    return (bits_ >> kKindShift) == kMany
-               ? absl::MakeSpan(many_ + 1, chunk_count())
-               : absl::MakeSpan(&one_, chunk_count());
+  // The entry of chunk `i` (< chunk_count()); null when it is not cached.
+  ChunkEntry* chunk(uint32_t i) const {
+    if (Kind() == kMany) return Table()[i + 1];
+    return (bits_ & kPresentBit) != 0 ? InlineEntry() : nullptr;
   }
-  absl::Span<ChunkEntry* const> chunks() const {
-    return (bits_ >> kKindShift) == kMany
-               ? absl::MakeConstSpan(many_ + 1, chunk_count())
-               : absl::MakeConstSpan(&one_, chunk_count());
+  // Makes `entry` chunk `i`'s (null: not cached). A one-chunk file's
+  // entry is its inline_entry(): `entry` must be that or null.
+  void set_chunk(uint32_t i, ChunkEntry* entry) {
+    if (Kind() == kMany) {
+      Table()[i + 1] = entry;
+    } else {
+      bits_ = entry != nullptr ? bits_ | kPresentBit : bits_ & ~kPresentBit;
+    }
   }
-  // New metadata and `chunk_count` null pointers (the caller dropped the
-  // entries first).
-  void Reset(const FileInfo& info, uint32_t chunk_count);
-  // Bytes of the record's block: the record's fields (kPathAt bytes) and
-  // its path, at least the object's size.
-  size_t BlockBytes() const { return BlockBytes(PathSize()); }
+  // A one-chunk file's entry storage in the block: its chunk's entry
+  // while chunk(0) is not null, free otherwise. Null for other files.
+  ChunkEntry* inline_entry() const {
+    return Kind() == kOne ? InlineEntry() : nullptr;
+  }
+  // The record whose inline_entry() `entry` is.
+  static FileRecord* OfInlineEntry(const ChunkEntry* entry) {
+    return reinterpret_cast<FileRecord*>(const_cast<char*>(
+        reinterpret_cast<const char*>(entry) + sizeof(ChunkEntry)));
+  }
+  // Where a file of several chunks keeps its pointers (for prefetching);
+  // null for other files.
+  const void* chunk_table() const {
+    return Kind() == kMany ? Table() : nullptr;
+  }
+  // Bytes of the record's block: what lies before the fields, the fields
+  // and the path; at least the object's size after the fields.
+  size_t BlockBytes() const { return BlockBytes(Kind(), PathSize()); }
   // Heap bytes of the chunk table of a file of several chunks (0 for one
   // chunk), with malloc's header and rounding as glibc does (16-byte
   // steps, 32 bytes at least).
@@ -77,34 +110,53 @@ class FileRecord {
   FileInfo info;
 
  private:
-  FileRecord(uint32_t dataset, absl::string_view path, const FileInfo& info);
-  ~FileRecord();
-  void SetChunkCount(uint32_t count);
+  FileRecord(uint32_t dataset, size_t path_bytes, uint16_t kind,
+             const FileInfo& info);
+  ~FileRecord() = default;
 
-  // bits_: the path's size (14 bits) and the kind of chunk table (top 2
-  // bits): no chunk, one (its pointer in one_), or many (many_: a table
-  // whose first slot holds the count, then the pointers).
+  // bits_: the path's size (13 bits), whether a one-chunk file's entry is
+  // its chunk's (kPresentBit), the kind of file (top 2 bits).
   static constexpr int kKindShift = 14;
-  static size_t BlockBytes(size_t path_bytes) {
-    return kPathAt + path_bytes > sizeof(FileRecord) ? kPathAt + path_bytes
-                                                     : sizeof(FileRecord);
-  }
+  static constexpr uint16_t kPresentBit = uint16_t{1} << 13;
+  static constexpr uint16_t kPathMask = kPresentBit - 1;
+  static_assert(kMaxPathBytes <= kPathMask);
+  static constexpr uint16_t kNone = 0;
+  static constexpr uint16_t kOne = 1;
   static constexpr uint16_t kMany = 2;
-  size_t PathSize() const { return bits_ & ((1u << kKindShift) - 1); }
+  static size_t PrefixBytes(uint16_t kind) {
+    return kind == kOne    ? sizeof(ChunkEntry)
+           : kind == kMany ? sizeof(ChunkEntry**)
+                           : 0;
+  }
+  static size_t BlockBytes(uint16_t kind, size_t path_bytes) {
+    return PrefixBytes(kind) + (kPathAt + path_bytes > sizeof(FileRecord)
+                                    ? kPathAt + path_bytes
+                                    : sizeof(FileRecord));
+  }
+  uint16_t Kind() const { return bits_ >> kKindShift; }
+  size_t PathSize() const { return bits_ & kPathMask; }
+  char* Block() const {
+    return const_cast<char*>(reinterpret_cast<const char*>(this)) -
+           PrefixBytes(Kind());
+  }
+  ChunkEntry* InlineEntry() const {
+    return reinterpret_cast<ChunkEntry*>(Block());
+  }
+  // kMany: the count in the first slot, then the pointers.
+  ChunkEntry** Table() const {
+    return *reinterpret_cast<ChunkEntry***>(Block());
+  }
 
-  union {
-    ChunkEntry* one_;    // chunk_count() <= 1
-    ChunkEntry** many_;  // chunk_count() > 1
-  };
   uint16_t dataset_;
   uint16_t bits_;
-
- public:
-  // Where the path's bytes start in the record's block: right after the
-  // fields (28 bytes, not sizeof's 32 with the tail padding), so that a
-  // 19-byte ImageNet path makes a 48-byte block (issue 17).
-  static constexpr size_t kPathAt = 28;
 };
+
+// The record `entry` belongs to; null once it is detached.
+inline FileRecord* FileOf(const ChunkEntry* entry) {
+  if (entry->detached) return nullptr;
+  return entry->in_record ? FileRecord::OfInlineEntry(entry)
+                          : ChunkEntryPool::FileOf(entry);
+}
 
 }  // namespace dlcache
 

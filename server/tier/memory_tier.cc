@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -12,6 +13,17 @@
 
 namespace dlcache {
 namespace {
+
+// One index per dataset, whose records register their pieces with the
+// tier's entry pool (one-chunk files' entries lie in them).
+std::vector<FileIndex> MakeIndexes(uint32_t count, ChunkEntryPool* handles) {
+  std::vector<FileIndex> out;
+  out.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    out.emplace_back(&FileIndex::DefaultHash, handles);
+  }
+  return out;
+}
 
 std::vector<uint64_t> SegmentSizes(const Arena& arena) {
   std::vector<uint64_t> sizes;
@@ -82,7 +94,7 @@ MemoryTier::MemoryTier(Arena* arena, uint64_t chunk_size,
       // only keeps its address until the first Allocate or Claim.
       allocator_(SegmentSizes(*arena), SlabSize(chunk_size),
                  /*policy=*/nullptr, &entries_),
-      files_(dataset_count),
+      files_(MakeIndexes(dataset_count, &entries_)),
       stats_(dataset_count) {
   // Entries and records keep the dataset in 16 bits, entries a chunk's
   // length in 32 and its place in one word (ChunkEntry).
@@ -221,10 +233,10 @@ size_t MemoryTier::Release(uint64_t session,
       bytes += e->length;
       s->leased_bytes -= e->length;
       ++released;
-      // `file` only changes under the exclusive lock, and never back from
-      // null; an entry still in the index may reach 0 pins here (it stays,
+      // `detached` only changes under the exclusive lock, and never back;
+      // an entry still in the index may reach 0 pins here (it stays,
       // evictable, as under the exclusive lock).
-      if (e->file == nullptr) {
+      if (e->detached) {
         detached.push_back(e);
       } else {
         Pins(e).fetch_sub(1, std::memory_order_relaxed);
@@ -282,10 +294,12 @@ bool MemoryTier::PutFileLocked(uint32_t dataset, absl::string_view path,
   if (rec->info.size == info.size && rec->info.mtime_ns == info.mtime_ns) {
     return false;
   }
-  for (ChunkEntry* e : rec->chunks()) {
-    if (e != nullptr) DropEntry(e);
-  }
-  rec->Reset(info, ChunkCount(info.size));
+  // The stale chunks leave, and a new record (a new block: the chunk
+  // count may differ, and a pinned one-chunk entry keeps the old block)
+  // takes the old one's place.
+  const bool block_pinned = DropChunksLocked(rec);
+  files_[dataset].Replace(rec, info, ChunkCount(info.size));
+  if (!block_pinned) files_[dataset].FreeUnlinked(rec);
   return true;
 }
 
@@ -345,8 +359,7 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     const HitRequest& r = requests[i];
     const FileRecord* rec = recs[i];
     if (rec == nullptr) continue;
-    const absl::Span<ChunkEntry* const> rec_chunks = rec->chunks();
-    const uint32_t count = rec_chunks.size();
+    const uint32_t count = rec->chunk_count();
     if (r.first_chunk > count || (r.first_chunk == count && count > 0)) {
       continue;  // out of range: the slow path words the error
     }
@@ -357,7 +370,7 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     bool all = true;
     bool unreferenced = false;
     for (uint32_t c = r.first_chunk; c < end && all; ++c) {
-      const ChunkEntry* e = rec_chunks[c];
+      const ChunkEntry* e = rec->chunk(c);
       // An unverified re-adopted chunk goes through Acquire, which checks it.
       all = e != nullptr && e->state == ChunkEntry::State::kReady &&
             !e->unverified;
@@ -378,11 +391,10 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     if (ends[i] < 0) continue;
     HitRequest& r = requests[i];
     FileRecord* rec = recs[i];
-    const absl::Span<ChunkEntry* const> rec_chunks = rec->chunks();
     const uint32_t end = static_cast<uint32_t>(ends[i]);
     uint64_t bytes = 0;
     for (uint32_t c = r.first_chunk; c < end; ++c) {
-      bytes += rec_chunks[c]->length;
+      bytes += rec->chunk(c)->length;
     }
     if (absl::Status st = CheckLimits(session, *s, end - r.first_chunk, bytes);
         !st.ok()) {
@@ -395,14 +407,14 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     LeasedChunks& chunks = *r.leased;
     chunks.reserve(chunks.size() + (end - r.first_chunk));
     for (uint32_t c = r.first_chunk; c < end; ++c) {
-      ChunkEntry* e = rec_chunks[c];
+      ChunkEntry* e = rec->chunk(c);
       Pins(e).fetch_add(1, std::memory_order_relaxed);
       if (exclusive) e->referenced = true;
       chunks.push_back(LeaseLocked(*s, e, next_id++, wanted));
     }
     leased_bytes += bytes;
     r.file_size = rec->info.size;
-    r.chunk_count = rec_chunks.size();
+    r.chunk_count = rec->chunk_count();
     r.served = true;
   }
   if (leased_bytes > 0) s->AddDatasetBytes(dataset, leased_bytes);
@@ -533,16 +545,21 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
     return absl::OutOfRangeError(
         absl::StrCat("chunk ", chunk, " of ", path, " is past its end"));
   }
-  ChunkEntry*& slot = rec->chunks()[chunk];
+  ChunkEntry* cur = rec->chunk(chunk);
   // A re-adopted chunk is checked on its first use; one that fails is
-  // dropped here (`slot` is then null) and filled anew below.
-  if (slot != nullptr && slot->unverified) VerifyLocked(slot);
-  if (slot != nullptr) {
-    ++slot->pins;
-    slot->referenced = true;
-    return Acquisition{slot, slot->state == ChunkEntry::State::kReady
-                                 ? Acquired::kReady
-                                 : Acquired::kMustWait};
+  // dropped here and filled anew below. Dropped while pinned (a check in
+  // the background holds it), a one-chunk file's entry took its record's
+  // block out of the index with it: the record is the new one.
+  if (cur != nullptr && cur->unverified && !VerifyLocked(cur)) {
+    rec = FindFile(dataset, path);
+    cur = nullptr;
+  }
+  if (cur != nullptr) {
+    ++cur->pins;
+    cur->referenced = true;
+    return Acquisition{cur, cur->state == ChunkEntry::State::kReady
+                                ? Acquired::kReady
+                                : Acquired::kMustWait};
   }
   const uint64_t length = ChunkLength(info, chunk);
   // Peer copies go before chunks this node owns.
@@ -551,7 +568,7 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
     std::vector<ChunkEntry*> victims;
     if (allocator_.PickVictims(length, &victims, &demotions->slab)) {
       for (ChunkEntry* v : victims) {
-        FileRecord* vrec = v->file;
+        const FileRecord* vrec = FileOf(v);
         Demotion& d = demotions->victims.emplace_back();
         d.entry = v;
         d.demote = !v->borrowed;
@@ -568,10 +585,11 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
         st.cached_bytes -= v->length;
         st.evictions++;
         if (d.demote) st.demotions++;
-        // Out of the index, pinned: its bytes stay put while copied.
-        vrec->chunks()[v->chunk] = nullptr;
-        v->file = nullptr;
+        // Out of the index, pinned: its bytes stay put while copied. (A
+        // one-chunk file's record moves to a new block, `vrec` with it:
+        // not read below. `rec`, whose chunk is not cached, is no victim's.)
         ++v->pins;
+        DetachLocked(v, /*record_stays=*/true);
       }
       if (!demotions->victims.empty()) return Acquisition{};
       // A slab of another class with nothing left in it.
@@ -579,8 +597,7 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
       demotions->slab = -1;
     }
   }
-  ChunkEntry* entry = entries_.New();
-  entry->file = rec;
+  ChunkEntry* entry = NewEntryLocked(rec);
   entry->dataset = static_cast<uint16_t>(dataset);
   entry->chunk = chunk;
   entry->length = static_cast<uint32_t>(length);  // <= chunk_size_
@@ -591,7 +608,8 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
           ABSL_NO_THREAD_SAFETY_ANALYSIS { EvictVictim(victim); },
       numa_node);
   if (!ref.ok()) {
-    entries_.Delete(entry);
+    // A one-chunk file's storage stays free: its chunk reads null.
+    if (!entry->in_record) entries_.Delete(entry);
     return ref.status();
   }
   entry->has_slot = true;
@@ -606,10 +624,10 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
       entry->transient = true;
     }
   }
-  // Eviction may have dropped entries, but never `rec` itself nor resized
-  // its chunk table, so `slot` is still valid.
-  slot = entry;
-  return Acquisition{slot, Acquired::kMustFill};
+  // Eviction may have dropped entries, but never moved `rec` (victims are
+  // unpinned: their records stay) nor resized its chunk table.
+  rec->set_chunk(chunk, entry);
+  return Acquisition{entry, Acquired::kMustFill};
 }
 
 bool MemoryTier::DropBorrowedForLocked(uint64_t bytes) {
@@ -620,7 +638,7 @@ bool MemoryTier::DropBorrowedForLocked(uint64_t bytes) {
        e = BorrowedNext(e), ++looked) {
     if (!IsEvictable(e) || allocator_.SlotBytes(e->length) != want) continue;
     stats_[e->dataset].evictions++;
-    DropEntry(e);
+    DropEntry(e, /*record_stays=*/true);
     return true;
   }
   return false;
@@ -642,7 +660,7 @@ void MemoryTier::AdmitBorrowedLocked(ChunkEntry* entry) {
     ChunkEntry* next = BorrowedNext(e);
     if (IsEvictable(e)) {
       stats_[e->dataset].evictions++;
-      DropEntry(e);
+      DropEntry(e, /*record_stays=*/true);
     }
     e = next;
   }
@@ -720,20 +738,18 @@ void MemoryTier::CompleteFillLocked(ChunkEntry* entry,
     entry->checksum = checksum;
     // A chunk already marked transient (its MinIO dataset is full) stays
     // so, and makes no room among the borrowed.
-    if (entry->file != nullptr && origin == ChunkOrigin::kPeer &&
-        !entry->transient) {
+    if (!entry->detached && origin == ChunkOrigin::kPeer && !entry->transient) {
       AdmitBorrowedLocked(entry);
     }
-    if (entry->file != nullptr && entry->transient) {
+    if (!entry->detached && entry->transient) {
       // Served to the filler and its waiters, not kept: it leaves the index
-      // now and its slot goes with the last unpin.
+      // now and its slot goes with the last unpin (the filler's pin).
       UnaccountLocked(entry);
       stats_[entry->dataset].passthrough++;
-      entry->file->chunks()[entry->chunk] = nullptr;
-      entry->file = nullptr;
+      DetachLocked(entry, /*record_stays=*/true);
       return;
     }
-    if (entry->file != nullptr) {
+    if (!entry->detached) {
       ++cached_chunks_;
       stats_[entry->dataset].cached_chunks++;
       stats_[entry->dataset].cached_bytes += entry->length;
@@ -745,10 +761,7 @@ void MemoryTier::CompleteFillLocked(ChunkEntry* entry,
   entry->state = ChunkEntry::State::kFailed;
   fill_failures_[entry] = status;
   UnaccountLocked(entry);
-  if (entry->file != nullptr) {
-    entry->file->chunks()[entry->chunk] = nullptr;
-    entry->file = nullptr;
-  }
+  if (!entry->detached) DetachLocked(entry, /*record_stays=*/true);
 }
 
 absl::Status MemoryTier::WaitFilled(ChunkEntry* entry) {
@@ -806,27 +819,72 @@ void MemoryTier::Unpin(ChunkEntry* entry) {
 
 void MemoryTier::UnpinLocked(ChunkEntry* entry) {
   if (--entry->pins > 0) return;
-  if (entry->file == nullptr) FreeEntry(entry);
+  if (entry->detached) FreeEntry(entry);
+}
+
+ChunkEntry* MemoryTier::NewEntryLocked(FileRecord* rec) {
+  // A one-chunk file's storage is free whenever its chunk reads null (an
+  // entry detached while pinned took its block out of the index).
+  if (ChunkEntry* e = rec->inline_entry()) {
+    new (e) ChunkEntry{};
+    e->in_record = true;
+    return e;
+  }
+  ChunkEntry* e = entries_.New();
+  ChunkEntryPool::SetFile(e, rec);
+  return e;
 }
 
 void MemoryTier::FreeEntry(ChunkEntry* entry) {
   if (entry->has_slot) allocator_.Free(SlotOf(entry));
   if (entry->state == ChunkEntry::State::kFailed) fill_failures_.erase(entry);
-  entries_.Delete(entry);
+  if (!entry->in_record) {
+    entries_.Delete(entry);
+  } else if (entry->detached) {
+    // Its record left the index with it (DetachLocked): the block goes now.
+    files_[entry->dataset].FreeUnlinked(FileRecord::OfInlineEntry(entry));
+  }
+  // Otherwise a one-chunk file's storage, free again in its record.
 }
 
-void MemoryTier::DropEntry(ChunkEntry* entry) {
+void MemoryTier::DetachLocked(ChunkEntry* entry, bool record_stays) {
+  FileRecord* rec = FileOf(entry);
+  if (entry->pins > 0 && entry->in_record && record_stays) {
+    // The entry outlives its place in the index and lies in the record's
+    // block: a new record (a new block, no chunk cached) takes the old
+    // one's place, and the old block goes with the entry's last unpin.
+    files_[entry->dataset].Replace(rec, rec->info, rec->chunk_count());
+  } else {
+    rec->set_chunk(entry->chunk, nullptr);
+  }
+  if (entry->pins == 0) {
+    FreeEntry(entry);
+    return;
+  }
+  entry->detached = true;
+  if (!entry->in_record) ChunkEntryPool::SetFile(entry, nullptr);
+}
+
+bool MemoryTier::DropChunksLocked(FileRecord* rec) {
+  bool block_pinned = false;
+  for (uint32_t c = 0; c < rec->chunk_count(); ++c) {
+    ChunkEntry* e = rec->chunk(c);
+    if (e == nullptr) continue;
+    block_pinned = block_pinned || (e->in_record && e->pins > 0);
+    DropEntry(e, /*record_stays=*/false);
+  }
+  return block_pinned;
+}
+
+void MemoryTier::DropEntry(ChunkEntry* entry, bool record_stays) {
   removals_.fetch_add(1, std::memory_order_release);
-  FileRecord* rec = entry->file;
   UnaccountLocked(entry);
   if (entry->state == ChunkEntry::State::kReady) {
     --cached_chunks_;
     stats_[entry->dataset].cached_chunks--;
     stats_[entry->dataset].cached_bytes -= entry->length;
   }
-  rec->chunks()[entry->chunk] = nullptr;
-  entry->file = nullptr;
-  if (entry->pins == 0) FreeEntry(entry);
+  DetachLocked(entry, record_stays);
 }
 
 void MemoryTier::SetEvictionSink(EvictionSink* sink) {
@@ -838,7 +896,7 @@ void MemoryTier::EvictVictim(ChunkEntry* entry) {
   // The allocator reuses the victim's slot, so it must not be freed here.
   // The sink is only called outside the lock (Acquire's demotion rounds).
   removals_.fetch_add(1, std::memory_order_release);
-  FileRecord* rec = entry->file;
+  FileRecord* rec = FileOf(entry);
   if (eviction_sink_ != nullptr && !entry->borrowed) ++undemoted_;
   UnaccountLocked(entry);
   --cached_chunks_;
@@ -846,19 +904,22 @@ void MemoryTier::EvictVictim(ChunkEntry* entry) {
   st.cached_chunks--;
   st.cached_bytes -= entry->length;
   st.evictions++;
-  rec->chunks()[entry->chunk] = nullptr;
-  entries_.Delete(entry);
+  // Unpinned: the record stays where it is (a one-chunk file's storage is
+  // free again).
+  rec->set_chunk(entry->chunk, nullptr);
+  if (!entry->in_record) entries_.Delete(entry);
 }
 
 MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
                                           absl::string_view prefix) {
   absl::MutexLock lock(&mu_);
   EvictResult result;
-  files_[dataset].EraseIf([&](FileRecord* rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  files_[dataset].RemoveIf([&](FileRecord* rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (!UnderPrefix(rec->path(), prefix)) {
-      return false;
+      return FileIndex::Removal::kKeep;
     }
-    for (ChunkEntry* e : rec->chunks()) {
+    for (uint32_t c = 0; c < rec->chunk_count(); ++c) {
+      const ChunkEntry* e = rec->chunk(c);
       if (e == nullptr) continue;
       if (e->pins > 0) {
         ++result.deferred;
@@ -866,9 +927,10 @@ MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
         ++result.chunks;
         result.bytes += e->length;
       }
-      DropEntry(e);
     }
-    return true;
+    // A pinned one-chunk entry keeps the block until its last unpin.
+    return DropChunksLocked(rec) ? FileIndex::Removal::kUnlink
+                                 : FileIndex::Removal::kDestroy;
   });
   return result;
 }
@@ -896,7 +958,8 @@ uint32_t MemoryTier::CachedChunksLocked(uint32_t dataset,
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) return 0;
   uint32_t n = 0;
-  for (ChunkEntry* e : rec->chunks()) {
+  for (uint32_t c = 0; c < rec->chunk_count(); ++c) {
+    const ChunkEntry* e = rec->chunk(c);
     n += e != nullptr && e->state == ChunkEntry::State::kReady;
   }
   return n;
@@ -906,8 +969,9 @@ bool MemoryTier::FullyCached(uint32_t dataset, absl::string_view path) const {
   // Shared, as CachedChunks: the look-ahead must not stall hits.
   absl::ReaderMutexLock lock(&mu_);
   FileRecord* rec = FindFile(dataset, path);
-  if (rec == nullptr || rec->chunks().empty()) return false;
-  for (ChunkEntry* e : rec->chunks()) {
+  if (rec == nullptr || rec->chunk_count() == 0) return false;
+  for (uint32_t c = 0; c < rec->chunk_count(); ++c) {
+    const ChunkEntry* e = rec->chunk(c);
     if (e == nullptr || e->state != ChunkEntry::State::kReady) return false;
   }
   return true;
@@ -951,6 +1015,7 @@ MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
   IndexMemory m;
   for (const FileIndex& index : files_) {
     m.files += index.size();
+    m.detached_records += index.unlinked();
     m.table_bytes += index.TableBytes();
     m.record_bytes += index.RecordBytes();
     m.page_bytes += index.ArenaBytes() + index.TableBytes();
@@ -973,7 +1038,8 @@ void MemoryTier::ForEachReady(
   for (uint32_t ds = 0; ds < files_.size(); ++ds) {
     files_[ds].ForEach(
         [&](const FileRecord& rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          for (const ChunkEntry* e : rec.chunks()) {
+          for (uint32_t c = 0; c < rec.chunk_count(); ++c) {
+            const ChunkEntry* e = rec.chunk(c);
             if (e == nullptr || e->state != ChunkEntry::State::kReady) {
               continue;
             }
@@ -1053,7 +1119,7 @@ ChunkEntry* MemoryTier::PinUnverified(uint32_t dataset, absl::string_view path,
   if (dataset >= files_.size()) return nullptr;
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr || chunk >= rec->chunk_count()) return nullptr;
-  ChunkEntry* e = rec->chunks()[chunk];
+  ChunkEntry* e = rec->chunk(chunk);
   if (e == nullptr || !e->unverified) return nullptr;
   Pins(e).fetch_add(1, std::memory_order_relaxed);
   return e;
@@ -1075,7 +1141,7 @@ void MemoryTier::SettleVerifiedLocked(ChunkEntry* entry, bool intact) {
                      << " fails its checksum; dropped (filled anew when "
                         "asked for)";
   }
-  if (entry->file != nullptr) DropEntry(entry);
+  if (!entry->detached) DropEntry(entry, /*record_stays=*/true);
 }
 
 bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
@@ -1086,18 +1152,17 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
                                    ChunkCount(c.info.size));
   }
   if (rec->info.size != c.info.size || rec->info.mtime_ns != c.info.mtime_ns ||
-      c.chunk >= rec->chunk_count() || rec->chunks()[c.chunk] != nullptr ||
+      c.chunk >= rec->chunk_count() || rec->chunk(c.chunk) != nullptr ||
       c.where.length != ChunkLength(c.info, c.chunk)) {
     return false;
   }
-  ChunkEntry* entry = entries_.New();
+  ChunkEntry* entry = NewEntryLocked(rec);
   SlotRef ref;
   if (!allocator_.Claim(c.where.segment, c.where.offset, c.where.length, entry,
                         &ref)) {
-    entries_.Delete(entry);
+    if (!entry->in_record) entries_.Delete(entry);
     return false;
   }
-  entry->file = rec;
   entry->dataset = static_cast<uint16_t>(c.dataset);
   entry->chunk = c.chunk;
   entry->state = ChunkEntry::State::kReady;
@@ -1114,7 +1179,7 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
     entry->sticky = true;
     sticky_bytes_ += allocator_.SlotBytes(c.where.length);
   }
-  rec->chunks()[c.chunk] = entry;
+  rec->set_chunk(c.chunk, entry);
   ++cached_chunks_;
   stats_[c.dataset].cached_chunks++;
   stats_[c.dataset].cached_bytes += c.where.length;

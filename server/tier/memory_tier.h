@@ -112,20 +112,25 @@ struct TierStats {
 // An entry is pinned while a lease, a filler or a waiter holds it; pinned
 // entries are never evicted or freed, so leased bytes stay valid and
 // unchanged. Entries dropped while pinned (Evict, stale file) leave the
-// index at once and free their memory on the last unpin.
+// index at once and free their memory on the last unpin; a one-chunk
+// file's entry lies in its record's block, so that block leaves the index
+// with it (a new record takes its place when the file stays known) and is
+// freed with it.
 //
 // Admission (issue 11): chunks filled from a peer live in a bounded
 // borrowed share and are evicted before chunks this node owns; a MinIO
 // dataset keeps what it cached and passes further misses through.
 //
 // Layout (issue 17): per dataset a FileIndex of FileRecords (path stored
-// once, in the record; a one-chunk file's entry pointer in the record;
-// records in the index's own arena, the table of tagged 8-byte slots),
-// entries from a ChunkEntryPool (no malloc per entry; the slab allocator
-// keeps their 32-bit pool handles, 4 bytes per slot), all of it in page
-// memory on huge pages where it is large; what few entries need (a
-// failed fill's status, the borrowed list's links) lies in side tables.
-// Records and entries never move while they exist.
+// once, in the record; a one-chunk file's 32-byte entry in the record's
+// block, before its fields; records in the index's own arena, the table
+// of tagged 8-byte slots), the entries of larger files from a
+// ChunkEntryPool (no malloc per entry); the slab allocator keeps their
+// 32-bit handles (the pool numbers the record arenas' pieces too), 4
+// bytes per slot; all of it in page memory on huge pages where it is
+// large; what few entries need (a failed fill's status, the borrowed
+// list's links) lies in side tables. Records and entries never move
+// while they exist.
 //
 // Thread-safe. One reader/writer mutex: hits (ServeHits) and releases take
 // it shared, so sessions do not serialise on each other's batches; they
@@ -337,7 +342,12 @@ class MemoryTier {
     uint64_t files = 0;
     // Records and paths (the record arenas' pages), chunk tables.
     uint64_t record_bytes = 0;
-    uint64_t entry_bytes = 0;  // the entry pool's blocks
+    // The entry pool's blocks (entries of files of several chunks; a
+    // one-chunk file's entry is in record_bytes).
+    uint64_t entry_bytes = 0;
+    // Records out of the index whose block a pinned one-chunk entry
+    // holds (freed by its last unpin).
+    uint64_t detached_records = 0;
     uint64_t table_bytes = 0;  // the per-dataset hash tables
     uint64_t side_bytes = 0;   // fill failures, borrowed links, sessions
     // The part of the above in page memory (server/memory/page_memory),
@@ -476,9 +486,29 @@ class MemoryTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Undoes the sticky and borrowed accounting of an entry leaving the index.
   void UnaccountLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Detaches an entry from its file; frees it now if unpinned.
-  void DropEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a cached entry out of the index (removal count, accounting,
+  // DetachLocked).
+  void DropEntry(ChunkEntry* entry, bool record_stays)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `entry` out of its record. Unpinned: freed now (FreeEntry).
+  // Pinned: detached, freed by its last unpin; a one-chunk file's entry
+  // keeps its record's block, so with `record_stays` the record is first
+  // replaced in the index by a new one (FileIndex::Replace), and without
+  // it the caller takes the record out of the index and must not free
+  // the block (Evict, PutFile: DropChunksLocked says).
+  void DetachLocked(ChunkEntry* entry, bool record_stays)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DropEntry(record_stays = false) of every cached chunk of a record the
+  // caller takes out of the index; true if its block must stay (a pinned
+  // one-chunk entry lies in it: FileIndex::Removal::kUnlink).
+  bool DropChunksLocked(FileRecord* rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new entry (ChunkEntry{}) for a chunk of `rec` that is not cached: a
+  // one-chunk file's storage in the record, else one from the pool.
+  ChunkEntry* NewEntryLocked(FileRecord* rec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictVictim(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees an unpinned entry out of the index: its slot, its pool cell, or
+  // for a detached one-chunk entry its record's block.
   void FreeEntry(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(ChunkEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a lease `id` of an entry the caller pinned for it; `expected`:

@@ -19,7 +19,8 @@ RecordArena::~RecordArena() {
 }
 
 RecordArena::RecordArena(RecordArena&& other) noexcept
-    : pieces_(std::move(other.pieces_)),
+    : handles_(other.handles_),
+      pieces_(std::move(other.pieces_)),
       next_(std::exchange(other.next_, nullptr)),
       end_(std::exchange(other.end_, nullptr)),
       free_(std::move(other.free_)),
@@ -49,6 +50,7 @@ void* RecordArena::Allocate(size_t bytes) {
                         : std::min(kHugePageBytes, pieces_.back().bytes * 2);
     char* data = static_cast<char*>(AllocatePages(piece));
     pieces_.push_back({data, piece});
+    if (handles_ != nullptr) handles_->AddRecordPiece(data, piece);
     mapped_bytes_ += PageRoundedBytes(piece);
     next_ = data;
     end_ = data + piece;

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "server/memory/chunk_entry_pool.h"
+
 namespace dlcache {
 
 // Storage of one FileIndex's records (issue 17): blocks of 8-byte
@@ -14,6 +16,9 @@ namespace dlcache {
 // huge page. Blocks larger than kMaxSlabBytes come from operator new.
 // A block keeps its address until freed; pieces go back to the system
 // only when the arena is destroyed (freed blocks are reused first).
+// With a ChunkEntryPool, every piece is registered with it when mapped,
+// so that one-chunk files' entries, which lie in their records' blocks
+// (FileRecord), get slab handles (ChunkEntryPool::AddRecordPiece).
 //
 // Not thread-safe: the owner (FileIndex, under the memory tier's lock)
 // serialises calls.
@@ -24,7 +29,9 @@ class RecordArena {
   // common/key.h's longest key (4096 bytes) and room to spare.
   static constexpr size_t kMaxSlabBytes = 4096 + 128;
 
-  RecordArena() = default;
+  // `handles` (not owned, outlives the arena; may be null): where pieces
+  // are registered.
+  explicit RecordArena(ChunkEntryPool* handles = nullptr) : handles_(handles) {}
   ~RecordArena();
   RecordArena(const RecordArena&) = delete;
   RecordArena& operator=(const RecordArena&) = delete;
@@ -50,6 +57,7 @@ class RecordArena {
     char* data;
     size_t bytes;
   };
+  ChunkEntryPool* handles_;
   std::vector<Piece> pieces_;
   char* next_ = nullptr;  // the free tail of the newest piece
   char* end_ = nullptr;

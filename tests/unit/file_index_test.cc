@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,30 +19,72 @@ namespace {
 
 TEST(FileRecordTest, HoldsPathInfoAndChunkPointers) {
   const std::string path(300, 'p');  // past any small-string buffer
-  FileRecord* r = FileRecord::Create(7, path, FileInfo{5, 9}, 1);
+  FileRecord* r = FileRecord::Create(7, path, FileInfo{10, 11}, 3);
   EXPECT_EQ(r->path(), path);
   EXPECT_EQ(r->dataset(), 7u);
-  EXPECT_EQ(r->info.size, 5u);
-  EXPECT_EQ(r->info.mtime_ns, 9);
-  ASSERT_EQ(r->chunks().size(), 1u);
-  EXPECT_EQ(r->chunks()[0], nullptr);
-
-  ChunkEntry a, b, c;
-  r->chunks()[0] = &a;  // one chunk: kept in the record
-  EXPECT_EQ(r->chunks()[0], &a);
-  r->Reset(FileInfo{10, 11}, 3);  // a table, all null
   EXPECT_EQ(r->info.size, 10u);
-  ASSERT_EQ(r->chunks().size(), 3u);
-  for (ChunkEntry* e : r->chunks()) EXPECT_EQ(e, nullptr);
-  r->chunks()[1] = &b;
-  r->chunks()[2] = &c;
+  EXPECT_EQ(r->info.mtime_ns, 11);
+  ASSERT_EQ(r->chunk_count(), 3u);
+  EXPECT_EQ(r->inline_entry(), nullptr);  // a table of pointers
+  EXPECT_NE(r->chunk_table(), nullptr);
+  for (uint32_t c = 0; c < 3; ++c) EXPECT_EQ(r->chunk(c), nullptr);
+  ChunkEntry b, c;
+  r->set_chunk(1, &b);
+  r->set_chunk(2, &c);
   const FileRecord& cr = *r;
-  EXPECT_EQ(cr.chunks()[1], &b);
-  EXPECT_EQ(cr.chunks()[2], &c);
-  r->Reset(FileInfo{0, 1}, 0);  // an empty file has no chunk
-  EXPECT_TRUE(r->chunks().empty());
-  EXPECT_EQ(r->path(), path);
+  EXPECT_EQ(cr.chunk(0), nullptr);
+  EXPECT_EQ(cr.chunk(1), &b);
+  EXPECT_EQ(cr.chunk(2), &c);
+  r->set_chunk(1, nullptr);
+  EXPECT_EQ(cr.chunk(1), nullptr);
   FileRecord::Destroy(r);
+
+  FileRecord* empty = FileRecord::Create(1, path, FileInfo{0, 1}, 0);
+  EXPECT_EQ(empty->chunk_count(), 0u);
+  EXPECT_EQ(empty->inline_entry(), nullptr);
+  EXPECT_EQ(empty->chunk_table(), nullptr);
+  EXPECT_EQ(empty->path(), path);
+  FileRecord::Destroy(empty);
+}
+
+// Issue 17: a one-chunk file's entry lies in the record's block, before
+// its fields; the record is found from the entry and back.
+TEST(FileRecordTest, OneChunkFileHoldsItsEntryInItsBlock) {
+  FileRecord* r =
+      FileRecord::Create(3, "n0001/00000001.JPEG", FileInfo{5, 9}, 1);
+  ASSERT_EQ(r->chunk_count(), 1u);
+  ChunkEntry* e = r->inline_entry();
+  ASSERT_NE(e, nullptr);
+  EXPECT_TRUE(e->in_record);
+  EXPECT_FALSE(e->detached);
+  EXPECT_EQ(e->pins, 0u);
+  EXPECT_EQ(reinterpret_cast<char*>(e) + sizeof(ChunkEntry),
+            reinterpret_cast<char*>(r));
+  EXPECT_EQ(FileRecord::OfInlineEntry(e), r);
+  EXPECT_EQ(r->chunk(0), nullptr);  // storage, not cached yet
+  EXPECT_EQ(r->chunk_table(), nullptr);
+  r->set_chunk(0, e);
+  EXPECT_EQ(r->chunk(0), e);
+  EXPECT_EQ(FileOf(e), r);
+  // Setting and clearing the chunk leaves the path and fields alone.
+  EXPECT_EQ(r->path(), "n0001/00000001.JPEG");
+  EXPECT_EQ(r->info.size, 5u);
+  EXPECT_EQ(r->dataset(), 3u);
+  r->set_chunk(0, nullptr);
+  EXPECT_EQ(r->chunk(0), nullptr);
+  EXPECT_EQ(r->path(), "n0001/00000001.JPEG");
+  e->detached = true;
+  EXPECT_EQ(FileOf(e), nullptr);
+  FileRecord::Destroy(r);
+  // A pool entry's record is the pointer in its cell.
+  ChunkEntryPool pool;
+  FileRecord* many = FileRecord::Create(0, "big", FileInfo{9, 9}, 2);
+  ChunkEntry* p = pool.New();
+  EXPECT_FALSE(p->in_record);
+  EXPECT_EQ(ChunkEntryPool::FileOf(p), nullptr);
+  ChunkEntryPool::SetFile(p, many);
+  EXPECT_EQ(FileOf(p), many);
+  FileRecord::Destroy(many);
 }
 
 TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
@@ -50,28 +93,69 @@ TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
       FileRecord::Create(0, "n0001/00000001.JPEG", FileInfo{1, 2}, 1, &arena);
   EXPECT_EQ(a->path(), "n0001/00000001.JPEG");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
-  // 28 bytes of fields and the 19-byte path: 47, in an 8-byte step 48.
-  EXPECT_EQ(RecordArena::BlockBytes(a->BlockBytes()), 48u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->inline_entry()) % 8, 0u);
+  // The 32-byte entry, 20 bytes of fields and the 19-byte path: 71, in an
+  // 8-byte step 72 (a 48-byte record and a 40-byte entry before).
+  EXPECT_EQ(RecordArena::BlockBytes(a->BlockBytes()), 72u);
   EXPECT_EQ(arena.MappedBytes(), 64u << 10);  // the first piece
+  char* const block_a = reinterpret_cast<char*>(a->inline_entry());
   FileRecord::Destroy(a, &arena);
   // The freed block of that size is the next one handed out.
   FileRecord* b =
-      FileRecord::Create(1, "n0001/00000002.JPEG", FileInfo{3, 4}, 3, &arena);
-  EXPECT_EQ(b, a);
-  EXPECT_EQ(b->chunks().size(), 3u);
-  EXPECT_GT(b->TableHeapBytes(), 0u);
+      FileRecord::Create(1, "n0001/00000002.JPEG", FileInfo{3, 4}, 1, &arena);
+  EXPECT_EQ(reinterpret_cast<char*>(b->inline_entry()), block_a);
   FileRecord::Destroy(b, &arena);
+  // Several chunks: the table's pointer, the fields, the path: 47 -> 48.
+  FileRecord* c =
+      FileRecord::Create(1, "n0001/00000003.JPEG", FileInfo{3, 4}, 3, &arena);
+  EXPECT_EQ(RecordArena::BlockBytes(c->BlockBytes()), 48u);
+  EXPECT_EQ(c->chunk_count(), 3u);
+  EXPECT_GT(c->TableHeapBytes(), 0u);
+  FileRecord::Destroy(c, &arena);
   // Short paths: the block still holds the whole object.
   for (const char* p : {"", "a", "abcd", "abcde"}) {
-    FileRecord* r = FileRecord::Create(2, p, FileInfo{7, 8}, 2, &arena);
-    EXPECT_EQ(r->path(), p);
-    EXPECT_GE(r->BlockBytes(), sizeof(FileRecord));
-    EXPECT_EQ(r->chunk_count(), 2u);
-    r->Reset(FileInfo{9, 9}, 1);
-    EXPECT_EQ(r->path(), p);
-    EXPECT_EQ(r->chunk_count(), 1u);
-    FileRecord::Destroy(r, &arena);
+    for (uint32_t chunks : {0u, 1u, 2u}) {
+      FileRecord* r = FileRecord::Create(2, p, FileInfo{7, 8}, chunks, &arena);
+      EXPECT_EQ(r->path(), p);
+      EXPECT_EQ(r->chunk_count(), chunks);
+      EXPECT_GE(r->BlockBytes(), sizeof(FileRecord));
+      FileRecord::Destroy(r, &arena);
+    }
   }
+  // The longest path fits a size class, with an entry before it.
+  const std::string longest(FileRecord::kMaxPathBytes, 'x');
+  FileRecord* l = FileRecord::Create(0, longest, FileInfo{1, 1}, 1, &arena);
+  EXPECT_EQ(l->path(), longest);
+  EXPECT_LE(l->BlockBytes(), RecordArena::kMaxSlabBytes);
+  EXPECT_EQ(arena.LargeBytes(), 0u);
+  FileRecord::Destroy(l, &arena);
+}
+
+// The pool's handles reach one-chunk entries in a record arena's pieces.
+TEST(FileRecordTest, InlineEntriesGetHandlesThroughTheirArenasPieces) {
+  ChunkEntryPool pool;
+  RecordArena arena(&pool);
+  std::vector<FileRecord*> records;
+  std::set<uint32_t> handles;
+  // 100k records of 72 bytes: pieces 64 KiB -> 2 MiB, several of them.
+  for (int i = 0; i < 100000; ++i) {
+    char path[32];
+    std::snprintf(path, sizeof(path), "n%04d/%08d.JPEG", i % 1000, i);
+    records.push_back(FileRecord::Create(0, path, FileInfo{1, 1}, 1, &arena));
+  }
+  ChunkEntry* pooled = pool.New();
+  const uint32_t pooled_handle = pool.HandleOf(pooled);
+  EXPECT_EQ(pooled_handle & ChunkEntryPool::kInRecordBit, 0u);
+  for (FileRecord* r : records) {
+    const uint32_t h = pool.HandleOf(r->inline_entry());
+    EXPECT_NE(h & ChunkEntryPool::kInRecordBit, 0u);
+    EXPECT_LT(h, uint32_t{1} << 31);
+    ASSERT_EQ(pool.EntryAt(h), r->inline_entry());
+    handles.insert(h);
+  }
+  EXPECT_EQ(handles.size(), records.size());
+  EXPECT_EQ(pool.EntryAt(pooled_handle), pooled);
+  for (FileRecord* r : records) FileRecord::Destroy(r, &arena);
 }
 
 TEST(RecordArenaTest, SizeClassesPiecesAndLargeBlocks) {
@@ -331,6 +415,50 @@ TEST(FileIndexTest, EraseIfDestroysWhatItErasesAndKeepsTheRest) {
             index.ArenaBytes() + 50 * index.Find("f3")->TableHeapBytes());
 }
 
+// Issue 17: a record whose one-chunk entry must outlive its place in the
+// index leaves the index without being freed (Replace, RemoveIf's
+// kUnlink); the index counts it until FreeUnlinked.
+TEST(FileIndexTest, ReplaceAndUnlinkLeaveRecordsToTheCaller) {
+  FileIndex index(&SameHash);  // every key in one probe run, one tag
+  std::vector<FileRecord*> records;
+  for (int i = 0; i < 20; ++i) {
+    records.push_back(index.Insert(0, Key(i), FileInfo{uint64_t(i), 0}, 1));
+  }
+  FileRecord* old = records[7];
+  FileRecord* fresh = index.Replace(old, FileInfo{70, 1}, 3);
+  EXPECT_NE(fresh, old);
+  EXPECT_EQ(index.Find(Key(7)), fresh);
+  EXPECT_EQ(fresh->path(), Key(7));
+  EXPECT_EQ(fresh->chunk_count(), 3u);
+  EXPECT_EQ(fresh->info.size, 70u);
+  EXPECT_EQ(index.size(), 20u);
+  EXPECT_EQ(index.unlinked(), 1u);
+  EXPECT_EQ(old->path(), Key(7));  // still readable: not freed
+  index.FreeUnlinked(old);
+  EXPECT_EQ(index.unlinked(), 0u);
+  FileRecord* kept = nullptr;
+  index.RemoveIf([&](FileRecord* r) {
+    if (r->path() == Key(3)) {
+      kept = r;
+      return FileIndex::Removal::kUnlink;
+    }
+    return r->path() == Key(4) ? FileIndex::Removal::kDestroy
+                               : FileIndex::Removal::kKeep;
+  });
+  EXPECT_EQ(index.size(), 18u);
+  EXPECT_EQ(index.Find(Key(3)), nullptr);
+  EXPECT_EQ(index.Find(Key(4)), nullptr);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->path(), Key(3));
+  EXPECT_EQ(index.unlinked(), 1u);
+  index.FreeUnlinked(kept);
+  EXPECT_EQ(index.unlinked(), 0u);
+  for (int i = 0; i < 20; ++i) {
+    if (i == 3 || i == 4) continue;
+    ASSERT_NE(index.Find(Key(i)), nullptr) << i;
+  }
+}
+
 TEST(FileIndexTest, AMillionKeys) {
   constexpr int kKeys = 1000000;
   FileIndex index;
@@ -343,8 +471,9 @@ TEST(FileIndexTest, AMillionKeys) {
     records[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i), 0}, 1);
   }
   EXPECT_EQ(index.size(), size_t{kKeys});
-  // Records and table in pages: ~48 B + 8-16 B of slots per key.
-  EXPECT_LT(index.RecordBytes() + index.TableBytes(), size_t{kKeys} * 80);
+  // Records (a one-chunk file's with its entry) and table in pages: 72 B
+  // + 9-12 B of slots per key.
+  EXPECT_LT(index.RecordBytes() + index.TableBytes(), size_t{kKeys} * 88);
   std::vector<FileRecord*> out(kKeys);
   index.FindBatch(
       kKeys, [&](size_t i) -> absl::string_view { return keys[i]; },
@@ -358,7 +487,7 @@ TEST(FileIndexTest, AMillionKeys) {
 }
 
 TEST(ChunkEntryPoolTest, EntriesKeepTheirAddressAndAreReused) {
-  static_assert(sizeof(ChunkEntry) == 40, "one entry per cached chunk");
+  static_assert(sizeof(ChunkEntry) == 32, "one entry per cached chunk");
   ChunkEntryPool pool;
   std::vector<ChunkEntry*> entries;
   // Past one block: earlier entries stay where they are.

@@ -156,9 +156,11 @@ TEST_F(MemoryTierWarmTest, IndexMemoryCountsRecordsEntriesAndTable) {
   ASSERT_TRUE(Warm("n0001/00000002.JPEG", FileInfo{3 * kChunk, 1}, 'a').ok());
   const MemoryTier::IndexMemory m = tier_->IndexMemoryUsage();
   EXPECT_EQ(m.files, 2u);
-  // The record arena's first piece (two 48-byte blocks: 28 bytes of
-  // fields and a 19-byte path in 8-byte steps) and the three-chunk file's
-  // table (its count and 3 pointers, 32 + malloc's 8 -> 48).
+  // The record arena's first piece (a 72-byte block: the one-chunk
+  // file's entry, 20 bytes of fields and a 19-byte path; a 48-byte one:
+  // the table pointer, fields, path) and the three-chunk file's table
+  // (its count and 3 pointers, 32 + malloc's 8 -> 48); the pool holds
+  // only the three-chunk file's entries.
   EXPECT_EQ(m.record_bytes, (64u << 10) + 48u);
   EXPECT_EQ(m.entry_bytes, ChunkEntryPool::kFirstBlockBytes);
   EXPECT_EQ(m.table_bytes, 4096u);  // 16 slots of 8 bytes, one page
@@ -166,6 +168,7 @@ TEST_F(MemoryTierWarmTest, IndexMemoryCountsRecordsEntriesAndTable) {
             (64u << 10) + ChunkEntryPool::kFirstBlockBytes + 4096u);
   EXPECT_EQ(m.total(),
             m.record_bytes + m.entry_bytes + m.table_bytes + m.side_bytes);
+  EXPECT_EQ(m.detached_records, 0u);
   tier_->Evict(0, "");
   EXPECT_EQ(tier_->IndexMemoryUsage().files, 0u);
 }

@@ -99,14 +99,14 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   PlanRegistry r;
   const std::vector<std::string> keys = {"a", "b"};
   ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  // One-chunk files: their entries lie in the records.
   FileRecord* fa = FileRecord::Create(0, "a", FileInfo{}, 1);
   FileRecord* fb = FileRecord::Create(0, "b", FileInfo{}, 1);
   FileRecord* fx = FileRecord::Create(0, "x", FileInfo{}, 1);
-  ChunkEntry ea, eb, ex, gone;
-  ea.file = fa;
-  eb.file = fb;
-  ex.file = fx;
-  std::vector<ChunkEntry*> entries = {&ea, &eb, &ex, &gone};
+  ChunkEntry gone;
+  gone.detached = true;
+  std::vector<ChunkEntry*> entries = {fa->inline_entry(), fb->inline_entry(),
+                                      fx->inline_entry(), &gone};
   std::vector<uint64_t> d(4);
   r.Distances(entries, absl::MakeSpan(d));
   EXPECT_EQ(d[0], 0u);
