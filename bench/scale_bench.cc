@@ -374,6 +374,9 @@ absl::Status Drain(SsdTier* ssd) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // And the work the writer does once it drained (the index's memtable
+  // flush, malloc's trim).
+  ssd->Flush();
   return absl::OkStatus();
 }
 

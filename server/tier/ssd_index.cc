@@ -378,6 +378,13 @@ absl::Status SsdIndex::FlushAll() {
   return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
 }
 
+absl::StatusOr<bool> SsdIndex::FlushMemtable(uint64_t min_bytes) {
+  if (MemoryUsage().memtable_bytes < min_bytes) return false;
+  absl::Status s = FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");
+  if (!s.ok()) return s;
+  return true;
+}
+
 absl::Status SsdIndex::ForEachFile(
     absl::string_view dataset, absl::string_view prefix,
     absl::FunctionRef<bool(absl::string_view, const SsdFileMeta&)> fn) const {

@@ -139,6 +139,10 @@ class SsdIndex {
   absl::Status Resume();
   // Flushes the memtable and syncs the WAL (at shutdown).
   absl::Status FlushAll();
+  // Flushes the memtable to a table file if it holds at least `min_bytes`
+  // (waits for the flush), so that its memory goes back; false when it
+  // held less and nothing was done.
+  absl::StatusOr<bool> FlushMemtable(uint64_t min_bytes);
 
   // Scans, in key order; fn returns false to stop. UNAVAILABLE or
   // DATA_LOSS on read errors.

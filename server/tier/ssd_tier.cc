@@ -190,6 +190,24 @@ bool SsdTier::Enqueue(const ChunkId& id, const FileInfo& info,
   return false;
 }
 
+void SsdTier::OnQueueDrained() {
+  // Issue 17: after a warm-up the memtable holds up to write_buffer_bytes
+  // of index entries (two memtables while one is flushed) until later
+  // writes fill it, which may be never: RAM that only the next restart's
+  // WAL replay would need. Flushed when the write-behind drains, it goes
+  // back (the queue trims malloc right after). Not below a quarter of the
+  // write buffer, so that bursts of misses do not make many small tables,
+  // and not on a nearly full disk (as at shutdown: a flush there fails
+  // inside RocksDB).
+  if (IndexFreeBytes() < options_.min_free_bytes / 4) return;
+  absl::StatusOr<bool> flushed =
+      index_->FlushMemtable(options_.index_memory.write_buffer_bytes / 4);
+  if (!flushed.ok()) {
+    counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
+    DLC_LOG(WARNING) << "ssd tier: " << LogEscape(flushed.status().message());
+  }
+}
+
 void SsdTier::WriteOne(SsdWriteItem& item) {
   // The hook is a test seam; once shutdown began it is skipped, so a hook
   // that waits on a test's local cannot hold ~SsdTier (or touch that local

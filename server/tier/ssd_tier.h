@@ -290,6 +290,8 @@ class SsdTier : public ChunkBackend {
   bool Enqueue(const ChunkId& id, const FileInfo& info,
                absl::Span<const char> bytes, uint64_t checksum);
   void WriteOne(SsdWriteItem& item);
+  // The write-behind drained after a while (SsdWriteQueue's `drained`).
+  void OnQueueDrained();
 
   // Stores one chunk. Without `replace`, a file meta recorded with other
   // metadata than `info` makes the write kStale, and a missing one is

@@ -144,7 +144,8 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   queue_options.max_bytes = options.write_queue_bytes;
   tier->queue_ = std::make_unique<SsdWriteQueue>(
       queue_options,
-      [t = tier.get()](SsdWriteItem& item) { t->WriteOne(item); });
+      [t = tier.get()](SsdWriteItem& item) { t->WriteOne(item); },
+      [t = tier.get()] { t->OnQueueDrained(); });
   if (options.recover_in_background && !options.verify_on_open) {
     // The thread holds mu_ before Open returns, so nothing that needs the
     // accounting can run before the scan.

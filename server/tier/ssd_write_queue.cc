@@ -6,8 +6,11 @@
 
 namespace dlcache {
 
-SsdWriteQueue::SsdWriteQueue(const Options& options, WriteFn write)
-    : options_(options), write_(std::move(write)) {
+SsdWriteQueue::SsdWriteQueue(const Options& options, WriteFn write,
+                             DrainedFn drained)
+    : options_(options),
+      write_(std::move(write)),
+      drained_(std::move(drained)) {
   writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -67,12 +70,16 @@ void SsdWriteQueue::WriterLoop() {
       written_since_trim_ += item.bytes.size();
       if (pending_ == 0 && written_since_trim_ >= kTrimAfterBytes) {
         trim = true;
+        draining_ = true;
         written_since_trim_ = 0;
       }
     }
     if (trim) {
       item = SsdWriteItem();
+      if (drained_) drained_();
       ReleaseFreeHeap();
+      absl::MutexLock lock(&mu_);
+      draining_ = false;
     }
   }
 }
@@ -81,7 +88,7 @@ void SsdWriteQueue::Flush() {
   absl::MutexLock lock(&mu_);
   const uint64_t ticket = enqueued_;
   auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return completed_ >= ticket;
+    return completed_ >= ticket && !draining_;
   };
   mu_.Await(absl::Condition(&done));
 }

@@ -41,9 +41,15 @@ class SsdWriteQueue {
     uint64_t max_bytes = 256ull << 20;  // must be > 0
   };
   using WriteFn = std::function<void(SsdWriteItem& item)>;
+  // Work for when the queue drains after a while (see kTrimAfterBytes).
+  using DrainedFn = std::function<void()>;
 
-  // Starts the writer thread.
-  SsdWriteQueue(const Options& options, WriteFn write);
+  // Starts the writer thread. `drained` (may be null) runs on the writer
+  // thread, without the queue's lock, whenever the queue drains after
+  // kTrimAfterBytes were written since it last ran, before malloc's free
+  // pages are given back (the SSD tier flushes its index's memtable).
+  SsdWriteQueue(const Options& options, WriteFn write,
+                DrainedFn drained = nullptr);
   // Stop().
   ~SsdWriteQueue();
   SsdWriteQueue(const SsdWriteQueue&) = delete;
@@ -54,7 +60,8 @@ class SsdWriteQueue {
   // kStopping once Stop() began; the bytes are not copied then.
   Admit Push(const ChunkId& id, const FileInfo& info,
              absl::Span<const char> bytes, uint64_t checksum);
-  // Blocks until every item queued before the call has been written.
+  // Blocks until every item queued before the call has been written, and
+  // the drain work that began meanwhile (`drained`, the trim) is done.
   void Flush();
   // Refuses new items, writes everything queued (and every Push still
   // copying), then joins the writer. Idempotent, but not to be called
@@ -78,6 +85,7 @@ class SsdWriteQueue {
 
   const Options options_;
   const WriteFn write_;
+  const DrainedFn drained_;
 
   mutable absl::Mutex mu_;
   std::deque<SsdWriteItem> queue_ ABSL_GUARDED_BY(mu_);
@@ -87,6 +95,8 @@ class SsdWriteQueue {
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
+  // The writer runs `drained_` and the trim (Flush waits for them).
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_;
 };
