@@ -28,9 +28,9 @@ namespace dlcache {
 // the table is rebuilt); beyond that it grows by kGrowthPercent, in whole
 // pages, which keeps the table near 8 / 0.75 bytes per record on average
 // instead of 8 / 0.56 with doubling at 3/4 (issue 17). FindBatch looks up many
-// paths in a pipeline that overlaps their cache misses (slot, record,
-// entry), which is what a lookup costs once the index is out of the CPU
-// caches.
+// paths in a pipeline that overlaps their cache misses (slot, record
+// with a one-chunk file's entry, a larger file's chunk table), which is
+// what a lookup costs once the index is out of the CPU caches.
 //
 // Not thread-safe: the owner (MemoryTier, under its lock) serialises
 // changes. Const calls (Find, FindBatch, ForEach, the sizes) may run
@@ -65,9 +65,9 @@ class FileIndex {
   FileRecord* Find(absl::string_view path) const;
   // out[i] = Find(path_of(i)) for i < n, in a pipeline: a few keys ahead
   // the slot of a key is prefetched, a few keys later its slot is probed
-  // and the candidate record prefetched, then its path is compared and
-  // the record's first chunk entry (or chunk table) prefetched for the
-  // caller. path_of is called once per key.
+  // and the candidate record's block prefetched (a one-chunk file's entry
+  // with it), then its path is compared and a larger file's chunk table
+  // prefetched for the caller. path_of is called once per key.
   void FindBatch(size_t n, absl::FunctionRef<absl::string_view(size_t)> path_of,
                  FileRecord** out) const;
   // A new record for `path` (which must not be in the index yet), owned
