@@ -224,7 +224,10 @@ FileRecord* FileIndex::Replace(FileRecord* old, const FileInfo& info,
                                uint32_t chunk_count) {
   const uint64_t h = hash_(old->path());
   size_t i = ProbeTag(Home(h), TagOf(h));
-  while (RecordOf(slots_[i]) != old) i = ProbeTag(Next(i), TagOf(h));
+  while (i != capacity_ && RecordOf(slots_[i]) != old) {
+    i = ProbeTag(Next(i), TagOf(h));
+  }
+  if (i == capacity_) std::abort();  // not in the index: a caller's bug
   FileRecord* r = FileRecord::Create(old->dataset(), old->path(), info,
                                      chunk_count, &arena_);
   slots_[i] = reinterpret_cast<uint64_t>(r) | (TagOf(h) << kTagShift);
