@@ -157,14 +157,13 @@ int Run() {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
   };
-  double last_cpu = 0;  // CPU us per batch of the last measure()
-  // Mean microseconds per GetBatch of `n` batches read in order by `c`;
-  // `positioned`: each batch says where it stands in the plan.
-  auto measure = [&](Client& c,
-                     bool positioned = false) -> absl::StatusOr<double> {
-    const double cpu0 = cpu_us();
+  // Reads `count` batches in order from batch `first` on (a plan's
+  // offsets follow the batch number; `positioned`: each batch says where
+  // it stands in the plan), adding their wall time to *us.
+  auto timed_slice = [&](Client& c, bool positioned, uint32_t first,
+                         uint32_t count, double* us) -> absl::Status {
     const Clock::time_point t0 = Clock::now();
-    for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t i = first; i < first + count; ++i) {
       const size_t at = i % batches.size();
       absl::StatusOr<Batch> b =
           positioned ? c.GetBatch("ds", batches[at],
@@ -175,10 +174,20 @@ int Run() {
         return absl::InternalError("not a warm hit");
       }
     }
+    *us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    return absl::OkStatus();
+  };
+  double last_cpu = 0;  // CPU us per batch of the last measure()
+  // Mean microseconds per GetBatch of `n` batches read in order by `c`.
+  auto measure = [&](Client& c,
+                     bool positioned = false) -> absl::StatusOr<double> {
+    const double cpu0 = cpu_us();
+    double us = 0;
+    if (absl::Status s = timed_slice(c, positioned, 0, n, &us); !s.ok()) {
+      return s;
+    }
     last_cpu = (cpu_us() - cpu0) / n;
-    return std::chrono::duration<double, std::micro>(Clock::now() - t0)
-               .count() /
-           n;
+    return us / n;
   };
   for (const auto& keys : batches) {  // fill the arena
     absl::StatusOr<Batch> b = (*reader)->GetBatch("ds", keys);
@@ -203,25 +212,6 @@ int Run() {
   }
   std::vector<double> paired_key, paired_pos;  // own / plain, per round
   std::vector<double> paired_job_key, paired_job_pos;
-  // Times `count` batches from batch `first` on (the plan's offsets follow
-  // the batch number, as measure's do), adding to *us.
-  auto timed_slice = [&](Client& c, bool positioned, uint32_t first,
-                         uint32_t count, double* us) -> absl::Status {
-    const Clock::time_point t0 = Clock::now();
-    for (uint32_t i = first; i < first + count; ++i) {
-      const size_t at = i % batches.size();
-      absl::StatusOr<Batch> b =
-          positioned ? c.GetBatch("ds", batches[at],
-                                  PlanPosition{i / batches.size(), at * batch})
-                     : c.GetBatch("ds", batches[at]);
-      if (!b.ok()) return b.status();
-      if (!(*b)[0].ok() || !(*b)[0].hit()) {
-        return absl::InternalError("not a warm hit");
-      }
-    }
-    *us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    return absl::OkStatus();
-  };
   for (uint32_t r = 0; r < rounds; ++r) {
     absl::StatusOr<double> us = measure(**reader);
     if (!us.ok()) return fail("no plan", us.status());
