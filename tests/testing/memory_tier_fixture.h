@@ -2,8 +2,11 @@
 #define DLCACHE_TESTS_TESTING_MEMORY_TIER_FIXTURE_H_
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/memory/arena.h"
@@ -33,6 +36,36 @@ class MemoryTierFixture : public ::testing::Test {
     ASSERT_TRUE(arena.ok()) << arena.status();
     arena_ = *std::move(arena);
     tier_ = std::make_unique<MemoryTier>(arena_.get(), chunk, datasets);
+  }
+
+  // Fills chunk `chunk` of `path` (size bytes) with `byte` through the
+  // fill path; returns its entry still pinned (null on failure, which
+  // fails the test).
+  ChunkEntry* Fill(const std::string& path, uint64_t size, char byte,
+                   uint32_t chunk = 0) {
+    const FileInfo info{size, 1};
+    tier_->PutFile(0, path, info);
+    absl::StatusOr<MemoryTier::Acquisition> a =
+        tier_->Acquire(0, path, info, chunk);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return nullptr;
+    EXPECT_EQ(a->kind, MemoryTier::Acquired::kMustFill);
+    std::memset(tier_->Data(a->entry), byte, a->entry->length);
+    tier_->CompleteFill(a->entry, absl::OkStatus(), 42);
+    return a->entry;
+  }
+
+  // Leases every chunk of `path` (dataset 0) through the hit path; a path
+  // not served fails the test.
+  std::vector<LeasedChunk> Hit(uint64_t session, const std::string& path) {
+    std::vector<MemoryTier::HitRequest> req(1);
+    req[0].path = path;
+    std::vector<std::vector<LeasedChunk>> out(1);
+    std::vector<bool> served(1);
+    EXPECT_TRUE(
+        tier_->ServeHits(session, 0, absl::MakeSpan(req), &out, &served).ok());
+    EXPECT_TRUE(served[0]) << path;
+    return out[0];
   }
 
   TempDir shm_{"/dev/shm"};

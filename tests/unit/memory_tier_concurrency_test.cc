@@ -188,16 +188,6 @@ class MemoryTierSharedPathTest : public MemoryTierConcurrencyTest {
     tier_->Unpin(a->entry);
     return a->entry;
   }
-
-  std::vector<LeasedChunk> Hit(uint64_t session, const std::string& path) {
-    std::vector<MemoryTier::HitRequest> req(1);
-    req[0].path = path;
-    std::vector<std::vector<LeasedChunk>> out(1);
-    std::vector<bool> served(1);
-    EXPECT_TRUE(
-        tier_->ServeHits(session, 0, absl::MakeSpan(req), &out, &served).ok());
-    return out[0];
-  }
 };
 
 TEST_F(MemoryTierSharedPathTest, HitSetsTheClockBitOfAnEntryTheHandCleared) {

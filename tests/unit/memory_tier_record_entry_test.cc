@@ -21,33 +21,7 @@ class RecordEntryTest : public testing::MemoryTierFixture {
  protected:
   void SetUp() override { MakeTier(kChunk, 4 * kChunk, 2 * kChunk); }
 
-  // Fills chunk `chunk` of `path` (size bytes) with `byte`; the entry
-  // stays pinned.
-  ChunkEntry* Fill(const std::string& path, uint64_t size, char byte,
-                   uint32_t chunk = 0) {
-    const FileInfo info{size, 1};
-    tier_->PutFile(0, path, info);
-    absl::StatusOr<MemoryTier::Acquisition> a =
-        tier_->Acquire(0, path, info, chunk);
-    EXPECT_TRUE(a.ok()) << a.status();
-    if (!a.ok()) return nullptr;
-    EXPECT_EQ(a->kind, MemoryTier::Acquired::kMustFill);
-    std::memset(tier_->Data(a->entry), byte, a->entry->length);
-    tier_->CompleteFill(a->entry, absl::OkStatus(), 42);
-    return a->entry;
-  }
   uint64_t Detached() { return tier_->IndexMemoryUsage().detached_records; }
-  // Leases every chunk of `path` through the hit path.
-  std::vector<LeasedChunk> Hit(uint64_t session, const std::string& path) {
-    std::vector<MemoryTier::HitRequest> req(1);
-    req[0].path = path;
-    std::vector<std::vector<LeasedChunk>> out(1);
-    std::vector<bool> served(1);
-    EXPECT_TRUE(
-        tier_->ServeHits(session, 0, absl::MakeSpan(req), &out, &served).ok());
-    EXPECT_TRUE(served[0]) << path;
-    return out[0];
-  }
   bool BytesAre(const LeasedChunk& c, char byte) {
     const char* p = arena_->base(c.segment) + c.offset;
     for (uint64_t i = 0; i < c.length; ++i) {

@@ -15,20 +15,6 @@ constexpr uint64_t kChunk = 1 << 20;
 class MemoryTierTest : public testing::MemoryTierFixture {
  protected:
   void SetUp() override { MakeTier(kChunk, 4 * kChunk, 2 * kChunk); }
-
-  // Fills chunk 0 of `path` (size bytes) with `byte` and returns its entry
-  // still pinned.
-  ChunkEntry* Fill(const std::string& path, uint64_t size, char byte) {
-    FileInfo info{size, 1};
-    tier_->PutFile(0, path, info);
-    auto a = tier_->Acquire(0, path, info, 0);
-    EXPECT_TRUE(a.ok()) << a.status();
-    if (!a.ok()) return nullptr;
-    EXPECT_EQ(a->kind, MemoryTier::Acquired::kMustFill);
-    std::memset(tier_->Data(a->entry), byte, a->entry->length);
-    tier_->CompleteFill(a->entry, absl::OkStatus(), 42);
-    return a->entry;
-  }
 };
 
 TEST_F(MemoryTierTest, HitAfterFillAndLeaseAccounting) {
