@@ -212,6 +212,24 @@ int Run() {
   }
   std::vector<double> paired_key, paired_pos;  // own / plain, per round
   std::vector<double> paired_job_key, paired_job_pos;
+  // `own` (in a plan) and the plain session read batches [first,
+  // first + n) in alternating slices (which goes first alternates too);
+  // own's time over the plain session's.
+  auto paired_ratio = [&](Client& own, bool positioned,
+                          uint32_t first) -> absl::StatusOr<double> {
+    double own_us = 0, plain_us = 0;
+    for (uint32_t i = 0, k = 0; i < n; i += slice, ++k) {
+      const uint32_t count = std::min(slice, n - i);
+      for (int side = 0; side < 2; ++side) {
+        const bool own_side = (side == 0) == (k % 2 == 0);
+        absl::Status s =
+            own_side ? timed_slice(own, positioned, first + i, count, &own_us)
+                     : timed_slice(**plain, false, first + i, count, &plain_us);
+        if (!s.ok()) return s;
+      }
+    }
+    return own_us / plain_us;
+  };
   for (uint32_t r = 0; r < rounds; ++r) {
     absl::StatusOr<double> us = measure(**reader);
     if (!us.ok()) return fail("no plan", us.status());
@@ -264,18 +282,9 @@ int Run() {
                                                  /*reset=*/e == 0);
         if (!s.ok()) return fail("register", s);
       }
-      double own_us = 0, plain_us = 0;
-      for (uint32_t i = 0, k = 0; i < n; i += slice, ++k) {
-        const uint32_t count = std::min(slice, n - i);
-        for (int side = 0; side < 2; ++side) {
-          const bool own_side = (side == 0) == (k % 2 == 0);
-          absl::Status s =
-              own_side ? timed_slice(**reader, positioned, i, count, &own_us)
-                       : timed_slice(**plain, false, i, count, &plain_us);
-          if (!s.ok()) return fail("paired", s);
-        }
-      }
-      (positioned ? paired_pos : paired_key).push_back(own_us / plain_us);
+      absl::StatusOr<double> ratio = paired_ratio(**reader, positioned, 0);
+      if (!ratio.ok()) return fail("paired", ratio.status());
+      (positioned ? paired_pos : paired_key).push_back(*ratio);
     }
     // A job plan, the reader rank 0: a session of its own for each case
     // (a session in two plans of a dataset cannot report by position),
@@ -313,19 +322,9 @@ int Run() {
       }
       if (slice == 0) continue;
       // Paired: this rank against the plain session, slice by slice.
-      double own_us = 0, plain_us = 0;
-      for (uint32_t i = 0, k = 0; i < n; i += slice, ++k) {
-        const uint32_t count = std::min(slice, n - i);
-        for (int side = 0; side < 2; ++side) {
-          const bool own_side = (side == 0) == (k % 2 == 0);
-          absl::Status s =
-              own_side ? timed_slice(**rank0, positioned, n + i, count, &own_us)
-                       : timed_slice(**plain, false, n + i, count, &plain_us);
-          if (!s.ok()) return fail("paired job plan", s);
-        }
-      }
-      (positioned ? paired_job_pos : paired_job_key)
-          .push_back(own_us / plain_us);
+      absl::StatusOr<double> ratio = paired_ratio(**rank0, positioned, n);
+      if (!ratio.ok()) return fail("paired job plan", ratio.status());
+      (positioned ? paired_job_pos : paired_job_key).push_back(*ratio);
     }
     // The plan ends with its session: reconnect for the next round's
     // baseline without a plan.
