@@ -93,6 +93,9 @@ ABSL_FLAG(int32_t, malloc_arenas, dlcache::ServerConfig().malloc_arenas,
 ABSL_FLAG(uint64_t, ssd_index_write_buffer_mb,
           dlcache::ServerConfig().ssd_index_write_buffer_bytes >> 20,
           "the server's --ssd_index_write_buffer, MiB");
+ABSL_FLAG(bool, ssd_index_flush_on_drain,
+          dlcache::ServerConfig().ssd_index_flush_on_drain,
+          "the server's --ssd_index_flush_on_drain");
 ABSL_FLAG(uint64_t, ssd_index_block_cache_mb,
           dlcache::ServerConfig().ssd_index_block_cache_bytes >> 20,
           "the server's --ssd_index_block_cache, MiB");
@@ -409,6 +412,7 @@ class Harness {
         absl::GetFlag(FLAGS_ssd_index_write_buffer_mb) << 20;
     c.ssd_index_block_cache_bytes =
         absl::GetFlag(FLAGS_ssd_index_block_cache_mb) << 20;
+    c.ssd_index_flush_on_drain = absl::GetFlag(FLAGS_ssd_index_flush_on_drain);
     const Clock::time_point t = Clock::now();
     started_ = t;
     absl::StatusOr<std::unique_ptr<CacheServer>> s =

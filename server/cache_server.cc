@@ -523,6 +523,7 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   o.recover_in_background = true;
   o.before_recovery_scan = config_.before_ssd_recovery_scan;
   o.index_memory.write_buffer_bytes = config_.ssd_index_write_buffer_bytes;
+  o.flush_index_on_drain = config_.ssd_index_flush_on_drain;
   o.index_memory.block_cache_bytes = config_.ssd_index_block_cache_bytes;
   o.clock = config_.clock;
   auto open = [this, o, next]() -> absl::Status {

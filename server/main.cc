@@ -117,6 +117,9 @@ ABSL_FLAG(bool, ssd_demote, true,
           "Write chunks the arena evicts behind to the SSD tier");
 ABSL_FLAG(ByteSize, ssd_index_write_buffer, ByteSize{16ull << 20},
           "RocksDB memtable of the SSD index (two at most exist; >= 1M)");
+ABSL_FLAG(bool, ssd_index_flush_on_drain, true,
+          "Flush the SSD index's memtable when the write-behind drains, so "
+          "that its memory goes back after a warm-up");
 ABSL_FLAG(ByteSize, ssd_index_block_cache, ByteSize{64ull << 20},
           "RocksDB block cache of the SSD index");
 ABSL_FLAG(int32_t, malloc_arenas, 0,
@@ -263,6 +266,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
       absl::GetFlag(FLAGS_ssd_index_write_buffer).bytes;
   c.ssd_index_block_cache_bytes =
       absl::GetFlag(FLAGS_ssd_index_block_cache).bytes;
+  c.ssd_index_flush_on_drain = absl::GetFlag(FLAGS_ssd_index_flush_on_drain);
   c.borrowed_share = absl::GetFlag(FLAGS_borrowed_share);
   if (!(c.borrowed_share >= 0 && c.borrowed_share <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -112,6 +112,8 @@ struct ServerConfig {
   // RocksDB's memory for the SSD index: one memtable (two at most) and the
   // block cache (SsdIndexMemoryOptions).
   uint64_t ssd_index_write_buffer_bytes = 16ull << 20;
+  // SsdTierOptions::flush_index_on_drain.
+  bool ssd_index_flush_on_drain = true;
   uint64_t ssd_index_block_cache_bytes = 64ull << 20;
 
   // Admission and eviction (issue 11). Share of the arena that chunks

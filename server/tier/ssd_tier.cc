@@ -199,6 +199,7 @@ void SsdTier::OnQueueDrained() {
   // write buffer, so that bursts of misses do not make many small tables,
   // and not on a nearly full disk (as at shutdown: a flush there fails
   // inside RocksDB).
+  if (!options_.flush_index_on_drain) return;
   if (IndexFreeBytes() < options_.min_free_bytes / 4) return;
   absl::StatusOr<bool> flushed =
       index_->FlushMemtable(options_.index_memory.write_buffer_bytes / 4);

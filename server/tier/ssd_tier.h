@@ -59,6 +59,10 @@ struct SsdTierOptions {
   uint64_t write_queue_bytes = 256ull << 20;
   // RocksDB's memtables and block cache for the index.
   SsdIndexMemoryOptions index_memory;
+  // Flush the index's memtable when the write-behind drains (issue 17: its
+  // memory goes back after a warm-up); false keeps it until RocksDB fills
+  // it (an A/B switch for the benchmarks).
+  bool flush_index_on_drain = true;
   // Read and checksum every chunk at Open (else each chunk is checked when
   // read, which happens on every read anyway).
   bool verify_on_open = false;

@@ -599,36 +599,60 @@ TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
 
 // Issue 17: when the write-behind drains after 16 MiB, the index's
 // memtable (RAM until later writes fill it) is flushed to a table file.
-TEST_F(SsdTierTest, DrainedWriteBehindFlushesTheIndexMemtable) {
-  SsdTierOptions o = Options();
-  // RocksDB's smallest: a 1 MiB memtable taking 128 KiB blocks; the
-  // drain flushes it from 256 KiB on.
-  o.index_memory.write_buffer_bytes = 1 << 20;
-  Open(o);
-  // Long paths, so that a few hundred files' keys take several blocks.
-  auto name = [](int i) { return absl::StrCat(std::string(600, 'p'), i); };
-  auto demote = [&](int i) {
-    const std::string bytes = Put(name(i), kChunk, i);
-    return tier_->Demote(ChunkId{kDs, name(i), 0}, backend_.Info(kDs, name(i)),
-                         bytes, Checksum(bytes.data(), bytes.size()));
+// The SSD index's memtable before and after a drain past 16 MiB of
+// write-behind (Flush waits for the drain's work), with the memtable flush
+// on drain `flush`; checks that what was written is still found.
+class SsdTierMemtableTest : public SsdTierTest {
+ protected:
+  struct MemtableAtDrain {
+    uint64_t before = 0;
+    uint64_t after = 0;
   };
-  // Under 16 MiB written: the memtable keeps what it holds.
-  constexpr int kUnder = (12 << 20) / static_cast<int>(kChunk);
-  for (int i = 0; i < kUnder; ++i) ASSERT_TRUE(demote(i));
-  tier_->Flush();
-  const uint64_t before = tier_->Stats().index_memory.memtable_bytes;
-  ASSERT_GE(before, 256u << 10);
-  // Past 16 MiB: flushed once the queue drains; Flush waits for that.
-  for (int i = kUnder; i < kUnder + (5 << 20) / static_cast<int>(kChunk); ++i) {
-    ASSERT_TRUE(demote(i));
+  MemtableAtDrain MemtableAcrossADrain(bool flush) {
+    SsdTierOptions o = Options();
+    // RocksDB's smallest: a 1 MiB memtable taking 128 KiB blocks; the
+    // drain flushes it from 256 KiB on.
+    o.index_memory.write_buffer_bytes = 1 << 20;
+    o.flush_index_on_drain = flush;
+    Open(o);
+    // Long paths, so that a few hundred files' keys take several blocks.
+    auto name = [](int i) { return absl::StrCat(std::string(600, 'p'), i); };
+    auto demote = [&](int i) {
+      const std::string bytes = Put(name(i), kChunk, i);
+      return tier_->Demote(ChunkId{kDs, name(i), 0},
+                           backend_.Info(kDs, name(i)), bytes,
+                           Checksum(bytes.data(), bytes.size()));
+    };
+    MemtableAtDrain m;
+    // Under 16 MiB written: the memtable keeps what it holds.
+    constexpr int kUnder = (12 << 20) / static_cast<int>(kChunk);
+    for (int i = 0; i < kUnder; ++i) EXPECT_TRUE(demote(i));
+    tier_->Flush();
+    m.before = tier_->Stats().index_memory.memtable_bytes;
+    EXPECT_GE(m.before, 256u << 10);
+    // Past 16 MiB: the queue drains.
+    for (int i = kUnder; i < kUnder + (5 << 20) / static_cast<int>(kChunk);
+         ++i) {
+      EXPECT_TRUE(demote(i));
+    }
+    tier_->Flush();
+    m.after = tier_->Stats().index_memory.memtable_bytes;
+    EXPECT_EQ(tier_->Stats().write_errors, 0u);
+    EXPECT_EQ(*ReadChunk(name(3), 0, backend_.Info(kDs, name(3))),
+              RandomBytes(kChunk, 3));
+    EXPECT_EQ(backend_.reads(), 0u);
+    return m;
   }
-  tier_->Flush();
-  EXPECT_LT(tier_->Stats().index_memory.memtable_bytes, before / 2);
-  EXPECT_EQ(tier_->Stats().write_errors, 0u);
-  // What was flushed is still found.
-  EXPECT_EQ(*ReadChunk(name(3), 0, backend_.Info(kDs, name(3))),
-            RandomBytes(kChunk, 3));
-  EXPECT_EQ(backend_.reads(), 0u);
+};
+
+TEST_F(SsdTierMemtableTest, DrainedWriteBehindFlushesTheIndexMemtable) {
+  const MemtableAtDrain m = MemtableAcrossADrain(/*flush=*/true);
+  EXPECT_LT(m.after, m.before / 2);
+}
+
+TEST_F(SsdTierMemtableTest, MemtableFlushOnDrainCanBeTurnedOff) {
+  const MemtableAtDrain m = MemtableAcrossADrain(/*flush=*/false);
+  EXPECT_GE(m.after, m.before);
 }
 
 TEST_F(SsdTierTest, WriteQueueIsBoundedInBytesToo) {
