@@ -24,36 +24,9 @@
 namespace dlcache {
 namespace {
 
-constexpr size_t kBatch = 8;
-
 class EpochPlanPositionTest : public testing::PlanServerFixture {
  protected:
   void SetUp() override { Start(); }
-
-  // Reads `order` (epoch `epoch` of the plan) in batches of kBatch, each
-  // saying where it stands, checking every byte. `shift` misplaces them.
-  void ReadEpoch(Client& c, uint64_t epoch,
-                 const std::vector<std::string>& order, size_t shift = 0) {
-    for (size_t i = 0; i < order.size(); i += kBatch) {
-      std::vector<std::string> part(
-          order.begin() + i,
-          order.begin() + std::min(order.size(), i + kBatch));
-      absl::StatusOr<Batch> b =
-          c.GetBatch("ds", part, PlanPosition{epoch, i + shift});
-      ASSERT_TRUE(b.ok()) << b.status();
-      for (size_t j = 0; j < part.size(); ++j) {
-        const Item& item = (*b)[j];
-        ASSERT_TRUE(item.status().ok()) << item.status();
-        const int n = std::stoi(part[j].substr(2));
-        std::string got(item.size(), '\0');
-        ASSERT_TRUE(
-            item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()),
-                                       got.size()))
-                .ok());
-        ASSERT_EQ(got, std::string(kChunk, 'a' + n % 26)) << part[j];
-      }
-    }
-  }
 };
 
 // Two epochs read by position: every read is the plan's progress, as by
@@ -66,11 +39,11 @@ TEST_F(EpochPlanPositionTest, PositionsAreTheSameProgressAsKeys) {
   ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0).ok());
   ASSERT_TRUE(c->RegisterPlan("ds", "job", 1, e1).ok());
   ASSERT_TRUE(c->RegisterPlan("ds", "job", 2, Order(2)).ok());
-  ReadEpoch(*c, 0, e0);
+  ReadEpochAt(*c, 0, e0);
   PlanRegistry::Stats st = plans().stats();
   EXPECT_EQ(st.consumed, uint64_t{kItems});
   EXPECT_EQ(plans().Describe()[0].frontier, uint64_t{kItems});
-  ReadEpoch(*c, 1, e1);
+  ReadEpochAt(*c, 1, e1);
   st = plans().stats();
   EXPECT_EQ(st.consumed, 2u * kItems);
   EXPECT_EQ(st.position_mismatches, 0u);
@@ -92,7 +65,7 @@ TEST_F(EpochPlanPositionTest, AWrongPositionChangesNoItemAndIsCounted) {
   const std::vector<std::string> e0 = Order(0);
   ASSERT_TRUE(c->RegisterPlan("ds", "job", 0, e0).ok());
   const std::vector<std::string> first(e0.begin(), e0.begin() + 2 * kBatch);
-  ReadEpoch(*c, 0, first, /*shift=*/1);
+  ReadEpochAt(*c, 0, first, /*shift=*/1);
   PlanRegistry::Stats st = plans().stats();
   EXPECT_EQ(st.consumed, 0u);
   EXPECT_EQ(st.position_mismatches, 2u);
@@ -128,7 +101,7 @@ TEST_F(EpochPlanPositionTest, AJobPlansRanksReadByPositionCountEveryRead) {
   };
   // Rank 1's first batch one read off.
   const std::vector<std::string> s1 = shard(e0, 1);
-  ReadEpoch(*ranks[1], 0, {s1.begin(), s1.begin() + kBatch}, /*shift=*/1);
+  ReadEpochAt(*ranks[1], 0, {s1.begin(), s1.begin() + kBatch}, /*shift=*/1);
   PlanRegistry::Stats st = plans().stats();
   EXPECT_EQ(st.consumed, 0u);
   EXPECT_EQ(st.position_mismatches, 1u);
@@ -136,7 +109,7 @@ TEST_F(EpochPlanPositionTest, AJobPlansRanksReadByPositionCountEveryRead) {
   // runs ahead of the plan's (rank 0's) within the skew.
   for (uint64_t epoch : {0, 1}) {
     for (uint32_t r = kWorld; r-- > 0;) {
-      ReadEpoch(*ranks[r], epoch, shard(epoch == 0 ? e0 : e1, r));
+      ReadEpochAt(*ranks[r], epoch, shard(epoch == 0 ? e0 : e1, r));
     }
     st = plans().stats();
     EXPECT_EQ(st.consumed, (epoch + 1) * kItems);

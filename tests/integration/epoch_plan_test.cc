@@ -25,27 +25,6 @@ namespace {
 
 class EpochPlanServerTest : public testing::PlanServerFixture {
  protected:
-  // Reads `order` in batches of 8, checking every byte.
-  void ReadEpoch(Client& c, const std::vector<std::string>& order) {
-    for (size_t i = 0; i < order.size(); i += 8) {
-      std::vector<std::string> part(
-          order.begin() + i, order.begin() + std::min(order.size(), i + 8));
-      absl::StatusOr<Batch> b = c.GetBatch("ds", part);
-      ASSERT_TRUE(b.ok()) << b.status();
-      for (size_t j = 0; j < part.size(); ++j) {
-        const Item& item = (*b)[j];
-        ASSERT_TRUE(item.status().ok()) << item.status();
-        const int n = std::stoi(part[j].substr(2));
-        std::string got(item.size(), '\0');
-        ASSERT_TRUE(
-            item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()),
-                                       got.size()))
-                .ok());
-        ASSERT_EQ(got, std::string(kChunk, 'a' + n % 26)) << part[j];
-      }
-    }
-  }
-
   // ReadEpoch of planned reads `plan[from, to)` (`plan`: the plan's
   // epochs one after another), holding the reader after each batch until
   // the server caught up with it: the batch's leases returned, the plan's

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -70,9 +71,48 @@ class PlanServerFixture : public ::testing::Test {
 
   PlanRegistry& plans() { return *server_->server().plans(); }
 
+  // Reads `order` in batches of kBatch by key, checking every byte.
+  void ReadEpoch(Client& c, const std::vector<std::string>& order) {
+    ReadInBatches(c, order, std::nullopt, 0);
+  }
+  // The same, each batch saying where it stands in epoch `epoch` of the
+  // plan (its offset in `order`); `shift` misplaces them.
+  void ReadEpochAt(Client& c, uint64_t epoch,
+                   const std::vector<std::string>& order, size_t shift = 0) {
+    ReadInBatches(c, order, epoch, shift);
+  }
+
+  static constexpr size_t kBatch = 8;
+
   std::unique_ptr<TestServer> server_;
   CountingSource* counting_ = nullptr;
   std::vector<std::string> keys_;
+
+ private:
+  void ReadInBatches(Client& c, const std::vector<std::string>& order,
+                     std::optional<uint64_t> epoch, size_t shift) {
+    for (size_t i = 0; i < order.size(); i += kBatch) {
+      std::vector<std::string> part(
+          order.begin() + i,
+          order.begin() + std::min(order.size(), i + kBatch));
+      absl::StatusOr<Batch> b =
+          epoch.has_value()
+              ? c.GetBatch("ds", part, PlanPosition{*epoch, i + shift})
+              : c.GetBatch("ds", part);
+      ASSERT_TRUE(b.ok()) << b.status();
+      for (size_t j = 0; j < part.size(); ++j) {
+        const Item& item = (*b)[j];
+        ASSERT_TRUE(item.status().ok()) << item.status();
+        const int n = std::stoi(part[j].substr(2));
+        std::string got(item.size(), '\0');
+        ASSERT_TRUE(
+            item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()),
+                                       got.size()))
+                .ok());
+        ASSERT_EQ(got, std::string(kChunk, 'a' + n % 26)) << part[j];
+      }
+    }
+  }
 };
 
 }  // namespace dlcache::testing
