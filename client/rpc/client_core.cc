@@ -15,6 +15,16 @@
 
 namespace dlcache {
 namespace internal {
+namespace {
+
+// A reply of another type than the request's (DATA_LOSS: the stream is
+// not the protocol any more).
+absl::Status WrongReplyType(const local::Frame& frame) {
+  return absl::DataLossError(
+      absl::StrCat("answered with message type ", frame.header.type));
+}
+
+}  // namespace
 
 ClientCore::ClientCore(const ClientOptions& options)
     : options_(options),
@@ -202,9 +212,7 @@ absl::StatusOr<std::vector<Item>> ClientCore::GetBatchSlice(
     return frame.status();
   }
   if (frame->type() != local::MsgType::kBatch) {
-    return RpcError("GetBatch",
-                    absl::DataLossError(absl::StrCat(
-                        "answered with message type ", frame->header.type)));
+    return RpcError("GetBatch", WrongReplyType(*frame));
   }
   local::BatchReply reply;
   if (absl::Status st = local::DecodeBatchReply(frame->payload, &reply);
@@ -256,8 +264,7 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
     absl::Status st =
         frame->type() == local::MsgType::kPrefetchReply
             ? local::DecodePrefetchReply(frame->payload, &accepted)
-            : absl::DataLossError(absl::StrCat("answered with message type ",
-                                               frame->header.type));
+            : WrongReplyType(*frame);
     if (!st.ok()) return RpcError("Prefetch", st);
   }
   return absl::OkStatus();
@@ -292,8 +299,7 @@ absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
     absl::Status st =
         frame->type() == local::MsgType::kRegisterPlanReply
             ? local::DecodeRegisterPlanFeatures(frame->payload, &features)
-            : absl::DataLossError(absl::StrCat("answered with message type ",
-                                               frame->header.type));
+            : WrongReplyType(*frame);
     if (!st.ok()) return RpcError("RegisterPlan", st);
     (*conn)->set_features(features);
     begin += n;
@@ -331,8 +337,7 @@ absl::StatusOr<JobPlanState> ClientCore::RegisterJobPlan(
     absl::Status st =
         frame->type() == local::MsgType::kRegisterPlanReply
             ? local::DecodeRegisterPlanReply(frame->payload, &reply)
-            : absl::DataLossError(absl::StrCat("answered with message type ",
-                                               frame->header.type));
+            : WrongReplyType(*frame);
     if (!st.ok()) return RpcError("RegisterJobPlan", st);
     return JobPlanState{reply.has_epoch, reply.epoch, reply.next_offset};
   };
@@ -382,11 +387,9 @@ absl::Status ClientCore::LearnFeatures(Connection& conn, absl::Time deadline,
     return frame.status();
   }
   uint32_t features = 0;
-  absl::Status st =
-      frame->type() == local::MsgType::kFeatures
-          ? local::DecodeFeatures(frame->payload, &features)
-          : absl::DataLossError(absl::StrCat("answered with message type ",
-                                             frame->header.type));
+  absl::Status st = frame->type() == local::MsgType::kFeatures
+                        ? local::DecodeFeatures(frame->payload, &features)
+                        : WrongReplyType(*frame);
   if (!st.ok()) return RpcError(what, st);
   conn.set_features(features);
   return absl::OkStatus();
@@ -412,9 +415,7 @@ absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
         Roundtrip(**conn, local::MsgType::kStat, payload, deadline, "Stat");
     if (!frame.ok()) return frame.status();
     if (frame->type() != local::MsgType::kStatReply) {
-      return RpcError("Stat",
-                      absl::DataLossError(absl::StrCat(
-                          "answered with message type ", frame->header.type)));
+      return RpcError("Stat", WrongReplyType(*frame));
     }
     int32_t code = 0;
     std::string message;
@@ -457,9 +458,7 @@ absl::Status ClientCore::FlushReleases() {
                   deadline, "Release");
     absl::Status st = frame.status();
     if (st.ok() && frame->type() != local::MsgType::kReleased) {
-      st = RpcError("Release",
-                    absl::DataLossError(absl::StrCat(
-                        "answered with message type ", frame->header.type)));
+      st = RpcError("Release", WrongReplyType(*frame));
     }
     if (!st.ok()) {
       if (conn->ended()) return absl::OkStatus();  // released with the session

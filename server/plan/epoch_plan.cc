@@ -164,14 +164,9 @@ size_t EpochPlan::FirstLive(const KeyUses& k) const {
   // pending range: consumed by a range.
   const uint64_t floor =
       std::max(consumed_below_, frontier_ > skew_ ? frontier_ - skew_ : 0);
-  size_t i = k.next;
-  // Progress by position leaves `next` where it was, and a reader's plan
-  // drops a key's old positions only in Add: a search, not a walk, under
-  // the tier's lock (the eviction's distances).
-  if (i < k.positions.size() && k.positions[i] < floor) {
-    i = std::lower_bound(k.positions.begin() + i, k.positions.end(), floor) -
-        k.positions.begin();
-  }
+  // Progress by position leaves `next` where it was, and a plan drops a
+  // key's old positions only in Add.
+  size_t i = FirstAtOrAfter(k, floor);
   while (i < k.positions.size() && RangeConsumed(k.positions[i])) ++i;
   return i;
 }
@@ -368,11 +363,12 @@ uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
   return pos >= frontier_ ? pos - frontier_ : 0;
 }
 
-size_t EpochPlan::FirstHeld(const KeyUses& k) const {
+size_t EpochPlan::FirstAtOrAfter(const KeyUses& k, uint64_t floor) {
   size_t i = k.next;
-  // A search, not a walk: NextUseOfJob runs under the tier's lock.
-  if (i < k.positions.size() && k.positions[i] < base_) {
-    i = std::lower_bound(k.positions.begin() + i, k.positions.end(), base_) -
+  // A search, not a walk: the eviction's distances (FirstLive,
+  // NextUseOfJob) run under the tier's lock.
+  if (i < k.positions.size() && k.positions[i] < floor) {
+    i = std::lower_bound(k.positions.begin() + i, k.positions.end(), floor) -
         k.positions.begin();
   }
   return i;

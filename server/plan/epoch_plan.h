@@ -206,7 +206,10 @@ class EpochPlan {
   size_t FirstLive(const KeyUses& k) const;
   // First index of k.positions at or after base_ (from k.next): positions
   // behind base_ are dropped lazily (Add), not by trimming.
-  size_t FirstHeld(const KeyUses& k) const;
+  size_t FirstHeld(const KeyUses& k) const { return FirstAtOrAfter(k, base_); }
+  // First index of k.positions, from k.next on, whose position is at or
+  // after `floor` (a binary search once k.next is behind it).
+  static size_t FirstAtOrAfter(const KeyUses& k, uint64_t floor);
   uint64_t NextUseOfJob(const KeyUses& k) const;
   // The plan's frontier: the smallest of the attached ranks' (never back).
   void UpdateJobFrontier();
