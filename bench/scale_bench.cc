@@ -1,6 +1,7 @@
 // scale_bench: how dlcache's costs grow with the item count (issue 17).
 // For each N of --items it generates N small files in an ImageNet-like
-// tree (1000 class folders), starts an in-process dlcached with an SSD
+// tree (1000 class folders; names short or as long as ImageNet's:
+// --names, bench/sample_names.h), starts an in-process dlcached with an SSD
 // tier, and measures in one run:
 //   - warm-up through `dlcachectl warmup` (files/s), and the same with the
 //     progress bar drawn to a terminal-less pipe vs --json (its overhead);
@@ -31,6 +32,7 @@
 //   scale_bench [--items=10000,100000,1300000] [--min_bytes=4096]
 //               [--max_bytes=8192] [--dir=/tmp] [--out=FILE]
 //               [--skip=sync,restart,admin,json,drain] [--halves]
+//               [--names=short|imagenet]
 //
 // --skip leaves parts out (their cells print "-"), so that a 1.3M run of
 // the warm-up, RAM and GetBatch rows fits a 10-minute command on 2 cores:
@@ -69,6 +71,7 @@
 #include "absl/strings/string_view.h"
 #include "bench/machine_info.h"
 #include "bench/report.h"
+#include "bench/sample_names.h"
 #include "bench/temp_dir.h"
 #include "common/heap_trim.h"
 #include "common/logging.h"
@@ -110,6 +113,9 @@ ABSL_FLAG(bool, halves, false,
           "warm the first half of the files, then the second, and report "
           "the RAM growth over the second half per item of it (the "
           "marginal cost) next to the total");
+ABSL_FLAG(std::string, names, "short",
+          "file names: short (n0123/00001234.JPEG, 19 bytes) or imagenet "
+          "(n01440887/n01440887_1234.JPEG, ~30 bytes, as ILSVRC's)");
 ABSL_FLAG(bool, log_info, false,
           "show the server's INFO log (start-up stage times)");
 
@@ -123,9 +129,15 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string KeyOf(uint64_t i) {
-  return absl::StrFormat("n%04u/%08u.JPEG", static_cast<unsigned>(i % 1000),
-                         static_cast<unsigned>(i));
+// --names, parsed by main.
+SampleNames g_names = SampleNames::kShort;
+
+std::string KeyOf(uint64_t i) { return SampleName(g_names, i); }
+
+// The folder of file i's class (file i is in class i % 1000).
+std::string ClassFolder(uint64_t i) {
+  const std::string key = KeyOf(i % 1000);
+  return key.substr(0, key.rfind('/'));
 }
 
 uint64_t SizeOf(uint64_t i) {
@@ -151,7 +163,7 @@ absl::StatusOr<uint64_t> Generate(const std::string& root, uint64_t begin,
     std::memcpy(&blob[i], &v, 8);
   }
   for (int c = 0; c < 1000; ++c) {
-    fs::create_directories(absl::StrFormat("%s/n%04d", root, c));
+    fs::create_directories(root + "/" + ClassFolder(c));
   }
   uint64_t total = 0;
   for (uint64_t i = begin; i < end; ++i) {
@@ -580,7 +592,9 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
     row.index_bytes_per_item =
         static_cast<double>(DirBytes(h.ssd_dir() + "/index")) / n;
   }
-  if (!Skipped("admin")) row.evict_s = Ctl(h.socket(), "evict ds n0000");
+  if (!Skipped("admin")) {
+    row.evict_s = Ctl(h.socket(), "evict ds " + ClassFolder(0));
+  }
   if (Skipped("restart")) {
     h.Stop();
     return row;
@@ -644,8 +658,9 @@ int Run() {
     rows.push_back(*r);
   }
   std::string md = absl::StrFormat(
-      "%s\n\nFiles of %llu-%llu B in 1000 class folders; in-process dlcached "
-      "with an SSD tier; admin through dlcachectl.\n\n"
+      "%s\n\nFiles of %llu-%llu B in 1000 class folders, %s names (e.g. "
+      "%s); in-process dlcached with an SSD tier; admin through "
+      "dlcachectl.\n\n"
       "| items | warm-up files/s (bar / --json) | RAM metadata B/item | SSD "
       "index B/item | GetBatch %u p50 / p99 us | status / stats s | "
       "revalidate s | evict 1 class / all s | sync s | re-adopt restart s "
@@ -655,7 +670,7 @@ int Run() {
       DescribeMachine(),
       static_cast<unsigned long long>(absl::GetFlag(FLAGS_min_bytes)),
       static_cast<unsigned long long>(absl::GetFlag(FLAGS_max_bytes)),
-      absl::GetFlag(FLAGS_batch));
+      absl::GetFlag(FLAGS_names), KeyOf(1234), absl::GetFlag(FLAGS_batch));
   for (const Row& r : rows) {
     absl::StrAppendFormat(
         &md,
@@ -743,6 +758,14 @@ int main(int argc, char** argv) {
       "the table); --skip=sync,restart,admin keeps the warm-up, RAM and "
       "GetBatch rows (e.g. taskset -c 0,1 at 1.3M in under 10 minutes)");
   absl::ParseCommandLine(argc, argv);
+  const absl::StatusOr<dlcache::bench::SampleNames> names =
+      dlcache::bench::ParseSampleNames(absl::GetFlag(FLAGS_names));
+  if (!names.ok()) {
+    std::fprintf(stderr, "scale_bench: %s\n",
+                 names.status().ToString().c_str());
+    return 2;
+  }
+  dlcache::bench::g_names = *names;
   // As dlcached's main does, before any thread or buffer exists.
   dlcache::ConfigureHeap(std::max(0, absl::GetFlag(FLAGS_malloc_arenas)));
   dlcache::SetMinLogLevel(absl::GetFlag(FLAGS_log_info)

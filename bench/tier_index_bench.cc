@@ -3,11 +3,13 @@
 // mallinfo2: bytes malloc handed out, so no RSS noise from other
 // threads, plus the index's own page memory, which malloc does not see), the
 // time to index a file, ServeHits of 256 random keys (p50/p99) and the restart
-// path's ForEachReady and Adopt per chunk. Paths look like ImageNet's
-// ("n0123/00001234.JPEG"); every file is one chunk of --item_bytes in an arena
+// path's ForEachReady and Adopt per chunk. Paths are in 1000 class folders,
+// short ("n0123/00001234.JPEG") or as long as ImageNet's (--names=imagenet,
+// bench/sample_names.h); every file is one chunk of --item_bytes in an arena
 // under --shm_dir.
 //
 //   tier_index_bench [--items=100000,1000000] [--item_bytes=4096]
+//                    [--names=short|imagenet]
 
 #include <malloc.h>
 
@@ -21,7 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
+#include "bench/sample_names.h"
 #include "bench/temp_dir.h"
 #include "server/memory/arena.h"
 #include "server/tier/memory_tier.h"
@@ -33,6 +35,9 @@ ABSL_FLAG(uint64_t, item_bytes, 4096, "bytes of every file (one chunk)");
 ABSL_FLAG(uint32_t, batch, 256, "keys per ServeHits");
 ABSL_FLAG(uint32_t, iterations, 2000, "ServeHits calls per latency figure");
 ABSL_FLAG(std::string, shm_dir, "/dev/shm", "where the arena lives");
+ABSL_FLAG(std::string, names, "short",
+          "file names: short (n0123/00001234.JPEG, 19 bytes) or imagenet "
+          "(n01440887/n01440887_1234.JPEG, ~30 bytes)");
 
 namespace dlcache::bench {
 namespace {
@@ -44,11 +49,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string KeyOf(uint64_t i) {
-  return absl::StrFormat("n%04u/%08u.JPEG", static_cast<unsigned>(i % 1000),
-                         static_cast<unsigned>(i));
-}
-
 // Bytes malloc handed out, including blocks it mmapped on their own
 // (hblkhd: large ones, such as a big hash table or entry block).
 uint64_t HeapBytes() {
@@ -56,7 +56,7 @@ uint64_t HeapBytes() {
   return m.uordblks + m.hblkhd;
 }
 
-int MeasureN(uint64_t n) {
+int MeasureN(uint64_t n, SampleNames names) {
   const uint64_t item = absl::GetFlag(FLAGS_item_bytes);
   absl::StatusOr<std::unique_ptr<ScopedTempDir>> shm =
       ScopedTempDir::Create(absl::GetFlag(FLAGS_shm_dir), "tier-bench-");
@@ -72,7 +72,7 @@ int MeasureN(uint64_t n) {
     return 1;
   }
   std::vector<std::string> keys(n);
-  for (uint64_t i = 0; i < n; ++i) keys[i] = KeyOf(i);
+  for (uint64_t i = 0; i < n; ++i) keys[i] = SampleName(names, i);
   const FileInfo info{item, 1};
 
   const uint64_t heap0 = HeapBytes();
@@ -158,6 +158,12 @@ int MeasureN(uint64_t n) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const absl::StatusOr<dlcache::bench::SampleNames> names =
+      dlcache::bench::ParseSampleNames(absl::GetFlag(FLAGS_names));
+  if (!names.ok()) {
+    std::fprintf(stderr, "%s\n", names.status().ToString().c_str());
+    return 2;
+  }
   std::printf(
       "| items | heap B/item (records / entries / table; malloc) | index "
       "us/file | ServeHits %u p50 / p99 us | "
@@ -167,7 +173,7 @@ int main(int argc, char** argv) {
   for (const std::string& s : absl::GetFlag(FLAGS_items)) {
     uint64_t n = 0;
     if (!absl::SimpleAtoi(s, &n) || n == 0) return 2;
-    if (int rc = dlcache::bench::MeasureN(n); rc != 0) return rc;
+    if (int rc = dlcache::bench::MeasureN(n, *names); rc != 0) return rc;
   }
   return 0;
 }
