@@ -127,12 +127,18 @@ int MeasureN(uint64_t n, SampleNames names) {
   tier->CloseSession(session);
   std::sort(lat.begin(), lat.end());
 
+  // A chunk's path is valid during the call only (the manifest copies it).
   std::vector<MemoryTier::ReadyChunk> ready;
+  std::vector<std::string> paths;
   ready.reserve(n);
+  paths.reserve(n);
   t = Clock::now();
-  tier->ForEachReady(
-      [&](const MemoryTier::ReadyChunk& c) { ready.push_back(c); });
+  tier->ForEachReady([&](const MemoryTier::ReadyChunk& c) {
+    ready.push_back(c);
+    paths.emplace_back(c.path);
+  });
   const double list_s = Since(t);
+  for (size_t i = 0; i < ready.size(); ++i) ready[i].path = paths[i];
   auto adopted = std::make_unique<MemoryTier>(arena->get(), kChunk, 1);
   t = Clock::now();
   for (const MemoryTier::ReadyChunk& c : ready) {
@@ -143,7 +149,7 @@ int MeasureN(uint64_t n, SampleNames names) {
       "| %llu | %.0f (%.0f / %.0f / %.0f; malloc %.0f) | %.2f | %.1f / %.1f | "
       "%.3f | %.3f |\n",
       static_cast<unsigned long long>(n), bytes_per_item,
-      static_cast<double>(index.record_bytes) / per,
+      static_cast<double>(index.record_bytes + index.folder_bytes) / per,
       static_cast<double>(index.entry_bytes) / per,
       static_cast<double>(index.table_bytes) / per, malloc_per_item,
       index_s / static_cast<double>(n) * 1e6, lat[lat.size() / 2],

@@ -276,6 +276,7 @@ absl::Status CacheServer::Init() {
     limits.max_total_positions = 4 * config_.max_plan_keys;
     limits.max_plans_per_session = config_.max_plans_per_session;
     plans_ = std::make_unique<PlanRegistry>(limits);
+    plans_->SetEntryPaths(tier_.get());
     tier_->SetEvictionPolicy([this](int classes) {
       return std::make_unique<BeladyEvictionPolicy>(classes, plans_.get());
     });

@@ -336,10 +336,17 @@ uint64_t PlanRegistry::NextUseLocked(uint32_t dataset,
 void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
                              absl::Span<uint64_t> out) const {
   absl::ReaderMutexLock lock(&mu_);
+  std::string scratch;
   for (size_t i = 0; i < entries.size(); ++i) {
     const FileRecord* file = FileOf(entries[i]);
-    out[i] = file == nullptr ? kUnplanned
-                             : NextUseLocked(entries[i]->dataset, file->path());
+    if (file == nullptr) {
+      out[i] = kUnplanned;
+      continue;
+    }
+    out[i] =
+        NextUseLocked(entries[i]->dataset,
+                      paths_ != nullptr ? paths_->PathOf(entries[i], &scratch)
+                                        : file->name());
   }
 }
 

@@ -18,6 +18,7 @@
 #include "server/memory/belady_eviction_policy.h"
 #include "server/plan/epoch_plan.h"
 #include "server/plan/progress_queue.h"
+#include "server/tier/file_record.h"
 
 namespace dlcache {
 
@@ -77,6 +78,11 @@ class PlanRegistry : public NextUseOracle {
   // the progress). Must not block (it may run on the hit path). Set before
   // use.
   void SetOnChange(std::function<void()> fn) { on_change_ = std::move(fn); }
+  // Where Distances finds an entry's path (the memory tier; not owned,
+  // outlives the registry). Without it, a record's name() is taken as its
+  // path (records made without a folder, as in unit tests). Set before
+  // use.
+  void SetEntryPaths(const EntryPaths* paths) { paths_ = paths; }
 
   // Attaches `session` to `dataset`'s plan `name` (creating it) and adds
   // keys [offset, offset + paths.size()) of its epoch `epoch`
@@ -236,6 +242,7 @@ class PlanRegistry : public NextUseOracle {
 
   const PlanLimits limits_;
   std::function<void()> on_change_;
+  const EntryPaths* paths_ = nullptr;
   std::atomic<uint32_t> plan_count_{0};
   ProgressQueue progress_;
   mutable absl::Mutex mu_;

@@ -29,14 +29,14 @@ uint64_t NextHomeMultiplier() {
   return (z ^ (z >> 31)) | 1;
 }
 
-void PrefetchRecord(const FileRecord* r, size_t path_bytes) {
+void PrefetchRecord(const FileRecord* r, size_t name_bytes) {
   const char* p = reinterpret_cast<const char*>(r);
   // The block from a one-chunk file's entry before the fields (which the
-  // caller reads next) to the path's end: two lines for an ImageNet
+  // caller reads next) to the name's end: two lines for an ImageNet
   // record of 72 bytes. Before another record: a line of its neighbour.
   __builtin_prefetch(p - sizeof(ChunkEntry));
   __builtin_prefetch(p);
-  __builtin_prefetch(p + FileRecord::kPathAt + path_bytes - 1);
+  __builtin_prefetch(p + FileRecord::kNameAt + name_bytes - 1);
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ FileIndex::FileIndex(HashFn hash, ChunkEntryPool* handles)
 
 FileIndex::~FileIndex() {
   for (size_t i = 0; i < capacity_; ++i) {
-    if (Live(slots_[i])) FileRecord::Destroy(RecordOf(slots_[i]), &arena_);
+    if (Live(slots_[i])) Free(RecordOf(slots_[i]));
   }
   FreePages(slots_, capacity_ * sizeof(uint64_t));
 }
@@ -63,7 +63,8 @@ FileIndex::FileIndex(FileIndex&& other) noexcept
       erased_(std::exchange(other.erased_, 0)),
       unlinked_(std::exchange(other.unlinked_, 0)),
       home_mul_(other.home_mul_),
-      arena_(std::move(other.arena_)) {}
+      arena_(std::move(other.arena_)),
+      folders_(std::move(other.folders_)) {}
 
 size_t FileIndex::CapacityFor(size_t n) {
   constexpr size_t kSlotsPerPage = 4096 / sizeof(uint64_t);
@@ -92,7 +93,7 @@ FileRecord* FileIndex::FindFrom(size_t i, uint64_t tag,
                                 absl::string_view path) const {
   for (i = ProbeTag(i, tag); i != capacity_; i = ProbeTag(Next(i), tag)) {
     FileRecord* r = RecordOf(slots_[i]);
-    if (r->path() == path) return r;
+    if (Matches(*r, path)) return r;
   }
   return nullptr;
 }
@@ -118,6 +119,7 @@ void FileIndex::FindBatch(size_t n,
     uint64_t hash;
     size_t slot;
   };
+
   Key ring[kRing];
   for (size_t step = 0; step < n + 2 * kAhead; ++step) {
     // Stage 1, key `step`: hash, start loading its slot.
@@ -145,7 +147,7 @@ void FileIndex::FindBatch(size_t n,
       if (k.slot != capacity_) {
         r = RecordOf(slots_[k.slot]);
         // A tag collision (1 in 65536 per probed slot): probe on.
-        if (r->path() != k.path) {
+        if (!Matches(*r, k.path)) {
           r = FindFrom(Next(k.slot), TagOf(k.hash), k.path);
         }
       }
@@ -187,6 +189,7 @@ void FileIndex::Rehash(size_t capacity) {
   // Each record is read for its hash: load the records a few slots ahead
   // (a large table's records are out of the caches).
   constexpr size_t kRehashAhead = 16;
+  std::string scratch;
   for (size_t i = 0; i < old_capacity; ++i) {
     if (i + kRehashAhead < old_capacity && Live(old[i + kRehashAhead])) {
       const FileRecord* ahead = RecordOf(old[i + kRehashAhead]);
@@ -196,7 +199,7 @@ void FileIndex::Rehash(size_t capacity) {
     }
     if (!Live(old[i])) continue;
     FileRecord* r = RecordOf(old[i]);
-    Place(r, hash_(r->path()));
+    Place(r, hash_(PathOf(*r, &scratch)));
   }
   FreePages(old, old_capacity * sizeof(uint64_t));
 }
@@ -206,15 +209,19 @@ void FileIndex::Reserve(size_t n) {
   if (want > capacity_) Rehash(want);
 }
 
-FileRecord* FileIndex::Insert(uint32_t dataset, absl::string_view path,
-                              const FileInfo& info, uint32_t chunk_count) {
+FileRecord* FileIndex::Insert(absl::string_view path, const FileInfo& info,
+                              uint32_t chunk_count) {
   if (size_ + erased_ + 1 > MaxLoad(capacity_)) {
     // Grows when live records need it; otherwise the same size, rid of
     // the erased slots.
     Rehash(size_ + 1 > MaxLoad(capacity_) ? GrownCapacity(size_ + 1)
                                           : capacity_);
   }
-  FileRecord* r = FileRecord::Create(dataset, path, info, chunk_count, &arena_);
+  const absl::string_view folder = FolderTable::FolderOf(path);
+  const uint16_t id = folders_.Acquire(folder, size_);
+  FileRecord* r = FileRecord::Create(
+      id, id == FolderTable::kNone ? path : path.substr(folder.size()), info,
+      chunk_count, &arena_);
   Place(r, hash_(path));
   ++size_;
   return r;
@@ -222,13 +229,15 @@ FileRecord* FileIndex::Insert(uint32_t dataset, absl::string_view path,
 
 FileRecord* FileIndex::Replace(FileRecord* old, const FileInfo& info,
                                uint32_t chunk_count) {
-  const uint64_t h = hash_(old->path());
+  std::string scratch;
+  const uint64_t h = hash_(PathOf(*old, &scratch));
   size_t i = ProbeTag(Home(h), TagOf(h));
   while (i != capacity_ && RecordOf(slots_[i]) != old) {
     i = ProbeTag(Next(i), TagOf(h));
   }
   if (i == capacity_) std::abort();  // not in the index: a caller's bug
-  FileRecord* r = FileRecord::Create(old->dataset(), old->path(), info,
+  if (old->folder() != FolderTable::kNone) folders_.AddRef(old->folder());
+  FileRecord* r = FileRecord::Create(old->folder(), old->name(), info,
                                      chunk_count, &arena_);
   slots_[i] = reinterpret_cast<uint64_t>(r) | (TagOf(h) << kTagShift);
   if ((reinterpret_cast<uint64_t>(r) & ~kPointerMask) != 0) std::abort();
@@ -238,7 +247,23 @@ FileRecord* FileIndex::Replace(FileRecord* old, const FileInfo& info,
 
 void FileIndex::FreeUnlinked(FileRecord* record) {
   --unlinked_;
+  Free(record);
+}
+
+void FileIndex::Free(FileRecord* record) {
+  folders_.Release(record->folder());
   FileRecord::Destroy(record, &arena_);
+}
+
+absl::string_view FileIndex::PathOf(const FileRecord& record,
+                                    std::string* scratch) const {
+  if (record.folder() == FolderTable::kNone) return record.name();
+  const absl::string_view folder = folders_.text(record.folder());
+  const absl::string_view name = record.name();
+  scratch->reserve(folder.size() + name.size());
+  scratch->assign(folder.data(), folder.size());
+  scratch->append(name.data(), name.size());
+  return *scratch;
 }
 
 void FileIndex::EraseIf(absl::FunctionRef<bool(FileRecord*)> fn) {
@@ -254,7 +279,7 @@ void FileIndex::RemoveIf(absl::FunctionRef<Removal(FileRecord*)> fn) {
     const Removal what = fn(r);
     if (what == Removal::kKeep) continue;
     if (what == Removal::kDestroy) {
-      FileRecord::Destroy(r, &arena_);
+      Free(r);
     } else {
       ++unlinked_;
     }

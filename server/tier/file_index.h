@@ -3,27 +3,32 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "server/backend/source.h"
 #include "server/tier/file_record.h"
+#include "server/tier/folder_table.h"
 #include "server/tier/record_arena.h"
 
 namespace dlcache {
 
 // One dataset's files in the memory tier: path -> FileRecord. Owns the
 // records (in a RecordArena of its own): they stay at their address
-// until erased (or the index is destroyed).
+// until erased (or the index is destroyed). A record keeps its path's
+// folder as an id of the index's FolderTable and the rest of the path
+// (FileRecord::name); PathOf puts the path together again.
 //
 // The table (issue 17) is open addressing with linear probing over
 // 8-byte slots in page memory (huge pages once it is 2 MiB): a slot is a
 // record pointer (low 48 bits) and a 16-bit tag of the path's hash (top
 // 16 bits), so a probe picks its candidate without touching any record;
-// a path is stored once, in its record, and compared only for a tag
-// match; the first slot probed is a multiplicative hash of the rest of
-// the hash with a multiplier of each table's own, scaled to the capacity
-// (multiply-high), so that the capacity need not be a power of two. At
+// a path is stored once, in its record (and its folder's table), and
+// compared only for a tag match; the first slot probed is a multiplicative hash
+// of the rest of the hash with a multiplier of each table's own, scaled to the
+// capacity (multiply-high), so that the capacity need not be a power of two. At
 // most kMaxLoadPercent of the slots are in use (erased slots count until
 // the table is rebuilt); beyond that it grows by kGrowthPercent, in whole
 // pages, which keeps the table near 8 / 0.75 bytes per record on average
@@ -72,8 +77,8 @@ class FileIndex {
                  FileRecord** out) const;
   // A new record for `path` (which must not be in the index yet), owned
   // by the index (FileRecord::Create's arguments and limits).
-  FileRecord* Insert(uint32_t dataset, absl::string_view path,
-                     const FileInfo& info, uint32_t chunk_count);
+  FileRecord* Insert(absl::string_view path, const FileInfo& info,
+                     uint32_t chunk_count);
   // A new record for `old`'s path, with `info` and `chunk_count`, takes
   // `old`'s place in the table; `old` leaves the index but is not freed:
   // the caller frees it with FreeUnlinked, now or later (a record whose
@@ -97,6 +102,13 @@ class FileIndex {
   // Records out of the index and not freed yet.
   size_t unlinked() const { return unlinked_; }
   void ForEach(absl::FunctionRef<void(const FileRecord&)> fn) const;
+  // The path of `record` (one of this index's, in it or unlinked and not
+  // freed yet): its name, or its folder and name put together in
+  // `scratch`. Valid until `scratch` changes.
+  absl::string_view PathOf(const FileRecord& record,
+                           std::string* scratch) const;
+  // Folders interned (FolderTable).
+  size_t folder_count() const { return folders_.size(); }
   // Room for `n` records without rehashing (bulk inserts).
   void Reserve(size_t n);
   size_t size() const { return size_; }
@@ -109,6 +121,8 @@ class FileIndex {
   // too large for it, and the chunk tables of files of several chunks
   // (walks every record).
   size_t RecordBytes() const;
+  // Bytes of the folder table (FolderTable::Bytes).
+  size_t FolderBytes() const { return folders_.Bytes(); }
   // The record arena's page memory (part of RecordBytes()).
   size_t ArenaBytes() const { return arena_.MappedBytes(); }
 
@@ -140,6 +154,19 @@ class FileIndex {
   // The first live slot from `i` on, probing linearly, whose tag is `tag`;
   // capacity_ when an empty slot comes first. Reads no record.
   size_t ProbeTag(size_t i, uint64_t tag) const;
+  // Whether `record` is the one of `path`.
+  bool Matches(const FileRecord& record, absl::string_view path) const {
+    const absl::string_view name = record.name();
+    if (record.folder() == FolderTable::kNone) return name == path;
+    // The name first: it is in the record's line, already loaded.
+    const absl::string_view folder = folders_.text(record.folder());
+    const size_t at = folder.size();
+    return path.size() == at + name.size() &&
+           std::memcmp(path.data() + at, name.data(), name.size()) == 0 &&
+           std::memcmp(path.data(), folder.data(), at) == 0;
+  }
+  // Destroys a record and drops its folder.
+  void Free(FileRecord* record);
   // The record of `path` probing from slot `i` on; null at an empty slot.
   FileRecord* FindFrom(size_t i, uint64_t tag, absl::string_view path) const;
   // Puts a record whose path hashes to `hash` into the first free slot
@@ -162,6 +189,7 @@ class FileIndex {
   size_t unlinked_ = 0;
   uint64_t home_mul_ = 1;
   RecordArena arena_;
+  FolderTable folders_;
 };
 
 }  // namespace dlcache

@@ -14,20 +14,20 @@ size_t MallocChunk(size_t bytes) {
 
 }  // namespace
 
-FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
+FileRecord* FileRecord::Create(uint16_t folder, absl::string_view name,
                                const FileInfo& info, uint32_t chunk_count,
                                RecordArena* arena) {
-  if (path.size() > kMaxPathBytes || dataset > kMaxDataset) std::abort();
+  if (name.size() > kMaxNameBytes) std::abort();
   static_assert(alignof(FileRecord) <= alignof(std::max_align_t));
   static_assert(alignof(FileRecord) <= RecordArena::kStep);
   static_assert(alignof(ChunkEntry) <= RecordArena::kStep &&
                 sizeof(ChunkEntry) % alignof(FileRecord) == 0);
   // The fields lie in order without gaps (info, two 16-bit words), ending
-  // at kPathAt.
-  static_assert(sizeof(FileInfo) + 2 * sizeof(uint16_t) == kPathAt);
+  // at kNameAt.
+  static_assert(sizeof(FileInfo) + 2 * sizeof(uint16_t) == kNameAt);
   const uint16_t kind =
       chunk_count > 1 ? kMany : static_cast<uint16_t>(chunk_count);
-  const size_t bytes = BlockBytes(kind, path.size());
+  const size_t bytes = BlockBytes(kind, name.size());
   char* block = static_cast<char*>(arena != nullptr ? arena->Allocate(bytes)
                                                     : ::operator new(bytes));
   if (kind == kOne) {
@@ -40,14 +40,14 @@ FileRecord* FileRecord::Create(uint32_t dataset, absl::string_view path,
     new (block) ChunkEntry**(table);
   }
   char* fields = block + PrefixBytes(kind);
-  FileRecord* r = new (fields) FileRecord(dataset, path.size(), kind, info);
-  std::memcpy(fields + kPathAt, path.data(), path.size());
+  FileRecord* r = new (fields) FileRecord(folder, name.size(), kind, info);
+  std::memcpy(fields + kNameAt, name.data(), name.size());
   return r;
 }
 
 void FileRecord::Destroy(FileRecord* record, RecordArena* arena) {
   const uint16_t kind = record->Kind();
-  const size_t bytes = BlockBytes(kind, record->PathSize());
+  const size_t bytes = BlockBytes(kind, record->NameSize());
   char* block = record->Block();
   if (kind == kMany) delete[] record->Table();
   record->~FileRecord();
@@ -58,11 +58,11 @@ void FileRecord::Destroy(FileRecord* record, RecordArena* arena) {
   }
 }
 
-FileRecord::FileRecord(uint32_t dataset, size_t path_bytes, uint16_t kind,
+FileRecord::FileRecord(uint16_t folder, size_t name_bytes, uint16_t kind,
                        const FileInfo& info)
     : info(info),
-      dataset_(static_cast<uint16_t>(dataset)),
-      bits_(static_cast<uint16_t>(path_bytes | (kind << kKindShift))) {}
+      folder_(folder),
+      bits_(static_cast<uint16_t>(name_bytes | (kind << kKindShift))) {}
 
 size_t FileRecord::TableHeapBytes() const {
   return Kind() == kMany

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/string_view.h"
 #include "server/backend/source.h"
@@ -12,15 +13,17 @@
 
 namespace dlcache {
 
-// A file known to the memory tier: its path, its metadata and its cached
-// chunks' entries. One block holds the record and its path, from its
+// A file known to the memory tier: its name, its metadata and its cached
+// chunks' entries. One block holds the record and its name, from its
 // FileIndex's RecordArena (issue 17: no malloc header, 8-byte steps) or,
-// without an arena, from operator new. What lies before the record's
-// fields in its block depends on the chunk count (issue 17):
+// without an arena, from operator new. The name is the path after its
+// folder when the index interned the folder (FolderTable: the record
+// holds the folder's 16-bit id), else the whole path. What lies before
+// the record's fields in its block depends on the chunk count (issue 17):
 //
-//   no chunk (empty file)  [fields 20 B][path]
-//   one chunk              [ChunkEntry 32 B][fields 20 B][path]
-//   several chunks         [table pointer 8 B][fields 20 B][path]
+//   no chunk (empty file)  [fields 20 B][name]
+//   one chunk              [ChunkEntry 32 B][fields 20 B][name]
+//   several chunks         [table pointer 8 B][fields 20 B][name]
 //
 // A one-chunk file (ImageNet: every file) keeps its entry in the block,
 // so it costs no pointer, the entry no pointer back (FileOf finds the
@@ -34,22 +37,23 @@ namespace dlcache {
 // Not thread-safe: the owner (MemoryTier, under its lock) serialises.
 class FileRecord {
  public:
-  // Where the path's bytes start after the record's address: right after
+  // Where the name's bytes start after the record's address: right after
   // the fields (20 bytes, not sizeof's 24 with the tail padding), so that
-  // a 19-byte ImageNet path and its entry make a 72-byte block.
-  static constexpr size_t kPathAt = 20;
-  // The longest path (every record fits RecordArena's size classes: keys
-  // are at most 4096 bytes, common/key.h) and the largest dataset id.
-  static constexpr size_t kMaxPathBytes =
-      RecordArena::kMaxSlabBytes - sizeof(ChunkEntry) - kPathAt;
-  static constexpr uint32_t kMaxDataset = UINT16_MAX;
+  // ImageNet's "n01440764_10026.JPEG" (its folder interned) and its entry
+  // make a 72-byte block.
+  static constexpr size_t kNameAt = 20;
+  // The longest name (every record fits RecordArena's size classes: keys
+  // are at most 4096 bytes, common/key.h).
+  static constexpr size_t kMaxNameBytes =
+      RecordArena::kMaxSlabBytes - sizeof(ChunkEntry) - kNameAt;
 
   // A record with no chunk cached, its block from `arena` (null: operator
-  // new); a one-chunk file's entry storage is a ChunkEntry{} with
+  // new), in folder `folder` (FolderTable::kNone: `name` is the whole
+  // path); a one-chunk file's entry storage is a ChunkEntry{} with
   // in_record set. Free with Destroy() and the same arena. Aborts the
-  // process for a path or dataset over the limits above (a caller's bug:
-  // the tier only sees validated keys).
-  static FileRecord* Create(uint32_t dataset, absl::string_view path,
+  // process for a name over kMaxNameBytes (a caller's bug: the tier only
+  // sees validated keys).
+  static FileRecord* Create(uint16_t folder, absl::string_view name,
                             const FileInfo& info, uint32_t chunk_count,
                             RecordArena* arena = nullptr);
   // Frees the block (with a one-chunk file's entry storage) and the chunk
@@ -59,11 +63,14 @@ class FileRecord {
   FileRecord(const FileRecord&) = delete;
   FileRecord& operator=(const FileRecord&) = delete;
 
-  absl::string_view path() const {
-    return absl::string_view(reinterpret_cast<const char*>(this) + kPathAt,
-                             PathSize());
+  // The path after folder()'s text; the whole path for kNone (FileIndex
+  // puts them together: PathOf).
+  absl::string_view name() const {
+    return absl::string_view(reinterpret_cast<const char*>(this) + kNameAt,
+                             NameSize());
   }
-  uint32_t dataset() const { return dataset_; }
+  // The FolderTable id of the path's folder (its index's), or kNone.
+  uint16_t folder() const { return folder_; }
   uint32_t chunk_count() const {
     const uint32_t kind = Kind();
     return kind == kMany
@@ -100,8 +107,8 @@ class FileRecord {
     return Kind() == kMany ? Table() : nullptr;
   }
   // Bytes of the record's block: what lies before the fields, the fields
-  // and the path; at least the object's size after the fields.
-  size_t BlockBytes() const { return BlockBytes(Kind(), PathSize()); }
+  // and the name; at least the object's size after the fields.
+  size_t BlockBytes() const { return BlockBytes(Kind(), NameSize()); }
   // Heap bytes of the chunk table of a file of several chunks (0 for one
   // chunk), with malloc's header and rounding as glibc does (16-byte
   // steps, 32 bytes at least).
@@ -110,16 +117,16 @@ class FileRecord {
   FileInfo info;
 
  private:
-  FileRecord(uint32_t dataset, size_t path_bytes, uint16_t kind,
+  FileRecord(uint16_t folder, size_t name_bytes, uint16_t kind,
              const FileInfo& info);
   ~FileRecord() = default;
 
-  // bits_: the path's size (13 bits), whether a one-chunk file's entry is
+  // bits_: the name's size (13 bits), whether a one-chunk file's entry is
   // its chunk's (kPresentBit), the kind of file (top 2 bits).
   static constexpr int kKindShift = 14;
   static constexpr uint16_t kPresentBit = uint16_t{1} << 13;
-  static constexpr uint16_t kPathMask = kPresentBit - 1;
-  static_assert(kMaxPathBytes <= kPathMask);
+  static constexpr uint16_t kNameMask = kPresentBit - 1;
+  static_assert(kMaxNameBytes <= kNameMask);
   static constexpr uint16_t kNone = 0;
   static constexpr uint16_t kOne = 1;
   static constexpr uint16_t kMany = 2;
@@ -128,13 +135,13 @@ class FileRecord {
            : kind == kMany ? sizeof(ChunkEntry**)
                            : 0;
   }
-  static size_t BlockBytes(uint16_t kind, size_t path_bytes) {
-    return PrefixBytes(kind) + (kPathAt + path_bytes > sizeof(FileRecord)
-                                    ? kPathAt + path_bytes
+  static size_t BlockBytes(uint16_t kind, size_t name_bytes) {
+    return PrefixBytes(kind) + (kNameAt + name_bytes > sizeof(FileRecord)
+                                    ? kNameAt + name_bytes
                                     : sizeof(FileRecord));
   }
   uint16_t Kind() const { return bits_ >> kKindShift; }
-  size_t PathSize() const { return bits_ & kPathMask; }
+  size_t NameSize() const { return bits_ & kNameMask; }
   char* Block() const {
     return const_cast<char*>(reinterpret_cast<const char*>(this)) -
            PrefixBytes(Kind());
@@ -147,8 +154,19 @@ class FileRecord {
     return *reinterpret_cast<ChunkEntry***>(Block());
   }
 
-  uint16_t dataset_;
+  uint16_t folder_;
   uint16_t bits_;
+};
+
+// Puts together the path of the file an entry belongs to (a record keeps
+// its folder in its index's FolderTable): MemoryTier does, for callers
+// that already hold its lock (the eviction policy's oracle).
+class EntryPaths {
+ public:
+  virtual ~EntryPaths() = default;
+  // The path of FileOf(entry) (not null), valid until `scratch` changes.
+  virtual absl::string_view PathOf(const ChunkEntry* entry,
+                                   std::string* scratch) const = 0;
 };
 
 // The record `entry` belongs to; null once it is detached.

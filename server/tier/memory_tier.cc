@@ -288,7 +288,7 @@ bool MemoryTier::PutFileLocked(uint32_t dataset, absl::string_view path,
                                const FileInfo& info) {
   FileRecord* rec = FindFile(dataset, path);
   if (rec == nullptr) {
-    files_[dataset].Insert(dataset, path, info, ChunkCount(info.size));
+    files_[dataset].Insert(path, info, ChunkCount(info.size));
     return true;
   }
   if (rec->info.size == info.size && rec->info.mtime_ns == info.mtime_ns) {
@@ -567,20 +567,21 @@ absl::StatusOr<MemoryTier::Acquisition> MemoryTier::AcquireLocked(
       demotions != nullptr && eviction_sink_ != nullptr) {
     std::vector<ChunkEntry*> victims;
     if (allocator_.PickVictims(length, &victims, &demotions->slab)) {
+      std::string scratch;
       for (ChunkEntry* v : victims) {
         const FileRecord* vrec = FileOf(v);
         Demotion& d = demotions->victims.emplace_back();
         d.entry = v;
         d.demote = !v->borrowed;
-        d.dataset = vrec->dataset();
-        d.path = std::string(vrec->path());
+        d.dataset = v->dataset;
+        d.path = std::string(files_[v->dataset].PathOf(*vrec, &scratch));
         d.chunk = v->chunk;
         d.info = vrec->info;
         d.bytes = absl::MakeConstSpan(Data(v), v->length);
         d.checksum = v->checksum;
         UnaccountLocked(v);
         --cached_chunks_;
-        TierDatasetStats& st = stats_[vrec->dataset()];
+        TierDatasetStats& st = stats_[v->dataset];
         st.cached_chunks--;
         st.cached_bytes -= v->length;
         st.evictions++;
@@ -914,8 +915,9 @@ MemoryTier::EvictResult MemoryTier::Evict(uint32_t dataset,
                                           absl::string_view prefix) {
   absl::MutexLock lock(&mu_);
   EvictResult result;
+  std::string scratch;
   files_[dataset].RemoveIf([&](FileRecord* rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (!UnderPrefix(rec->path(), prefix)) {
+    if (!UnderPrefix(files_[dataset].PathOf(*rec, &scratch), prefix)) {
       return FileIndex::Removal::kKeep;
     }
     for (uint32_t c = 0; c < rec->chunk_count(); ++c) {
@@ -939,10 +941,11 @@ std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
     uint32_t dataset, absl::string_view prefix) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<std::pair<std::string, FileInfo>> out;
+  std::string scratch;
   files_[dataset].ForEach([&](const FileRecord& rec) {
-    if (UnderPrefix(rec.path(), prefix)) {
-      out.emplace_back(std::string(rec.path()), rec.info);
-    }
+    const absl::string_view path = files_[dataset].PathOf(rec, &scratch);
+    if (UnderPrefix(path, prefix))
+      out.emplace_back(std::string(path), rec.info);
   });
   return out;
 }
@@ -1010,6 +1013,11 @@ TierStats MemoryTier::Stats() const {
 
 namespace dlcache {
 
+absl::string_view MemoryTier::PathOf(const ChunkEntry* entry,
+                                     std::string* scratch) const {
+  return files_[entry->dataset].PathOf(*FileOf(entry), scratch);
+}
+
 MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
   absl::ReaderMutexLock lock(&mu_);
   IndexMemory m;
@@ -1018,6 +1026,7 @@ MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
     m.detached_records += index.unlinked();
     m.table_bytes += index.TableBytes();
     m.record_bytes += index.RecordBytes();
+    m.folder_bytes += index.FolderBytes();
     m.page_bytes += index.ArenaBytes() + index.TableBytes();
   }
   m.entry_bytes = entries_.Bytes();
@@ -1035,6 +1044,7 @@ MemoryTier::IndexMemory MemoryTier::IndexMemoryUsage() const {
 void MemoryTier::ForEachReady(
     absl::FunctionRef<void(const ReadyChunk&)> fn) const {
   absl::MutexLock lock(&mu_);
+  std::string scratch;
   for (uint32_t ds = 0; ds < files_.size(); ++ds) {
     files_[ds].ForEach(
         [&](const FileRecord& rec) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -1043,7 +1053,8 @@ void MemoryTier::ForEachReady(
             if (e == nullptr || e->state != ChunkEntry::State::kReady) {
               continue;
             }
-            fn(ReadyChunk{ds, rec.path(), rec.info, e->chunk, Locate(e)});
+            fn(ReadyChunk{ds, files_[ds].PathOf(rec, &scratch), rec.info,
+                          e->chunk, Locate(e)});
           }
         });
   }
@@ -1148,8 +1159,7 @@ bool MemoryTier::AdoptLocked(const ReadyChunk& c, bool verified) {
   if (c.dataset >= files_.size()) return false;
   FileRecord* rec = FindFile(c.dataset, c.path);
   if (rec == nullptr) {
-    rec = files_[c.dataset].Insert(c.dataset, c.path, c.info,
-                                   ChunkCount(c.info.size));
+    rec = files_[c.dataset].Insert(c.path, c.info, ChunkCount(c.info.size));
   }
   if (rec->info.size != c.info.size || rec->info.mtime_ns != c.info.mtime_ns ||
       c.chunk >= rec->chunk_count() || rec->chunk(c.chunk) != nullptr ||

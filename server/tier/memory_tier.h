@@ -122,7 +122,8 @@ struct TierStats {
 // dataset keeps what it cached and passes further misses through.
 //
 // Layout (issue 17): per dataset a FileIndex of FileRecords (path stored
-// once, in the record; a one-chunk file's 32-byte entry in the record's
+// once: its folder in the index's FolderTable, the rest in the record; a
+// one-chunk file's 32-byte entry in the record's
 // block, before its fields; records in the index's own arena, the table
 // of tagged 8-byte slots), the entries of larger files from a
 // ChunkEntryPool (no malloc per entry); the slab allocator keeps their
@@ -144,9 +145,10 @@ struct TierStats {
 // WaitFilled blocks (on another thread's fill); with an eviction sink,
 // Acquire blocks while the sink copies the chunks it evicts (outside the
 // lock).
-class MemoryTier {
+class MemoryTier : public EntryPaths {
  public:
-  static constexpr uint32_t kMaxDatasets = FileRecord::kMaxDataset + 1;
+  // A ChunkEntry keeps its dataset in 16 bits.
+  static constexpr uint32_t kMaxDatasets = uint32_t{UINT16_MAX} + 1;
   // The largest chunk (a ChunkEntry keeps its length in 32 bits), a
   // multiple of 4 KiB: 4 GiB - 4 KiB.
   static constexpr uint64_t kMaxChunkSize =
@@ -158,7 +160,7 @@ class MemoryTier {
   // CacheServer's config check and Arena::Create refuse more with
   // INVALID_ARGUMENT first.
   MemoryTier(Arena* arena, uint64_t chunk_size, uint32_t dataset_count);
-  ~MemoryTier();
+  ~MemoryTier() override;
 
   uint64_t chunk_size() const { return chunk_size_; }
   uint32_t ChunkCount(uint64_t file_size) const {
@@ -340,8 +342,10 @@ class MemoryTier {
   // shared lock: for benchmarks and diagnostics, not a hot path.
   struct IndexMemory {
     uint64_t files = 0;
-    // Records and paths (the record arenas' pages), chunk tables.
+    // Records and their names (the record arenas' pages), chunk tables.
     uint64_t record_bytes = 0;
+    // The folders of the paths (FolderTable), kept once per dataset.
+    uint64_t folder_bytes = 0;
     // The entry pool's blocks (entries of files of several chunks; a
     // one-chunk file's entry is in record_bytes).
     uint64_t entry_bytes = 0;
@@ -355,15 +359,21 @@ class MemoryTier {
     // entry blocks.
     uint64_t page_bytes = 0;
     uint64_t total() const {
-      return record_bytes + entry_bytes + table_bytes + side_bytes;
+      return record_bytes + folder_bytes + entry_bytes + table_bytes +
+             side_bytes;
     }
   };
   IndexMemory IndexMemoryUsage() const;
 
+  // --- EntryPaths --- The caller holds the lock (the eviction policy's
+  // oracle runs under it); `entry` belongs to a record (not detached).
+  absl::string_view PathOf(const ChunkEntry* entry, std::string* scratch)
+      const override ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
   // --- re-adoption across a server restart (server/tier/arena_manifest) ---
   struct ReadyChunk {
     uint32_t dataset;
-    absl::string_view path;
+    absl::string_view path;  // valid during the call only
     FileInfo info;
     uint32_t chunk;
     LeasedChunk where;  // lease unused

@@ -46,7 +46,8 @@
 # RUN_TIER_INDEX=1 (bench/tier_index_bench, issue 17: the memory tier's
 # index alone, heap B/item and ServeHits of 256 random keys at
 # TIER_INDEX_ITEMS, default 100000,1000000,1300000; with bin/base/ from
-# BASE_BINS, base and branch alternate, two rounds each; ~1-2 min)
+# BASE_BINS, base and branch alternate, two rounds each; ~1-2 min;
+# TIER_INDEX_FLAGS are passed to both, e.g. --names=imagenet)
 #   -> tier_index.log
 # RUN_PLAN_HIT=1 (bench/plan_hit_bench, issue 14: a warm 256-key batch with
 # no plan, another session's plan, the reader's own plan (by key, by plan
@@ -233,7 +234,8 @@ if [ -n "$RUN_TIER_INDEX" ] && [ -x "$here/bin/tier_index_bench" ]; then
       [ -x "$b" ] || continue
       echo "--- $b round $round, load $(cut -d' ' -f1-3 /proc/loadavg)"
       binenv timeout 200 "$b" \
-        --items="${TIER_INDEX_ITEMS:-100000,1000000,1300000}" || r=1
+        --items="${TIER_INDEX_ITEMS:-100000,1000000,1300000}" \
+        ${TIER_INDEX_FLAGS:-} || r=1
     done
   done > "$out/tier_index.log" 2>&1
   grep -E "^---|^\| [0-9]" "$out/tier_index.log"

@@ -19,9 +19,10 @@ namespace {
 
 TEST(FileRecordTest, HoldsPathInfoAndChunkPointers) {
   const std::string path(300, 'p');  // past any small-string buffer
-  FileRecord* r = FileRecord::Create(7, path, FileInfo{10, 11}, 3);
-  EXPECT_EQ(r->path(), path);
-  EXPECT_EQ(r->dataset(), 7u);
+  FileRecord* r =
+      FileRecord::Create(FolderTable::kNone, path, FileInfo{10, 11}, 3);
+  EXPECT_EQ(r->name(), path);
+  EXPECT_EQ(r->folder(), FolderTable::kNone);
   EXPECT_EQ(r->info.size, 10u);
   EXPECT_EQ(r->info.mtime_ns, 11);
   ASSERT_EQ(r->chunk_count(), 3u);
@@ -39,19 +40,20 @@ TEST(FileRecordTest, HoldsPathInfoAndChunkPointers) {
   EXPECT_EQ(cr.chunk(1), nullptr);
   FileRecord::Destroy(r);
 
-  FileRecord* empty = FileRecord::Create(1, path, FileInfo{0, 1}, 0);
+  FileRecord* empty =
+      FileRecord::Create(FolderTable::kNone, path, FileInfo{0, 1}, 0);
   EXPECT_EQ(empty->chunk_count(), 0u);
   EXPECT_EQ(empty->inline_entry(), nullptr);
   EXPECT_EQ(empty->chunk_table(), nullptr);
-  EXPECT_EQ(empty->path(), path);
+  EXPECT_EQ(empty->name(), path);
   FileRecord::Destroy(empty);
 }
 
 // Issue 17: a one-chunk file's entry lies in the record's block, before
 // its fields; the record is found from the entry and back.
 TEST(FileRecordTest, OneChunkFileHoldsItsEntryInItsBlock) {
-  FileRecord* r =
-      FileRecord::Create(3, "n0001/00000001.JPEG", FileInfo{5, 9}, 1);
+  FileRecord* r = FileRecord::Create(FolderTable::kNone, "n0001/00000001.JPEG",
+                                     FileInfo{5, 9}, 1);
   ASSERT_EQ(r->chunk_count(), 1u);
   ChunkEntry* e = r->inline_entry();
   ASSERT_NE(e, nullptr);
@@ -67,18 +69,19 @@ TEST(FileRecordTest, OneChunkFileHoldsItsEntryInItsBlock) {
   EXPECT_EQ(r->chunk(0), e);
   EXPECT_EQ(FileOf(e), r);
   // Setting and clearing the chunk leaves the path and fields alone.
-  EXPECT_EQ(r->path(), "n0001/00000001.JPEG");
+  EXPECT_EQ(r->name(), "n0001/00000001.JPEG");
   EXPECT_EQ(r->info.size, 5u);
-  EXPECT_EQ(r->dataset(), 3u);
+  EXPECT_EQ(r->folder(), FolderTable::kNone);
   r->set_chunk(0, nullptr);
   EXPECT_EQ(r->chunk(0), nullptr);
-  EXPECT_EQ(r->path(), "n0001/00000001.JPEG");
+  EXPECT_EQ(r->name(), "n0001/00000001.JPEG");
   e->detached = true;
   EXPECT_EQ(FileOf(e), nullptr);
   FileRecord::Destroy(r);
   // A pool entry's record is the pointer in its cell.
   ChunkEntryPool pool;
-  FileRecord* many = FileRecord::Create(0, "big", FileInfo{9, 9}, 2);
+  FileRecord* many =
+      FileRecord::Create(FolderTable::kNone, "big", FileInfo{9, 9}, 2);
   ChunkEntry* p = pool.New();
   EXPECT_FALSE(p->in_record);
   EXPECT_EQ(ChunkEntryPool::FileOf(p), nullptr);
@@ -89,9 +92,9 @@ TEST(FileRecordTest, OneChunkFileHoldsItsEntryInItsBlock) {
 
 TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
   RecordArena arena;
-  FileRecord* a =
-      FileRecord::Create(0, "n0001/00000001.JPEG", FileInfo{1, 2}, 1, &arena);
-  EXPECT_EQ(a->path(), "n0001/00000001.JPEG");
+  FileRecord* a = FileRecord::Create(FolderTable::kNone, "n0001/00000001.JPEG",
+                                     FileInfo{1, 2}, 1, &arena);
+  EXPECT_EQ(a->name(), "n0001/00000001.JPEG");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a->inline_entry()) % 8, 0u);
   // The 32-byte entry, 20 bytes of fields and the 19-byte path: 71, in an
@@ -101,13 +104,13 @@ TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
   char* const block_a = reinterpret_cast<char*>(a->inline_entry());
   FileRecord::Destroy(a, &arena);
   // The freed block of that size is the next one handed out.
-  FileRecord* b =
-      FileRecord::Create(1, "n0001/00000002.JPEG", FileInfo{3, 4}, 1, &arena);
+  FileRecord* b = FileRecord::Create(FolderTable::kNone, "n0001/00000002.JPEG",
+                                     FileInfo{3, 4}, 1, &arena);
   EXPECT_EQ(reinterpret_cast<char*>(b->inline_entry()), block_a);
   FileRecord::Destroy(b, &arena);
   // Several chunks: the table's pointer, the fields, the path: 47 -> 48.
-  FileRecord* c =
-      FileRecord::Create(1, "n0001/00000003.JPEG", FileInfo{3, 4}, 3, &arena);
+  FileRecord* c = FileRecord::Create(FolderTable::kNone, "n0001/00000003.JPEG",
+                                     FileInfo{3, 4}, 3, &arena);
   EXPECT_EQ(RecordArena::BlockBytes(c->BlockBytes()), 48u);
   EXPECT_EQ(c->chunk_count(), 3u);
   EXPECT_GT(c->TableHeapBytes(), 0u);
@@ -115,17 +118,19 @@ TEST(FileRecordTest, LivesInAnArenaBlockOfEightByteSteps) {
   // Short paths: the block still holds the whole object.
   for (const char* p : {"", "a", "abcd", "abcde"}) {
     for (uint32_t chunks : {0u, 1u, 2u}) {
-      FileRecord* r = FileRecord::Create(2, p, FileInfo{7, 8}, chunks, &arena);
-      EXPECT_EQ(r->path(), p);
+      FileRecord* r = FileRecord::Create(FolderTable::kNone, p, FileInfo{7, 8},
+                                         chunks, &arena);
+      EXPECT_EQ(r->name(), p);
       EXPECT_EQ(r->chunk_count(), chunks);
       EXPECT_GE(r->BlockBytes(), sizeof(FileRecord));
       FileRecord::Destroy(r, &arena);
     }
   }
   // The longest path fits a size class, with an entry before it.
-  const std::string longest(FileRecord::kMaxPathBytes, 'x');
-  FileRecord* l = FileRecord::Create(0, longest, FileInfo{1, 1}, 1, &arena);
-  EXPECT_EQ(l->path(), longest);
+  const std::string longest(FileRecord::kMaxNameBytes, 'x');
+  FileRecord* l = FileRecord::Create(FolderTable::kNone, longest,
+                                     FileInfo{1, 1}, 1, &arena);
+  EXPECT_EQ(l->name(), longest);
   EXPECT_LE(l->BlockBytes(), RecordArena::kMaxSlabBytes);
   EXPECT_EQ(arena.LargeBytes(), 0u);
   FileRecord::Destroy(l, &arena);
@@ -141,7 +146,8 @@ TEST(FileRecordTest, InlineEntriesGetHandlesThroughTheirArenasPieces) {
   for (int i = 0; i < 100000; ++i) {
     char path[32];
     std::snprintf(path, sizeof(path), "n%04d/%08d.JPEG", i % 1000, i);
-    records.push_back(FileRecord::Create(0, path, FileInfo{1, 1}, 1, &arena));
+    records.push_back(FileRecord::Create(FolderTable::kNone, path,
+                                         FileInfo{1, 1}, 1, &arena));
   }
   ChunkEntry* pooled = pool.New();
   const uint32_t pooled_handle = pool.HandleOf(pooled);
@@ -203,6 +209,12 @@ TEST(PageMemoryTest, HugePiecesAreAlignedAndZeroed) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 4096, 0u);
   EXPECT_EQ(PageRoundedBytes(100), 4096u);
   FreePages(small, 100);
+}
+
+// The path of one of `index`'s records.
+std::string Path(const FileIndex& index, const FileRecord* r) {
+  std::string scratch;
+  return std::string(index.PathOf(*r, &scratch));
 }
 
 std::string Key(int i) {
@@ -279,7 +291,7 @@ TEST_P(FileIndexHashTest, InsertFindEraseAndGrow) {
   for (int i = 0; i < 600; ++i) {
     keys.push_back(Key(i));
     records.push_back(
-        index.Insert(7, keys.back(), FileInfo{uint64_t(i), 0}, 1 + i % 3));
+        index.Insert(keys.back(), FileInfo{uint64_t(i), 0}, 1 + i % 3));
     if (index.capacity() != capacity) ++growths;
     capacity = index.capacity();
     EXPECT_LE(index.size() * 100,
@@ -291,7 +303,7 @@ TEST_P(FileIndexHashTest, InsertFindEraseAndGrow) {
   ExpectFinds(index, keys, records);
   EXPECT_EQ(index.Find("n0/file1"), nullptr);  // file1 is in n1
   EXPECT_EQ(index.Find(""), nullptr);
-  EXPECT_EQ(records[5]->dataset(), 7u);
+  EXPECT_EQ(Path(index, records[5]), keys[5]);
   EXPECT_EQ(records[5]->info.size, 5u);
 
   // Erase every third: the rest stay found across the erased slots.
@@ -302,7 +314,7 @@ TEST_P(FileIndexHashTest, InsertFindEraseAndGrow) {
   ExpectFinds(index, keys, want);
   // Erased paths may come back (into erased slots or anew).
   for (int i = 0; i < 600; i += 3) {
-    want[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i) + 1000, 0}, 1);
+    want[i] = index.Insert(keys[i], FileInfo{uint64_t(i) + 1000, 0}, 1);
   }
   EXPECT_EQ(index.size(), 600u);
   ExpectFinds(index, keys, want);
@@ -334,7 +346,7 @@ TEST(FileIndexTest, GrowsInStepsAndFindsEverythingAfterEach) {
   int odd_sizes = 0;
   for (int i = 0; i < 200000; ++i) {
     keys.push_back(Key(i));
-    records.push_back(index.Insert(0, keys.back(), FileInfo{}, 1));
+    records.push_back(index.Insert(keys.back(), FileInfo{}, 1));
     ASSERT_LE(index.size() * 100,
               index.capacity() * FileIndex::kMaxLoadPercent);
     if (index.capacity() == capacity) continue;
@@ -361,7 +373,7 @@ TEST(FileIndexTest, GrowsInStepsAndFindsEverythingAfterEach) {
   const size_t full = reserved.capacity();
   EXPECT_GE(full * FileIndex::kMaxLoadPercent, size_t{100000} * 100);
   EXPECT_LE(full * FileIndex::kMaxLoadPercent, size_t{100000 + 600} * 100);
-  for (int i = 0; i < 100000; ++i) reserved.Insert(0, keys[i], FileInfo{}, 1);
+  for (int i = 0; i < 100000; ++i) reserved.Insert(keys[i], FileInfo{}, 1);
   EXPECT_EQ(reserved.capacity(), full);
 }
 
@@ -373,18 +385,19 @@ TEST(FileIndexTest, ManyEraseRoundsKeepProbesBounded) {
   FileIndex index;
   for (int round = 0; round < 50; ++round) {
     for (int i = 0; i < 100; ++i) {
-      index.Insert(0, Key(round * 100 + i), FileInfo{}, 1);
+      index.Insert(Key(round * 100 + i), FileInfo{}, 1);
     }
     index.EraseIf([](FileRecord*) { return true; });
   }
   EXPECT_LE(index.capacity(), 256u);
-  for (int i = 0; i < 100; ++i) index.Insert(0, Key(i), FileInfo{}, 1);
+  for (int i = 0; i < 100; ++i) index.Insert(Key(i), FileInfo{}, 1);
   size_t erased = 0;
-  index.EraseIf(
-      [&](FileRecord* r) { return r->path() != Key(5) && ++erased <= 10; });
+  index.EraseIf([&](FileRecord* r) {
+    return Path(index, r) != Key(5) && ++erased <= 10;
+  });
   EXPECT_EQ(index.size(), 90u);
   ASSERT_NE(index.Find(Key(5)), nullptr);
-  EXPECT_EQ(index.Find(Key(5))->path(), Key(5));
+  EXPECT_EQ(Path(index, index.Find(Key(5))), Key(5));
 }
 
 TEST(FileIndexTest, EraseIfDestroysWhatItErasesAndKeepsTheRest) {
@@ -393,7 +406,7 @@ TEST(FileIndexTest, EraseIfDestroysWhatItErasesAndKeepsTheRest) {
   const size_t reserved = index.capacity();
   EXPECT_GE(reserved * FileIndex::kMaxLoadPercent, 100u * 100);
   for (int i = 0; i < 100; ++i) {
-    index.Insert(0, "f" + std::to_string(i), FileInfo{uint64_t(i), 0}, 2);
+    index.Insert("f" + std::to_string(i), FileInfo{uint64_t(i), 0}, 2);
   }
   EXPECT_EQ(index.capacity(), reserved);  // no rehash after Reserve
   int visited = 0;
@@ -422,34 +435,34 @@ TEST(FileIndexTest, ReplaceAndUnlinkLeaveRecordsToTheCaller) {
   FileIndex index(&SameHash);  // every key in one probe run, one tag
   std::vector<FileRecord*> records;
   for (int i = 0; i < 20; ++i) {
-    records.push_back(index.Insert(0, Key(i), FileInfo{uint64_t(i), 0}, 1));
+    records.push_back(index.Insert(Key(i), FileInfo{uint64_t(i), 0}, 1));
   }
   FileRecord* old = records[7];
   FileRecord* fresh = index.Replace(old, FileInfo{70, 1}, 3);
   EXPECT_NE(fresh, old);
   EXPECT_EQ(index.Find(Key(7)), fresh);
-  EXPECT_EQ(fresh->path(), Key(7));
+  EXPECT_EQ(Path(index, fresh), Key(7));
   EXPECT_EQ(fresh->chunk_count(), 3u);
   EXPECT_EQ(fresh->info.size, 70u);
   EXPECT_EQ(index.size(), 20u);
   EXPECT_EQ(index.unlinked(), 1u);
-  EXPECT_EQ(old->path(), Key(7));  // still readable: not freed
+  EXPECT_EQ(Path(index, old), Key(7));  // still readable: not freed
   index.FreeUnlinked(old);
   EXPECT_EQ(index.unlinked(), 0u);
   FileRecord* kept = nullptr;
   index.RemoveIf([&](FileRecord* r) {
-    if (r->path() == Key(3)) {
+    if (Path(index, r) == Key(3)) {
       kept = r;
       return FileIndex::Removal::kUnlink;
     }
-    return r->path() == Key(4) ? FileIndex::Removal::kDestroy
-                               : FileIndex::Removal::kKeep;
+    return Path(index, r) == Key(4) ? FileIndex::Removal::kDestroy
+                                    : FileIndex::Removal::kKeep;
   });
   EXPECT_EQ(index.size(), 18u);
   EXPECT_EQ(index.Find(Key(3)), nullptr);
   EXPECT_EQ(index.Find(Key(4)), nullptr);
   ASSERT_NE(kept, nullptr);
-  EXPECT_EQ(kept->path(), Key(3));
+  EXPECT_EQ(Path(index, kept), Key(3));
   EXPECT_EQ(index.unlinked(), 1u);
   index.FreeUnlinked(kept);
   EXPECT_EQ(index.unlinked(), 0u);
@@ -457,6 +470,58 @@ TEST(FileIndexTest, ReplaceAndUnlinkLeaveRecordsToTheCaller) {
     if (i == 3 || i == 4) continue;
     ASSERT_NE(index.Find(Key(i)), nullptr) << i;
   }
+}
+
+// Issue 17: a record keeps its folder as an id of the index's folder
+// table and the rest of its path; a path whose folder is not kept (the
+// table's limits) keeps all its bytes. Both are found, by Find and
+// FindBatch, and PathOf puts the path together again.
+TEST(FileIndexTest, FoldersAreKeptOnceAndPathsPutTogether) {
+  FileIndex index;
+  std::vector<std::string> keys;
+  std::vector<FileRecord*> records;
+  for (int i = 0; i < 3000; ++i) {
+    // 30 ImageNet-like class folders, then one folder per file.
+    keys.push_back(i < 2000 ? "n0144" + std::to_string(1000 + i % 30) +
+                                  "/n0144_" + std::to_string(i) + ".JPEG"
+                            : "s" + std::to_string(i) + "/img.jpg");
+    records.push_back(index.Insert(keys.back(), FileInfo{uint64_t(i), 0}, 1));
+  }
+  records.push_back(index.Insert("top.jpg", FileInfo{}, 1));  // no folder
+  keys.push_back("top.jpg");
+  ExpectFinds(index, keys, records);
+  size_t whole = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(Path(index, records[i]), keys[i]);
+    if (records[i]->folder() == FolderTable::kNone) {
+      EXPECT_EQ(records[i]->name(), keys[i]);
+      ++whole;
+    } else {
+      EXPECT_EQ(records[i]->name(),
+                keys[i].substr(FolderTable::FolderOf(keys[i]).size()));
+    }
+  }
+  // The class folders are kept; of the one-file folders, few.
+  EXPECT_EQ(records[0]->name(), "n0144_0.JPEG");
+  EXPECT_GT(whole, 500u);
+  EXPECT_LE(index.folder_count(),
+            30 + 3001 / FolderTable::kRecordsPerFolder + 1);
+  EXPECT_GT(index.FolderBytes(), 0u);
+  // The same name in another folder, a folder alone, a prefix: not found.
+  EXPECT_EQ(index.Find("n01441001/n0144_0.JPEG"), nullptr);
+  EXPECT_EQ(index.Find("n01441000/"), nullptr);
+  EXPECT_EQ(index.Find("n01441000/n0144_0.JPE"), nullptr);
+  EXPECT_EQ(index.Find("s2999/img.jpg"), records[2999]);
+  // Replace keeps the folder; erasing every record drops every folder.
+  FileRecord* fresh = index.Replace(records[0], FileInfo{5, 5}, 2);
+  EXPECT_EQ(fresh->folder(), records[0]->folder());
+  EXPECT_EQ(Path(index, fresh), keys[0]);
+  EXPECT_EQ(index.Find(keys[0]), fresh);
+  index.FreeUnlinked(records[0]);
+  EXPECT_EQ(Path(index, index.Find(keys[1])), keys[1]);  // same folder
+  index.EraseIf([](FileRecord*) { return true; });
+  EXPECT_EQ(index.size(), 0u);
+  EXPECT_EQ(index.folder_count(), 0u);
 }
 
 TEST(FileIndexTest, AMillionKeys) {
@@ -468,7 +533,7 @@ TEST(FileIndexTest, AMillionKeys) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "n%04d/%08d.JPEG", i % 1000, i);
     keys[i] = buf;
-    records[i] = index.Insert(0, keys[i], FileInfo{uint64_t(i), 0}, 1);
+    records[i] = index.Insert(keys[i], FileInfo{uint64_t(i), 0}, 1);
   }
   EXPECT_EQ(index.size(), size_t{kKeys});
   // Records (a one-chunk file's with its entry) and table in pages: 72 B

@@ -152,22 +152,26 @@ TEST_F(MemoryTierWarmTest, IndexMemoryCountsRecordsEntriesAndTable) {
   const MemoryTier::IndexMemory empty = tier_->IndexMemoryUsage();
   EXPECT_EQ(empty.files, 0u);
   EXPECT_EQ(empty.record_bytes, 0u);
+  EXPECT_EQ(empty.folder_bytes, 0u);
   ASSERT_TRUE(Warm("n0001/00000001.JPEG", FileInfo{4096, 1}, 'a').ok());
   ASSERT_TRUE(Warm("n0001/00000002.JPEG", FileInfo{3 * kChunk, 1}, 'a').ok());
   const MemoryTier::IndexMemory m = tier_->IndexMemoryUsage();
   EXPECT_EQ(m.files, 2u);
   // The record arena's first piece (a 72-byte block: the one-chunk
-  // file's entry, 20 bytes of fields and a 19-byte path; a 48-byte one:
-  // the table pointer, fields, path) and the three-chunk file's table
-  // (its count and 3 pointers, 32 + malloc's 8 -> 48); the pool holds
-  // only the three-chunk file's entries.
+  // file's entry, 20 bytes of fields and the 13-byte name after the
+  // folder; a 48-byte one: the table pointer, fields, name) and the
+  // three-chunk file's table (its count and 3 pointers, 32 + malloc's 8
+  // -> 48); the pool holds only the three-chunk file's entries. The
+  // folder "n0001/" is kept once, in the folder table.
   EXPECT_EQ(m.record_bytes, (64u << 10) + 48u);
+  EXPECT_GT(m.folder_bytes, 0u);
+  EXPECT_LT(m.folder_bytes, 512u);
   EXPECT_EQ(m.entry_bytes, ChunkEntryPool::kFirstBlockBytes);
   EXPECT_EQ(m.table_bytes, 4096u);  // 16 slots of 8 bytes, one page
   EXPECT_EQ(m.page_bytes,
             (64u << 10) + ChunkEntryPool::kFirstBlockBytes + 4096u);
-  EXPECT_EQ(m.total(),
-            m.record_bytes + m.entry_bytes + m.table_bytes + m.side_bytes);
+  EXPECT_EQ(m.total(), m.record_bytes + m.folder_bytes + m.entry_bytes +
+                           m.table_bytes + m.side_bytes);
   EXPECT_EQ(m.detached_records, 0u);
   tier_->Evict(0, "");
   EXPECT_EQ(tier_->IndexMemoryUsage().files, 0u);

@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "server/tier/file_record.h"
+#include "server/tier/folder_table.h"
 
 namespace dlcache {
 namespace {
@@ -100,9 +101,9 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   const std::vector<std::string> keys = {"a", "b"};
   ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
   // One-chunk files: their entries lie in the records.
-  FileRecord* fa = FileRecord::Create(0, "a", FileInfo{}, 1);
-  FileRecord* fb = FileRecord::Create(0, "b", FileInfo{}, 1);
-  FileRecord* fx = FileRecord::Create(0, "x", FileInfo{}, 1);
+  FileRecord* fa = FileRecord::Create(FolderTable::kNone, "a", FileInfo{}, 1);
+  FileRecord* fb = FileRecord::Create(FolderTable::kNone, "b", FileInfo{}, 1);
+  FileRecord* fx = FileRecord::Create(FolderTable::kNone, "x", FileInfo{}, 1);
   ChunkEntry gone;
   gone.detached = true;
   std::vector<ChunkEntry*> entries = {fa->inline_entry(), fb->inline_entry(),
