@@ -542,8 +542,17 @@ absl::StatusOr<Row> MeasureN(uint64_t n) {
   row.mem[1] = TakeMemPoint(h.server());
   row.taken[2] = ssd != nullptr;
   if (ssd != nullptr) {
-    // Copies still queued for the SSD hold heap; wait for the writer.
+    // Copies still queued for the SSD hold heap; wait for the writer. How
+    // long that takes says how long the "warm-up done" RAM lasts.
+    const uint64_t queued = ssd->Stats().queued;
+    t = Clock::now();
     if (absl::Status d = Drain(ssd); !d.ok()) return d;
+    std::fprintf(stderr,
+                 "N=%llu: %llu chunk copies queued for the SSD when the "
+                 "warm-up returned; drained (memtable flushed, heap "
+                 "trimmed) %.2f s later\n",
+                 static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(queued), Since(t));
   }
   if (row.taken[2]) row.mem[2] = TakeMemPoint(h.server());
   if (halves) {
