@@ -1,6 +1,7 @@
 #ifndef DLCACHE_SERVER_MEMORY_PAGE_MEMORY_H_
 #define DLCACHE_SERVER_MEMORY_PAGE_MEMORY_H_
 
+#include <algorithm>
 #include <cstddef>
 
 namespace dlcache {
@@ -25,6 +26,14 @@ void* AllocatePages(size_t bytes);
 void FreePages(void* pages, size_t bytes);
 // What AllocatePages(bytes) takes from the system (rounded to pages).
 size_t PageRoundedBytes(size_t bytes);
+// What glibc's malloc takes for a block of `bytes` (its 8-byte header,
+// 16-byte steps, 32 bytes at least; 0 for 0): for index structures that
+// still live in malloc, counted next to the page memory above.
+inline constexpr size_t MallocBlockBytes(size_t bytes) {
+  return bytes == 0 ? 0
+                    : std::max<size_t>(
+                          32, (bytes + sizeof(size_t) + 15) & ~size_t{15});
+}
 
 }  // namespace dlcache
 

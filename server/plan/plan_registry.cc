@@ -338,15 +338,10 @@ void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
   absl::ReaderMutexLock lock(&mu_);
   std::string scratch;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const FileRecord* file = FileOf(entries[i]);
-    if (file == nullptr) {
-      out[i] = kUnplanned;
-      continue;
-    }
-    out[i] =
-        NextUseLocked(entries[i]->dataset,
-                      paths_ != nullptr ? paths_->PathOf(entries[i], &scratch)
-                                        : file->name());
+    out[i] = paths_ == nullptr || FileOf(entries[i]) == nullptr
+                 ? kUnplanned
+                 : NextUseLocked(entries[i]->dataset,
+                                 paths_->PathOf(entries[i], &scratch));
   }
 }
 

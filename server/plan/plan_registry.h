@@ -79,9 +79,8 @@ class PlanRegistry : public NextUseOracle {
   // use.
   void SetOnChange(std::function<void()> fn) { on_change_ = std::move(fn); }
   // Where Distances finds an entry's path (the memory tier; not owned,
-  // outlives the registry). Without it, a record's name() is taken as its
-  // path (records made without a folder, as in unit tests). Set before
-  // use.
+  // outlives the registry). Without it every entry is kUnplanned. Set
+  // before use.
   void SetEntryPaths(const EntryPaths* paths) { paths_ = paths; }
 
   // Attaches `session` to `dataset`'s plan `name` (creating it) and adds

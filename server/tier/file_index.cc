@@ -119,7 +119,6 @@ void FileIndex::FindBatch(size_t n,
     uint64_t hash;
     size_t slot;
   };
-
   Key ring[kRing];
   for (size_t step = 0; step < n + 2 * kAhead; ++step) {
     // Stage 1, key `step`: hash, start loading its slot.
@@ -236,7 +235,7 @@ FileRecord* FileIndex::Replace(FileRecord* old, const FileInfo& info,
     i = ProbeTag(Next(i), TagOf(h));
   }
   if (i == capacity_) std::abort();  // not in the index: a caller's bug
-  if (old->folder() != FolderTable::kNone) folders_.AddRef(old->folder());
+  folders_.AddRef(old->folder());
   FileRecord* r = FileRecord::Create(old->folder(), old->name(), info,
                                      chunk_count, &arena_);
   slots_[i] = reinterpret_cast<uint64_t>(r) | (TagOf(h) << kTagShift);

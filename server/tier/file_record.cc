@@ -1,18 +1,12 @@
 #include "server/tier/file_record.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "server/memory/page_memory.h"
+
 namespace dlcache {
-namespace {
-
-size_t MallocChunk(size_t bytes) {
-  return std::max<size_t>(32, (bytes + sizeof(size_t) + 15) & ~size_t{15});
-}
-
-}  // namespace
 
 FileRecord* FileRecord::Create(uint16_t folder, absl::string_view name,
                                const FileInfo& info, uint32_t chunk_count,
@@ -66,7 +60,7 @@ FileRecord::FileRecord(uint16_t folder, size_t name_bytes, uint16_t kind,
 
 size_t FileRecord::TableHeapBytes() const {
   return Kind() == kMany
-             ? MallocChunk((chunk_count() + 1) * sizeof(ChunkEntry*))
+             ? MallocBlockBytes((chunk_count() + 1) * sizeof(ChunkEntry*))
              : 0;
 }
 

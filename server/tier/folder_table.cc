@@ -1,16 +1,11 @@
 #include "server/tier/folder_table.h"
 
-#include <algorithm>
 #include <cstdlib>
+#include <utility>
+
+#include "server/memory/page_memory.h"
 
 namespace dlcache {
-namespace {
-
-size_t MallocChunk(size_t bytes) {
-  return bytes == 0 ? 0 : std::max<size_t>(32, (bytes + 8 + 15) & ~size_t{15});
-}
-
-}  // namespace
 
 uint16_t FolderTable::Acquire(absl::string_view folder, size_t records) {
   if (folder.empty()) return kNone;
@@ -76,16 +71,17 @@ void FolderTable::Compact() {
 }
 
 size_t FolderTable::Bytes() const {
-  size_t bytes = MallocChunk(blob_.capacity() > 15 ? blob_.capacity() + 1 : 0) +
-                 MallocChunk(spans_.capacity() * sizeof(Span)) +
-                 MallocChunk(refs_.capacity() * sizeof(uint32_t)) +
-                 MallocChunk(free_ids_.capacity() * sizeof(uint16_t)) +
-                 // The map's slots and control bytes.
-                 by_text_.capacity() *
-                     (sizeof(std::pair<const std::string, uint16_t>) + 1);
+  size_t bytes =
+      MallocBlockBytes(blob_.capacity() > 15 ? blob_.capacity() + 1 : 0) +
+      MallocBlockBytes(spans_.capacity() * sizeof(Span)) +
+      MallocBlockBytes(refs_.capacity() * sizeof(uint32_t)) +
+      MallocBlockBytes(free_ids_.capacity() * sizeof(uint16_t)) +
+      // The map's slots and control bytes.
+      by_text_.capacity() *
+          (sizeof(std::pair<const std::string, uint16_t>) + 1);
   for (const auto& [text, id] : by_text_) {
     // Keys over the short-string buffer are a block of their own.
-    if (text.capacity() > 15) bytes += MallocChunk(text.capacity() + 1);
+    if (text.capacity() > 15) bytes += MallocBlockBytes(text.capacity() + 1);
   }
   return bytes;
 }

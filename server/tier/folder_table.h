@@ -56,8 +56,10 @@ class FolderTable {
   // is new and the limits above allow (`records`: the records the index
   // holds); kNone when it is not interned.
   uint16_t Acquire(absl::string_view folder, size_t records);
-  // One more record in folder `id` (!= kNone, in the table).
-  void AddRef(uint16_t id) { ++refs_[id]; }
+  // One more record in folder `id` (in the table); kNone is ignored.
+  void AddRef(uint16_t id) {
+    if (id != kNone) ++refs_[id];
+  }
   // One record fewer in folder `id`; kNone is ignored. The folder leaves
   // the table with its last record, and its id may be given again.
   void Release(uint16_t id);

@@ -96,8 +96,20 @@ TEST(PlanRegistryTest, LookaheadHandsOutEachPlannedReadOnce) {
   EXPECT_EQ(got[0].path, "d");
 }
 
+// Paths as the memory tier gives them, for records made without a
+// folder: the record's name is the whole path.
+class WholeNamePaths : public EntryPaths {
+ public:
+  absl::string_view PathOf(const ChunkEntry* entry,
+                           std::string*) const override {
+    return FileOf(entry)->name();
+  }
+};
+
 TEST(PlanRegistryTest, DistancesOfTierEntries) {
   PlanRegistry r;
+  WholeNamePaths paths;
+  r.SetEntryPaths(&paths);
   const std::vector<std::string> keys = {"a", "b"};
   ASSERT_TRUE(r.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
   // One-chunk files: their entries lie in the records.
@@ -114,6 +126,11 @@ TEST(PlanRegistryTest, DistancesOfTierEntries) {
   EXPECT_EQ(d[1], 1u);
   EXPECT_EQ(d[2], NextUseOracle::kUnplanned);
   EXPECT_EQ(d[3], NextUseOracle::kUnplanned);
+  // Without the tier's paths nothing is known to be planned.
+  PlanRegistry unwired;
+  ASSERT_TRUE(unwired.Register(1, 0, "job", 0, 0, Views(keys), false).ok());
+  unwired.Distances(entries, absl::MakeSpan(d));
+  for (uint64_t x : d) EXPECT_EQ(x, NextUseOracle::kUnplanned);
   for (FileRecord* f : {fa, fb, fx}) FileRecord::Destroy(f);
 }
 
