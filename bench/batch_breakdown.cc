@@ -58,8 +58,8 @@
 #include "common/local_protocol.h"
 #include "common/logging.h"
 #include "dlcache/client.h"
-#include "server/cache_engine.h"
 #include "server/cache_server.h"
+#include "server/engine/cache_engine.h"
 
 ABSL_FLAG(uint32_t, files, 4096, "number of ~110 KB files");
 ABSL_FLAG(uint64_t, file_bytes, 110'000, "mean file size, bytes");

@@ -78,7 +78,7 @@
 #include "bench/temp_dir.h"
 #include "common/checksum.h"
 #include "server/backend/chunk_backend.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
 #include "server/memory/arena.h"
 #include "server/memory/belady_eviction_policy.h"
 #include "server/plan/plan_prefetcher.h"

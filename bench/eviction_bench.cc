@@ -46,9 +46,9 @@
 #include "common/checksum.h"
 #include "server/backend/chunk_backend.h"
 #include "server/memory/arena.h"
+#include "server/ssd/ssd_demotion_sink.h"
+#include "server/ssd/ssd_tier.h"
 #include "server/tier/memory_tier.h"
-#include "server/tier/ssd_demotion_sink.h"
-#include "server/tier/ssd_tier.h"
 
 ABSL_FLAG(uint64_t, arena_mib, 64, "arena, MiB");
 ABSL_FLAG(uint64_t, chunk_kib, 256, "chunk (and item) size, KiB");

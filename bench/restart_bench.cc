@@ -66,7 +66,7 @@
 #include "server/memory/size_classes.h"
 #include "server/source/posix_source.h"
 #include "server/source/source_backend.h"
-#include "server/tier/ssd_tier.h"
+#include "server/ssd/ssd_tier.h"
 
 ABSL_FLAG(uint32_t, files_small, 3000, "number of ~110 KB files");
 ABSL_FLAG(uint32_t, files_large, 20, "number of large files");

@@ -77,8 +77,8 @@
 #include "common/logging.h"
 #include "dlcache/client.h"
 #include "server/cache_server.h"
+#include "server/ssd/ssd_tier.h"
 #include "server/tier/memory_tier.h"
-#include "server/tier/ssd_tier.h"
 
 ABSL_FLAG(std::vector<std::string>, items,
           std::vector<std::string>({"10000", "100000", "1300000"}),

@@ -20,6 +20,7 @@
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/auth/tls_credentials.h"
+#include "server/backend/deferred_backend.h"
 #include "server/cluster/cluster_warmup.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer_client.h"
@@ -41,11 +42,10 @@
 #include "server/source/file_size_limit.h"
 #include "server/source/source_backend.h"
 #include "server/source/source_factory.h"
+#include "server/ssd/ssd_demotion_sink.h"
+#include "server/ssd/ssd_tier.h"
 #include "server/tier/arena_manifest.h"
-#include "server/tier/deferred_backend.h"
 #include "server/tier/memory_tier.h"
-#include "server/tier/ssd_demotion_sink.h"
-#include "server/tier/ssd_tier.h"
 
 namespace dlcache {
 namespace {
@@ -60,95 +60,6 @@ void LimitAdminServer(grpc::ServerBuilder* builder) {
   quota.SetMaxThreads(64);
   builder->SetResourceQuota(quota);
   builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 8);
-}
-
-// Issue 9: TCP ports are authenticated (mTLS and/or a token) unless the
-// operator says --insecure_*; warm-up bounds are sane.
-absl::Status ValidateAuthConfig(const ServerConfig& c) {
-  if (absl::Status s = ValidateTlsConfig(c.tls); !s.ok()) return s;
-  const bool peers = !c.peers.empty() || !c.peer_dns.empty();
-  if (peers && c.peer_token.empty() && !c.tls.enabled() && !c.insecure_peers) {
-    return absl::InvalidArgumentError(
-        "the peer port would serve anyone who reaches it: give "
-        "--peer_token_file and/or --tls_cert/--tls_key/--tls_ca (mTLS), or "
-        "--insecure_peers to run it unauthenticated");
-  }
-  if (!c.admin_address.empty() && c.admin_token.empty() && !c.tls.enabled() &&
-      !c.insecure_admin) {
-    return absl::InvalidArgumentError(
-        "the TCP admin port --admin_address would let anyone who reaches it "
-        "warm, evict and sync: give --admin_token_file and/or "
-        "--tls_cert/--tls_key/--tls_ca (mTLS), or --insecure_admin");
-  }
-  if (c.max_warmup_parallelism == 0 || c.max_concurrent_warmups == 0) {
-    return absl::InvalidArgumentError(
-        "--max_warmup_parallelism and --max_concurrent_warmups must be >= 1");
-  }
-  if (c.warmup_parallelism > c.max_warmup_parallelism) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--warmup_parallelism=", c.warmup_parallelism,
-        " is over --max_warmup_parallelism=", c.max_warmup_parallelism));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateConfig(const ServerConfig& c) {
-  if (c.datasets.empty()) {
-    return absl::InvalidArgumentError(
-        "no datasets: give --source=DIR or --dataset=NAME=DIR");
-  }
-  if (c.malloc_arenas < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--malloc_arenas=", c.malloc_arenas, " (0 = glibc's default)"));
-  }
-  if (c.datasets.size() > MemoryTier::kMaxDatasets) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(c.datasets.size(), " datasets; at most ",
-                     MemoryTier::kMaxDatasets, " per server"));
-  }
-  for (size_t i = 0; i < c.datasets.size(); ++i) {
-    if (absl::Status s = ValidateDatasetName(c.datasets[i].name); !s.ok()) {
-      return s;
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (c.datasets[j].name == c.datasets[i].name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("dataset '", c.datasets[i].name, "' given twice"));
-      }
-    }
-  }
-  if (c.chunk_size < 4096 || c.chunk_size % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--chunk_size=", c.chunk_size, " must be a multiple of 4 KiB"));
-  }
-  if (c.chunk_size > MemoryTier::kMaxChunkSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--chunk_size=", c.chunk_size, " must be at most ",
-                     MemoryTier::kMaxChunkSize, " (4 GiB - 4 KiB)"));
-  }
-  if (c.segment_bytes < c.chunk_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--segment_bytes=", c.segment_bytes,
-                     " must be at least --chunk_size=", c.chunk_size));
-  }
-  if (c.socket_path.empty()) {
-    return absl::InvalidArgumentError("--socket must not be empty");
-  }
-  if (absl::Status s = ValidateAuthConfig(c); !s.ok()) return s;
-  if (!(c.session_lease_share > 0 && c.session_lease_share <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--session_lease_share=", c.session_lease_share, " must be in (0, 1]"));
-  }
-  if (c.max_leases_per_session == 0) {
-    return absl::InvalidArgumentError(
-        "--max_leases_per_session must be at least 1");
-  }
-  if (c.max_reply_queue_bytes < c.max_frame_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_reply_queue_bytes=", c.max_reply_queue_bytes,
-        " must be at least --max_frame_bytes=", c.max_frame_bytes));
-  }
-  return absl::OkStatus();
 }
 
 // Refuses to steal the socket of a live server; removes a stale one.
@@ -178,7 +89,7 @@ CacheServer::CacheServer(ServerConfig config)
 
 absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
     ServerConfig config) {
-  if (absl::Status s = ValidateConfig(config); !s.ok()) return s;
+  if (absl::Status s = ValidateServerConfig(config); !s.ok()) return s;
   // Before the server's threads exist (issue 17: free memory kept by
   // per-thread malloc arenas).
   ConfigureHeap(config.malloc_arenas);
@@ -329,6 +240,7 @@ absl::Status CacheServer::Init() {
       FileSizeLimit::ForArena(arena_->segment_sizes(), config_.chunk_size);
   engine_ = std::make_unique<CacheEngine>(names, tier_.get(), *chain,
                                           sources_.get(), engine_options);
+  engine_->SetPlans(plans_.get());
   if (plans_) {
     PlanPrefetcher::Options po;
     // Bounded by the arena: a look-ahead must not evict what it fetched.
@@ -462,8 +374,8 @@ absl::Status CacheServer::Init() {
     o.max_release_per_request = static_cast<uint32_t>(
         std::min<uint64_t>(config_.max_leases_per_session, UINT32_MAX));
     o.chunk_size = config_.chunk_size;
-    absl::StatusOr<std::unique_ptr<DataServer>> data = DataServer::Start(
-        o, engine_.get(), arena_.get(), &policy_, plans_.get());
+    absl::StatusOr<std::unique_ptr<DataServer>> data =
+        DataServer::Start(o, engine_.get(), arena_.get(), &policy_);
     if (!data.ok()) return data.status();
     data_server_ = *std::move(data);
     data_server_ptr_.store(data_server_.get(), std::memory_order_release);
@@ -567,171 +479,6 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
     recovered_.Notify();
   });
   return deferred_.get();
-}
-
-absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
-  if (config_.peers.empty() && config_.peer_dns.empty()) return local;
-  if (config_.peer_address.empty()) {
-    return absl::InvalidArgumentError(
-        "--peers/--peer_dns need --peer_address (host:port to serve peers on)");
-  }
-  const std::string self_id =
-      config_.node_id.empty() ? config_.peer_address : config_.node_id;
-  Membership::Options m;
-  m.peers = config_.peers;
-  m.dns = config_.peer_dns;
-  absl::StatusOr<ClusterNode> self = ParsePeerEntry(self_id);
-  if (!self.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--node_id='", self_id,
-                     "' must be the host:port peers reach this "
-                     "node at: ",
-                     self.status().message()));
-  }
-  m.self = *self;
-  m.on_change = [](std::shared_ptr<const Placement> p) {
-    DLC_LOG(INFO) << "cluster membership changed";
-  };
-  absl::StatusOr<std::unique_ptr<Membership>> membership =
-      Membership::Create(std::move(m));
-  if (!membership.ok()) return membership.status();
-  membership_ = *std::move(membership);
-  self_id_ = self->id;
-  if (!membership_->SelfListed()) {
-    DLC_LOG(WARNING)
-        << "cluster: this node's id " << LogEscape(self->id)
-        << " is not among the nodes --peers"
-        << (config_.peer_dns.empty() ? "" : "/--peer_dns") << " list ("
-        << membership_->placement()->size() - 1
-        << " other(s)); the other nodes will not route its share to it. "
-           "--node_id must be host:port exactly as peers see this node "
-           "(in Kubernetes $(POD_IP):port, matching --peer_dns)";
-  }
-  membership_->StartRefresh();
-  PeerClientOptions client;
-  client.token = config_.peer_token;
-  if (config_.tls.enabled()) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls =
-        MakeTlsChannelCredentials(config_.tls);
-    if (!tls.ok()) return tls.status();
-    client.tls = *std::move(tls);
-    client.tls_server_name = config_.tls.server_name;
-  }
-  connector_ = std::make_unique<GrpcPeerConnector>(client);
-  PeerRouter::Options r;
-  r.self_id = self->id;
-  r.timeout = config_.peer_timeout;
-  router_ = std::make_unique<PeerRouter>(r, membership_.get(), connector_.get(),
-                                         local);
-  DLC_LOG(INFO) << "cluster: node " << LogEscape(self->id) << ", "
-                << config_.peers.size() << " static peers"
-                << (config_.peer_dns.empty() ? "" : ", dns ")
-                << config_.peer_dns;
-  return router_.get();
-}
-
-absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
-  PeerServiceImpl::Options o;
-  o.token = config_.peer_token;
-  CacheEngine* engine = engine_.get();
-  Membership* membership = membership_.get();
-  engine->SetWarmupHooks(
-      [membership, self = self_id_](const ChunkId& id) {
-        const std::shared_ptr<const Placement> p = membership->placement();
-        const ClusterNode* owner = p->Owner(id);
-        return owner == nullptr || owner->id == self;
-      },
-      [this](const WarmupSpec& spec, const JobProgressFn& emit) {
-        return ClusterWarmup(spec, emit);
-      });
-  // The raw chunk stream carries chunk data unless mTLS is on (its
-  // guarantees are the gRPC channel's) or it is turned off.
-  if (config_.peer_data_port >= 0 && !config_.tls.enabled()) {
-    PeerDataServer::Options d;
-    d.token = config_.peer_token;
-    d.use_sendfile = config_.peer_sendfile;
-    // read_local hands over arena slots: sent from their segment files.
-    d.locate_file = [arena = arena_.get()](absl::Span<const char> bytes,
-                                           int* fd, uint64_t* offset) {
-      uint32_t segment = 0;
-      if (!arena->Locate(bytes.data(), bytes.size(), &segment, offset)) {
-        return false;
-      }
-      *fd = arena->read_only_fd(segment);
-      return true;
-    };
-    const size_t colon = config_.peer_address.rfind(':');
-    absl::StatusOr<std::unique_ptr<PeerDataServer>> data =
-        PeerDataServer::Start(
-            d,
-            colon == std::string::npos ? ""
-                                       : config_.peer_address.substr(0, colon),
-            config_.peer_data_port,
-            [engine, local](const ChunkId& id,
-                            PeerServiceImpl::ChunkSink sink) {
-              return engine->ReadLocal(id, local, sink);
-            },
-            [engine, local](absl::string_view dataset, absl::string_view path) {
-              return engine->StatVia(dataset, path, local);
-            });
-    if (!data.ok()) return data.status();
-    peer_data_server_ = *std::move(data);
-    o.data_port = peer_data_server_->port();
-    DLC_LOG(INFO) << "peers: chunk stream on port " << o.data_port;
-  }
-  peer_service_ = std::make_unique<PeerServiceImpl>(
-      o,
-      [engine, local](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
-        return engine->ReadLocal(id, local, sink);
-      },
-      [engine, local](absl::string_view dataset, absl::string_view path) {
-        return engine->StatVia(dataset, path, local);
-      },
-      [engine](const WarmupSpec& spec, const JobProgressFn& emit) {
-        return engine->Warmup(spec, emit, absl::Milliseconds(200),
-                              /*owned_only=*/true);
-      });
-  grpc::ServerBuilder builder;
-  // mTLS and/or the token (ValidateAuthConfig refused neither without
-  // --insecure_peers).
-  std::shared_ptr<grpc::ServerCredentials> creds =
-      grpc::InsecureServerCredentials();
-  if (config_.tls.enabled()) {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
-        MakeTlsServerCredentials(config_.tls);
-    if (!tls.ok()) return tls.status();
-    creds = *std::move(tls);
-  }
-  builder.AddListeningPort(config_.peer_address, creds, &peer_port_);
-  builder.RegisterService(peer_service_->service());
-  builder.SetMaxSendMessageSize(64 << 20);
-  peer_server_ = builder.BuildAndStart();
-  if (peer_server_ == nullptr || peer_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve peers on ", config_.peer_address));
-  }
-  DLC_LOG(INFO) << "peers: serving on " << config_.peer_address << " (port "
-                << peer_port_ << ")";
-  return absl::OkStatus();
-}
-
-absl::Status CacheServer::ClusterWarmup(const WarmupSpec& spec,
-                                        const JobProgressFn& emit) {
-  // Bad names fail here, once, rather than on every node.
-  absl::StatusOr<uint32_t> ds = engine_->DatasetId(spec.dataset);
-  if (!ds.ok()) return ds.status();
-  absl::StatusOr<std::string> prefix = NormalizePrefix(spec.prefix);
-  if (!prefix.ok()) return prefix.status();
-  ClusterWarmupTargets targets;
-  targets.membership = membership_.get();
-  targets.connector = connector_.get();
-  targets.self_id = self_id_;
-  targets.warm_local = [this](const WarmupSpec& share,
-                              const JobProgressFn& on_progress) {
-    return engine_->Warmup(share, on_progress, absl::Milliseconds(200),
-                           /*owned_only=*/true);
-  };
-  return RunClusterWarmup(targets, spec, *prefix, emit);
 }
 
 CacheServer::~CacheServer() { Shutdown(); }

@@ -11,11 +11,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/auth/access_policy.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
+#include "server/engine/server_status.h"
 #include "server/plan/plan_prefetcher.h"
 #include "server/plan/plan_registry.h"
 #include "server/server_config.h"
-#include "server/server_status.h"
 
 namespace grpc {
 class Server;

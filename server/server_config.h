@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -168,6 +169,11 @@ struct ServerConfig {
   // Binds the arena's segments to NUMA nodes; null = mbind(2). Not owned.
   MemoryBinder* numa_binder = nullptr;
 };
+
+// Checks a configuration before anything starts: authentication of the TCP
+// ports (mTLS and/or a token, unless --insecure_*), warm-up bounds, sizes.
+// INVALID_ARGUMENT naming the flag.
+absl::Status ValidateServerConfig(const ServerConfig& c);
 
 }  // namespace dlcache
 

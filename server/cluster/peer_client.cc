@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
-#include "common/grpc_status.h"
+#include "common/rpc/grpc_status.h"
 #include "dlcache/v1/peer.grpc.pb.h"
 #include "server/cluster/chunk_wire.h"
 #include "server/cluster/peer_data_client.h"

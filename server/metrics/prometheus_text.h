@@ -5,8 +5,8 @@
 
 #include "dlcache/v1/admin.pb.h"
 #include "server/rpc/data_server.h"
+#include "server/ssd/ssd_tier.h"
 #include "server/tier/memory_tier.h"
-#include "server/tier/ssd_tier.h"
 
 namespace dlcache {
 

@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "server/tier/file_record.h"
+#include "server/index/file_record.h"
 
 namespace dlcache {
 

@@ -15,10 +15,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "server/index/file_record.h"
 #include "server/memory/belady_eviction_policy.h"
 #include "server/plan/epoch_plan.h"
 #include "server/plan/progress_queue.h"
-#include "server/tier/file_record.h"
 
 namespace dlcache {
 

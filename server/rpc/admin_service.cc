@@ -1,6 +1,6 @@
 #include "server/rpc/admin_service.h"
 
-#include "common/grpc_status.h"
+#include "common/rpc/grpc_status.h"
 #include "server/rpc/engine_proto.h"
 #include "server/rpc/job_progress_proto.h"
 

@@ -10,9 +10,8 @@
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "server/auth/access_policy.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
 #include "server/memory/arena.h"
-#include "server/plan/plan_registry.h"
 
 namespace dlcache {
 
@@ -80,17 +79,17 @@ class DataServer {
     uint64_t reply_limit_refusals = 0;    // reply over max_frame_bytes
   };
 
-  // `plans` (null = epoch plans off, kRegisterPlan is UNIMPLEMENTED): the
-  // registry kRegisterPlan adds to; the GetBatch keys of a session in a
-  // plan are queued to it as progress (PlanRegistry::Report, applied off
-  // the loop) and a connection's end detaches its session (issue 14).
+  // Epoch plans are the engine's (CacheEngine::RegisterPlan; with plans
+  // off kRegisterPlan is UNIMPLEMENTED): the GetBatch keys of a session in
+  // a plan are its progress, and a connection's end closes its session
+  // and so detaches its plans (issue 14).
   // Listens on options.socket_path (mode 0666: access is decided per
   // request by SO_PEERCRED and the policy) and starts the loops.
   // INVALID_ARGUMENT for bad options, UNAVAILABLE / FAILED_PRECONDITION if
   // the socket cannot be made, or a segment cannot be opened read-only.
   static absl::StatusOr<std::unique_ptr<DataServer>> Start(
       const Options& options, CacheEngine* engine, const Arena* arena,
-      const AccessPolicy* policy, PlanRegistry* plans = nullptr);
+      const AccessPolicy* policy);
   ~DataServer();
   DataServer(const DataServer&) = delete;
   DataServer& operator=(const DataServer&) = delete;

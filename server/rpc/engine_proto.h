@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "dlcache/v1/admin.pb.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
 
 namespace dlcache {
 

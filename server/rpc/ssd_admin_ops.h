@@ -5,10 +5,10 @@
 #include <functional>
 
 #include "dlcache/v1/admin.pb.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
 #include "server/rpc/admin_service.h"
 #include "server/source/source_backend.h"
-#include "server/tier/ssd_tier.h"
+#include "server/ssd/ssd_tier.h"
 
 namespace dlcache {
 

@@ -2,7 +2,7 @@
 #define DLCACHE_SERVER_RPC_STATUS_REPORT_H_
 
 #include "dlcache/v1/admin.pb.h"
-#include "server/server_status.h"
+#include "server/engine/server_status.h"
 
 namespace dlcache {
 

@@ -17,15 +17,15 @@
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
 #include "server/backend/chunk_backend.h"
+#include "server/backend/eviction_sink.h"
 #include "server/backend/source.h"
+#include "server/index/file_index.h"
+#include "server/index/file_record.h"
+#include "server/lease/lease_table.h"
 #include "server/memory/arena.h"
 #include "server/memory/chunk_entry.h"
 #include "server/memory/chunk_entry_pool.h"
 #include "server/memory/slab_allocator.h"
-#include "server/tier/eviction_sink.h"
-#include "server/tier/file_index.h"
-#include "server/tier/file_record.h"
-#include "server/tier/lease_table.h"
 
 namespace dlcache {
 

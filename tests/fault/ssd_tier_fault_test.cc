@@ -16,7 +16,7 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
-#include "server/tier/ssd_tier.h"
+#include "server/ssd/ssd_tier.h"
 #include "tests/testing/fake_chunk_backend.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_util.h"

@@ -31,7 +31,7 @@
 #include "common/local_protocol.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
-#include "server/cache_engine.h"
+#include "server/engine/cache_engine.h"
 #include "tests/testing/dlcached_process.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"

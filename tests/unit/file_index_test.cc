@@ -1,4 +1,4 @@
-#include "server/tier/file_index.h"
+#include "server/index/file_index.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/index/file_record.h"
+#include "server/index/record_arena.h"
 #include "server/memory/chunk_entry_pool.h"
 #include "server/memory/page_memory.h"
-#include "server/tier/file_record.h"
-#include "server/tier/record_arena.h"
 
 namespace dlcache {
 namespace {

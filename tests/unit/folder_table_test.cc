@@ -1,4 +1,4 @@
-#include "server/tier/folder_table.h"
+#include "server/index/folder_table.h"
 
 #include <set>
 #include <string>

@@ -1,4 +1,4 @@
-#include "server/tier/lease_table.h"
+#include "server/lease/lease_table.h"
 
 #include <algorithm>
 #include <cstdint>

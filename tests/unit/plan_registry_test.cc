@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/tier/file_record.h"
-#include "server/tier/folder_table.h"
+#include "server/index/file_record.h"
+#include "server/index/folder_table.h"
 
 namespace dlcache {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/tier/ssd_index.h"
+#include "server/ssd/ssd_index.h"
 
 #include <string>
 #include <tuple>

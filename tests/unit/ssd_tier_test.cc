@@ -1,4 +1,4 @@
-#include "server/tier/ssd_tier.h"
+#include "server/ssd/ssd_tier.h"
 
 #include <fcntl.h>
 #include <unistd.h>

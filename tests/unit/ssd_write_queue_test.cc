@@ -1,4 +1,4 @@
-#include "server/tier/ssd_write_queue.h"
+#include "server/ssd/ssd_write_queue.h"
 
 #include <atomic>
 #include <string>
