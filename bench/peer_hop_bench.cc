@@ -158,7 +158,9 @@ absl::StatusOr<Measurement> Measure(Owner& owner, Arena& asker_arena,
             client.Fetch(ChunkId{"ds", "f", chunk}, FileInfo{size, kMtime},
                          absl::MakeSpan(into, size), &sum, absl::Seconds(10));
         if (!s.ok() || sum != owner.sums[chunk]) {
-          if (bad.fetch_add(1) == 0) DLC_LOG(ERROR) << s;
+          if (bad.fetch_add(1) == 0) {
+            DLC_LOG(ERROR) << s;
+          }
         }
         ++n;
       }

@@ -19,6 +19,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "common/sync_point.h"
 #include "server/auth/tls_credentials.h"
 #include "server/backend/deferred_backend.h"
 #include "server/cluster/cluster_warmup.h"
@@ -400,7 +401,8 @@ void CacheServer::StartReadoptVerifiers() {
   const absl::Time start = absl::Now();
   for (unsigned t = 0; t < threads; ++t) {
     readopt_verifiers_.emplace_back([this, left, start] {
-      if (config_.before_readopt_verify) config_.before_readopt_verify();
+      // Tests hold the background check here.
+      DLCACHE_TEST_SYNC_POINT("CacheServer::ReadoptVerifier:Start");
       constexpr size_t kBatch = 1024;
       while (!stop_readopt_verify_.load(std::memory_order_relaxed) &&
              tier_->VerifyAdopted(kBatch) > 0) {
@@ -434,7 +436,6 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   // The accounting scan (seconds per million chunks) is not on the way to
   // SERVING: reads are served meanwhile, writes wait for it.
   o.recover_in_background = true;
-  o.before_recovery_scan = config_.before_ssd_recovery_scan;
   o.index_memory.write_buffer_bytes = config_.ssd_index_write_buffer_bytes;
   o.flush_index_on_drain = config_.ssd_index_flush_on_drain;
   o.index_memory.block_cache_bytes = config_.ssd_index_block_cache_bytes;
@@ -466,7 +467,8 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
   recovery_ = std::thread([this, open, next] {
     DLC_LOG(INFO) << "RECOVERING: verifying the SSD tier in "
                   << config_.ssd_dir;
-    if (config_.before_ssd_verify) config_.before_ssd_verify();
+    // Tests hold the server in RECOVERING here.
+    DLCACHE_TEST_SYNC_POINT("CacheServer::SsdVerify:Start");
     absl::Status s = open();
     if (!s.ok()) {
       DLC_LOG(ERROR) << LogEscape(s.ToString())

@@ -156,16 +156,6 @@ struct ServerConfig {
   std::function<absl::StatusOr<std::shared_ptr<Source>>(const DatasetConfig&)>
       source_factory;
   const Clock* clock = nullptr;
-  // Runs on the recovery thread before --ssd_verify_on_start verifies the
-  // SSD tier (tests hold the server in RECOVERING with it).
-  std::function<void()> before_ssd_verify;
-  // Runs on the SSD tier's background recovery thread, with the tier's
-  // mutex held, before its accounting scan (tests hold the scan with it;
-  // SsdTierOptions::before_recovery_scan).
-  std::function<void()> before_ssd_recovery_scan;
-  // Runs on each --readopt_verify=background thread before it checks
-  // anything (tests hold the background check with it).
-  std::function<void()> before_readopt_verify;
   // Binds the arena's segments to NUMA nodes; null = mbind(2). Not owned.
   MemoryBinder* numa_binder = nullptr;
 };

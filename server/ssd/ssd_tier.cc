@@ -13,6 +13,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "common/sync_point.h"
 #include "server/ssd/ssd_tier_util.h"
 
 namespace dlcache {
@@ -210,10 +211,13 @@ void SsdTier::OnQueueDrained() {
 }
 
 void SsdTier::WriteOne(SsdWriteItem& item) {
-  // The hook is a test seam; once shutdown began it is skipped, so a hook
-  // that waits on a test's local cannot hold ~SsdTier (or touch that local
-  // after the test returned) while the rest of the queue drains.
-  if (options_.before_write && !queue_->stopping()) options_.before_write();
+  // A test seam (a test blocks it to hold the queue full); once shutdown
+  // began it is skipped, so a callback that waits on a test's local cannot
+  // hold ~SsdTier (or touch that local after the test returned) while the
+  // rest of the queue drains.
+  if (!queue_->stopping()) {
+    DLCACHE_TEST_SYNC_POINT("SsdTier::WriteOne:Start");
+  }
   if (Checksum(item.bytes.data(), item.bytes.size()) != item.checksum) {
     const uint64_t n = counters_.corruptions.fetch_add(1) + 1;
     if (ShouldLog(n)) {

@@ -93,13 +93,6 @@ struct SsdTierOptions {
   // Free bytes on the file system holding `path` (dir, or dir/data which
   // may be a mount of its own); null = statvfs. A test hook.
   std::function<uint64_t(const std::string& path)> free_space;
-  // Test hook: called by the writer thread before each write-behind copy
-  // is stored (a test blocks it to hold the queue full).
-  std::function<void()> before_write;
-  // Test hook: called on the recovery thread (recover_in_background) with
-  // the tier's mutex held, before the scan (a test blocks it to act while
-  // the tier recovers).
-  std::function<void()> before_recovery_scan;
 };
 
 struct SsdTierStats {

@@ -17,6 +17,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "common/sync_point.h"
 #include "server/ssd/ssd_tier.h"
 #include "server/ssd/ssd_tier_util.h"
 
@@ -172,7 +173,9 @@ void SsdTier::RecoverInBackground(absl::Notification* locked) {
   absl::MutexLock lock(&mu_);
   locked->Notify();
   const absl::Time start = absl::Now();
-  if (options_.before_recovery_scan) options_.before_recovery_scan();
+  // A test seam: with the tier's mutex held, before the scan (a test
+  // blocks it to act while the tier recovers).
+  DLCACHE_TEST_SYNC_POINT("SsdTier::RecoveryScan:Start");
   absl::Status s = RecoverLocked(/*verify=*/false);
   if (!s.ok() && !absl::IsCancelled(s)) {
     // The scan could not finish: the accounting undercounts, which only

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/sync_point.h"
 #include "gtest/gtest.h"
 #include "server/cache_server.h"
 #include "server/source/posix_source.h"
@@ -21,6 +22,9 @@ namespace {
 
 class ArenaReadoptTest : public ::testing::Test {
  protected:
+  // Sync point callbacks die with the test (the servers are gone by now).
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+
   void SetUp() override {
     for (int i = 0; i < 20; ++i) {
       std::string bytes = testing::RandomBytes(50000 + i * 7000, i);
@@ -35,7 +39,10 @@ class ArenaReadoptTest : public ::testing::Test {
       std::function<void()> before_verify = nullptr) {
     ServerConfig c;
     c.readopt_verify = verify;
-    c.before_readopt_verify = std::move(before_verify);
+    if (before_verify) {
+      SyncPoint::Get()->SetCallback("CacheServer::ReadoptVerifier:Start",
+                                    std::move(before_verify));
+    }
     c.socket_path = tmp_.path() + "/s.sock";
     c.shm_dir = shm_.path() + "/arena";
     c.arena_bytes = 32 << 20;

@@ -119,7 +119,9 @@ TEST_F(ClientIntegrationTest, MappedBytesEqualTheSource) {
         EXPECT_EQ(v.checksum, Checksum(contents[i].data() + offset, v.size));
         offset += v.size;
       }
-      if (round == 1) EXPECT_TRUE(item.hit());
+      if (round == 1) {
+        EXPECT_TRUE(item.hit());
+      }
     }
   }
 }

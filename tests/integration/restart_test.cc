@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/sync_point.h"
 #include "dlcache/client.h"
 #include "gtest/gtest.h"
 #include "server/cache_server.h"
@@ -31,6 +32,9 @@ constexpr int kFiles = 120;
 
 class RestartTest : public ::testing::Test {
  protected:
+  // Sync point callbacks die with the test (the servers are gone by now).
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+
   void SetUp() override {
     for (int i = 0; i < kFiles; ++i) {
       // Mixed sizes, some spanning several 1 MiB chunks.
@@ -244,10 +248,11 @@ TEST_F(RestartTest, SsdAccountingScanRunsAfterServing) {
   auto start = [&](bool hold) -> absl::StatusOr<std::unique_ptr<CacheServer>> {
     ServerConfig c = InProcessConfig("arena4", "ssd4", &counting);
     if (hold) {
-      c.before_ssd_recovery_scan = [entered, release] {
-        entered->Notify();
-        release->WaitForNotificationWithTimeout(absl::Seconds(120));
-      };
+      SyncPoint::Get()->SetCallback(
+          "SsdTier::RecoveryScan:Start", [entered, release] {
+            entered->Notify();
+            release->WaitForNotificationWithTimeout(absl::Seconds(120));
+          });
     }
     return CacheServer::Start(std::move(c));
   };
@@ -302,9 +307,9 @@ TEST_F(RestartTest, SsdVerifyOnStartIsRecoveringUntilVerified) {
     ServerConfig c = InProcessConfig("arena3", "ssd3", &counting);
     c.ssd_verify_on_start = verify;
     if (verify) {
-      c.before_ssd_verify = [&] {
+      SyncPoint::Get()->SetCallback("CacheServer::SsdVerify:Start", [&] {
         verify_gate.WaitForNotificationWithTimeout(absl::Seconds(120));
-      };
+      });
     }
     return CacheServer::Start(std::move(c));
   };

@@ -32,7 +32,7 @@ TEST(ClientReplySpinTest, AnswersWithinAndAfterTheSpinArrive) {
   auto client =
       Client::Connect(SpinningOptions(server, absl::Milliseconds(20)));
   ASSERT_TRUE(client.ok()) << client.status();
-  for (const std::string& key : {"fast", "slow", "fast"}) {
+  for (const char* key : {"fast", "slow", "fast"}) {
     absl::StatusOr<Batch> b =
         (*client)->GetBatch("ds", std::vector<std::string>{key});
     ASSERT_TRUE(b.ok()) << key << ": " << b.status();

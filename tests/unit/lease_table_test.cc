@@ -134,7 +134,9 @@ TEST_F(LeaseTableTest, RunsKeepingFewLeasesTurnSparse) {
     for (int i = 0; i < 256; ++i) table_.Add(id++, E(i), 256);
     kept.push_back(first + 17);
     for (uint64_t i = first; i < id; ++i) {
-      if (i != first + 17) ASSERT_NE(table_.Take(i), nullptr) << i;
+      if (i != first + 17) {
+        ASSERT_NE(table_.Take(i), nullptr) << i;
+      }
     }
     id += 2;
   }

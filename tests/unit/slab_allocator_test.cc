@@ -21,7 +21,9 @@ TEST(SizeClassesTest, CoversPagesToSlabWithSmallWaste) {
   EXPECT_EQ(c.size(c.count() - 1), 4u << 20);
   for (int i = 0; i < c.count(); ++i) {
     EXPECT_EQ(c.size(i) % 4096, 0u);
-    if (i > 0) EXPECT_GT(c.size(i), c.size(i - 1));
+    if (i > 0) {
+      EXPECT_GT(c.size(i), c.size(i - 1));
+    }
   }
   EXPECT_EQ(c.ClassFor(0), -1);
   EXPECT_EQ(c.ClassFor(1), 0);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/sync_point.h"
 #include "gtest/gtest.h"
 #include "server/memory/arena.h"
 #include "server/ssd/ssd_demotion_sink.h"
@@ -73,6 +74,7 @@ class DemotionTest : public ::testing::Test {
     if (!release_.HasBeenNotified()) release_.Notify();
     tier_->SetEvictionSink(nullptr);
     ssd_.reset();
+    SyncPoint::Get()->ClearAll();
   }
   void OpenSsd(std::function<void()> before_write = nullptr) {
     SsdTierOptions o;
@@ -81,7 +83,10 @@ class DemotionTest : public ::testing::Test {
     o.chunk_size = kChunk;
     o.data_file_bytes = 1 << 20;
     o.min_free_bytes = 1 << 20;
-    o.before_write = std::move(before_write);
+    if (before_write) {
+      SyncPoint::Get()->SetCallback("SsdTier::WriteOne:Start",
+                                    std::move(before_write));
+    }
     absl::StatusOr<std::unique_ptr<SsdTier>> t = SsdTier::Open(o, &counted_);
     ASSERT_TRUE(t.ok()) << t.status();
     ssd_ = *std::move(t);

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/sync_point.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_chunk_backend.h"
 #include "tests/testing/temp_dir.h"
@@ -49,7 +50,12 @@ class SsdTierTest : public ::testing::Test {
   }
   void Open() { Open(Options()); }
 
-  // A before_write hook that holds the writer until ReleaseWrites(). The
+  // Holds the thread that reaches sync point `point` (the writer before a
+  // write, the recovery thread before its scan) until ReleaseWrites().
+  void HoldAt(const char* point) {
+    SyncPoint::Get()->SetCallback(point, HoldWrites());
+  }
+  // A callback that holds the writer until ReleaseWrites(). The
   // gate belongs to the fixture, not to a test's locals, and TearDown
   // opens it before the tier closes: a failed ASSERT that returns early
   // cannot leave the writer blocked (or waiting on a destroyed local), so
@@ -70,6 +76,7 @@ class SsdTierTest : public ::testing::Test {
   void TearDown() override {
     ReleaseWrites();
     tier_.reset();
+    SyncPoint::Get()->ClearAll();
   }
 
   static uint64_t Len(const FileInfo& info, uint32_t c) {
@@ -163,7 +170,7 @@ TEST_F(SsdTierTest, BackgroundRecoveryServesReadsAndHoldsWritesUntilDone) {
   // The scan is held by a gate the fixture owns (TearDown opens it).
   SsdTierOptions o = Options();
   o.recover_in_background = true;
-  o.before_recovery_scan = HoldWrites();
+  HoldAt("SsdTier::RecoveryScan:Start");
   Open(o);
   ASSERT_TRUE(AwaitWriting()) << "the recovery scan never started";
   SsdTierStats during = tier_->Stats();  // must not wait for the scan
@@ -572,7 +579,7 @@ TEST_F(SsdTierTest, DemoteWritesOnceAndRefusesBadBytes) {
 TEST_F(SsdTierTest, FullWriteQueueDropsAndCounts) {
   SsdTierOptions o = Options();
   o.write_queue_depth = 2;
-  o.before_write = HoldWrites();
+  HoldAt("SsdTier::WriteOne:Start");
   Open(o);
   std::vector<std::string> bytes;
   for (int i = 0; i < 5; ++i)
@@ -658,7 +665,7 @@ TEST_F(SsdTierMemtableTest, MemtableFlushOnDrainCanBeTurnedOff) {
 TEST_F(SsdTierTest, WriteQueueIsBoundedInBytesToo) {
   SsdTierOptions o = Options();
   o.write_queue_bytes = 2 * kChunk;
-  o.before_write = HoldWrites();
+  HoldAt("SsdTier::WriteOne:Start");
   Open(o);
   std::string big = Put("big", 3 * kChunk, 1);
   std::string small = Put("small", 100, 2);
@@ -688,7 +695,7 @@ TEST_F(SsdTierTest, WriteBehindOfAnOutdatedVersionIsDropped) {
   // The fixture's gate: the tier may run the hook again after this body
   // returns (the last ReadFile below queues another write-behind).
   SsdTierOptions o = Options();
-  o.before_write = HoldWrites();
+  HoldAt("SsdTier::WriteOne:Start");
   Put("f", kChunk, 1, 100);
   Open(o);
   FileInfo old_info = *tier_->StatFile(kDs, "f");
