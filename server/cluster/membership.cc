@@ -200,10 +200,17 @@ void Membership::PublishLocked() {
   if (!options_.self.id.empty()) all.push_back(options_.self);
   all.insert(all.end(), static_.begin(), static_.end());
   all.insert(all.end(), dns_nodes_.begin(), dns_nodes_.end());
-  auto next = std::make_shared<const Placement>(std::move(all));
+  all = Placement::Normalize(std::move(all));
+  // Compared before building: a refresh that changes nothing (every
+  // refresh_interval) must not rebuild the bucket table.
+  std::shared_ptr<const Placement> previous = placement();
+  if (previous->nodes() == all) return;
+  std::shared_ptr<const Placement> next =
+      options_.make_placement
+          ? options_.make_placement(std::move(all), previous)
+          : std::make_shared<const Placement>(std::move(all), *previous);
   {
     absl::MutexLock lock(&mu_);
-    if (placement_->SameNodes(*next)) return;
     placement_ = next;
   }
   DLC_LOG(INFO) << "membership: " << next->size() << " node(s)";

@@ -61,6 +61,15 @@ class Membership {
     // Default: Resolver::System(). Not owned; must outlive this object.
     Resolver* resolver = nullptr;
     std::function<void(std::shared_ptr<const Placement>)> on_change;
+    // Builds the snapshot of a changed node list (normalised, see
+    // Placement::Normalize) from the current one. Default: Placement(nodes,
+    // *previous), derived from the previous table when few nodes changed.
+    // A simulation of many nodes in one process shares snapshots through
+    // it. Runs on the updating thread.
+    std::function<std::shared_ptr<const Placement>(
+        std::vector<ClusterNode> nodes,
+        const std::shared_ptr<const Placement>& previous)>
+        make_placement;
   };
 
   // Parses the static entries (INVALID_ARGUMENT for a bad one or a bad dns
