@@ -1,5 +1,6 @@
 #include "server/cluster/peer_router.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -46,22 +47,73 @@ std::shared_ptr<Peer> PeerRouter::PeerFor(
   return entry.peer;
 }
 
+double PeerRouter::SlowThresholdNs() const {
+  if (options_.slow_factor <= 0) return 0;  // never slow
+  // Before this node timed its source (a restart re-adopted its arena:
+  // no miss yet), the floor alone.
+  const double source = source_ns_.load(std::memory_order_relaxed);
+  return std::max(absl::ToDoubleNanoseconds(options_.slow_floor),
+                  options_.slow_factor * source);
+}
+
+absl::Status PeerRouter::ReadNext(const ChunkId& id, const FileInfo& info,
+                                  absl::Span<char> dst, uint64_t* checksum,
+                                  ChunkOrigin* origin) {
+  const absl::Time start = clock_->Now();
+  absl::Status s = next_->ReadChunk(id, info, dst, checksum, origin);
+  if (s.ok()) {
+    // A racy moving average (1/8 per sample) is precise enough for a
+    // threshold.
+    const double ns = absl::ToDoubleNanoseconds(clock_->Now() - start);
+    const double old = source_ns_.load(std::memory_order_relaxed);
+    source_ns_.store(old <= 0 ? ns : old + (ns - old) / 8,
+                     std::memory_order_relaxed);
+  }
+  return s;
+}
+
 void PeerRouter::NoteResult(const ClusterNode& owner,
-                            const absl::Status& status) {
-  const bool down = PeerIsDown(status);
+                            const absl::Status& status,
+                            absl::Duration elapsed) {
+  bool down = PeerIsDown(status);
+  bool slow = false;
   bool changed = false;
+  double slow_ms = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = peers_.find(owner.address);
     if (it == peers_.end()) return;
     PeerEntry& entry = it->second;
-    if (down) {
+    if (status.ok() && elapsed > absl::ZeroDuration()) {
+      // Untimed calls (stats) pass zero. 1/4 per sample from 0: one late answer
+      // among fast ones does not mark a peer, two or three in a row of a peer
+      // several times slower than the threshold do.
+      entry.fetch_ns +=
+          (absl::ToDoubleNanoseconds(elapsed) - entry.fetch_ns) / 4;
+      const double threshold = SlowThresholdNs();
+      if (threshold > 0 && entry.fetch_ns > threshold) {
+        slow = true;
+        slow_ms = entry.fetch_ns / 1e6;
+        entry.fetch_ns = 0;
+      }
+    }
+    if (down || slow) {
       changed = entry.down_until == absl::InfinitePast();
-      entry.down_until = clock_->Now() + options_.down_backoff;
+      entry.down_until = clock_->Now() +
+                         (slow ? options_.slow_backoff : options_.down_backoff);
     } else if (status.ok()) {
       changed = entry.down_until != absl::InfinitePast();
       entry.down_until = absl::InfinitePast();
     }
+  }
+  if (slow) {
+    slow_marks_.fetch_add(1, std::memory_order_relaxed);
+    DLC_LOG(WARNING) << "peer " << LogEscape(owner.id) << " ("
+                     << LogEscape(owner.address) << ") slow (" << slow_ms
+                     << " ms per chunk on average), reading its share from "
+                        "the source for "
+                     << options_.slow_backoff;
+    return;
   }
   // One line per transition, not per chunk.
   // Peer ids and addresses come from DNS, the status message from the peer:
@@ -94,7 +146,8 @@ absl::StatusOr<FileInfo> PeerRouter::StatFile(absl::string_view dataset,
   if (!skip) {
     absl::StatusOr<FileInfo> info =
         peer->StatFile(dataset, path, options_.timeout);
-    NoteResult(*owner, info.status());
+    // A stat's latency says little about chunk fetches: not timed.
+    NoteResult(*owner, info.status(), absl::ZeroDuration());
     if (info.ok()) {
       peer_stats_.fetch_add(1, std::memory_order_relaxed);
       return info;
@@ -111,14 +164,15 @@ absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
   const ClusterNode* owner = placement->Owner(id);
   if (owner == nullptr || owner->id == options_.self_id) {
     local_reads_.fetch_add(1, std::memory_order_relaxed);
-    return next_->ReadChunk(id, info, dst, checksum, origin);
+    return ReadNext(id, info, dst, checksum, origin);
   }
   bool skip = false;
   std::shared_ptr<Peer> peer = PeerFor(placement, *owner, &skip);
   if (!skip) {
+    const absl::Time start = clock_->Now();
     absl::Status s =
         peer->FetchChunk(id, info, dst, checksum, options_.timeout);
-    NoteResult(*owner, s);
+    NoteResult(*owner, s, clock_->Now() - start);
     if (s.ok()) {
       peer_reads_.fetch_add(1, std::memory_order_relaxed);
       peer_bytes_.fetch_add(dst.size(), std::memory_order_relaxed);
@@ -129,7 +183,7 @@ absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
     skipped_down_.fetch_add(1, std::memory_order_relaxed);
   }
   fallbacks_.fetch_add(1, std::memory_order_relaxed);
-  return next_->ReadChunk(id, info, dst, checksum, origin);
+  return ReadNext(id, info, dst, checksum, origin);
 }
 
 PeerRouter::Stats PeerRouter::stats() const {
@@ -139,6 +193,7 @@ PeerRouter::Stats PeerRouter::stats() const {
   s.peer_bytes = peer_bytes_.load(std::memory_order_relaxed);
   s.fallbacks = fallbacks_.load(std::memory_order_relaxed);
   s.skipped_down = skipped_down_.load(std::memory_order_relaxed);
+  s.slow_marks = slow_marks_.load(std::memory_order_relaxed);
   s.local_stats = local_stats_.load(std::memory_order_relaxed);
   s.peer_stats = peer_stats_.load(std::memory_order_relaxed);
   s.stat_fallbacks = stat_fallbacks_.load(std::memory_order_relaxed);

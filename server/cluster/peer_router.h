@@ -31,6 +31,13 @@ namespace dlcache {
 // (straight to `next`) for `down_backoff`, so a dead node costs one timeout
 // per backoff period rather than one per chunk.
 //
+// A peer that answers, but slowly (issue 35: a node swapping, a saturated
+// NIC), is skipped the same way for `slow_backoff` once its fetches'
+// moving average latency exceeds both `slow_floor` and `slow_factor` times
+// this node's own moving average source latency: reading the source is
+// then faster. Its share is read from `next` meanwhile (more source reads,
+// bounded latency); a fetch every slow_backoff probes whether it recovered.
+//
 // The caller caches what ReadChunk returns (the memory tier above).
 // Thread-safe; blocks on peer calls and on `next`. Does not own membership,
 // connector or next, which must outlive it.
@@ -40,7 +47,11 @@ class PeerRouter : public ChunkBackend {
     std::string self_id;  // this node's id in the Placement
     absl::Duration timeout = absl::Seconds(2);
     absl::Duration down_backoff = absl::Seconds(1);  // 0 = never skip
-    const Clock* clock = nullptr;                    // default: real
+    // Slow peers (see above); slow_factor 0 = never skip a peer that answers.
+    double slow_factor = 2.0;
+    absl::Duration slow_floor = absl::Milliseconds(50);
+    absl::Duration slow_backoff = absl::Seconds(30);
+    const Clock* clock = nullptr;  // default: real
   };
 
   PeerRouter(Options options, const Membership* membership,
@@ -57,7 +68,8 @@ class PeerRouter : public ChunkBackend {
     uint64_t peer_reads = 0;   // fetched from the owner
     uint64_t peer_bytes = 0;
     uint64_t fallbacks = 0;     // owner failed or skipped: read from next
-    uint64_t skipped_down = 0;  // of those, owner skipped as down
+    uint64_t skipped_down = 0;  // of those, owner skipped as down or slow
+    uint64_t slow_marks = 0;    // times a peer was found slow
     uint64_t local_stats = 0;
     uint64_t peer_stats = 0;
     uint64_t stat_fallbacks = 0;
@@ -68,6 +80,9 @@ class PeerRouter : public ChunkBackend {
   struct PeerEntry {
     std::shared_ptr<Peer> peer;
     absl::Time down_until = absl::InfinitePast();
+    // Moving average of successful fetches' latency (ns); reset when the
+    // peer is marked slow, so a probe after the backoff starts afresh.
+    double fetch_ns = 0;
   };
 
   // The connection to `owner` (created on first use). *skip is set when the
@@ -75,8 +90,16 @@ class PeerRouter : public ChunkBackend {
   std::shared_ptr<Peer> PeerFor(
       const std::shared_ptr<const Placement>& placement,
       const ClusterNode& owner, bool* skip);
-  // Marks the peer down after a transport-level failure, up after success.
-  void NoteResult(const ClusterNode& owner, const absl::Status& status);
+  // Marks the peer down after a transport-level failure, up after success,
+  // slow after successes slower than SlowThresholdNs (elapsed zero: not
+  // timed).
+  void NoteResult(const ClusterNode& owner, const absl::Status& status,
+                  absl::Duration elapsed);
+  // Reads from next_, timing the read into source_ns_.
+  absl::Status ReadNext(const ChunkId& id, const FileInfo& info,
+                        absl::Span<char> dst, uint64_t* checksum,
+                        ChunkOrigin* origin);
+  double SlowThresholdNs() const;
 
   const Options options_;
   const Clock* const clock_;
@@ -94,6 +117,9 @@ class PeerRouter : public ChunkBackend {
   std::atomic<uint64_t> peer_bytes_{0};
   std::atomic<uint64_t> fallbacks_{0};
   std::atomic<uint64_t> skipped_down_{0};
+  std::atomic<uint64_t> slow_marks_{0};
+  // Moving average of next_'s chunk reads (ns); 0 until one was timed.
+  std::atomic<double> source_ns_{0};
   std::atomic<uint64_t> local_stats_{0};
   std::atomic<uint64_t> peer_stats_{0};
   std::atomic<uint64_t> stat_fallbacks_{0};
