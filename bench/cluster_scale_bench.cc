@@ -61,8 +61,7 @@ struct Row {
   int restarted = 0;
   double rollout_extra_x = 0;
   double extra_per_restart = 0;  // chunks
-  uint64_t items = 0, failed = 0, down_calls = 0, not_owner = 0,
-           fallbacks = 0;
+  uint64_t items = 0, failed = 0, down_calls = 0, not_owner = 0, fallbacks = 0;
   ClusterSim::Propagation prop;
   double p99_off = 0, p99_on = 0, p99_source = 0;
   uint64_t slow_marks = 0;
@@ -85,11 +84,13 @@ void Train(ClusterSim& sim, absl::Duration d, int per_s) {
 }
 
 // Five trainers on nodes other than `slow`, a 256-key batch every 100 ms
-// each: p99 of the batches' latency, and of the source's for the same
+// each, for 40 s: p99 of the batches' latency, and of the source's for the same
 // number of misses.
 void SlowPhase(ClusterSim& sim, int slow, double* p99, double* source_p99) {
   std::vector<double> ms, source;
-  for (int b = 0; b < 1000; ++b) {
+  // 40 s of simulated time: longer than the slow backoff (30 s), so the
+  // re-probe is in it.
+  for (int b = 0; b < 2000; ++b) {
     if (b % 5 == 0) sim.AdvanceTo(sim.now() + absl::Milliseconds(100));
     const ClusterSim::Counters before = sim.counters();
     const int asker = (slow + 1 + b % 5) % sim.size();
@@ -99,8 +100,8 @@ void SlowPhase(ClusterSim& sim, int slow, double* p99, double* source_p99) {
         (after.items - before.items) - (after.hits - before.hits);
     double worst = 0;
     for (uint64_t i = 0; i < misses; ++i) {
-      worst = std::max(
-          worst, absl::ToDoubleMilliseconds(sim.SampleSourceLatency()));
+      worst = std::max(worst,
+                       absl::ToDoubleMilliseconds(sim.SampleSourceLatency()));
     }
     source.push_back(worst);
   }
@@ -209,8 +210,10 @@ int Main(int argc, char** argv) {
       "peer hop 1 ms, source 20 ms median (log-normal, sigma 0.3), DNS "
       "refresh 10 s; rolling update: each node down ",
       absl::GetFlag(FLAGS_down_s), " s, the next ",
-      absl::GetFlag(FLAGS_ready_s), " s after it is back, trainers reading an "
-      "epoch every ", absl::GetFlag(FLAGS_epoch_s), " s.\n\n");
+      absl::GetFlag(FLAGS_ready_s),
+      " s after it is back, trainers reading an "
+      "epoch every ",
+      absl::GetFlag(FLAGS_epoch_s), " s.\n\n");
   absl::StrAppend(
       &out,
       "## Source reads and churn\n\n"
@@ -221,7 +224,8 @@ int Main(int argc, char** argv) {
       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     absl::StrAppendFormat(
-        &out, "| %d | %d | %.2fx | %d | +%.3fx | %.1f | %d | %d | %d | %d | %d |\n",
+        &out,
+        "| %d | %d | %.2fx | %d | +%.3fx | %.1f | %d | %d | %d | %d | %d |\n",
         r.nodes, r.dataset, r.warm_x, r.restarted, r.rollout_extra_x,
         r.extra_per_restart, r.items, r.failed, r.down_calls, r.not_owner,
         r.fallbacks);
@@ -236,7 +240,8 @@ int Main(int argc, char** argv) {
       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     absl::StrAppendFormat(
-        &out, "| %d | %d | %.1f | %.1f | %d | %.0f | %d | %d / %.0f | %d | %d |\n",
+        &out,
+        "| %d | %d | %.1f | %.1f | %d | %.0f | %d | %d / %.0f | %d | %d |\n",
         r.nodes, r.prop.changes, absl::ToDoubleSeconds(r.prop.max),
         absl::ToDoubleSeconds(r.prop.mean), r.prop.placements_built,
         r.prop.build_ms_max, r.conn.max_out_peers, r.conn.max_in_peers,
@@ -249,10 +254,10 @@ int Main(int argc, char** argv) {
       "source p99, same misses (ms) | on / source | slow marks | source "
       "reads while on |\n|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
-    absl::StrAppendFormat(&out, "| %d | %.0f | %.0f | %.0f | %.2fx | %d | %.0f |\n",
-                          r.nodes, r.p99_off, r.p99_on, r.p99_source,
-                          r.p99_on / r.p99_source, r.slow_marks,
-                          r.slow_extra_reads);
+    absl::StrAppendFormat(
+        &out, "| %d | %.0f | %.0f | %.0f | %.2fx | %d | %.0f |\n", r.nodes,
+        r.p99_off, r.p99_on, r.p99_source, r.p99_on / r.p99_source,
+        r.slow_marks, r.slow_extra_reads);
   }
   absl::StrAppend(&out, "\nWall time: ");
   for (const Row& r : rows) {

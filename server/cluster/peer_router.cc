@@ -85,16 +85,20 @@ void PeerRouter::NoteResult(const ClusterNode& owner,
     if (it == peers_.end()) return;
     PeerEntry& entry = it->second;
     if (status.ok() && elapsed > absl::ZeroDuration()) {
-      // Untimed calls (stats) pass zero. 1/4 per sample from 0: one late answer
-      // among fast ones does not mark a peer, two or three in a row of a peer
-      // several times slower than the threshold do.
-      entry.fetch_ns +=
-          (absl::ToDoubleNanoseconds(elapsed) - entry.fetch_ns) / 4;
+      // Untimed calls (stats) pass zero. The first sample counts half, the
+      // next a quarter each: a peer answering at twice the threshold is
+      // marked on its first answer, and one late answer among fast ones
+      // (a connection's set-up, a scheduling hiccup) does not mark it.
+      const double ns = absl::ToDoubleNanoseconds(elapsed);
+      entry.fetch_ns += (ns - entry.fetch_ns) / (entry.timed ? 4 : 2);
+      entry.timed = true;
       const double threshold = SlowThresholdNs();
       if (threshold > 0 && entry.fetch_ns > threshold) {
         slow = true;
         slow_ms = entry.fetch_ns / 1e6;
-        entry.fetch_ns = 0;
+        // At the threshold: after the backoff, one slow probe marks it
+        // again, one fast probe brings it back.
+        entry.fetch_ns = threshold;
       }
     }
     if (down || slow) {

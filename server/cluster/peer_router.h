@@ -34,9 +34,11 @@ namespace dlcache {
 // A peer that answers, but slowly (issue 35: a node swapping, a saturated
 // NIC), is skipped the same way for `slow_backoff` once its fetches'
 // moving average latency exceeds both `slow_floor` and `slow_factor` times
-// this node's own moving average source latency: reading the source is
-// then faster. Its share is read from `next` meanwhile (more source reads,
-// bounded latency); a fetch every slow_backoff probes whether it recovered.
+// this node's own moving average source latency (the floor alone until
+// this node timed a source read): reading the source is then faster. A
+// peer answering at twice that is marked on its first answer. Its share
+// is read from `next` meanwhile (more source reads, bounded latency); a
+// fetch after each slow_backoff probes whether it recovered.
 //
 // The caller caches what ReadChunk returns (the memory tier above).
 // Thread-safe; blocks on peer calls and on `next`. Does not own membership,
@@ -80,9 +82,11 @@ class PeerRouter : public ChunkBackend {
   struct PeerEntry {
     std::shared_ptr<Peer> peer;
     absl::Time down_until = absl::InfinitePast();
-    // Moving average of successful fetches' latency (ns); reset when the
-    // peer is marked slow, so a probe after the backoff starts afresh.
+    // Moving average of successful fetches' latency (ns); set to the
+    // threshold when the peer is marked slow, so that the probe after the
+    // backoff decides.
     double fetch_ns = 0;
+    bool timed = false;  // fetch_ns has a sample
   };
 
   // The connection to `owner` (created on first use). *skip is set when the

@@ -206,6 +206,7 @@ class ClusterSim {
   absl::Mutex placements_mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<const Placement>> placements_
       ABSL_GUARDED_BY(placements_mu_);
+  std::weak_ptr<const Placement> last_built_ ABSL_GUARDED_BY(placements_mu_);
   uint64_t placements_built_ ABSL_GUARDED_BY(placements_mu_) = 0;
   double build_ms_max_ ABSL_GUARDED_BY(placements_mu_) = 0;
 
