@@ -135,7 +135,8 @@ int Main(int argc, char** argv) {
             "--peer_token_file=" + token_file, "--peer_timeout=10s"}));
     nodes.back()->set_output_path(absl::StrCat(work.path(), "/n", i, ".log"));
   }
-  ports.clear();  // the nodes bind them now
+  // The ports stay reserved (SO_REUSEPORT) while the nodes run, so that no
+  // outgoing connection takes one as its source port first.
   for (int i = 0; i < n; ++i) {
     if (absl::Status s = nodes[i]->Start(absl::Seconds(60)); !s.ok()) {
       absl::FPrintF(stderr, "node %d: %s\n", i, s.ToString());
@@ -203,6 +204,17 @@ int Main(int argc, char** argv) {
       source_reads += v;
     }
   }
+  // What the routers logged: peers found slow or unusable (each a period
+  // of reading that peer's share from the source).
+  int slow_marks = 0, down_marks = 0;
+  for (auto& p : nodes) {
+    std::ifstream log(p->output_path());
+    std::string line;
+    while (std::getline(log, line)) {
+      if (line.find(") slow (") != std::string::npos) ++slow_marks;
+      if (line.find(") unusable,") != std::string::npos) ++down_marks;
+    }
+  }
   const std::string out = absl::StrCat(
       "# cluster_procs_bench (issue 35)\n\n", DescribeMachine(), ", load ",
       LoadAverage(), ", ",
@@ -215,15 +227,15 @@ int Main(int argc, char** argv) {
       "of them at once, batches of 32.\n\n",
       "| nodes | start (s) | source reads / dataset | items | failed | items/s "
       "| threads per process idle (min - max) | after the read | sockets per "
-      "process idle | after the read |\n"
-      "|---:|---:|---:|---:|---:|---:|---|---|---|---|\n",
+      "process idle | after the read | peers marked slow | marked down |\n"
+      "|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|\n",
       absl::StrFormat(
           "| %d | %.1f | %.2fx | %d | %d | %.0f | %s | %s | %s | "
-          "%s |\n",
+          "%s | %d | %d |\n",
           n, start_s, static_cast<double>(source_reads) / files, n * files,
           errors.load(), n * files / read_s, MinMax(idle, &ProcStat::threads),
           MinMax(after, &ProcStat::threads), MinMax(idle, &ProcStat::sockets),
-          MinMax(after, &ProcStat::sockets)));
+          MinMax(after, &ProcStat::sockets), slow_marks, down_marks));
   absl::PrintF("%s", out);
   if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
     std::ofstream(path) << out;

@@ -48,12 +48,17 @@ std::shared_ptr<Peer> PeerRouter::PeerFor(
 }
 
 double PeerRouter::SlowThresholdNs() const {
-  if (options_.slow_factor <= 0) return 0;  // never slow
+  if (options_.slow_factor <= 0 ||
+      timed_fetches_.load(std::memory_order_relaxed) < kSlowWarmup) {
+    return 0;  // never slow
+  }
   // Before this node timed its source (a restart re-adopted its arena:
-  // no miss yet), the floor alone.
+  // no miss yet), the floor and the other peers.
   const double source = source_ns_.load(std::memory_order_relaxed);
-  return std::max(absl::ToDoubleNanoseconds(options_.slow_floor),
-                  options_.slow_factor * source);
+  const double peers = fetch_all_ns_.load(std::memory_order_relaxed);
+  return std::max({absl::ToDoubleNanoseconds(options_.slow_floor),
+                   options_.slow_factor * source,
+                   options_.slow_peer_factor * peers});
 }
 
 absl::Status PeerRouter::ReadNext(const ChunkId& id, const FileInfo& info,
@@ -92,6 +97,14 @@ void PeerRouter::NoteResult(const ClusterNode& owner,
       const double ns = absl::ToDoubleNanoseconds(elapsed);
       entry.fetch_ns += (ns - entry.fetch_ns) / (entry.timed ? 4 : 2);
       entry.timed = true;
+      // All peers: 1/16 per sample (racy, like source_ns_; under mu_ here
+      // anyway).
+      const double all = fetch_all_ns_.load(std::memory_order_relaxed);
+      fetch_all_ns_.store(
+          timed_fetches_.fetch_add(1, std::memory_order_relaxed) == 0
+              ? ns
+              : all + (ns - all) / 16,
+          std::memory_order_relaxed);
       const double threshold = SlowThresholdNs();
       if (threshold > 0 && entry.fetch_ns > threshold) {
         slow = true;

@@ -33,24 +33,31 @@ namespace dlcache {
 //
 // A peer that answers, but slowly (issue 35: a node swapping, a saturated
 // NIC), is skipped the same way for `slow_backoff` once its fetches'
-// moving average latency exceeds both `slow_floor` and `slow_factor` times
-// this node's own moving average source latency (the floor alone until
-// this node timed a source read): reading the source is then faster. A
-// peer answering at twice that is marked on its first answer. Its share
-// is read from `next` meanwhile (more source reads, bounded latency); a
-// fetch after each slow_backoff probes whether it recovered.
+// moving average latency exceeds `slow_floor`, `slow_factor` times this
+// node's own moving average source latency (reading the source is then
+// faster) and `slow_peer_factor` times the moving average of all its peer
+// fetches (it is slow among its peers: when every peer is slow, the host
+// or the network is, and the source would not help). A peer answering at
+// twice that is marked on its first answer. Nothing is marked before this
+// node timed kSlowWarmup fetches. The slow peer's share is read from
+// `next` meanwhile (more source reads, bounded latency); a fetch after
+// each slow_backoff probes whether it recovered.
 //
 // The caller caches what ReadChunk returns (the memory tier above).
 // Thread-safe; blocks on peer calls and on `next`. Does not own membership,
 // connector or next, which must outlive it.
 class PeerRouter : public ChunkBackend {
  public:
+  // Timed peer fetches before the slow-peer rule applies.
+  static constexpr uint64_t kSlowWarmup = 32;
+
   struct Options {
     std::string self_id;  // this node's id in the Placement
     absl::Duration timeout = absl::Seconds(2);
     absl::Duration down_backoff = absl::Seconds(1);  // 0 = never skip
     // Slow peers (see above); slow_factor 0 = never skip a peer that answers.
     double slow_factor = 2.0;
+    double slow_peer_factor = 4.0;
     absl::Duration slow_floor = absl::Milliseconds(50);
     absl::Duration slow_backoff = absl::Seconds(30);
     const Clock* clock = nullptr;  // default: real
@@ -124,6 +131,9 @@ class PeerRouter : public ChunkBackend {
   std::atomic<uint64_t> slow_marks_{0};
   // Moving average of next_'s chunk reads (ns); 0 until one was timed.
   std::atomic<double> source_ns_{0};
+  // Moving average of all successful peer fetches (ns), and their count.
+  std::atomic<double> fetch_all_ns_{0};
+  std::atomic<uint64_t> timed_fetches_{0};
   std::atomic<uint64_t> local_stats_{0};
   std::atomic<uint64_t> peer_stats_{0};
   std::atomic<uint64_t> stat_fallbacks_{0};

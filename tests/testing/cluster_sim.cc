@@ -565,7 +565,7 @@ ClusterSim::Propagation ClusterSim::propagation() const {
   if (propagated_changes_ > 0) {
     p.mean = propagation_sum_ / static_cast<int64_t>(propagated_changes_);
   }
-  absl::MutexLock lock(&const_cast<ClusterSim*>(this)->placements_mu_);
+  absl::MutexLock lock(&placements_mu_);
   p.placements_built = placements_built_;
   p.build_ms_max = build_ms_max_;
   return p;

@@ -203,7 +203,7 @@ class ClusterSim {
   absl::Duration propagation_max_;
   absl::Duration propagation_sum_;
 
-  absl::Mutex placements_mu_;
+  mutable absl::Mutex placements_mu_;
   absl::flat_hash_map<std::string, std::weak_ptr<const Placement>> placements_
       ABSL_GUARDED_BY(placements_mu_);
   std::weak_ptr<const Placement> last_built_ ABSL_GUARDED_BY(placements_mu_);
