@@ -80,7 +80,7 @@ absl::Status PeerRouter::ReadNext(const ChunkId& id, const FileInfo& info,
 void PeerRouter::NoteResult(const ClusterNode& owner,
                             const absl::Status& status,
                             absl::Duration elapsed) {
-  bool down = PeerIsDown(status);
+  const bool down = PeerIsDown(status);
   bool slow = false;
   bool changed = false;
   double slow_ms = 0;
