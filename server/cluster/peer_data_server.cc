@@ -1,5 +1,6 @@
 #include "server/cluster/peer_data_server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -8,12 +9,15 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +34,38 @@ namespace {
 void SetNonBlocking(int fd) {
   const int flags = ::fcntl(fd, F_GETFL, 0);
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+constexpr uint64_t kListenTag = ~uint64_t{0};
+constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
+constexpr int kMaxEvents = 128;
+
+// The source address of a connection, without the port; an IPv4-mapped
+// IPv6 address as the IPv4 one.
+std::string AddressKey(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr,
+                buf, sizeof(buf));
+  } else if (a.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      ::inet_ntop(AF_INET, &v6.s6_addr[12], buf, sizeof(buf));
+    } else {
+      ::inet_ntop(AF_INET6, &v6, buf, sizeof(buf));
+    }
+  }
+  return buf;
+}
+
+// The hello's answer: one status code, sent without waiting (a fresh
+// socket's buffer takes four bytes).
+bool SendCode(int fd, const absl::Status& s) {
+  char answer[4];
+  const uint32_t code = static_cast<uint32_t>(s.code());
+  for (int i = 0; i < 4; ++i) answer[i] = static_cast<char>(code >> (8 * i));
+  return ::send(fd, answer, sizeof(answer), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+         static_cast<ssize_t>(sizeof(answer));
 }
 
 // Writes a response header and its message; no data.
@@ -111,7 +147,30 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "peer data stream: cannot listen on ", host, ":", port, ": ", error));
   }
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  server->epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  server->wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!server->epoll_.valid() || !server->wake_.valid()) {
+    return absl::UnavailableError(absl::StrCat(
+        "peer data stream: epoll/eventfd: ", std::strerror(errno)));
+  }
+  SetNonBlocking(server->listen_fd_.get());
+  for (const auto& [fd, tag] :
+       {std::pair{server->wake_.get(), kWakeTag},
+        std::pair{server->listen_fd_.get(), kListenTag}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    if (::epoll_ctl(server->epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("peer data stream: epoll_ctl: ", std::strerror(errno)));
+    }
+  }
+  try {
+    server->acceptor_ = std::thread([s = server.get()] { s->EventLoop(); });
+  } catch (const std::system_error& e) {
+    return absl::UnavailableError(
+        absl::StrCat("peer data stream: cannot start a thread: ", e.what()));
+  }
   return server;
 }
 
@@ -123,13 +182,26 @@ void PeerDataServer::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    // Wakes accept() and every connection's poll(); the fds stay open (and
-    // their numbers reserved) until the threads are joined.
-    if (listen_fd_.get() >= 0) ::shutdown(listen_fd_.get(), SHUT_RDWR);
+    // Wakes every connection's poll(); the fds stay open (and their numbers
+    // reserved) until the threads are joined.
+    for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
+  }
+  if (wake_.valid()) {
+    uint64_t one = 1;
+    (void)!::write(wake_.get(), &one, sizeof(one));
+  }
+  // The acceptor hands off no more once it has seen shut_down_; after the
+  // join connections_ is complete.
+  if (acceptor_.joinable()) acceptor_.join();
+  // Closed now: askers get ECONNREFUSED at once, and the port can be bound
+  // again; hellos in progress are closed.
+  listen_fd_.reset();
+  pending_.clear();
+  {
+    absl::MutexLock lock(&mu_);
     for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
     connections = std::move(connections_);
   }
-  if (acceptor_.joinable()) acceptor_.join();
   for (auto& c : connections) c->thread.join();
 }
 
@@ -144,40 +216,221 @@ void PeerDataServer::ReapFinished() {
   }
 }
 
-void PeerDataServer::AcceptLoop() {
+bool PeerDataServer::Admit(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (open_total_ >= options_.max_connections) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  int& n = per_address_[address];
+  if (n >= options_.max_connections_per_address) {
+    refused_per_address_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  ++n;
+  ++open_total_;
+  return true;
+}
+
+void PeerDataServer::Release(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  ReleaseLocked(address);
+}
+
+void PeerDataServer::ReleaseLocked(const std::string& address) {
+  --open_total_;
+  auto it = per_address_.find(address);
+  if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
+}
+
+void PeerDataServer::EventLoop() {
+  epoll_event events[kMaxEvents];
   for (;;) {
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      absl::MutexLock lock(&mu_);
-      if (shut_down_) return;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-          errno == ENOMEM) {
-        // Out of descriptors: give the others time to close.
-        mu_.AwaitWithTimeout(absl::Condition(&shut_down_),
-                             absl::Milliseconds(100));
-        continue;
+    const absl::Time now = absl::Now();
+    // Hellos past their deadline (expiries_ is in deadline order: every
+    // connection gets the same timeout).
+    while (!expiries_.empty() && expiries_.front().first <= now) {
+      const auto [fd, seq] = expiries_.front().second;
+      expiries_.pop_front();
+      auto it = pending_.find(fd);
+      if (it != pending_.end() && it->second.seq == seq) {
+        handshake_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        DropPending(fd);
       }
-      DLC_LOG(ERROR) << "peer data stream: accept: " << std::strerror(errno);
+    }
+    if (listener_paused_ && now >= listener_resume_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenTag;
+      listener_paused_ =
+          ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0;
+      if (listener_paused_) listener_resume_ = now + absl::Milliseconds(100);
+    }
+    absl::Time wake_at = absl::InfiniteFuture();
+    if (!expiries_.empty()) wake_at = expiries_.front().first;
+    if (listener_paused_) wake_at = std::min(wake_at, listener_resume_);
+    int timeout_ms = -1;
+    if (wake_at != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 60000));
+    }
+    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      DLC_LOG(ERROR) << "peer data stream: epoll_wait: "
+                     << std::strerror(errno);
       return;
     }
-    UniqueFd conn(fd);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        absl::MutexLock lock(&mu_);
+        if (shut_down_) return;
+        continue;
+      }
+      if (tag == kListenTag) {
+        AcceptSome();
+        continue;
+      }
+      OnPendingReadable(static_cast<int>(tag));
+    }
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     ReapFinished();
-    if (connections_.size() >= static_cast<size_t>(options_.max_connections)) {
-      refused_.fetch_add(1, std::memory_order_relaxed);
-      continue;  // closed by conn's destructor
-    }
-    SetNonBlocking(conn.get());
-    const int one = 1;
-    ::setsockopt(conn.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto c = std::make_unique<Connection>();
-    c->fd = std::move(conn);
-    Connection* raw = c.get();
-    connections_.push_back(std::move(c));
-    raw->thread = std::thread([this, raw] { Serve(raw); });
   }
+}
+
+void PeerDataServer::AcceptSome() {
+  // A bounded number per wake-up, so that hellos and expiries keep up.
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage from{};
+    socklen_t len = sizeof(from);
+    const int fd =
+        ::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&from), &len,
+                  SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        // Out of descriptors: unwatched for a while (a level-triggered
+        // listener would spin) to give the others time to close.
+        DLC_LOG(WARNING) << "peer data stream: accept: " << std::strerror(errno)
+                         << "; pausing accepts";
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+        listener_paused_ = true;
+        listener_resume_ = absl::Now() + absl::Milliseconds(100);
+      }
+      return;  // EAGAIN: none left
+    }
+    UniqueFd conn(fd);
+    std::string address = AddressKey(from);
+    if (!Admit(address)) continue;  // closed by conn's destructor
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = static_cast<uint64_t>(fd);
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      Release(address);
+      continue;
+    }
+    Pending& p = pending_[fd];
+    p.fd = std::move(conn);
+    p.address = std::move(address);
+    p.deadline = absl::Now() + options_.handshake_timeout;
+    p.seq = next_seq_++;
+    p.got = 0;
+    p.have_hello = false;
+    p.token.clear();
+    expiries_.push_back({p.deadline, {fd, p.seq}});
+  }
+}
+
+void PeerDataServer::DropPending(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  Release(it->second.address);
+  pending_.erase(it);  // closes the fd
+}
+
+void PeerDataServer::OnPendingReadable(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  Pending& p = it->second;
+  for (;;) {
+    char* dst;
+    size_t want;
+    if (!p.have_hello) {
+      dst = p.buf + p.got;
+      want = sizeof(p.buf) - p.got;
+    } else {
+      dst = p.token.data() + p.got;
+      want = p.token.size() - p.got;
+    }
+    if (want > 0) {
+      const ssize_t r = ::recv(fd, dst, want, 0);
+      if (r == 0) return DropPending(fd);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return DropPending(fd);
+      }
+      p.got += static_cast<size_t>(r);
+      if (static_cast<size_t>(r) < want) continue;
+    }
+    if (!p.have_hello) {
+      uint32_t token_len = 0;
+      absl::Status s = DecodeDataHello(p.buf, &token_len);
+      if (!s.ok()) {
+        SendCode(fd, s);
+        return DropPending(fd);
+      }
+      p.have_hello = true;
+      p.token.assign(token_len, '\0');
+      p.got = 0;
+      continue;
+    }
+    break;
+  }
+  // Hello and token complete.
+  absl::Status s;
+  if (!options_.token.empty() && !TokenEquals(options_.token, p.token)) {
+    unauthenticated_.fetch_add(1, std::memory_order_relaxed);
+    s = absl::UnauthenticatedError("missing or wrong peer token");
+  }
+  // Four bytes on a socket nothing was written to yet: never short.
+  if (!SendCode(fd, s) || !s.ok()) return DropPending(fd);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  Pending taken = std::move(p);
+  pending_.erase(it);
+  HandOff(std::move(taken));
+}
+
+void PeerDataServer::HandOff(Pending p) {
+  const int one = 1;
+  ::setsockopt(p.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  auto c = std::make_unique<Connection>();
+  c->fd = std::move(p.fd);
+  c->address = std::move(p.address);
+  Connection* raw = c.get();
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) {
+    ReleaseLocked(raw->address);
+    return;
+  }
+  try {
+    raw->thread = std::thread([this, raw] { Serve(raw); });
+  } catch (const std::system_error& e) {
+    // No thread to be had (RLIMIT_NPROC, a pids cgroup): this connection
+    // closes, the asker reads the chunk over gRPC or elsewhere.
+    if (thread_failures_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0) {
+      DLC_LOG(WARNING) << "peer data stream: cannot start a connection "
+                          "thread ("
+                       << e.what() << "); connection closed";
+    }
+    ReleaseLocked(raw->address);
+    return;
+  }
+  connections_.push_back(std::move(c));
 }
 
 void PeerDataServer::Serve(Connection* c) {
@@ -188,35 +441,12 @@ void PeerDataServer::Serve(Connection* c) {
   sigemptyset(&pipe);
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-  open_.fetch_add(1, std::memory_order_relaxed);
-  if (Handshake(c->fd.get())) {
-    while (ServeOne(c->fd.get())) {
-    }
+  while (ServeOne(c->fd.get())) {
   }
-  open_.fetch_sub(1, std::memory_order_relaxed);
+  // Shuts the socket now (the fd closes at the join); the slot is free.
+  ::shutdown(c->fd.get(), SHUT_RDWR);
+  Release(c->address);
   c->done.store(true, std::memory_order_release);
-}
-
-bool PeerDataServer::Handshake(int fd) {
-  const absl::Time deadline = absl::Now() + options_.handshake_timeout;
-  char hello[kDataHelloBytes];
-  if (!DataReadAll(fd, hello, sizeof(hello), deadline).ok()) return false;
-  uint32_t token_len = 0;
-  absl::Status s = DecodeDataHello(hello, &token_len);
-  std::string token(s.ok() ? token_len : 0, '\0');
-  if (s.ok() && !DataReadAll(fd, token.data(), token.size(), deadline).ok()) {
-    return false;
-  }
-  if (s.ok() && !options_.token.empty() &&
-      !TokenEquals(options_.token, token)) {
-    unauthenticated_.fetch_add(1, std::memory_order_relaxed);
-    s = absl::UnauthenticatedError("missing or wrong peer token");
-  }
-  char answer[4];
-  const uint32_t code = static_cast<uint32_t>(s.code());
-  for (int i = 0; i < 4; ++i) answer[i] = static_cast<char>(code >> (8 * i));
-  iovec iov[1] = {{answer, sizeof(answer)}};
-  return DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok() && s.ok();
 }
 
 bool PeerDataServer::ServeOne(int fd) {
@@ -374,7 +604,13 @@ PeerDataServer::Stats PeerDataServer::stats() const {
   s.fetch_errors = fetch_errors_.load(std::memory_order_relaxed);
   s.stats = stats_.load(std::memory_order_relaxed);
   s.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
-  s.connections = open_.load(std::memory_order_relaxed);
+  {
+    absl::MutexLock lock(&mu_);
+    s.connections = static_cast<uint64_t>(open_total_);
+  }
+  s.refused_per_address = refused_per_address_.load(std::memory_order_relaxed);
+  s.handshake_timeouts = handshake_timeouts_.load(std::memory_order_relaxed);
+  s.thread_failures = thread_failures_.load(std::memory_order_relaxed);
   s.unauthenticated = unauthenticated_.load(std::memory_order_relaxed);
   s.refused = refused_.load(std::memory_order_relaxed);
   s.sendfile_bytes = sendfile_bytes_.load(std::memory_order_relaxed);
