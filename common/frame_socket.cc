@@ -173,7 +173,13 @@ bool FrameAssembler::Next(FrameHeader* header, std::string* payload,
   payload->assign(buf_.data() + start_ + kHeaderSize, h.length);
   start_ += kHeaderSize + h.length;
   if (start_ == buf_.size()) {
-    buf_.clear();
+    // A large frame's buffer is not kept for a client that may never send
+    // another (issue 32: memory held per client).
+    if (buf_.capacity() > (64u << 10)) {
+      std::string().swap(buf_);
+    } else {
+      buf_.clear();
+    }
     start_ = 0;
   } else if (start_ > (1u << 20)) {
     buf_.erase(0, start_);

@@ -66,6 +66,10 @@ class FrameAssembler {
   // stream cannot be resynchronised and must be closed.
   bool Next(FrameHeader* header, std::string* payload, absl::Status* error);
   size_t buffered() const { return buf_.size() - start_; }
+  // Heap bytes the assembler holds (what a server counts against the
+  // client's budget): its buffer's capacity. A buffer emptied by Next()
+  // that had grown past 64 KiB is given back then.
+  size_t held_bytes() const { return buf_.capacity(); }
 
  private:
   const uint32_t max_frame_bytes_;

@@ -171,6 +171,11 @@ absl::Status CacheServer::Init() {
                               static_cast<double>(tier_->Stats().arena_bytes));
     limits.max_leases = config_.max_leases_per_session;
     tier_->SetSessionLimits(limits);
+    // All sessions of one tenant together (issue 32).
+    FairShare::Options shares;
+    shares.capacity = tier_->Stats().arena_bytes;
+    shares.headroom = config_.tenant_headroom;
+    tier_->SetTenantLeaseShares(shares);
   }
   {
     // Before re-adoption: a MinIO dataset's adopted chunks are kept too.
@@ -375,6 +380,11 @@ absl::Status CacheServer::Init() {
     o.max_release_per_request = static_cast<uint32_t>(
         std::min<uint64_t>(config_.max_leases_per_session, UINT32_MAX));
     o.chunk_size = config_.chunk_size;
+    o.admin_reserved_connections = config_.admin_reserved_connections;
+    o.max_client_buffer_bytes = config_.max_client_buffer_bytes;
+    o.tenant_headroom = config_.tenant_headroom;
+    o.hello_timeout = config_.client_hello_timeout;
+    o.stall_timeout = config_.client_stall_timeout;
     absl::StatusOr<std::unique_ptr<DataServer>> data =
         DataServer::Start(o, engine_.get(), arena_.get(), &policy_);
     if (!data.ok()) return data.status();

@@ -56,6 +56,23 @@ ABSL_FLAG(uint32_t, max_inflight_per_connection, 64,
 ABSL_FLAG(ByteSize, max_reply_queue_bytes, ByteSize{64ull << 20},
           "Replies queued for one client that does not read them; past this "
           "the client is disconnected");
+ABSL_FLAG(uint32_t, admin_reserved_connections, 64,
+          "Of --max_connections, how many only admins may use (so that root "
+          "and --admin_uids always get in)");
+ABSL_FLAG(ByteSize, max_client_buffer_bytes, ByteSize{192ull << 20},
+          "Memory all data connections together may hold in partial request "
+          "frames and unsent replies; each tenant (uid, or uid and pod) gets "
+          "a share (see --tenant_headroom), a tenant at its share is not read "
+          "from until it drains");
+ABSL_FLAG(double, tenant_headroom, 0.25,
+          "Of each pool shared by tenants (data connections, client buffers), "
+          "what one tenant alone leaves free for others; with several active "
+          "each may hold (1 - this) / n of it, at least this / 2");
+ABSL_FLAG(absl::Duration, client_hello_timeout, absl::Seconds(10),
+          "A data connection that has not said hello by then is closed");
+ABSL_FLAG(absl::Duration, client_stall_timeout, absl::Seconds(30),
+          "A data connection holding memory (a request frame begun, replies "
+          "unread) without progress for this long is closed");
 ABSL_FLAG(double, session_lease_share, 0.5,
           "Fraction of the arena one connection (session) may hold leased; "
           "items over it fail with RESOURCE_EXHAUSTED");
@@ -254,6 +271,13 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.max_inflight_per_connection =
       absl::GetFlag(FLAGS_max_inflight_per_connection);
   c.max_reply_queue_bytes = absl::GetFlag(FLAGS_max_reply_queue_bytes).bytes;
+  c.admin_reserved_connections =
+      absl::GetFlag(FLAGS_admin_reserved_connections);
+  c.max_client_buffer_bytes =
+      absl::GetFlag(FLAGS_max_client_buffer_bytes).bytes;
+  c.tenant_headroom = absl::GetFlag(FLAGS_tenant_headroom);
+  c.client_hello_timeout = absl::GetFlag(FLAGS_client_hello_timeout);
+  c.client_stall_timeout = absl::GetFlag(FLAGS_client_stall_timeout);
   c.session_lease_share = absl::GetFlag(FLAGS_session_lease_share);
   c.max_leases_per_session = absl::GetFlag(FLAGS_max_leases_per_session);
   c.data_event_loops = absl::GetFlag(FLAGS_data_event_loops);

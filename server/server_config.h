@@ -43,6 +43,12 @@ struct ServerConfig {
   uint32_t max_frame_bytes = 16u << 20;          // one request or reply frame
   uint32_t max_inflight_per_connection = 64;     // requests served at once
   uint64_t max_reply_queue_bytes = 64ull << 20;  // unread replies per client
+  // Tenants (issue 32, server/rpc/data_server.h): shares of the data path.
+  uint32_t admin_reserved_connections = 64;
+  uint64_t max_client_buffer_bytes = 192ull << 20;
+  double tenant_headroom = 0.25;
+  absl::Duration client_hello_timeout = absl::Seconds(10);
+  absl::Duration client_stall_timeout = absl::Seconds(30);
   double session_lease_share = 0.5;  // of the arena, leased per session
   uint64_t max_leases_per_session = 262144;
 

@@ -131,8 +131,11 @@ class CacheEngine {
 
   // numa_node: the session's GPU's node (MemoryTier::OpenSession); the
   // fills of its GetBatch and Prefetch calls prefer arena segments there.
-  uint64_t OpenSession(int numa_node = kNoNumaNode) {
-    return tier_->OpenSession(numa_node);
+  // tenant/admin: whose lease share the session counts against
+  // (MemoryTier::SetTenantLeaseShares; "" = none).
+  uint64_t OpenSession(int numa_node = kNoNumaNode,
+                       const std::string& tenant = "", bool admin = true) {
+    return tier_->OpenSession(numa_node, tenant, admin);
   }
   // Every lease of the session goes; its epoch plans go with it once no
   // other session shares them.

@@ -206,11 +206,23 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
       {"max_release_per_request", s.release_limit_refusals},
       {"max_frame_bytes", s.reply_limit_refusals},
       {"session_leases", t.session_limit_refusals},
+      {"tenant_connections", s.tenant_connection_refusals},
+      {"tenant_leases", t.tenant_lease_refusals},
+      {"client_hello_timeout", s.hello_timeouts},
+      {"client_stall_timeout", s.stalled_closes},
   };
   for (const auto& [limit, n] : refusals) {
     absl::StrAppend(out, "dlcache_data_refusals_total{limit=\"", limit, "\"} ",
                     n, "\n");
   }
+  Counter(out, "dlcache_data_tenant_throttles_total",
+          "Times a data connection stopped being read because its tenant "
+          "held its share of --max_client_buffer_bytes",
+          s.tenant_buffer_throttles);
+  IntGauge(out, "dlcache_data_client_buffer_bytes",
+           "Bytes held for data clients in partial request frames and unsent "
+           "replies",
+           s.buffered_bytes);
   absl::StrAppend(
       out,
       "# HELP dlcache_numa_fills_total Fills that asked for a NUMA node the "

@@ -30,6 +30,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/fair_share.h"
 #include "common/fd_passing.h"
 #include "common/frame_socket.h"
 #include "common/key.h"
@@ -37,6 +40,7 @@
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "common/striped_counter.h"
+#include "common/tenant_identity.h"
 #include "server/auth/peer_credentials.h"
 #include "server/rpc/data_server.h"
 
@@ -49,6 +53,11 @@ constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 // (fairness between connections of one loop).
 constexpr size_t kReadBudget = 1 << 20;
 constexpr int kMaxEvents = 128;
+// One read() per call; a tenant at its buffer share reads no more.
+constexpr size_t kReadChunk = 64 << 10;
+// How often a loop looks for connections past their hello or stall
+// deadline, and retries reading from throttled ones.
+constexpr absl::Duration kSweepEvery = absl::Milliseconds(250);
 
 inline int32_t Code(const absl::Status& s) {
   return static_cast<int32_t>(s.code());
@@ -75,6 +84,14 @@ struct Conn {
   UniqueFd fd;
   int raw_fd = -1;
   PeerCredentials creds;
+  std::string tenant;  // TenantIdentity: whose budgets it counts against
+  bool admin = false;
+  // Bytes counted against the tenant's buffer share now.
+  uint64_t buffered = 0;
+  bool throttled = false;  // not read: its tenant holds its buffer share
+  absl::Time accepted_at;
+  // Last time the client finished a request frame or read reply bytes.
+  absl::Time last_progress;
   std::string name = "(before hello)";
   uint64_t session = 0;         // 0 until hello
   int numa_node = kNoNumaNode;  // the client's GPU's, from its hello
@@ -91,7 +108,8 @@ struct Conn {
   uint64_t out_bytes = 0;
   explicit Conn(uint32_t max_frame_bytes) : in(max_frame_bytes) {}
   std::string Who() const {
-    return absl::StrCat("client '", name, "' (", creds.DebugString(), ")");
+    return absl::StrCat("client '", name, "' (", creds.DebugString(),
+                        tenant.empty() ? "" : ", " + tenant, ")");
   }
 };
 
@@ -124,6 +142,13 @@ struct DataServer::Shared {
   std::atomic<uint64_t> keys_limit_refusals{0};
   std::atomic<uint64_t> release_limit_refusals{0};
   std::atomic<uint64_t> reply_limit_refusals{0};
+  std::atomic<uint64_t> tenant_connection_refusals{0};
+  std::atomic<uint64_t> tenant_buffer_throttles{0};
+  std::atomic<uint64_t> hello_timeouts{0};
+  std::atomic<uint64_t> stalled_closes{0};
+  // Per tenant (issue 32); built by Start() from the options.
+  std::unique_ptr<FairShare> connections;
+  std::unique_ptr<FairShare> buffers;
 };
 
 class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
@@ -157,9 +182,26 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   void Accept();
 
-  // Reading pauses while the connection has its fill of requests in
-  // flight, or a large backlog of replies the client has not read yet.
-  bool WantRead(const Conn& c) const;
+  // kError RESOURCE_EXHAUSTED naming the limit, best effort on a fresh
+  // socket (its buffer is empty; never waits); the caller closes it.
+  void RefuseConnection(int fd, const std::string& tenant, bool admin);
+
+  // Counts what the connection holds now against its tenant's buffer
+  // share (taken whatever the share says: the bytes are here already), in
+  // whole 4 KiB: small requests and replies, the common case, take no lock
+  // (what goes uncounted is under 4 KiB per connection).
+  void Account(Conn& c);
+
+  // Closes connections past their hello or stall deadline; gives throttled
+  // ones another chance to read.
+  void Sweep();
+
+  // Requests are served while the connection has room for more in flight
+  // and no large backlog of replies the client has not read yet.
+  bool CanServe(const Conn& c) const;
+  // Reading also pauses while its tenant holds its share of the client
+  // buffers (marks the connection throttled).
+  bool WantRead(Conn& c);
 
   void UpdateInterest(const std::shared_ptr<Conn>& c);
 
@@ -245,6 +287,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   absl::flat_hash_map<int, std::shared_ptr<Conn>> conns_;
   bool listener_paused_ = false;
   size_t last_full_ = 0;
+  absl::Time next_sweep_ = absl::Now();
+  // Rate limits of two warnings a flood could repeat.
+  uint64_t refusal_logs_ = 0;
+  uint64_t stall_logs_ = 0;
   // A hit queued plan progress: wake the applier after this round's writes.
   bool plan_wake_ = false;
 };

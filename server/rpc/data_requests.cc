@@ -86,7 +86,7 @@ void DataServer::Loop::HandleHello(const std::shared_ptr<Conn>& c,
   // An old or CUDA-less client sends -1: no preference. A node the arena
   // has no segments on is no preference either (SlabAllocator::Allocate).
   c->numa_node = hello.numa_node >= 0 ? hello.numa_node : kNoNumaNode;
-  c->session = shared_->engine->OpenSession(c->numa_node);
+  c->session = shared_->engine->OpenSession(c->numa_node, c->tenant, c->admin);
   const DataServer::Options& o = shared_->options;
   local::HelloReply r;
   r.session_id = c->session;

@@ -28,6 +28,8 @@ using data_server_internal::current_loop;
 using data_server_internal::kListenerTag;
 using data_server_internal::kMaxEvents;
 using data_server_internal::kReadBudget;
+using data_server_internal::kReadChunk;
+using data_server_internal::kSweepEvery;
 using data_server_internal::kWakeTag;
 using data_server_internal::OutFrame;
 using local::MsgType;
@@ -124,6 +126,14 @@ void DataServer::Loop::Run() {
     // While accept() is out of fds the listener is unwatched (a level-
     // triggered listener would spin); it is watched again after a pause.
     int timeout = listener_paused_ ? 100 : -1;
+    // Connections wait for their deadlines (hello, stall) and throttled
+    // ones for their tenant to drain: a sweep every kSweepEvery while
+    // there are connections.
+    if (!conns_.empty()) {
+      const int sweep_ms = static_cast<int>(std::max<int64_t>(
+          1, absl::ToInt64Milliseconds(next_sweep_ - absl::Now()) + 1));
+      timeout = timeout < 0 ? sweep_ms : std::min(timeout, sweep_ms);
+    }
     int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -158,7 +168,7 @@ void DataServer::Loop::Run() {
       if ((ev & EPOLLOUT) != 0) {
         Flush(c);
         // Frames read earlier may have waited for the backlog to drain.
-        if (!c->closed && WantRead(*c) && c->in.buffered() > 0) {
+        if (!c->closed && CanServe(*c) && c->in.buffered() > 0) {
           ProcessFrames(c);
           if (!c->closed) Flush(c);
         }
@@ -166,6 +176,7 @@ void DataServer::Loop::Run() {
       if ((ev & EPOLLIN) != 0 && !c->closed) OnReadable(c);
       if (!c->closed) UpdateInterest(c);
     }
+    if (absl::Now() >= next_sweep_) Sweep();
     // Once the answers are written: waking the plans' applier earlier
     // would let it take this loop's core before they are.
     if (plan_wake_) {
@@ -207,30 +218,27 @@ void DataServer::Loop::Accept() {
       return;  // EAGAIN: another loop took it, or nothing left
     }
     UniqueFd owned(fd);
-    if (shared_->open_connections.fetch_add(1) >= o.max_connections) {
-      shared_->open_connections.fetch_sub(1);
-      shared_->refused.fetch_add(1);
-      std::string frame = local::MakeFrame(
-          MsgType::kError, 0,
-          local::EncodeError(absl::ResourceExhaustedError(absl::StrCat(
-              "dlcached serves ", o.max_connections,
-              " connections already (--max_connections); try again later"))));
-      // Best effort on a fresh socket (its buffer is empty); never waits.
-      (void)!::send(fd, frame.data(), frame.size(),
-                    MSG_DONTWAIT | MSG_NOSIGNAL);
-      continue;
-    }
-    shared_->accepted.fetch_add(1);
-    auto c = std::make_shared<Conn>(o.max_frame_bytes);
     // Groups too: a policy may name readers by gid (supplementary ones
-    // included); /proc/PID/status is a small in-memory read.
+    // included); /proc/PID/status and /proc/PID/cgroup are small
+    // in-memory reads.
     absl::StatusOr<PeerCredentials> creds = GetPeerCredentialsWithGroups(fd);
     if (!creds.ok()) {
-      shared_->open_connections.fetch_sub(1);
       DLC_LOG(WARNING) << "data server: " << creds.status();
       continue;
     }
+    const std::string tenant = TenantIdentity(creds->uid, creds->pid);
+    const bool admin = shared_->policy->IsAdmin(*creds);
+    if (!shared_->connections->TryTake(tenant, admin, 1)) {
+      RefuseConnection(fd, tenant, admin);
+      continue;
+    }
+    shared_->open_connections.fetch_add(1);
+    shared_->accepted.fetch_add(1);
+    auto c = std::make_shared<Conn>(o.max_frame_bytes);
     c->creds = *creds;
+    c->tenant = tenant;
+    c->admin = admin;
+    c->accepted_at = c->last_progress = absl::Now();
     c->raw_fd = fd;
     c->fd = std::move(owned);
     epoll_event ev{};
@@ -238,6 +246,7 @@ void DataServer::Loop::Accept() {
     ev.data.u64 = static_cast<uint64_t>(fd);
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       shared_->open_connections.fetch_sub(1);
+      shared_->connections->Give(tenant, 1);
       DLC_LOG(WARNING) << "data server: epoll_ctl: " << std::strerror(errno);
       continue;
     }
@@ -246,10 +255,99 @@ void DataServer::Loop::Accept() {
   }
 }
 
-bool DataServer::Loop::WantRead(const Conn& c) const {
+void DataServer::Loop::RefuseConnection(int fd, const std::string& tenant,
+                                        bool admin) {
+  const DataServer::Options& o = shared_->options;
+  const FairShare& pool = *shared_->connections;
+  std::string why;
+  if (admin || pool.total() + 1 >
+                   pool.options().capacity - pool.options().admin_reserve) {
+    shared_->refused.fetch_add(1);
+    why = absl::StrCat(
+        "dlcached serves ", pool.total(), " connections already; the limit is ",
+        o.max_connections, " (--max_connections), of which ",
+        pool.options().admin_reserve,
+        " are kept for admins (--admin_reserved_connections); try again "
+        "later");
+  } else {
+    shared_->tenant_connection_refusals.fetch_add(1);
+    why = absl::StrCat(
+        LogEscape(tenant, 128), " holds ", pool.held(tenant),
+        " data connections, its share while others are connected too (",
+        pool.Cap(tenant), " of --max_connections=", o.max_connections,
+        ", --tenant_headroom=", o.tenant_headroom, "); close some");
+  }
+  if (refusal_logs_++ % 1000 == 0) {
+    DLC_LOG(WARNING) << "data server: connection refused: " << why;
+  }
+  std::string frame =
+      local::MakeFrame(MsgType::kError, 0,
+                       local::EncodeError(absl::ResourceExhaustedError(why)));
+  (void)!::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void DataServer::Loop::Account(Conn& c) {
+  const uint64_t held = c.closed ? 0 : c.in.held_bytes() + c.out_bytes;
+  const uint64_t now = held & ~uint64_t{4095};
+  if (now > c.buffered) {
+    shared_->buffers->Take(c.tenant, now - c.buffered);
+  } else if (now < c.buffered) {
+    shared_->buffers->Give(c.tenant, c.buffered - now);
+  }
+  c.buffered = now;
+}
+
+void DataServer::Loop::Sweep() {
+  const DataServer::Options& o = shared_->options;
+  const absl::Time now = absl::Now();
+  next_sweep_ = now + kSweepEvery;
+  std::vector<std::shared_ptr<Conn>> expired, retry;
+  for (auto& [fd, c] : conns_) {
+    if (c->session == 0 && now - c->accepted_at > o.hello_timeout) {
+      shared_->hello_timeouts.fetch_add(1);
+      expired.push_back(c);
+      continue;
+    }
+    // A request frame begun and not finished (and not waiting for us:
+    // nothing in flight), or replies the client does not read.
+    const bool waiting_on_client =
+        c->out_bytes > 0 || (c->in.buffered() > 0 && c->inflight == 0);
+    if (waiting_on_client && now - c->last_progress > o.stall_timeout) {
+      shared_->stalled_closes.fetch_add(1);
+      if (stall_logs_++ % 100 == 0) {
+        DLC_LOG(WARNING) << "data server: " << c->Who() << " holds "
+                         << c->buffered << " bytes without progress for "
+                         << absl::FormatDuration(now - c->last_progress)
+                         << " (--client_stall_timeout); disconnecting";
+      }
+      expired.push_back(c);
+      continue;
+    }
+    if (c->throttled) retry.push_back(c);
+  }
+  for (auto& c : expired) CloseConn(c);
+  for (auto& c : retry) {
+    if (c->closed) continue;
+    if (CanServe(*c) && c->in.buffered() > 0) {
+      ProcessFrames(c);
+      if (!c->closed) Flush(c);
+    }
+    if (!c->closed) UpdateInterest(c);
+  }
+}
+
+bool DataServer::Loop::CanServe(const Conn& c) const {
   const DataServer::Options& o = shared_->options;
   return c.inflight < o.max_inflight_per_connection &&
          c.out_bytes < o.max_reply_queue_bytes / 2;
+}
+
+bool DataServer::Loop::WantRead(Conn& c) {
+  if (!CanServe(c)) return false;
+  const bool allowed = shared_->buffers->Allows(c.tenant, c.admin, kReadChunk);
+  if (!allowed && !c.throttled) shared_->tenant_buffer_throttles.fetch_add(1);
+  c.throttled = !allowed;
+  return allowed;
 }
 
 void DataServer::Loop::UpdateInterest(const std::shared_ptr<Conn>& c) {
@@ -267,15 +365,17 @@ void DataServer::Loop::UpdateInterest(const std::shared_ptr<Conn>& c) {
 }
 
 void DataServer::Loop::OnReadable(const std::shared_ptr<Conn>& c) {
-  char buf[64 << 10];
+  char buf[kReadChunk];
   size_t budget = kReadBudget;
   while (!c->closed && WantRead(*c) && budget > 0) {
     ssize_t n = ::read(c->raw_fd, buf, sizeof(buf));
     if (n > 0) {
       shared_->bytes_received.Add(n);
       c->in.Append(buf, static_cast<size_t>(n));
+      Account(*c);
       budget -= std::min(budget, static_cast<size_t>(n));
       ProcessFrames(c);
+      if (!c->closed) Account(*c);
       continue;
     }
     if (n == 0) {
@@ -296,13 +396,14 @@ void DataServer::Loop::ProcessFrames(const std::shared_ptr<Conn>& c) {
   std::string payload;
   // Frames already buffered wait, too, while the connection is at its
   // in-flight limit or has a backlog of unread replies.
-  while (!c->closed && WantRead(*c)) {
+  while (!c->closed && CanServe(*c)) {
     absl::Status error;
     if (!c->in.Next(&h, &payload, &error)) {
       if (!error.ok()) Fatal(c, error);
       break;
     }
     shared_->frames_received.Add(1);
+    c->last_progress = absl::Now();
     Dispatch(c, h, &payload);
   }
   c->processing = false;
@@ -345,8 +446,10 @@ void DataServer::Loop::Enqueue(const std::shared_ptr<Conn>& c,
     return;
   }
   shared_->frames_sent.Add(1);
+  if (c->out.empty()) c->last_progress = absl::Now();  // nothing was due
   c->out_bytes += frame.size();
   c->out.push_back(OutFrame{std::move(frame), std::move(fds), 0});
+  Account(*c);
 }
 
 void DataServer::Loop::Flush(const std::shared_ptr<Conn>& c) {
@@ -386,6 +489,7 @@ void DataServer::Loop::Flush(const std::shared_ptr<Conn>& c) {
     size_t left = static_cast<size_t>(n);
     shared_->bytes_sent.Add(left);
     c->out_bytes -= left;
+    c->last_progress = absl::Now();
     while (left > 0) {
       OutFrame& f = c->out.front();
       size_t take = std::min(left, f.bytes.size() - f.sent);
@@ -393,6 +497,7 @@ void DataServer::Loop::Flush(const std::shared_ptr<Conn>& c) {
       left -= take;
       if (f.sent == f.bytes.size()) c->out.pop_front();
     }
+    Account(*c);
   }
 }
 
@@ -410,8 +515,10 @@ void DataServer::Loop::CloseConn(const std::shared_ptr<Conn>& conn) {
   }
   c->out.clear();
   c->out_bytes = 0;
+  Account(*c);  // closed: gives back all it held
   c->fd = UniqueFd();
   shared_->open_connections.fetch_sub(1);
+  shared_->connections->Give(c->tenant, 1);
 }
 
 void DataServer::Loop::Complete(const std::shared_ptr<Conn>& c,
@@ -493,8 +600,31 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
         "--max_connections, --max_keys_per_batch and "
         "--max_inflight_per_connection must be at least 1");
   }
+  if (!(options.tenant_headroom >= 0 && options.tenant_headroom < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tenant_headroom=", options.tenant_headroom, " must be in [0, 1)"));
+  }
+  if (options.max_client_buffer_bytes < 2 * uint64_t{options.max_frame_bytes}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_client_buffer_bytes=", options.max_client_buffer_bytes,
+        " must be at least twice --max_frame_bytes=", options.max_frame_bytes));
+  }
   auto shared = std::make_shared<Shared>();
   shared->options = options;
+  {
+    FairShare::Options c;
+    c.capacity = options.max_connections;
+    // At most a quarter of a small pool (tests and tiny nodes).
+    c.admin_reserve = std::min(options.admin_reserved_connections,
+                               options.max_connections / 4);
+    c.headroom = options.tenant_headroom;
+    shared->connections = std::make_unique<FairShare>(c);
+    FairShare::Options b;
+    b.capacity = options.max_client_buffer_bytes;
+    b.admin_reserve = options.max_client_buffer_bytes / 16;
+    b.headroom = options.tenant_headroom;
+    shared->buffers = std::make_unique<FairShare>(b);
+  }
   shared->engine = engine;
   shared->arena = arena;
   shared->policy = policy;
@@ -555,6 +685,11 @@ DataServer::Stats DataServer::stats() const {
   s.keys_limit_refusals = shared_->keys_limit_refusals.load();
   s.release_limit_refusals = shared_->release_limit_refusals.load();
   s.reply_limit_refusals = shared_->reply_limit_refusals.load();
+  s.tenant_connection_refusals = shared_->tenant_connection_refusals.load();
+  s.tenant_buffer_throttles = shared_->tenant_buffer_throttles.load();
+  s.hello_timeouts = shared_->hello_timeouts.load();
+  s.stalled_closes = shared_->stalled_closes.load();
+  s.buffered_bytes = shared_->buffers->total();
   return s;
 }
 

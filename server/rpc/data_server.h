@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/unique_fd.h"
 #include "server/auth/access_policy.h"
 #include "server/engine/cache_engine.h"
@@ -34,8 +35,20 @@ namespace dlcache {
 // AccessPolicy::CheckRead (PERMISSION_DENIED).
 //
 // Bounded resources, each with a message naming its flag:
-//  * max_connections: further connections get kError RESOURCE_EXHAUSTED and
+//  * max_connections, shared between tenants (common/fair_share.h): a
+//    tenant (TenantIdentity: the uid, and the Kubernetes pod where /proc
+//    tells) may hold three quarters of it while alone (1 - tenant_headroom)
+//    and its fair share when others hold some; the last
+//    admin_reserved_connections are for admins (AccessPolicy::IsAdmin).
+//    Further connections get kError RESOURCE_EXHAUSTED naming the limit and
 //    are closed;
+//  * max_client_buffer_bytes: what all connections hold in partial request
+//    frames and unsent replies, shared between tenants the same way. A
+//    tenant at its share is not read from (backpressure) until it drains;
+//  * hello_timeout: a connection without kHello by then is closed;
+//  * stall_timeout: a connection holding memory without progress for that
+//    long (a request frame begun and not finished, or replies it does not
+//    read) is closed;
 //  * max_frame_bytes: a longer frame is kError INVALID_ARGUMENT + close
 //    (the stream cannot be resynchronised), as is any malformed frame;
 //  * max_keys_per_batch (and max_release_per_request): kError
@@ -61,6 +74,15 @@ class DataServer {
     // Leases one GetBatch/Release frame may release at once.
     uint32_t max_release_per_request = 262144;
     uint64_t chunk_size = 0;  // told to clients in kHelloReply
+    // Of max_connections, what only admins may use (at most a quarter).
+    uint32_t admin_reserved_connections = 64;
+    // Partial request frames and unsent replies of all connections (a
+    // sixteenth reserved for admins).
+    uint64_t max_client_buffer_bytes = 192ull << 20;
+    // Of each shared pool, what a tenant alone leaves free for others.
+    double tenant_headroom = 0.25;
+    absl::Duration hello_timeout = absl::Seconds(10);
+    absl::Duration stall_timeout = absl::Seconds(30);
   };
   struct Stats {
     uint64_t open_connections = 0;
@@ -77,6 +99,14 @@ class DataServer {
     uint64_t keys_limit_refusals = 0;     // over max_keys_per_batch
     uint64_t release_limit_refusals = 0;  // over max_release_per_request
     uint64_t reply_limit_refusals = 0;    // reply over max_frame_bytes
+    // Connections refused because their tenant holds its share.
+    uint64_t tenant_connection_refusals = 0;
+    // Times a connection stopped being read because its tenant held its
+    // share of max_client_buffer_bytes.
+    uint64_t tenant_buffer_throttles = 0;
+    uint64_t hello_timeouts = 0;  // closed without kHello in time
+    uint64_t stalled_closes = 0;  // closed holding memory without progress
+    uint64_t buffered_bytes = 0;  // held in partial frames and replies now
   };
 
   // Epoch plans are the engine's (CacheEngine::RegisterPlan; with plans

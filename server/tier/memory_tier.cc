@@ -269,6 +269,7 @@ TierStats MemoryTier::Stats() const {
   s.used_bytes = allocator_.used_bytes();
   s.sessions = sessions_.size();
   s.session_limit_refusals = limit_refusals_.load(std::memory_order_relaxed);
+  s.tenant_lease_refusals = tenant_refusals_.load(std::memory_order_relaxed);
   s.borrowed_bytes = borrowed_bytes_;
   s.borrowed_limit = std::min(borrowed_limit_, allocator_.capacity_bytes());
   s.sticky_bytes = sticky_bytes_;

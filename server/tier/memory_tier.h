@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "absl/types/span.h"
+#include "common/fair_share.h"
 #include "server/backend/chunk_backend.h"
 #include "server/backend/eviction_sink.h"
 #include "server/backend/source.h"
@@ -83,6 +84,7 @@ struct TierStats {
   uint64_t leases = 0;
   uint32_t sessions = 0;
   uint64_t session_limit_refusals = 0;  // items refused by SessionLimits
+  uint64_t tenant_lease_refusals = 0;   // items over their tenant's share
   // Slots held by chunks kept from peers, and their bound.
   uint64_t borrowed_bytes = 0;
   uint64_t borrowed_limit = 0;
@@ -179,6 +181,14 @@ class MemoryTier : public EntryPaths {
   };
   // Applies to leases taken afterwards.
   void SetSessionLimits(const SessionLimits& limits);
+  // What all sessions of one tenant may hold leased together (issue 32: a
+  // tenant's many sessions must not pin the arena): leased bytes shared
+  // between tenants by `shares` (capacity = the arena's bytes; see
+  // common/fair_share.h). An item over its tenant's share is refused whole
+  // with RESOURCE_EXHAUSTED naming the tenant and the flag. Sessions opened
+  // with an empty tenant (in-process callers) and admins' sessions are
+  // checked against the capacity only. Set before sessions open.
+  void SetTenantLeaseShares(FairShare::Options shares);
   // What a session holds now; zeros for an unknown session.
   struct SessionUsage {
     uint64_t leases = 0;
@@ -188,7 +198,10 @@ class MemoryTier : public EntryPaths {
 
   // `numa_node`: the node the session's GPU is closest to (kNoNumaNode =
   // none); fills asked for by the session prefer arena segments there.
-  uint64_t OpenSession(int numa_node = kNoNumaNode);
+  // `tenant` (TenantIdentity; "" = none) and `admin`: whose lease share
+  // the session's leases count against (SetTenantLeaseShares).
+  uint64_t OpenSession(int numa_node = kNoNumaNode,
+                       const std::string& tenant = "", bool admin = true);
   // The node OpenSession got; kNoNumaNode for an unknown session.
   int SessionNumaNode(uint64_t session) const;
   // Releases every lease of the session. Unknown ids are ignored.
@@ -405,8 +418,11 @@ class MemoryTier : public EntryPaths {
   // exclusive), never the other way round; hits and releases of different
   // sessions share no lock but the tier's shared one.
   struct Session {
-    explicit Session(int node) : numa_node(node) {}
+    Session(int node, std::string t, bool a)
+        : numa_node(node), tenant(std::move(t)), admin(a) {}
     const int numa_node;
+    const std::string tenant;
+    const bool admin;
     absl::Mutex mu;
     LeaseTable leases ABSL_GUARDED_BY(mu);
     uint64_t leased_bytes ABSL_GUARDED_BY(mu) = 0;
@@ -553,6 +569,8 @@ class MemoryTier : public EntryPaths {
   std::atomic<uint64_t> next_lease_{1};
   uint64_t cached_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   SessionLimits limits_ ABSL_GUARDED_BY(mu_);
+  // Leased bytes per tenant (null: no per-tenant limit); thread-safe itself.
+  std::unique_ptr<FairShare> tenant_leases_;
   EvictionSink* eviction_sink_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<DatasetEviction> eviction_ ABSL_GUARDED_BY(mu_);
   uint64_t sticky_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -576,6 +594,7 @@ class MemoryTier : public EntryPaths {
   // the lock is skipped once they are all checked.
   std::atomic<bool> has_unverified_{false};
   mutable std::atomic<uint64_t> limit_refusals_{0};
+  mutable std::atomic<uint64_t> tenant_refusals_{0};
   // Chunks evicted or dropped (removal_generation); bumped under mu_.
   std::atomic<uint64_t> removals_{0};
   std::vector<TierDatasetStats> stats_ ABSL_GUARDED_BY(mu_);

@@ -17,11 +17,18 @@ namespace dlcache {
 
 using memory_tier_internal::Pins;
 
-uint64_t MemoryTier::OpenSession(int numa_node) {
+uint64_t MemoryTier::OpenSession(int numa_node, const std::string& tenant,
+                                 bool admin) {
   absl::MutexLock lock(&mu_);
   uint64_t id = next_session_++;
-  sessions_[id] = std::make_unique<Session>(numa_node);
+  sessions_[id] =
+      std::make_unique<Session>(numa_node, tenant, admin || tenant.empty());
   return id;
+}
+
+void MemoryTier::SetTenantLeaseShares(FairShare::Options shares) {
+  absl::MutexLock lock(&mu_);
+  tenant_leases_ = std::make_unique<FairShare>(shares);
 }
 
 MemoryTier::Session* MemoryTier::FindSession(uint64_t id) const {
@@ -52,6 +59,7 @@ void MemoryTier::CloseSession(uint64_t session) {
   Session& s = *it->second;
   {
     absl::MutexLock session_lock(&s.mu);
+    if (tenant_leases_) tenant_leases_->Give(s.tenant, s.leased_bytes);
     s.leases.ForEach([&](uint64_t, ChunkEntry* entry) {
       UnleaseAccount(s, entry);
       UnpinLocked(entry);
@@ -90,6 +98,17 @@ absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
         "item needs ", bytes, " more; the limit is ", limits_.max_leased_bytes,
         " bytes (--session_lease_share of the arena); release leases first"));
   }
+  // Last: taken here, the caller leases these bytes at once.
+  if (tenant_leases_ && !tenant_leases_->TryTake(s.tenant, s.admin, bytes)) {
+    tenant_refusals_.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.tenant, " holds ", tenant_leases_->held(s.tenant),
+        " leased bytes over all its sessions and this item needs ", bytes,
+        " more; its share now is ", tenant_leases_->Cap(s.tenant),
+        " of the arena's ", tenant_leases_->options().capacity,
+        " (--tenant_headroom, shared with the other tenants holding leases); "
+        "release leases first"));
+  }
   return absl::OkStatus();
 }
 
@@ -114,6 +133,7 @@ size_t MemoryTier::Release(uint64_t session,
     // single dataset), not per lease.
     uint32_t bytes_dataset = 0;
     uint64_t bytes = 0;
+    uint64_t tenant_bytes = 0;
     for (uint64_t lease : leases) {
       ChunkEntry* e = s->leases.Take(lease);
       if (e == nullptr) continue;  // unknown, or released already
@@ -124,6 +144,7 @@ size_t MemoryTier::Release(uint64_t session,
       bytes_dataset = e->dataset;
       bytes += e->length;
       s->leased_bytes -= e->length;
+      tenant_bytes += e->length;
       ++released;
       // `detached` only changes under the exclusive lock, and never back;
       // an entry still in the index may reach 0 pins here (it stays,
@@ -135,6 +156,7 @@ size_t MemoryTier::Release(uint64_t session,
       }
     }
     if (bytes > 0) s->AddDatasetBytes(bytes_dataset, -bytes);
+    if (tenant_leases_) tenant_leases_->Give(s->tenant, tenant_bytes);
   }
   if (!detached.empty()) {
     absl::MutexLock lock(&mu_);

@@ -4,18 +4,21 @@
 // still serving its tenants and its peers afterwards.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -27,6 +30,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/local_protocol.h"
 #include "common/unique_fd.h"
 #include "dlcache/client.h"
 #include "gmock/gmock.h"
@@ -37,8 +41,9 @@
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_util.h"
 
-#if !defined(DLCACHED_BINARY)
-#error "DLCACHED_BINARY must name the dlcached binary"
+#if !defined(DLCACHED_BINARY) || !defined(DATA_READER_HELPER) || \
+    !defined(LEASE_HOLDER)
+#error "DLCACHED_BINARY, DATA_READER_HELPER and LEASE_HOLDER must be set"
 #endif
 
 namespace dlcache {
@@ -116,6 +121,16 @@ class TestCgroup {
       : parent_(std::move(parent)), path_(std::move(path)) {}
   std::string parent_, path_;
 };
+
+// A metric sample's value from a scrape (-1 when absent).
+double Metric(int port, const std::string& sample) {
+  absl::StatusOr<std::string> r = testing::HttpGet(port, "/metrics");
+  if (!r.ok()) return -1;
+  const std::string needle = "\n" + sample + " ";
+  const size_t at = r->find(needle);
+  if (at == std::string::npos) return -1;
+  return std::stod(r->substr(at + needle.size()));
+}
 
 // Threads of process pid now; -1 when it is gone.
 int Threads(pid_t pid) {
@@ -236,6 +251,105 @@ absl::StatusOr<uint64_t> PeerStat(const std::string& source, int port,
   return resp.file_size;
 }
 
+constexpr uint32_t kHostileUid = 65534;
+constexpr uint32_t kVictimUid = 4000;
+
+// A process acting as another uid (the test runs as root): forked, drops
+// to uid/gid `uid`, runs `body` (system calls only: the parent may have
+// threads) and then waits, holding what body opened, until Release().
+// body writes one line of results to `report` (a pipe to the parent).
+class Hostile {
+ public:
+  Hostile(uint32_t uid, const std::function<void(int report)>& body) {
+    int report[2], hold[2];
+    if (::pipe(report) != 0 || ::pipe(hold) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(report[0]);
+      ::close(hold[1]);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
+          ::setuid(uid) != 0) {
+        ::_exit(3);
+      }
+      body(report[1]);
+      ::close(report[1]);
+      char c;
+      while (::read(hold[0], &c, 1) > 0) {
+      }
+      ::_exit(0);
+    }
+    ::close(report[1]);
+    ::close(hold[0]);
+    report_ = UniqueFd(report[0]);
+    hold_ = UniqueFd(hold[1]);
+  }
+  ~Hostile() { Release(); }
+  // The line body wrote (empty if it wrote none or died).
+  std::string Report() {
+    std::string out;
+    char c;
+    while (::read(report_.get(), &c, 1) == 1 && c != '\n') out += c;
+    return out;
+  }
+  void Release() {
+    hold_.reset();
+    if (pid_ > 0) {
+      // A body that exec'd a helper does not end with the pipe.
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd report_, hold_;
+};
+
+void WriteLine(int fd, const std::string& line) {
+  const std::string l = line + "\n";
+  (void)!::write(fd, l.data(), l.size());
+}
+
+// Sends all of `bytes` on a blocking socket; false on failure.
+bool SendAll(int fd, absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// The first frame's type from a server's answer on fd, within `timeout`;
+// -1 when the connection closed first or nothing came.
+int FirstFrameType(int fd, absl::Duration timeout) {
+  char header[local::kHeaderSize];
+  size_t got = 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (got < sizeof(header)) {
+    pollfd p{fd, POLLIN, 0};
+    const int64_t ms =
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (::poll(&p, 1, static_cast<int>(ms)) <= 0) return -1;
+    const ssize_t n = ::recv(fd, header + got, sizeof(header) - got, 0);
+    if (n <= 0) return -1;
+    got += static_cast<size_t>(n);
+  }
+  return static_cast<uint8_t>(header[4]) |
+         (static_cast<uint8_t>(header[5]) << 8);
+}
+
+std::string HelloFrame(const char* name) {
+  local::Hello hello;
+  hello.client_name = name;
+  return local::MakeFrame(local::MsgType::kHello, 1, local::EncodeHello(hello));
+}
+
 class TenantIsolationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -250,6 +364,9 @@ class TenantIsolationTest : public ::testing::Test {
     token_file_ = tmp_.path() + "/token";
     testing::WriteFileOrDie(token_file_, std::string(kToken) + "\n");
     ASSERT_EQ(::chmod(token_file_.c_str(), 0600), 0);
+    // Trainers of other uids reach the socket in tmp_ and the source.
+    ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(data_.path().c_str(), 0755), 0);
   }
 
   std::vector<std::string> Flags() {
@@ -309,6 +426,16 @@ class TenantIsolationTest : public ::testing::Test {
     return bad;
   }
 
+  // One file read by a trainer process as `uid` (data_reader_helper): its
+  // "item code=N ..." or "connect code=N ..." line.
+  std::string ReadAs(uint32_t uid, const std::string& socket, int file) {
+    testing::CommandResult r = testing::RunCommand(
+        absl::StrCat(DATA_READER_HELPER, " ", socket, " ", uid, " ", uid, " - ",
+                     kDataset, " ", paths_[file]),
+        absl::Seconds(60));
+    return r.output;
+  }
+
   testing::TempDir tmp_, data_;
   testing::TempDir shm_{"/dev/shm"};
   testing::ReservedPort port_;
@@ -319,7 +446,8 @@ class TenantIsolationTest : public ::testing::Test {
 };
 
 // Finding 1: 2,000 silent TCP connections to the peer chunk stream (and as
-// many silent connections to the data socket) against a dlcached whose
+// many silent connections to the data socket, closed at
+// --client_hello_timeout) against a dlcached whose
 // pids cgroup leaves it 150 more threads than it has. Before issue 32 each
 // accepted peer connection got a thread before its hello, and the first
 // one the cgroup refused aborted the process (std::system_error out of the
@@ -332,7 +460,9 @@ TEST_F(TenantIsolationTest, SilentFloodsUnderPidsLimitKillNothing) {
   std::string why;
   std::unique_ptr<TestCgroup> cg = TestCgroup::Create("pids", &why);
   if (cg == nullptr) GTEST_SKIP() << why;
-  std::unique_ptr<DlcachedProcess> server = Start(Flags());
+  std::vector<std::string> flags = Flags();
+  flags.push_back("--client_hello_timeout=3s");
+  std::unique_ptr<DlcachedProcess> server = Start(flags);
   ASSERT_NE(server, nullptr);
   absl::StatusOr<std::string> data_port =
       server->WaitForOutput("chunk stream on port ([0-9]+)");
@@ -372,8 +502,203 @@ TEST_F(TenantIsolationTest, SilentFloodsUnderPidsLimitKillNothing) {
   absl::StatusOr<uint64_t> size = PeerStat("127.0.0.2", port, paths_[3]);
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(*size, sizes_[3]);
+  // The silent data connections are closed at --client_hello_timeout.
+  EXPECT_EQ(AwaitClosed(data_flood, absl::Seconds(20)), 0);
   data_flood.clear();
   peer_flood.clear();
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Finding 3: one uid opens as many connections as the server takes (each
+// with its hello, so no deadline closes them). Before issue 32 the 4,096
+// connections were everybody's and a trainer of another uid got
+// RESOURCE_EXHAUSTED; now one identity may hold three quarters of the
+// tenants' connections while alone, the others can still connect, and
+// root has a reserve of its own.
+TEST_F(TenantIsolationTest, OneUidsConnectionsDoNotLockOthersOut) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  std::unique_ptr<DlcachedProcess> server = Start(Flags());
+  ASSERT_NE(server, nullptr);
+  const std::string socket = server->socket_path();
+  const std::string hello = HelloFrame("hostile");
+  Hostile hostile(kHostileUid, [&](int report) {
+    int served = 0, refused = 0;
+    for (int i = 0; i < 4200; ++i) {
+      UniqueFd fd = ConnectUnix(socket);
+      if (!fd.valid() || !SendAll(fd.get(), hello)) {
+        ++refused;
+        continue;
+      }
+      const int type = FirstFrameType(fd.get(), absl::Seconds(10));
+      if (type == static_cast<int>(local::MsgType::kHelloReply)) {
+        ++served;
+        (void)fd.release();  // held until the parent lets go
+      } else {
+        ++refused;
+      }
+    }
+    WriteLine(report, absl::StrCat(served, " ", refused));
+  });
+  const std::string counts = hostile.Report();
+  int served = 0, refused = 0;
+  ASSERT_EQ(std::sscanf(counts.c_str(), "%d %d", &served, &refused), 2)
+      << counts;
+  EXPECT_GT(refused, 0) << "the hostile uid got every connection";
+  // Another uid and root still get in and read.
+  EXPECT_THAT(ReadAs(kVictimUid, socket, 1),
+              ::testing::HasSubstr("item code=0"));
+  EXPECT_EQ(ReadAll(socket), 0);
+  hostile.Release();
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Finding 2: one uid sends 80 frames of almost 16 MiB (the frame limit)
+// and never their last byte, over connections that never read, to a
+// dlcached in a memory cgroup of its arena + 256 MiB. Before issue 32 the
+// server buffered all of it (1.3 GB) and was OOM-killed; now what one
+// identity's connections hold in partial frames and unsent replies is
+// bounded by its share of --max_client_buffer_bytes, reading stops at
+// that, and a connection holding memory without progress is closed after
+// --client_stall_timeout. Another uid is served meanwhile.
+TEST_F(TenantIsolationTest, PartialFrameFloodInMemoryCgroupKillsNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  std::string why;
+  std::unique_ptr<TestCgroup> cg = TestCgroup::Create("memory", &why);
+  if (cg == nullptr) GTEST_SKIP() << why;
+  std::vector<std::string> flags = Flags();
+  flags.push_back("--client_stall_timeout=3s");
+  std::unique_ptr<DlcachedProcess> server = Start(flags);
+  ASSERT_NE(server, nullptr);
+  const std::string socket = server->socket_path();
+  ASSERT_EQ(ReadAll(socket), 0);
+  const pid_t pid = server->pid();
+  // Its memory so far moves with it (arena pages included).
+  cg->Set("memory.move_charge_at_immigrate", "3");
+  ASSERT_TRUE(cg->Add(pid));
+  ASSERT_TRUE(
+      cg->Set("memory.limit_in_bytes", absl::StrCat((32 << 20) + (256 << 20))));
+
+  const std::string hello = HelloFrame("hostile");
+  // A GetBatch frame just under the 16 MiB frame limit, all but its last
+  // byte sent.
+  const std::string big = local::MakeFrame(local::MsgType::kGetBatch, 2,
+                                           std::string((16 << 20) - 64, 'x'));
+  Hostile hostile(kHostileUid, [&](int report) {
+    std::vector<int> fds;
+    std::vector<size_t> sent;
+    for (int i = 0; i < 80; ++i) {
+      UniqueFd fd = ConnectUnix(socket);
+      if (!fd.valid() || !SendAll(fd.get(), hello)) continue;
+      ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+      fds.push_back(fd.release());
+      sent.push_back(0);
+    }
+    // Pushes while the server takes bytes, for up to 15 s.
+    const absl::Time end = absl::Now() + absl::Seconds(15);
+    uint64_t total = 0;
+    bool moved = true;
+    while (absl::Now() < end && moved) {
+      moved = false;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        const size_t want = big.size() - 1 - sent[i];
+        if (want == 0) continue;
+        const ssize_t n = ::send(fds[i], big.data() + sent[i],
+                                 std::min<size_t>(want, 1 << 20),
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          sent[i] += n;
+          total += n;
+          moved = true;
+        }
+      }
+      if (!moved) {
+        // Nothing went: wait a little for the server to read more.
+        std::vector<pollfd> p;
+        for (int fd : fds) p.push_back({fd, POLLOUT, 0});
+        moved = ::poll(p.data(), p.size(), 1000) > 0;
+      }
+    }
+    WriteLine(report, absl::StrCat(fds.size(), " ", total >> 20));
+  });
+  const std::string pushed = hostile.Report();
+  ASSERT_TRUE(Alive(pid)) << "dlcached died (" << pushed << "), memory cgroup "
+                          << cg->Get("memory.oom_control") << "\n"
+                          << testing::FileTails({server->output_path()});
+  EXPECT_THAT(ReadAs(kVictimUid, socket, 2),
+              ::testing::HasSubstr("item code=0"))
+      << pushed;
+  EXPECT_EQ(ReadAll(socket), 0);
+  EXPECT_TRUE(Alive(pid));
+  // What the server took is bounded by the tenant's share of
+  // --max_client_buffer_bytes (three quarters of 180 MiB while alone),
+  // plus what the sockets' kernel buffers hold.
+  int conns = 0, mib = 0;
+  ASSERT_EQ(std::sscanf(pushed.c_str(), "%d %d", &conns, &mib), 2) << pushed;
+  EXPECT_EQ(conns, 80);
+  EXPECT_LT(mib, 180) << pushed;
+  // Each of the 80 holds a frame begun and not finished: closed once
+  // --client_stall_timeout passes without progress.
+  absl::StatusOr<int> metrics = server->WaitForMetricsPort();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        return Metric(*metrics,
+                      "dlcache_data_refusals_total{limit="
+                      "\"client_stall_timeout\"}") >= 80;
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(Metric(*metrics, "dlcache_data_client_buffer_bytes"), 0);
+  hostile.Release();
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Finding 4: three sessions of one uid, each within --session_lease_share
+// (half the arena), hold leases on 36 MiB of files in a 32 MiB arena. Before
+// issue 32 they pinned the whole arena and a trainer of another uid got
+// "arena full"; now all sessions of a tenant share one lease budget (three
+// quarters of the arena while alone) and the other uid is served.
+TEST_F(TenantIsolationTest, OneUidsSessionsCannotLeaseTheWholeArena) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  std::vector<std::string> big;
+  for (int i = 0; i < 36; ++i) {
+    big.push_back(absl::StrCat("big/b", i));
+    testing::WriteFileOrDie(absl::StrCat(data_.path(), "/", big.back()),
+                            testing::RandomBytes(1 << 20, 900 + i));
+  }
+  ASSERT_EQ(::chmod((data_.path() + "/big").c_str(), 0755), 0);
+  std::unique_ptr<DlcachedProcess> server = Start(Flags());
+  ASSERT_NE(server, nullptr);
+  const std::string socket = server->socket_path();
+  std::vector<std::unique_ptr<Hostile>> holders;
+  int leased = 0;
+  for (int h = 0; h < 3; ++h) {
+    std::vector<std::string> argv = {LEASE_HOLDER, socket, kDataset};
+    for (int i = 0; i < 12; ++i) argv.push_back(big[h * 12 + i]);
+    holders.push_back(std::make_unique<Hostile>(kHostileUid, [&](int report) {
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::dup2(report, STDOUT_FILENO);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }));
+    const std::string line = holders.back()->Report();
+    int n = 0;
+    if (std::sscanf(line.c_str(), "leased %d", &n) == 1) leased += n;
+  }
+  // 4 chunks of 256 KiB per 1 MiB file: 144 wanted, more than the whole
+  // arena (128 slots); the tenant got at most three quarters of it.
+  EXPECT_LE(leased, 96);
+  EXPECT_GT(leased, 0);
+  EXPECT_THAT(ReadAs(kVictimUid, socket, 4),
+              ::testing::HasSubstr("item code=0"));
+  absl::StatusOr<int> metrics = server->WaitForMetricsPort();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_GT(Metric(*metrics,
+                   "dlcache_data_refusals_total{limit="
+                   "\"tenant_leases\"}"),
+            0);
+  holders.clear();
   EXPECT_EQ(server->Stop(), 0);
 }
 
