@@ -19,6 +19,7 @@
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
+#include "common/private_dir.h"
 #include "common/sync_point.h"
 #include "server/auth/tls_credentials.h"
 #include "server/backend/deferred_backend.h"
@@ -61,6 +62,39 @@ void LimitAdminServer(grpc::ServerBuilder* builder) {
   quota.SetMaxThreads(64);
   builder->SetResourceQuota(quota);
   builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 8);
+}
+
+// Dataset roots that are local directories and nest (/data and
+// /data/secret): readers of the outer dataset can read the inner one's
+// files through it, whatever --dataset_readers says of the inner one.
+// Warned, not refused (it may be meant).
+void WarnNestedRoots(const std::vector<DatasetConfig>& datasets) {
+  std::vector<std::pair<std::string, std::string>> roots;
+  for (const DatasetConfig& d : datasets) {
+    if (d.source_root.find("://") != std::string::npos) continue;
+    std::error_code ec;
+    std::filesystem::path p =
+        std::filesystem::weakly_canonical(d.source_root, ec);
+    if (ec) continue;
+    std::string root = p.lexically_normal().string();
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    roots.push_back({d.name, root});
+  }
+  for (const auto& [outer_name, outer] : roots) {
+    for (const auto& [inner_name, inner] : roots) {
+      if (&outer == &inner || outer_name == inner_name) continue;
+      const bool nested =
+          inner == outer || (inner.size() > outer.size() &&
+                             inner.compare(0, outer.size(), outer) == 0 &&
+                             (outer == "/" || inner[outer.size()] == '/'));
+      if (!nested) continue;
+      DLC_LOG(WARNING) << "dataset '" << LogEscape(inner_name) << "' ("
+                       << LogEscape(inner) << ") lies inside dataset '"
+                       << LogEscape(outer_name) << "' (" << LogEscape(outer)
+                       << "): whoever may read '" << LogEscape(outer_name)
+                       << "' can read its files too";
+    }
+  }
 }
 
 // Refuses to steal the socket of a live server; removes a stale one.
@@ -120,6 +154,8 @@ absl::Status CacheServer::Init() {
   if (config_.admin_socket_path.empty()) {
     config_.admin_socket_path = config_.socket_path + ".admin";
   }
+  dataset_names_ = names;
+  WarnNestedRoots(config_.datasets);
   if (absl::Status s = ClaimSocket(config_.socket_path); !s.ok()) return s;
   if (absl::Status s = ClaimSocket(config_.admin_socket_path); !s.ok()) {
     return s;
@@ -148,6 +184,17 @@ absl::Status CacheServer::Init() {
     stage = now;
     return s;
   };
+  // Before anything in --shm_dir is read or replaced: a second dlcached on
+  // the same dir would replace the first one's segments under it.
+  {
+    absl::StatusOr<UniqueFd> dir = EnsurePrivateDir(
+        config_.shm_dir, arena_options.access, "arena dir (--shm_dir)");
+    if (!dir.ok()) return dir.status();
+    absl::StatusOr<DirLock> lock =
+        DirLock::Acquire(config_.shm_dir, "--shm_dir");
+    if (!lock.ok()) return lock.status();
+    shm_lock_ = *std::move(lock);
+  }
   // The geometry Arena::Create will lay out, to match a manifest against.
   absl::StatusOr<v1::ArenaManifest> manifest =
       ReadArenaManifest(ArenaManifestPath(config_.shm_dir), config_.chunk_size,
@@ -437,6 +484,16 @@ bool CacheServer::WaitRecovered(absl::Duration timeout) {
 }
 
 absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {
+  {
+    absl::StatusOr<UniqueFd> dir = EnsurePrivateDir(
+        config_.ssd_dir, PrivateDirOptions{config_.shared_group},
+        "SSD dir (--ssd_dir)");
+    if (!dir.ok()) return dir.status();
+    absl::StatusOr<DirLock> lock =
+        DirLock::Acquire(config_.ssd_dir, "--ssd_dir");
+    if (!lock.ok()) return lock.status();
+    ssd_lock_ = *std::move(lock);
+  }
   SsdTierOptions o;
   o.dir = config_.ssd_dir;
   o.access.shared_group = config_.shared_group;
@@ -525,9 +582,11 @@ void CacheServer::Shutdown() {
   readopt_verifiers_.clear();
   if (grpc_server_) ::unlink(config_.admin_socket_path.c_str());
   if (config_.keep_arena && arena_ && tier_) {
+    // engine_ is null when Init failed after re-adoption (e.g. the SSD
+    // dir was refused): the re-adopted chunks are kept all the same.
     absl::Status saved = SaveArenaManifest(
         ArenaManifestPath(config_.shm_dir), *arena_, *tier_, config_.chunk_size,
-        engine_->datasets(), PrivateDirOptions{config_.shared_group});
+        dataset_names_, PrivateDirOptions{config_.shared_group});
     if (saved.ok()) {
       arena_->KeepFiles();
       DLC_LOG(INFO) << "arena kept in " << config_.shm_dir
@@ -537,6 +596,9 @@ void CacheServer::Shutdown() {
     }
   }
   DLC_LOG(INFO) << "dlcached stopped";
+  // The next dlcached may take the dirs now (the kept files are for it).
+  shm_lock_.Release();
+  ssd_lock_.Release();
   stopped_.Notify();
 }
 

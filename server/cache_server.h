@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/dir_lock.h"
 #include "server/auth/access_policy.h"
 #include "server/engine/cache_engine.h"
 #include "server/engine/server_status.h"
@@ -112,6 +113,13 @@ class CacheServer {
 
   ServerConfig config_;
   absl::Time start_time_;
+  // Exclusive locks on --shm_dir and --ssd_dir (issue 32), released at the
+  // end of Shutdown().
+  DirLock shm_lock_;
+  DirLock ssd_lock_;
+  // The served datasets' names, for the manifest written by Shutdown()
+  // (also when Init failed before the engine existed).
+  std::vector<std::string> dataset_names_;
   std::unique_ptr<Arena> arena_;
   // Epoch plans (null when off); outlive the tier, whose policy asks them.
   std::unique_ptr<PlanRegistry> plans_;

@@ -310,16 +310,10 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.peer_data_port = absl::GetFlag(FLAGS_peer_data_port);
   c.peer_sendfile = absl::GetFlag(FLAGS_peer_sendfile);
   if (std::string f = absl::GetFlag(FLAGS_peer_token_file); !f.empty()) {
-    std::ifstream in(f);
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read --peer_token_file=", f));
-    }
-    std::getline(in, c.peer_token);
-    if (c.peer_token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--peer_token_file=", f, " is empty"));
-    }
+    absl::StatusOr<std::string> token =
+        dlcache::ReadTokenFile(f, "--peer_token_file");
+    if (!token.ok()) return token.status();
+    c.peer_token = *std::move(token);
   }
   c.max_warmup_parallelism = absl::GetFlag(FLAGS_max_warmup_parallelism);
   c.max_concurrent_warmups = absl::GetFlag(FLAGS_max_concurrent_warmups);

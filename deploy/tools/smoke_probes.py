@@ -75,6 +75,7 @@ def rewrite_flags(text, tmp, shm, known):
             value = os.path.join(tmp, "token")
             with open(value, "w") as f:
                 f.write("smoke-test-token\n")
+            os.chmod(value, 0o600)  # dlcached refuses a token others read
         elif name == "arena_bytes":
             value = SMALL
         elif name == "ssd_bytes":

@@ -4,7 +4,12 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -119,6 +124,31 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
   if (!in) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read ", flag, "=", path));
+  }
+  // The token is a node credential (docs/security.md): a file others may
+  // read, or a group the server is not in, gives it away (issue 32).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot stat ", flag, "=", path, ": ", std::strerror(errno)));
+  }
+  bool own_group = st.st_gid == ::getegid();
+  if (!own_group) {
+    gid_t groups[256];
+    const int n = ::getgroups(256, groups);
+    for (int i = 0; i < n && !own_group; ++i)
+      own_group = groups[i] == st.st_gid;
+  }
+  if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0 ||
+      ((st.st_mode & S_IRGRP) != 0 && !own_group)) {
+    char mode[16];
+    std::snprintf(mode, sizeof(mode), "%04o",
+                  static_cast<unsigned>(st.st_mode & 07777));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "=", path, " has mode ", mode, " (group ", st.st_gid,
+        "): others than dlcached may read or change the token; chmod 600 it "
+        "(or 440 with a group of dlcached's own, as a Kubernetes Secret with "
+        "fsGroup)"));
   }
   std::string token;
   std::getline(in, token);

@@ -3,16 +3,56 @@
 #include <functional>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
 namespace dlcache {
 namespace {
 
-std::string Escape(const std::string& v) {
-  return absl::StrReplaceAll(v,
-                             {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+// Whether v is valid UTF-8 of printable characters only (no C0/C1
+// controls, no DEL; newline aside, which the format escapes).
+bool PrintableUtf8(const std::string& v) {
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  const size_t n = v.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    // Overlong forms, surrogates, beyond Unicode, C1 controls.
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff ||
+        (cp >= 0x80 && cp <= 0x9f)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
 }
+
+std::string Escape(const std::string& v) { return PrometheusLabelValue(v); }
 
 void Gauge(std::string* out, const char* name, const char* help, double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
@@ -139,6 +179,14 @@ void PerDataset(std::string* out, const v1::StatsResponse& stats,
 }
 
 }  // namespace
+
+std::string PrometheusLabelValue(const std::string& v) {
+  if (PrintableUtf8(v)) {
+    return absl::StrReplaceAll(v,
+                               {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+  }
+  return absl::StrCat("hex:", absl::BytesToHexString(v));
+}
 
 std::string RenderPrometheus(const v1::StatusResponse& status,
                              const v1::StatsResponse& stats) {

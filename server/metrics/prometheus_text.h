@@ -22,8 +22,12 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
 // limits: dlcache_data_connections (gauge),
 // dlcache_data_connections_accepted_total, dlcache_data_refusals_total
 // {limit="max_connections"|"max_keys_per_batch"|"max_release_per_request"|
-// "max_frame_bytes"|"session_leases"} (session_leases: items refused by
-// --session_lease_share / --max_leases_per_session),
+// "max_frame_bytes"|"session_leases"|"tenant_connections"|"tenant_leases"|
+// "client_hello_timeout"|"client_stall_timeout"} (session_leases: items
+// refused by --session_lease_share / --max_leases_per_session;
+// tenant_*: a tenant over its share, issue 32; client_*: connections closed
+// at those deadlines), dlcache_data_tenant_throttles_total,
+// dlcache_data_client_buffer_bytes (gauge),
 // dlcache_data_protocol_errors_total,
 // dlcache_data_slow_reader_disconnects_total, dlcache_data_inflight_requests
 // (gauge), dlcache_data_frames_{received,sent}_total,
@@ -33,6 +37,13 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
 // The SSD tier (only when there is one): dlcache_ssd_* gauges and counters,
 // one per field of SsdTierStats.
 void AppendSsdMetrics(const SsdTierStats& s, std::string* out);
+
+// A label value as the exposition format takes it: printable UTF-8 with
+// \, " and newline escaped; anything else (control bytes, bytes that are
+// not UTF-8: plan and dataset names are client bytes) as "hex:" and the
+// value's bytes in hex, so that no two values collide and nothing raw
+// reaches a scraper (issue 32).
+std::string PrometheusLabelValue(const std::string& v);
 
 }  // namespace dlcache
 

@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -499,6 +500,8 @@ TEST(ClusterProcessTest, KillingANodeMidRunLosesNothing) {
   for (int i = 0; i < 3; ++i) addresses.push_back(ports[i].address());
   const std::string token_file = work.path() + "/token";
   testing::WriteFileOrDie(token_file, std::string(kToken) + "\n");
+  // A node credential: dlcached refuses one others may read.
+  ASSERT_EQ(::chmod(token_file.c_str(), 0600), 0);
   std::vector<std::unique_ptr<DlcachedProcess>> nodes;
   for (int i = 0; i < 3; ++i) {
     const std::string socket = absl::StrCat(work.path(), "/n", i, ".sock");
@@ -617,6 +620,8 @@ TEST(ClusterProcessTest, DlcachectlClusterWarmupFillsEveryNodesShare) {
   }
   const std::string token_file = work.path() + "/token";
   testing::WriteFileOrDie(token_file, std::string(kToken) + "\n");
+  // A node credential: dlcached refuses one others may read.
+  ASSERT_EQ(::chmod(token_file.c_str(), 0600), 0);
   std::vector<std::unique_ptr<DlcachedProcess>> nodes;
   for (int i = 0; i < 3; ++i) {
     const std::string socket = absl::StrCat(work.path(), "/n", i, ".sock");

@@ -5,6 +5,7 @@
 // --cluster` across three processes, --peer_dns with --node_id.
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -335,6 +336,8 @@ TEST_F(DlcachedFlagsTest, ClusterWarmupAcrossThreeProcesses) {
   for (const auto& p : ports) addresses.push_back(p.address());
   const std::string token = tmp_.path() + "/token";
   testing::WriteFileOrDie(token, "flags-test-token\n");
+  // A node credential: dlcached refuses one others may read.
+  ASSERT_EQ(::chmod(token.c_str(), 0600), 0);
   std::vector<std::unique_ptr<DlcachedProcess>> nodes;
   std::vector<int> metrics;
   for (int i = 0; i < 3; ++i) {
@@ -379,6 +382,8 @@ TEST_F(DlcachedFlagsTest, PeerDnsAndNodeId) {
   testing::ReservedPort port;
   const std::string token = tmp_.path() + "/token";
   testing::WriteFileOrDie(token, "flags-test-token\n");
+  // A node credential: dlcached refuses one others may read.
+  ASSERT_EQ(::chmod(token.c_str(), 0600), 0);
   for (const bool listed : {true, false}) {
     SCOPED_TRACE(listed ? "listed node id" : "unlisted node id");
     std::vector<std::string> flags = Flags(listed ? "listed" : "unlisted");

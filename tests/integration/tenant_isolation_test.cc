@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -699,6 +700,113 @@ TEST_F(TenantIsolationTest, OneUidsSessionsCannotLeaseTheWholeArena) {
                    "\"tenant_leases\"}"),
             0);
   holders.clear();
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Finding 8, start-up and operator safety.
+
+// A start-up that fails after the arena was re-adopted (here: an SSD dir
+// of another uid) exits with its message, and keeps the manifest: the next
+// start re-adopts the chunks. Before issue 32 Shutdown() dereferenced the
+// engine that did not exist yet (SIGSEGV) and the next start was cold.
+TEST_F(TenantIsolationTest, FailedStartAfterReadoptionKeepsTheArena) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown to another uid";
+  std::vector<std::string> flags = Flags();
+  flags.erase(std::find(flags.begin(), flags.end(), "--keep_arena=false"));
+  {
+    std::unique_ptr<DlcachedProcess> first = Start(flags);
+    ASSERT_NE(first, nullptr);
+    ASSERT_EQ(ReadAll(first->socket_path()), 0);
+    ASSERT_EQ(first->Stop(), 0);
+  }
+  const std::string theirs = tmp_.path() + "/theirs";
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), kHostileUid, kHostileUid), 0);
+  std::string args;
+  for (const std::string& f : flags) absl::StrAppend(&args, " '", f, "'");
+  testing::CommandResult r = testing::RunDlcached(
+      DLCACHED_BINARY, absl::StrCat("--socket=", tmp_.path(), "/x.sock", args,
+                                    " --ssd_dir=", theirs, " 2>&1"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr("re-adopted"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr("is owned by uid 65534"));
+  // An error exit, not a signal (128 + n through the shell) or a hang.
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << r.exit_code << "\n"
+                                                    << r.output;
+  std::unique_ptr<DlcachedProcess> again = Start(flags);
+  ASSERT_NE(again, nullptr);
+  absl::StatusOr<std::string> adopted =
+      again->WaitForOutput("re-adopted ([0-9]+) chunks");
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_GT(std::stoi(*adopted), 0);
+  EXPECT_EQ(ReadAll(again->socket_path()), 0);
+  EXPECT_EQ(again->Stop(), 0);
+}
+
+// A second dlcached on the --shm_dir (or --ssd_dir) of a running one is
+// refused, naming the other's pid; the first keeps serving. Before issue
+// 32 the second replaced the first one's segments under it.
+TEST_F(TenantIsolationTest, SecondServerOnTheSameDirsIsRefused) {
+  const std::string ssd = tmp_.path() + "/ssd";
+  std::vector<std::string> flags = Flags();
+  flags.push_back("--ssd_dir=" + ssd);
+  flags.push_back("--ssd_bytes=512MiB");
+  std::unique_ptr<DlcachedProcess> first = Start(flags);
+  ASSERT_NE(first, nullptr);
+  ASSERT_EQ(ReadAll(first->socket_path()), 0);
+  const std::string holder =
+      absl::StrCat("another dlcached (pid ", first->pid(), ") holds ");
+  const std::string base = absl::StrCat(
+      "--socket=", tmp_.path(), "/second.sock --source=", data_.path(),
+      " --arena_bytes=32MiB --segment_bytes=8MiB --metrics_address= "
+      "--keep_arena=false");
+  testing::CommandResult same_shm = testing::RunDlcached(
+      DLCACHED_BINARY,
+      absl::StrCat(base, " --shm_dir=", shm_.path(), "/node 2>&1"));
+  EXPECT_NE(same_shm.exit_code, 0);
+  EXPECT_THAT(same_shm.output,
+              ::testing::HasSubstr(holder + "--shm_dir=" + shm_.path()));
+  testing::CommandResult same_ssd = testing::RunDlcached(
+      DLCACHED_BINARY, absl::StrCat(base, " --shm_dir=", shm_.path(),
+                                    "/other --ssd_dir=", ssd, " 2>&1"));
+  EXPECT_NE(same_ssd.exit_code, 0);
+  EXPECT_THAT(same_ssd.output, ::testing::HasSubstr(holder + "--ssd_dir="));
+  EXPECT_EQ(ReadAll(first->socket_path()), 0);
+  EXPECT_EQ(first->Stop(), 0);
+  // Stopped, it lets the next one in.
+  std::unique_ptr<DlcachedProcess> next = Start(flags);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(ReadAll(next->socket_path()), 0);
+  EXPECT_EQ(next->Stop(), 0);
+}
+
+// The peer token is a node credential: a file others may read is refused
+// at start (0600, or 0440 with a group of the server's own, is taken).
+TEST_F(TenantIsolationTest, PeerTokenFileOthersMayReadIsRefused) {
+  ASSERT_EQ(::chmod(token_file_.c_str(), 0644), 0);
+  std::string args;
+  for (const std::string& f : Flags()) absl::StrAppend(&args, " '", f, "'");
+  testing::CommandResult r = testing::RunDlcached(
+      DLCACHED_BINARY,
+      absl::StrCat("--socket=", tmp_.path(), "/t.sock", args, " 2>&1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, ::testing::HasSubstr("--peer_token_file=" +
+                                             token_file_ + " has mode 0644"));
+  ASSERT_EQ(::chmod(token_file_.c_str(), 0440), 0);
+  std::unique_ptr<DlcachedProcess> server = Start(Flags());
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Nested dataset roots are warned about at start (readers of the outer
+// one can read the inner one's files through it).
+TEST_F(TenantIsolationTest, NestedDatasetRootsAreWarnedAbout) {
+  std::vector<std::string> flags = Flags();
+  flags.push_back(absl::StrCat("--dataset=inner=", data_.path(), "/d1/"));
+  std::unique_ptr<DlcachedProcess> server = Start(flags);
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::string> warned = server->WaitForOutput(
+      "dataset 'inner' \\([^)]*\\) lies inside dataset 'default'");
+  EXPECT_TRUE(warned.ok()) << warned.status();
   EXPECT_EQ(server->Stop(), 0);
 }
 
