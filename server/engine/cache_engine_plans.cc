@@ -39,8 +39,14 @@ absl::Status CacheEngine::RegisterPlan(uint64_t session,
     }
     paths.push_back(p);
   }
+  // The owner is the session's uid without its pod: the ranks of a job
+  // may run in pods of their own, under one uid (issue 32).
+  std::string owner = tier_->SessionTenant(session);
+  if (const size_t pod = owner.find(" pod"); pod != std::string::npos) {
+    owner.resize(pod);
+  }
   return plans_->Register(session, *ds, r.name, r.epoch, r.offset, paths,
-                          r.reset, r.job, state);
+                          r.reset, r.job, state, owner);
 }
 
 std::optional<CacheEngine::PlanProgress> CacheEngine::PlanProgressOf(

@@ -162,7 +162,8 @@ void Plans(std::string* out, const v1::PlanStatus& p) {
                     " gauge\n");
     for (const v1::PlanInfo& i : p.plan_list()) {
       absl::StrAppend(out, f.name, "{dataset=\"", Escape(i.dataset()),
-                      "\",plan=\"", Escape(i.name()), "\"} ", f.get(i), "\n");
+                      "\",plan=\"", Escape(i.name()), "\",owner=\"",
+                      Escape(i.owner()), "\"} ", f.get(i), "\n");
     }
   }
 }

@@ -8,9 +8,28 @@
 
 namespace dlcache {
 
+namespace {
+
+FairShare::Options PlanSlots(const PlanLimits& limits) {
+  FairShare::Options o;
+  o.capacity = limits.max_plans;
+  o.headroom = 0.25;
+  return o;
+}
+
+}  // namespace
+
 PlanRegistry::PlanRegistry(const PlanLimits& limits,
                            const ProgressQueueLimits& queue_limits)
-    : limits_(limits), progress_(queue_limits) {}
+    : limits_(limits),
+      progress_(queue_limits),
+      plan_slots_(PlanSlots(limits)) {}
+
+PlanRegistry::PlanKey PlanRegistry::KeyOf(uint32_t dataset,
+                                          absl::string_view owner,
+                                          absl::string_view name) {
+  return {dataset, absl::StrCat(owner.size(), ":", owner, name)};
+}
 
 PlanRegistry::~PlanRegistry() = default;
 
@@ -18,7 +37,8 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
                                     absl::string_view name, uint64_t epoch,
                                     uint64_t offset,
                                     absl::Span<const absl::string_view> paths,
-                                    bool reset, PlanJob job, PlanState* state) {
+                                    bool reset, PlanJob job, PlanState* state,
+                                    absl::string_view owner) {
   if (name.empty() || name.size() > 128) {
     return absl::InvalidArgumentError("a plan name must have 1 to 128 bytes");
   }
@@ -35,13 +55,20 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
     // What the session read before this registration (a reset above all)
     // belongs to the plan as it was.
     ApplyProgressLocked();
-    PlanKey key{dataset, std::string(name)};
+    PlanKey key = KeyOf(dataset, owner, name);
     auto it = plans_.find(key);
     Plan* p = it == plans_.end() ? nullptr : it->second.get();
     if (p != nullptr && p->world_size != job.world_size) {
       return absl::FailedPreconditionError(absl::StrCat(
           "epoch plan \"", name, "\" has world size ", p->world_size,
           " (0: one reader's plan), registered with ", job.world_size));
+    }
+    if (p != nullptr && !reset && p->plan->has_epoch() &&
+        epoch > p->plan->epoch() && epoch - p->plan->epoch() > kMaxEpochStep) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "epoch ", epoch, " of plan \"", name, "\" is more than ",
+          kMaxEpochStep, " past its newest epoch ", p->plan->epoch(),
+          "; register it with reset to start over"));
     }
     if (p != nullptr && job.world_size > 0) {
       auto s = p->sessions.find(session);
@@ -67,8 +94,18 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
           return absl::ResourceExhaustedError(absl::StrCat(
               "the node has ", limits_.max_plans, " epoch plans already"));
         }
-        auto owned = std::make_unique<Plan>(dataset, key.second, job.world_size,
-                                            limits_);
+        const std::string who(owner);
+        if (!plan_slots_.TryTake(who, /*admin=*/owner.empty(), 1)) {
+          ++refusals_;
+          if (mine.empty()) by_session_.erase(session);
+          return absl::ResourceExhaustedError(
+              absl::StrCat(who, " has ", plan_slots_.held(who),
+                           " epoch plans, its share of the node's ",
+                           limits_.max_plans, " while others have plans too"));
+        }
+        auto owned = std::make_unique<Plan>(dataset, std::string(name),
+                                            job.world_size, limits_);
+        owned->owner = who;
         p = owned.get();
         plans_.emplace(std::move(key), std::move(owned));
         by_dataset_[dataset].push_back(p);
@@ -251,7 +288,8 @@ void PlanRegistry::DropPlanLocked(Plan* p) {
   std::vector<Plan*>& same = by_dataset_[p->dataset];
   same.erase(std::find(same.begin(), same.end(), p));
   if (same.empty()) by_dataset_.erase(p->dataset);
-  plans_.erase(PlanKey{p->dataset, p->name});
+  plan_slots_.Give(p->owner, 1);
+  plans_.erase(KeyOf(p->dataset, p->owner, p->name));
   plan_count_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -370,11 +408,12 @@ std::vector<PlanRegistry::PlanInfo> PlanRegistry::Describe() {
       out.push_back(PlanInfo{
           p->dataset, p->name, static_cast<uint32_t>(p->sessions.size()),
           p->plan->frontier(), p->plan->end(), p->plan->live_positions(),
-          p->world_size, p->plan->Ranks()});
+          p->world_size, p->plan->Ranks(), p->owner});
     }
   }
   std::sort(out.begin(), out.end(), [](const PlanInfo& a, const PlanInfo& b) {
-    return std::tie(a.dataset, a.name) < std::tie(b.dataset, b.name);
+    return std::tie(a.dataset, a.name, a.owner) <
+           std::tie(b.dataset, b.name, b.owner);
   });
   return out;
 }

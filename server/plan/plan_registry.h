@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/fair_share.h"
 #include "server/index/file_record.h"
 #include "server/memory/belady_eviction_policy.h"
 #include "server/plan/epoch_plan.h"
@@ -101,10 +102,23 @@ class PlanRegistry : public NextUseOracle {
   // (nothing added): the session has max_plans_per_session plans, the node
   // max_plans, or the keys would take the plan or the node over its
   // position limit.
+  //
+  // Plans have owners (issue 32): `owner` (the registering client's uid,
+  // "uid N"; "" for in-process callers) is part of the plan's name, so a
+  // registration names only its owner's plans: another uid registering the
+  // same name gets a plan of its own and can never attach to, reset or
+  // advance this one (ranks of a job under one uid share theirs). An owner
+  // may hold its fair share of the node's max_plans (common/fair_share.h:
+  // three quarters while alone, (1 - 1/4) / n of them with n owners, never
+  // fewer than an eighth; RESOURCE_EXHAUSTED). INVALID_ARGUMENT, too, for
+  // an epoch more than kMaxEpochStep past the plan's newest one without a
+  // reset (an epoch of 2^64-1 would end the plan's use).
   absl::Status Register(uint64_t session, uint32_t dataset,
                         absl::string_view name, uint64_t epoch, uint64_t offset,
                         absl::Span<const absl::string_view> paths, bool reset,
-                        PlanJob job = PlanJob(), PlanState* state = nullptr);
+                        PlanJob job = PlanJob(), PlanState* state = nullptr,
+                        absl::string_view owner = "");
+  static constexpr uint64_t kMaxEpochStep = 16;
 
   // `session` asked `dataset` for these paths: progress of its plans on
   // that dataset, applied now (after the progress queued before it). Cheap
@@ -193,6 +207,7 @@ class PlanRegistry : public NextUseOracle {
     uint64_t live_positions = 0;
     uint32_t world_size = 0;                 // 0: a reader's plan
     std::vector<EpochPlan::RankInfo> ranks;  // job plans: attached ranks
+    std::string owner;  // Register's owner ("uid N"; "" in-process)
   };
   // Every plan (at most PlanLimits::max_plans), by dataset and name.
   std::vector<PlanInfo> Describe();
@@ -213,13 +228,17 @@ class PlanRegistry : public NextUseOracle {
                                            world_size)) {}
     uint32_t dataset;
     std::string name;
+    std::string owner;    // who registered it ("uid N"; "" in-process)
     uint32_t world_size;  // 0: a reader's plan
     std::unique_ptr<EpochPlan> plan;
     // Attached sessions and their ranks (0 in a reader's plan).
     absl::flat_hash_map<uint64_t, uint32_t> sessions;
     uint64_t handed_out = 0;  // look-ahead positions before this are issued
   };
+  // (dataset, the owner's and the plan's names, unambiguously joined).
   using PlanKey = std::pair<uint32_t, std::string>;
+  static PlanKey KeyOf(uint32_t dataset, absl::string_view owner,
+                       absl::string_view name);
 
   uint64_t NextUseLocked(uint32_t dataset, absl::string_view path) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -255,6 +274,8 @@ class PlanRegistry : public NextUseOracle {
   absl::flat_hash_map<uint64_t, std::vector<Plan*>> by_session_
       ABSL_GUARDED_BY(mu_);
   uint64_t total_positions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Plans per owner (max_plans shared by owners); thread-safe itself.
+  FairShare plan_slots_;
   uint64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refusals_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t position_mismatches_ ABSL_GUARDED_BY(mu_) = 0;

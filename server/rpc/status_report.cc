@@ -84,6 +84,7 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
       v1::PlanInfo* p = out->add_plan_list();
       p->set_dataset(e.dataset);
       p->set_name(e.info.name);
+      p->set_owner(e.info.owner);
       p->set_sessions(e.info.sessions);
       p->set_frontier(e.info.frontier);
       p->set_end(e.info.end);

@@ -202,6 +202,8 @@ class MemoryTier : public EntryPaths {
   // the session's leases count against (SetTenantLeaseShares).
   uint64_t OpenSession(int numa_node = kNoNumaNode,
                        const std::string& tenant = "", bool admin = true);
+  // The tenant OpenSession got ("" for none or an unknown session).
+  std::string SessionTenant(uint64_t session) const;
   // The node OpenSession got; kNoNumaNode for an unknown session.
   int SessionNumaNode(uint64_t session) const;
   // Releases every lease of the session. Unknown ids are ignored.

@@ -26,6 +26,12 @@ uint64_t MemoryTier::OpenSession(int numa_node, const std::string& tenant,
   return id;
 }
 
+std::string MemoryTier::SessionTenant(uint64_t session) const {
+  absl::ReaderMutexLock lock(&mu_);
+  Session* s = FindSession(session);
+  return s == nullptr ? "" : s->tenant;
+}
+
 void MemoryTier::SetTenantLeaseShares(FairShare::Options shares) {
   absl::MutexLock lock(&mu_);
   tenant_leases_ = std::make_unique<FairShare>(shares);

@@ -339,12 +339,20 @@ TEST_F(EpochPlanServerTest, PlanStatsMoveInStatusAndMetrics) {
   EXPECT_GE(Sample(text, "dlcache_plan_lookahead_skipped_total"), 0);
   EXPECT_EQ(Sample(text, "dlcache_plan_lookahead_failed_total"), 0);
   EXPECT_EQ(Sample(text, "dlcache_plan_lookahead_in_flight"), 0);
-  EXPECT_EQ(Sample(text, "dlcache_plan_frontier{dataset=\"ds\",plan=\"job\"}"),
-            16);
-  EXPECT_EQ(Sample(text, "dlcache_plan_end{dataset=\"ds\",plan=\"job\"}"),
-            kItems);
-  EXPECT_EQ(Sample(text, "dlcache_plan_sessions{dataset=\"ds\",plan=\"job\"}"),
-            1);
+  EXPECT_EQ(
+      Sample(
+          text,
+          "dlcache_plan_frontier{dataset=\"ds\",plan=\"job\",owner=\"uid 0\"}"),
+      16);
+  EXPECT_EQ(
+      Sample(text,
+             "dlcache_plan_end{dataset=\"ds\",plan=\"job\",owner=\"uid 0\"}"),
+      kItems);
+  EXPECT_EQ(
+      Sample(
+          text,
+          "dlcache_plan_sessions{dataset=\"ds\",plan=\"job\",owner=\"uid 0\"}"),
+      1);
   // A refused registration counts.
   EXPECT_EQ(c->RegisterPlan("ds", "job", 1, Order(1)).code(),
             absl::StatusCode::kResourceExhausted);

@@ -326,8 +326,8 @@ bool SendAll(int fd, absl::string_view bytes) {
   return true;
 }
 
-// The first frame's type from a server's answer on fd, within `timeout`;
-// -1 when the connection closed first or nothing came.
+// The type of the next frame from the server on fd (read whole), within
+// `timeout`; -1 when the connection closed first or nothing came.
 int FirstFrameType(int fd, absl::Duration timeout) {
   char header[local::kHeaderSize];
   size_t got = 0;
@@ -340,6 +340,21 @@ int FirstFrameType(int fd, absl::Duration timeout) {
     const ssize_t n = ::recv(fd, header + got, sizeof(header) - got, 0);
     if (n <= 0) return -1;
     got += static_cast<size_t>(n);
+  }
+  // Its payload is read too, so that the next call reads the next frame.
+  uint32_t length = 0;
+  for (int i = 0; i < 4; ++i) {
+    length |= static_cast<uint32_t>(static_cast<uint8_t>(header[i])) << (8 * i);
+  }
+  std::string payload(length, '\0');
+  for (size_t at = 0; at < payload.size();) {
+    pollfd p{fd, POLLIN, 0};
+    const int64_t ms =
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (::poll(&p, 1, static_cast<int>(ms)) <= 0) return -1;
+    const ssize_t n = ::recv(fd, payload.data() + at, payload.size() - at, 0);
+    if (n <= 0) return -1;
+    at += static_cast<size_t>(n);
   }
   return static_cast<uint8_t>(header[4]) |
          (static_cast<uint8_t>(header[5]) << 8);
@@ -700,6 +715,85 @@ TEST_F(TenantIsolationTest, OneUidsSessionsCannotLeaseTheWholeArena) {
                    "\"tenant_leases\"}"),
             0);
   holders.clear();
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// Finding 6: plans were shared by name, names are public, and any reader
+// of the dataset could attach to another user's plan, reset it, or register
+// epoch 2^64-1 (after which the victim's job plan refused its next epoch).
+// Now a plan belongs to its owner's uid: the other uid's registration of the
+// same name (reset, epoch 2^64-1) makes a plan of its own, the victim's
+// plan goes on, and an epoch far ahead is refused even from the owner.
+TEST_F(TenantIsolationTest, PlanOfAnotherUidCannotBeResetOrAdvanced) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  std::unique_ptr<DlcachedProcess> server = Start(Flags());
+  ASSERT_NE(server, nullptr);
+  const std::string socket = server->socket_path();
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "victim";
+  o.reconnect = false;
+  absl::StatusOr<std::unique_ptr<Client>> victim = Client::Connect(o);
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  JobPlanRank rank;  // a job of one rank
+  absl::StatusOr<JobPlanState> st =
+      (*victim)->RegisterJobPlan(kDataset, "train", rank, 0, paths_);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->epoch, 0u);
+
+  // The hostile uid: the same name, as a job of one rank, reset, epoch
+  // 2^64-1, the same keys.
+  const std::string hello = HelloFrame("hostile");
+  local::PlanJobFields job;
+  job.world_size = 1;
+  job.rank = 0;
+  const std::vector<std::string>& keys = paths_;
+  const std::string plan = local::MakeFrame(
+      local::MsgType::kRegisterPlan, 2,
+      local::EncodeRegisterPlan(
+          kDataset, "train", ~uint64_t{0}, 0, local::kPlanReset, keys.size(),
+          [&](size_t i) {
+            return local::Key{keys[i], 0, 0};
+          },
+          &job));
+  Hostile hostile(kHostileUid, [&](int report) {
+    UniqueFd fd = ConnectUnix(socket);
+    int hello_type = -1, plan_type = -1;
+    if (fd.valid() && SendAll(fd.get(), hello)) {
+      hello_type = FirstFrameType(fd.get(), absl::Seconds(10));
+      if (SendAll(fd.get(), plan)) {
+        plan_type = FirstFrameType(fd.get(), absl::Seconds(10));
+      }
+    }
+    WriteLine(report, absl::StrCat(hello_type, " ", plan_type));
+    (void)fd.release();  // attached while the parent looks
+  });
+  const std::string types = hostile.Report();
+  EXPECT_FALSE(types.empty());
+  // The victim's plan still holds epoch 0 and takes epoch 1.
+  st = (*victim)->RegisterJobPlan(kDataset, "train", rank, 1, paths_);
+  ASSERT_TRUE(st.ok()) << st.status() << " (hostile: " << types << ")";
+  EXPECT_TRUE(st->has_epoch);
+  EXPECT_EQ(st->epoch, 1u) << "hostile: " << types;
+  // Two plans named "train", one per owner.
+  absl::StatusOr<int> metrics = server->WaitForMetricsPort();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_TRUE(testing::Eventually([&] {
+    return Metric(*metrics,
+                  "dlcache_plan_sessions{dataset=\"default\","
+                  "plan=\"train\",owner=\"uid 65534\"}") == 1;
+  }));
+  EXPECT_EQ(Metric(*metrics,
+                   "dlcache_plan_sessions{dataset=\"default\","
+                   "plan=\"train\",owner=\"uid 0\"}"),
+            1);
+  // Epochs move forward by a bounded step, the owner's too.
+  st = (*victim)->RegisterJobPlan(kDataset, "train", rank, 1000, paths_);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument)
+      << st.status();
+  hostile.Release();
+  victim->reset();
   EXPECT_EQ(server->Stop(), 0);
 }
 

@@ -440,5 +440,73 @@ TEST(PlanRegistryTest, JobLookaheadTakesOnlyLocalRanksReads) {
   EXPECT_TRUE(take().empty());
 }
 
+// Issue 32: a plan belongs to its owner. Another owner's registration of
+// the same name is another plan: it cannot reset or advance the first.
+TEST(PlanRegistryTest, PlansOfOneNameButOtherOwnersAreApart) {
+  PlanRegistry r;
+  const std::vector<std::string> keys = {"a", "b", "c"};
+  PlanState st;
+  ASSERT_TRUE(r.Register(1, 0, "train", 0, 0, Views(keys), false, PlanJob(),
+                         &st, "uid 1000")
+                  .ok());
+  // Another uid: reset and epoch 2^64-1 under the same name.
+  ASSERT_TRUE(r.Register(2, 0, "train", ~uint64_t{0}, 0, Views(keys), true,
+                         PlanJob(), &st, "uid 2000")
+                  .ok());
+  EXPECT_EQ(st.epoch, ~uint64_t{0});
+  EXPECT_EQ(r.stats().plans, 2u);
+  // The first owner's plan holds its epoch 0 and takes epoch 1.
+  ASSERT_TRUE(r.Register(1, 0, "train", 1, 0, Views(keys), false, PlanJob(),
+                         &st, "uid 1000")
+                  .ok());
+  EXPECT_EQ(st.epoch, 1u);
+  // A worker of the same owner attaches to it (ranks of one job share).
+  ASSERT_TRUE(
+      r.Register(3, 0, "train", 1, 0, {}, false, PlanJob(), &st, "uid 1000")
+          .ok());
+  std::vector<PlanRegistry::PlanInfo> plans = r.Describe();
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_EQ(plans[0].owner, "uid 1000");
+  EXPECT_EQ(plans[0].sessions, 2u);
+  EXPECT_EQ(plans[1].owner, "uid 2000");
+  // The other owner's reads do not advance it.
+  r.Observe(2, 0, Views(keys));
+  EXPECT_EQ(r.NextUse(0, "a"), 0u);
+}
+
+TEST(PlanRegistryTest, EpochsMoveForwardByABoundedStep) {
+  PlanRegistry r;
+  const std::vector<std::string> keys = {"a"};
+  ASSERT_TRUE(r.Register(1, 0, "p", 5, 0, Views(keys), false).ok());
+  EXPECT_TRUE(r.Register(1, 0, "p", 5 + PlanRegistry::kMaxEpochStep, 0,
+                         Views(keys), false)
+                  .ok());
+  EXPECT_EQ(r.Register(1, 0, "p", ~uint64_t{0}, 0, Views(keys), false).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A reset starts over wherever it likes.
+  EXPECT_TRUE(r.Register(1, 0, "p", 1000, 0, Views(keys), true).ok());
+}
+
+TEST(PlanRegistryTest, AnOwnerHoldsItsShareOfThePlanSlots) {
+  PlanLimits l;
+  l.max_plans = 16;
+  l.max_plans_per_session = 64;
+  PlanRegistry r(l);
+  const std::vector<std::string> keys = {"a"};
+  int mine = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (r.Register(1, 0, "p" + std::to_string(i), 0, 0, Views(keys), false,
+                   PlanJob(), nullptr, "uid 666")
+            .ok()) {
+      ++mine;
+    }
+  }
+  EXPECT_EQ(mine, 12);  // three quarters while alone
+  // Another owner still gets plans.
+  EXPECT_TRUE(r.Register(2, 0, "q", 0, 0, Views(keys), false, PlanJob(),
+                         nullptr, "uid 1000")
+                  .ok());
+}
+
 }  // namespace
 }  // namespace dlcache
