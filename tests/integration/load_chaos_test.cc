@@ -18,6 +18,10 @@
 //   * every lease of a killed reader is released: once all readers are
 //     gone, Status over the admin socket shows 0 leases, 0 leased bytes and
 //     0 sessions.
+// Beside the readers a hostile tenant (hostile_tenant, as uid 65534, issue
+// 32) floods the data socket all along: idle connections, frames of almost
+// 16 MiB never finished, plans registered with a reset and epoch 2^64-1,
+// reconnecting after each restart. It must change nothing of the above.
 // The schedule is fixed (12 s of chaos); the whole test takes about 20 s
 // on a loaded 2-core machine. Every wait has a deadline.
 
@@ -25,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +49,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "dlcache/v1/admin.grpc.pb.h"
@@ -57,6 +63,9 @@
 #endif
 #ifndef CHAOS_READER
 #error "CHAOS_READER must name the chaos_reader binary"
+#endif
+#ifndef HOSTILE_TENANT
+#error "HOSTILE_TENANT must name the hostile_tenant binary"
 #endif
 
 namespace dlcache {
@@ -252,6 +261,64 @@ uint64_t ReportValue(const std::string& report, absl::string_view key) {
   return 0;
 }
 
+// The hostile tenant's process: fork+exec'ed with stdin a pipe (closing it
+// asks it to stop) and stdout a pipe for its report line; PR_SET_PDEATHSIG.
+class HostileTenant {
+ public:
+  HostileTenant(const std::string& socket_path, uint32_t uid) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) return;
+    std::vector<std::string> args = {HOSTILE_TENANT, socket_path,
+                                     absl::StrCat(uid)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {  // async-signal-safe calls only until exec
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
+      if (::dup2(in[0], STDIN_FILENO) < 0 ||
+          ::dup2(out[1], STDOUT_FILENO) < 0) {
+        ::_exit(126);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stop_ = in[1];
+    out_ = out[0];
+  }
+  ~HostileTenant() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (stop_ >= 0) ::close(stop_);
+    if (out_ >= 0) ::close(out_);
+  }
+  bool started() const { return pid_ > 0; }
+  // Asks it to stop; its wait status and report (it stops within a round).
+  std::pair<int, std::string> Stop() {
+    ::close(stop_);
+    stop_ = -1;
+    std::string report;
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(out_, buf, sizeof(buf))) > 0) report.append(buf, n);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return {status, report};
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stop_ = -1;
+  int out_ = -1;
+};
+
 class LoadChaosTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -366,6 +433,17 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
   StartServer();
   ReaderFleet fleet(socket_path());
   for (int i = 0; i < kReaders; ++i) ASSERT_TRUE(fleet.Spawn().ok());
+  // The hostile uid reaches the socket (dlcached makes it 0666).
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  std::unique_ptr<HostileTenant> hostile;
+  if (::geteuid() == 0) {
+    hostile = std::make_unique<HostileTenant>(socket_path(), 65534);
+    ASSERT_TRUE(hostile->started());
+  } else {
+    std::cout << "load_chaos: no hostile tenant (needs root to run one as "
+                 "another uid)"
+              << std::endl;
+  }
   absl::StatusOr<v1::StatusResponse> st = AwaitStatus(
       [](const v1::StatusResponse& s) { return s.sessions() >= kReaders; },
       absl::Seconds(30));
@@ -437,6 +515,15 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
   ASSERT_TRUE(st.ok()) << "readers did not reconnect: " << st.status();
   ASSERT_NO_FATAL_FAILURE(ExpectServerAlive());
 
+  std::string hostile_report = "none";
+  if (hostile != nullptr) {
+    auto [status, report] = hostile->Stop();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "hostile tenant: " << DescribeWaitStatus(status) << " " << report;
+    EXPECT_TRUE(absl::StartsWith(report, "hostile ")) << report;
+    hostile_report = std::string(absl::StripTrailingAsciiWhitespace(report));
+    ASSERT_NO_FATAL_FAILURE(ExpectServerAlive());
+  }
   absl::StatusOr<std::vector<ReaderFleet::Ended>> ended =
       fleet.StopAll(absl::Seconds(30));
   ASSERT_TRUE(ended.ok()) << ended.status();
@@ -488,7 +575,8 @@ TEST_F(LoadChaosTest, ReadersSeeSourceBytesThroughKillsAndRestarts) {
     std::cout << sep << code << " " << n;
     sep = ", ";
   }
-  std::cout << (sep[0] == ',' ? ")" : "") << "; 0 bytes differed" << std::endl;
+  std::cout << (sep[0] == ',' ? ")" : "") << "; 0 bytes differed; "
+            << hostile_report << std::endl;
   EXPECT_EQ(readers_killed, fleet.spawned() - kReaders);
   EXPECT_GT(bytes, 0u);
   EXPECT_GT(rechecked, 0u);
