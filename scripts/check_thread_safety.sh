@@ -32,6 +32,10 @@ for e in json.load(open(db)):
     rel = os.path.relpath(f, root)
     if not rel.startswith(("server/", "client/", "common/")):
         continue
+    # Debian's libtorch 1.13 headers do not parse with clang 14; the
+    # LibTorch adapter holds no lock of its own.
+    if rel.startswith("client/torch/"):
+        continue
     if not rel.endswith(".cc") or f in seen:
         continue
     seen.add(f)

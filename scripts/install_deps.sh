@@ -13,7 +13,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libxxhash-dev libtorch-dev libgflags-dev \
   redis-server python3 python3-yaml \
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
-  python3-pil openssl clang-format
+  python3-pil openssl clang-format clang
 # Native NFS and CephFS sources (issue 12): the client libraries, and the
 # servers the tests start on loopback: NFS-Ganesha with its VFS back end,
 # and a one-node CephFS (monitor, memstore OSD, MDS; the ceph CLI comes

@@ -604,7 +604,8 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     *env.out << CommandHelp(*c);
     return kExitOk;
   }
-  for (const auto& [flag, value] : ctx.args.flags) {
+  for (const auto& flag_value : ctx.args.flags) {
+    const auto& flag = flag_value.first;
     auto matches = [&](const FlagSpec& f) { return f.name == flag; };
     if (std::none_of(GlobalFlags().begin(), GlobalFlags().end(), matches) &&
         std::none_of(ctx.command->flags.begin(), ctx.command->flags.end(),

@@ -75,7 +75,8 @@ absl::StatusOr<NfsOptions> NfsOptionsFromUrl(const SourceUrl& url) {
   static const char* const kKnown[] = {"version", "nfsport", "mountport",
                                        "uid",     "gid",     "timeout_ms",
                                        "loops",   "export",  "max_read"};
-  for (const auto& [key, value] : url.options) {
+  for (const auto& option : url.options) {
+    const auto& key = option.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) {
           return key == k;
         }) == std::end(kKnown)) {

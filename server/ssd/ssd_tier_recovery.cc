@@ -240,6 +240,7 @@ absl::Status SsdTier::RecoverLocked(bool verify) {
   absl::Status scan = index_->ForEachChunkWithFileEverywhere(
       [&](absl::string_view ds, absl::string_view path, uint32_t chunk,
           const SsdChunkMeta& m, const SsdFileMeta* file) {
+        mu_.AssertHeld();  // the scan calls back under RecoverLocked's lock
         // Entries that cannot be right: no file meta or another version of
         // it, a length the file's size does not give, or bytes beyond the
         // end of their data file (lost in a crash).
@@ -295,6 +296,7 @@ absl::Status SsdTier::RecoverLocked(bool verify) {
   file_count_ = 0;
   absl::Status files = index_->ForEachFileEverywhere(
       [&](absl::string_view, absl::string_view, const SsdFileMeta&) {
+        mu_.AssertHeld();
         ++file_count_;
         return true;
       });

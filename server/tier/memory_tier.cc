@@ -225,6 +225,7 @@ std::vector<std::pair<std::string, FileInfo>> MemoryTier::ListFiles(
   std::vector<std::pair<std::string, FileInfo>> out;
   std::string scratch;
   files_[dataset].ForEach([&](const FileRecord& rec) {
+    mu_.AssertReaderHeld();  // ForEach runs this under the lock above
     const absl::string_view path = files_[dataset].PathOf(rec, &scratch);
     if (UnderPrefix(path, prefix))
       out.emplace_back(std::string(path), rec.info);

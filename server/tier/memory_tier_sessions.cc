@@ -67,6 +67,8 @@ void MemoryTier::CloseSession(uint64_t session) {
     absl::MutexLock session_lock(&s.mu);
     if (tenant_leases_) tenant_leases_->Give(s.tenant, s.leased_bytes);
     s.leases.ForEach([&](uint64_t, ChunkEntry* entry) {
+      mu_.AssertHeld();  // ForEach runs this under both locks above
+      s.mu.AssertHeld();
       UnleaseAccount(s, entry);
       UnpinLocked(entry);
     });
