@@ -1,5 +1,6 @@
 #include "dlcache/client.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -8,6 +9,12 @@
 #include "common/numa_topology.h"
 
 namespace dlcache {
+
+std::string DefaultSocketPath() {
+  const char* env = std::getenv("DLCACHE_SOCKET");
+  if (env != nullptr && *env != '\0') return env;
+  return "/run/dlcache/dlcached.sock";
+}
 
 Item::Item(Item&& other) noexcept
     : status_(std::move(other.status_)),
@@ -165,6 +172,35 @@ absl::StatusOr<JobPlanState> Client::RegisterJobPlan(
 absl::StatusOr<std::vector<FileStatus>> Client::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   return core_->Stat(dataset, paths);
+}
+
+absl::StatusOr<std::vector<FileEntry>> Client::List(absl::string_view dataset,
+                                                    absl::string_view prefix,
+                                                    bool refresh) {
+  std::vector<FileEntry> out;
+  std::string token;
+  bool first = true;
+  do {
+    absl::StatusOr<dlcache::FileListPage> page =
+        core_->ListPage(dataset, prefix, token, 0, refresh && first);
+    if (!page.ok()) return page.status();
+    first = false;
+    if (out.empty()) {
+      out = std::move(page->entries);
+    } else {
+      for (FileEntry& e : page->entries) out.push_back(std::move(e));
+    }
+    token = std::move(page->next_page_token);
+  } while (!token.empty());
+  return out;
+}
+
+absl::StatusOr<FileListPage> Client::ListPage(absl::string_view dataset,
+                                              absl::string_view prefix,
+                                              absl::string_view page_token,
+                                              uint32_t max_entries,
+                                              bool refresh) {
+  return core_->ListPage(dataset, prefix, page_token, max_entries, refresh);
 }
 
 absl::Status Client::FlushReleases() { return core_->FlushReleases(); }

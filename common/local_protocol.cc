@@ -594,6 +594,98 @@ absl::Status DecodeFeatures(absl::string_view payload, uint32_t* features) {
   return absl::OkStatus();
 }
 
+// ---- List -----------------------------------------------------------------
+
+std::string EncodeList(const ListRequest& request) {
+  std::string out;
+  Writer w(&out);
+  w.Bytes(request.dataset);
+  w.Bytes(request.prefix);
+  w.Bytes(request.page_token);
+  w.U32(request.max_entries);
+  w.U32(request.flags);
+  return out;
+}
+
+absl::Status DecodeList(absl::string_view payload, ListRequest* out) {
+  Reader r(payload);
+  if (!r.Bytes(&out->dataset) || !r.Bytes(&out->prefix) ||
+      !r.Bytes(&out->page_token) || !r.U32(&out->max_entries) ||
+      !r.U32(&out->flags) || !r.done()) {
+    return Malformed("list");
+  }
+  if ((out->flags & ~kListRefresh) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("list: unknown flags ", out->flags));
+  }
+  return absl::OkStatus();
+}
+
+void ListReplyBuilder::Add(absl::string_view name, uint64_t size,
+                           int64_t mtime_ns) {
+  names_.append(name.data(), name.size());
+  name_end_.push_back(static_cast<uint32_t>(names_.size()));
+  size_.push_back(size);
+  mtime_.push_back(mtime_ns);
+}
+
+std::string ListReplyBuilder::Finish(absl::string_view next_page_token) const {
+  std::string out;
+  out.reserve(bytes() + next_page_token.size());
+  Writer w(&out);
+  w.I32(0);
+  w.Bytes("");
+  w.U32(static_cast<uint32_t>(size_.size()));
+  w.Column(absl::MakeConstSpan(name_end_));
+  w.Column(absl::MakeConstSpan(size_));
+  w.Column(absl::MakeConstSpan(mtime_));
+  w.Bytes(names_);
+  w.Bytes(next_page_token);
+  return out;
+}
+
+std::string EncodeListFailure(int32_t code, absl::string_view message) {
+  std::string out;
+  Writer w(&out);
+  w.I32(code);
+  w.Bytes(message);
+  return out;
+}
+
+ListEntryView ListReply::entry(size_t i) const {
+  const uint32_t begin = i == 0 ? 0 : name_end_[i - 1];
+  return ListEntryView{names_.substr(begin, name_end_[i] - begin), size_[i],
+                       mtime_[i]};
+}
+
+absl::Status DecodeListReply(absl::string_view payload, ListReply* out) {
+  *out = ListReply();
+  Reader r(payload);
+  if (!r.I32(&out->code_) || !r.Bytes(&out->message_)) {
+    return MalformedReply("list");
+  }
+  if (out->code_ != 0) {
+    return r.done() ? absl::OkStatus() : MalformedReply("list");
+  }
+  uint32_t n;
+  if (!r.U32(&n) || !r.Column(n, &out->name_end_) ||
+      !r.Column(n, &out->size_) || !r.Column(n, &out->mtime_) ||
+      !r.Bytes(&out->names_) || !r.Bytes(&out->next_page_token_) || !r.done()) {
+    *out = ListReply();
+    return MalformedReply("list");
+  }
+  uint32_t prev = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t end = out->name_end_[i];
+    if (end < prev || end > out->names_.size()) {
+      *out = ListReply();
+      return MalformedReply("list");
+    }
+    prev = end;
+  }
+  return absl::OkStatus();
+}
+
 // ---- Error ----------------------------------------------------------------
 
 std::string EncodeError(const absl::Status& status) {

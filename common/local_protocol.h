@@ -38,6 +38,9 @@
 //    leases to release > max_leases_per_session): kError INVALID_ARGUMENT
 //    with the request's id; the connection stays;
 //  * a message type that is no request: kError UNIMPLEMENTED, it stays;
+//  * List failed (unknown dataset NOT_FOUND, bad name or prefix
+//    INVALID_ARGUMENT, PERMISSION_DENIED, the source down UNAVAILABLE):
+//    kListReply with that code;
 //  * GetBatch failed as a whole (unknown dataset NOT_FOUND, bad name
 //    INVALID_ARGUMENT, PERMISSION_DENIED, reply over max_frame_bytes
 //    RESOURCE_EXHAUSTED): kBatch with that code; Stat likewise kStatReply
@@ -85,6 +88,15 @@
 //                the connection (the default of every server since the
 //                first: an unknown message type is no request)
 //   kFeatures:   u32 features (the kFeature* bits)
+//   kList:       bytes dataset, bytes prefix, bytes page_token, u32
+//                max_entries (0 = the server's default), u32 flags (bit 0:
+//                kListRefresh) (issue 30; a server that announces
+//                kFeatureList; an older one answers kError UNIMPLEMENTED)
+//   kListReply:  i32 code, bytes message, then (code 0) u32 n,
+//                column<u32>[n] name_end, column<u64>[n] size,
+//                column<i64>[n] mtime_ns, bytes names, bytes
+//                next_page_token ("" = the last page); entry i's name is
+//                names[name_end[i-1], name_end[i])
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -128,6 +140,8 @@ enum class MsgType : uint16_t {
   kRegisterPlanReply = 15,
   kGetFeatures = 16,
   kFeatures = 17,
+  kList = 18,
+  kListReply = 19,
 };
 
 struct FrameHeader {
@@ -556,6 +570,8 @@ std::string EncodeRegisterPlanReply(const RegisterPlanReply& reply);
 // length): a job client asks with kGetFeatures.
 inline constexpr uint32_t kFeaturePlanPositions = 1;
 inline constexpr uint32_t kFeatureJobPlanPositions = 2;
+// kList is served (kFeatures only; issue 30).
+inline constexpr uint32_t kFeatureList = 4;
 std::string EncodeRegisterPlanFeatures(uint32_t features);
 // 0 for an empty payload (a server before features); DATA_LOSS when
 // malformed.
@@ -576,6 +592,73 @@ absl::Status DecodeGetFeatures(absl::string_view payload);
 std::string EncodeFeatures(uint32_t features);
 // DATA_LOSS unless exactly a u32.
 absl::Status DecodeFeatures(absl::string_view payload, uint32_t* features);
+
+// ---- List (issue 30: the dataset's files, through the cache) --------------
+
+// A page of the dataset's files whose names (dataset-relative keys, sorted
+// bytewise) come after `page_token` ("" = from the first), under `prefix`
+// ("" = all; else a directory or a file: the name itself and what is below
+// "prefix/"), at most max_entries of them. The page token of the next page
+// is the last name of this one: pages stay correct across a refresh of the
+// server's listing (nothing is skipped or repeated that did not change).
+struct ListRequest {
+  absl::string_view dataset;
+  absl::string_view prefix;
+  absl::string_view page_token;
+  uint32_t max_entries = 0;  // 0 = the server's default
+  uint32_t flags = 0;
+};
+// The server lists the source again before it answers (on a first page).
+inline constexpr uint32_t kListRefresh = 1;
+std::string EncodeList(const ListRequest& request);
+// INVALID_ARGUMENT when malformed or with unknown flags.
+absl::Status DecodeList(absl::string_view payload, ListRequest* out);
+
+// Builds a kListReply payload with code 0, entry by entry in name order.
+class ListReplyBuilder {
+ public:
+  void Add(absl::string_view name, uint64_t size, int64_t mtime_ns);
+  size_t size() const { return size_.size(); }
+  // Bytes of the payload so far (to keep a page under a frame limit).
+  size_t bytes() const { return names_.size() + size_.size() * 20 + 64; }
+  std::string Finish(absl::string_view next_page_token) const;
+
+ private:
+  std::string names_;
+  std::vector<uint32_t> name_end_;
+  std::vector<uint64_t> size_;
+  std::vector<int64_t> mtime_;
+};
+std::string EncodeListFailure(int32_t code, absl::string_view message);
+
+struct ListEntryView {
+  absl::string_view name;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+// A decoded kListReply payload; views into it.
+class ListReply {
+ public:
+  int32_t code() const { return code_; }
+  absl::string_view message() const { return message_; }
+  size_t size() const { return size_.size(); }
+  ListEntryView entry(size_t i) const;
+  absl::string_view next_page_token() const { return next_page_token_; }
+
+ private:
+  friend absl::Status DecodeListReply(absl::string_view payload,
+                                      ListReply* out);
+  int32_t code_ = 0;
+  absl::string_view message_;
+  absl::string_view names_;
+  ColumnView<uint32_t> name_end_;
+  ColumnView<uint64_t> size_;
+  ColumnView<int64_t> mtime_;
+  absl::string_view next_page_token_;
+};
+// DATA_LOSS for a malformed payload (name ends not monotonic or past the
+// names).
+absl::Status DecodeListReply(absl::string_view payload, ListReply* out);
 
 // ---- Error ----------------------------------------------------------------
 

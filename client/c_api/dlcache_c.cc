@@ -21,6 +21,13 @@ struct dlc_client {
   std::unique_ptr<dlcache::Client> client;
 };
 
+struct dlc_list {
+  std::string names;  // NUL-terminated, back to back
+  std::vector<uint64_t> sizes;
+  std::vector<int64_t> mtimes;
+  std::string next_page_token;
+};
+
 struct dlc_batch {
   dlcache::Batch batch;
   std::vector<std::string> errors;  // per item, "" for OK
@@ -595,5 +602,56 @@ int dlc_sessions_opened(const dlc_client* client, uint64_t* sessions) {
     return static_cast<int>(DLC_OK);
   });
 }
+
+int dlc_list_page(dlc_client* client, const char* dataset, const char* prefix,
+                  const char* page_token, uint32_t max_entries, int refresh,
+                  dlc_list** out) {
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
+    *out = nullptr;
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    absl::StatusOr<dlcache::FileListPage> page = client->client->ListPage(
+        dataset, prefix == nullptr ? "" : prefix,
+        page_token == nullptr ? "" : page_token, max_entries, refresh != 0);
+    if (!page.ok()) return Errors::Fail(page.status());
+    auto list = std::make_unique<dlc_list>();
+    size_t bytes = 0;
+    for (const dlcache::FileEntry& e : page->entries)
+      bytes += e.name.size() + 1;
+    list->names.reserve(bytes);
+    list->sizes.reserve(page->entries.size());
+    list->mtimes.reserve(page->entries.size());
+    for (const dlcache::FileEntry& e : page->entries) {
+      list->names.append(e.name);
+      list->names.push_back('\0');
+      list->sizes.push_back(e.size);
+      list->mtimes.push_back(e.mtime_ns);
+    }
+    list->next_page_token = std::move(page->next_page_token);
+    *out = list.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_list_arrays(const dlc_list* list, const char** names,
+                    size_t* names_bytes, const uint64_t** sizes,
+                    const int64_t** mtimes_ns, size_t* count) {
+  return Errors::Guard([&] {
+    if (list == nullptr) return Errors::NullArg("list");
+    if (names != nullptr) *names = list->names.data();
+    if (names_bytes != nullptr) *names_bytes = list->names.size();
+    if (sizes != nullptr) *sizes = list->sizes.data();
+    if (mtimes_ns != nullptr) *mtimes_ns = list->mtimes.data();
+    if (count != nullptr) *count = list->sizes.size();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+const char* dlc_list_next_page_token(const dlc_list* list) {
+  return list == nullptr ? "" : list->next_page_token.c_str();
+}
+
+void dlc_list_free(dlc_list* list) { delete list; }
 
 }  // extern "C"

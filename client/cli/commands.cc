@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/cli/admin_client.h"
@@ -21,6 +22,7 @@
 #include "client/cli/table.h"
 #include "common/fd_passing.h"
 #include "common/key.h"
+#include "dlcache/client.h"
 #include "dlcache/v1/admin.pb.h"
 
 namespace dlcache {
@@ -142,6 +144,18 @@ const std::vector<Command>& Commands() {
        1,
        2,
        {}},
+      {"ls",
+       "DATASET [PREFIX]",
+       "list a dataset's files through the cache",
+       "Lists the files of DATASET (or under PREFIX, a directory or file "
+       "inside it) as\ndlcached's listing of the source holds them: size, "
+       "modification time (UTC)\nand name (the key clients read it by), "
+       "sorted by name. Goes through the data\nsocket, checked like a read "
+       "(a caller who may not read the dataset gets\nPERMISSION_DENIED); "
+       "needs no access to the source.\n",
+       1,
+       2,
+       {{"refresh", "", "have dlcached list its source again first"}}},
       {"help",
        "[COMMAND]",
        "show help for dlcachectl or a command",
@@ -528,12 +542,84 @@ int RunEvict(const Context& ctx, AdminClient& admin) {
   return kExitOk;
 }
 
+// `ls`: pages through the listing on the data socket (not the admin API:
+// it is a reader's call, checked like a read), printing each page as it
+// comes, so 1.3M names need one page of memory.
+int RunList(const Context& ctx, const std::string& socket) {
+  ClientOptions o;
+  o.socket_path = socket;
+  o.client_name = "dlcachectl";
+  o.connect_timeout = ctx.timeout;
+  o.rpc_timeout = ctx.timeout_given ? ctx.timeout : absl::Seconds(120);
+  o.reconnect = false;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
+  if (!client.ok()) {
+    ctx.err() << "dlcachectl: " << client.status().message() << "\n";
+    if (ctx.json) {
+      ctx.out() << "{\"error\":{\"code\":\"UNAVAILABLE\",\"message\":"
+                << JsonString(client.status().message()) << "}}\n";
+    }
+    return kExitUnreachable;
+  }
+  const std::string& dataset = ctx.args.positional[1];
+  const std::string prefix =
+      ctx.args.positional.size() > 2 ? ctx.args.positional[2] : "";
+  std::string token;
+  bool first = true;
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  if (ctx.json) {
+    ctx.out() << "{\"dataset\":" << JsonString(dataset) << ",\"files\":[";
+  }
+  do {
+    absl::StatusOr<FileListPage> page = (*client)->ListPage(
+        dataset, prefix, token, 0, first && ctx.args.Has("refresh"));
+    if (!page.ok()) {
+      const absl::Status& st = page.status();
+      ctx.err() << "dlcachectl: ls: " << absl::StatusCodeToString(st.code())
+                << ": " << st.message() << "\n";
+      if (ctx.json) {
+        // One JSON object whatever happened: the files so far, the error.
+        ctx.out() << "],\"error\":{\"code\":"
+                  << JsonString(absl::StatusCodeToString(st.code()))
+                  << ",\"message\":" << JsonString(st.message()) << "}}\n";
+      }
+      return kExitFailed;
+    }
+    for (const FileEntry& e : page->entries) {
+      if (ctx.json) {
+        ctx.out() << (files == 0 ? "" : ",")
+                  << "{\"name\":" << JsonString(e.name)
+                  << ",\"size\":" << e.size << ",\"mtime_ns\":" << e.mtime_ns
+                  << "}";
+      } else {
+        ctx.out() << absl::StrFormat(
+            "%12d  %s  %s\n", e.size,
+            absl::FormatTime("%Y-%m-%d %H:%M:%S",
+                             absl::FromUnixNanos(e.mtime_ns),
+                             absl::UTCTimeZone()),
+            e.name);
+      }
+      ++files;
+      bytes += e.size;
+    }
+    token = std::move(page->next_page_token);
+    first = false;
+  } while (!token.empty());
+  if (ctx.json) {
+    ctx.out() << "],\"count\":" << files << ",\"bytes\":" << bytes << "}\n";
+  } else if (ctx.env->out_is_tty) {
+    ctx.out() << FormatCount(files) << " files, " << FormatBytes(bytes) << "\n";
+  }
+  return kExitOk;
+}
+
 // Checks a command's positionals and flags before anything is sent, so a
 // bad command line is a usage error even when the server is down.
 absl::Status CheckArgs(const Context& ctx) {
   const std::string& name = ctx.command->name;
   if (name == "warmup" || name == "evict" || name == "sync" ||
-      name == "revalidate") {
+      name == "revalidate" || name == "ls") {
     if (absl::Status st = ValidateDatasetName(ctx.args.positional[1]);
         !st.ok()) {
       return st;
@@ -660,6 +746,17 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     std::string socket = ctx.args.Get("socket", env.default_socket);
     if (socket.empty()) return Usage(env, "--socket is empty", ctx.command);
     ctx.target = AdminTarget(socket, "", "");
+  }
+
+  if (name == "ls") {
+    if (!absl::StartsWith(ctx.target, "unix:") ||
+        ctx.args.Has("admin_socket")) {
+      return Usage(env,
+                   "ls reads through the data socket: give --socket (or "
+                   "DLCACHE_SOCKET), not --address or --admin_socket",
+                   ctx.command);
+    }
+    return RunList(ctx, ctx.args.Get("socket", env.default_socket));
   }
 
   absl::StatusOr<std::unique_ptr<AdminClient>> admin =

@@ -444,6 +444,52 @@ absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
   return out;
 }
 
+absl::StatusOr<dlcache::FileListPage> ClientCore::ListPage(
+    absl::string_view dataset, absl::string_view prefix,
+    absl::string_view page_token, uint32_t max_entries, bool refresh) {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
+  if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  absl::StatusOr<std::shared_ptr<Connection>> conn =
+      link_->AwaitConn(deadline, "List");
+  if (!conn.ok()) return conn.status();
+  local::ListRequest req;
+  req.dataset = dataset;
+  req.prefix = prefix;
+  req.page_token = page_token;
+  req.max_entries = max_entries;
+  req.flags = refresh ? local::kListRefresh : 0;
+  absl::StatusOr<local::Frame> frame = Roundtrip(
+      **conn, local::MsgType::kList, local::EncodeList(req), deadline, "List");
+  if (!frame.ok()) {
+    if (frame.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError(
+          absl::StrCat("List: dlcached at ", link_->target(),
+                       " predates listing (issue 30); upgrade the server"));
+    }
+    return frame.status();
+  }
+  if (frame->type() != local::MsgType::kListReply) {
+    return RpcError("List", WrongReplyType(*frame));
+  }
+  local::ListReply reply;
+  if (absl::Status st = local::DecodeListReply(frame->payload, &reply);
+      !st.ok()) {
+    return RpcError("List", st);
+  }
+  if (reply.code() != 0) {
+    return RpcError("List", StatusFromWire(reply.code(), reply.message()));
+  }
+  dlcache::FileListPage page;
+  page.entries.reserve(reply.size());
+  for (size_t i = 0; i < reply.size(); ++i) {
+    const local::ListEntryView e = reply.entry(i);
+    page.entries.push_back(FileEntry{std::string(e.name), e.size, e.mtime_ns});
+  }
+  page.next_page_token = std::string(reply.next_page_token());
+  return page;
+}
+
 absl::Status ClientCore::FlushReleases() {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   // A lost session took its leases along.

@@ -107,6 +107,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
       uint64_t epoch, absl::Span<const std::string> paths, uint64_t offset);
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);
+  // Client::ListPage.
+  absl::StatusOr<dlcache::FileListPage> ListPage(absl::string_view dataset,
+                                                 absl::string_view prefix,
+                                                 absl::string_view page_token,
+                                                 uint32_t max_entries,
+                                                 bool refresh);
   // Sends every queued release now and waits for the server to take them.
   // Blocks. On failure the leases stay queued (releases are idempotent, so
   // a retry is harmless). OK with nothing sent while the session is lost

@@ -42,23 +42,38 @@ absl::StatusOr<UniqueFd> ConnectDataSocket(const std::string& path,
                                            absl::Time deadline,
                                            bool wait_for_server) {
   absl::Status last;
+  bool exists = true;
+  bool seen = false;  // the socket file existed at some attempt
   while (true) {
     absl::StatusOr<UniqueFd> fd = ConnectUnix(path, SOCK_STREAM);
     if (fd.ok()) return fd;
     last = fd.status();
-    // Only "nobody there (yet)" is worth waiting for; a bad path is not.
-    if (!wait_for_server || last.code() != absl::StatusCode::kUnavailable ||
+    struct stat st;
+    exists = ::stat(path.c_str(), &st) == 0 || errno != ENOENT;
+    seen |= exists;
+    // Only "nobody there (yet)" is worth waiting for: a socket file that
+    // refuses (a server still starting, or restarting: it may unlink and
+    // bind the file again, so once seen, a missing file is waited for
+    // too). A file missing from the start is a wrong path or a server that
+    // is not running, and the caller hears so at once instead of after
+    // connect_timeout (issue 30); a bad path is not worth waiting for
+    // either.
+    if (!wait_for_server || !seen ||
+        last.code() != absl::StatusCode::kUnavailable ||
         absl::Now() + absl::Milliseconds(20) >= deadline) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(20));  // polling a socket file
   }
-  struct stat st;
-  const bool exists = ::stat(path.c_str(), &st) == 0;
-  return absl::UnavailableError(absl::StrCat(
-      "cannot reach dlcached at ", DataSocketTarget(path), ": is it running?",
-      exists ? "" : " (the socket file does not exist)", " (", last.message(),
-      ")"));
+  if (!exists) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach dlcached at ", DataSocketTarget(path),
+        ": is it running? The socket file does not exist (the path is set "
+        "by the socket argument, else by $DLCACHE_SOCKET)"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot reach dlcached at ", DataSocketTarget(path),
+                   ": is it running? (", last.message(), ")"));
 }
 
 void SetReceiveDeadline(int sock, absl::Time deadline) {

@@ -27,9 +27,11 @@ namespace dlcache::internal {
 std::string DataSocketTarget(absl::string_view path);
 
 // Connects a SOCK_STREAM socket (close-on-exec) to `path`. With
-// `wait_for_server`, retries every ~20 ms while nobody listens there (a
-// server still starting) until `deadline`; without, one attempt. UNAVAILABLE
-// "cannot reach dlcached at unix:PATH: is it running?" otherwise.
+// `wait_for_server`, retries every ~20 ms while the socket file exists but
+// nobody listens there (a server still starting) until `deadline`; without,
+// one attempt. UNAVAILABLE otherwise: "cannot reach dlcached at unix:PATH:
+// the socket file does not exist ..." at once when there is no such file,
+// "...: is it running?" when it refused until the deadline.
 absl::StatusOr<UniqueFd> ConnectDataSocket(const std::string& path,
                                            absl::Time deadline,
                                            bool wait_for_server);

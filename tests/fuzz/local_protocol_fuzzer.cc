@@ -104,6 +104,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         sink = sink + plan.epoch + plan.offset;
         TouchKeys(plan.keys);
       }
+      // kList and kListReply (issue 30), in the same shared case.
+      lp::ListRequest list;
+      if (lp::DecodeList(payload, &list).ok()) {
+        Touch(list.dataset);
+        Touch(list.prefix);
+        Touch(list.page_token);
+        sink = sink + list.max_entries + list.flags;
+      }
+      lp::ListReply listed;
+      if (lp::DecodeListReply(payload, &listed).ok()) {
+        Touch(listed.message());
+        Touch(listed.next_page_token());
+        for (size_t i = 0; i < listed.size(); ++i) {
+          lp::ListEntryView e = listed.entry(i);
+          Touch(e.name);
+          sink = sink + e.size + static_cast<uint64_t>(e.mtime_ns);
+        }
+      }
     }
   }
   return 0;

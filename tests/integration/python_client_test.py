@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -254,6 +255,33 @@ class ConnectTest(DeadlineTest):
         finally:
             shutil.rmtree(d)
 
+    def test_missing_socket_fails_at_once(self):
+        # Issue 30: no socket file is no server; the default
+        # connect_timeout (10 s) is not waited out, and the message says so.
+        d = private_dir()
+        try:
+            start = time.monotonic()
+            with self.assertRaises(dlcache.DlcacheError) as cm:
+                dlcache.Client(os.path.join(d, "none.sock"))
+            self.assertLess(time.monotonic() - start, 2.0)
+            self.assertEqual(cm.exception.code, dlcache.UNAVAILABLE)
+            self.assertIn("socket file does not exist", cm.exception.message)
+        finally:
+            shutil.rmtree(d)
+
+    def test_dlcache_socket_is_the_default(self):
+        old = os.environ.get("DLCACHE_SOCKET")
+        os.environ["DLCACHE_SOCKET"] = SERVER.socket
+        try:
+            with dlcache.Client(connect_timeout=20.0) as c:
+                self.assertEqual(c.get_batch("ds", KEYS[:1]).codes[0],
+                                 dlcache.OK)
+        finally:
+            if old is None:
+                del os.environ["DLCACHE_SOCKET"]
+            else:
+                os.environ["DLCACHE_SOCKET"] = old
+
     def test_library_path_is_reported(self):
         from dlcache import _lib
         self.assertTrue(os.path.exists(_lib.load()._dlcache_path))
@@ -272,7 +300,7 @@ class ConnectTest(DeadlineTest):
                            capture_output=True, text=True, timeout=60)
         self.assertIn("/nonexistent/libdlcache_c.so", r.stdout)
         self.assertIn("DLCACHE_LIB", r.stdout)
-        self.assertIn("next to the package", r.stdout)
+        self.assertIn("inside the package", r.stdout)
         # A copy of the package outside the tree, no DLCACHE_LIB: every
         # place tried is listed.
         d = private_dir()
@@ -291,7 +319,11 @@ class ConnectTest(DeadlineTest):
             self.assertIn(os.path.join(d, "dlcache", "libdlcache_c.so"), out)
             self.assertIn("/usr/local/lib/libdlcache_c.so", out)
             self.assertIn("DLCACHE_LIB", out)
-            self.assertIn("next to the package", out)
+            self.assertIn("inside the package", out)
+            # The fix named is the wheel, not a copy into the source tree.
+            self.assertIn("build_wheel.sh", out)
+            self.assertIn("pip install", out)
+            self.assertNotIn("python_package_lib", out)
         finally:
             shutil.rmtree(d)
 

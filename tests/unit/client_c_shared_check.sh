@@ -4,8 +4,16 @@
 # protobuf, at load time or as undefined symbols: the client's data path is
 # the local protocol on a plain Unix socket, which is what makes it safe to
 # use in fork()ed data-loader workers.
+#
+# With --self-contained (a build with DLCACHE_C_STATIC_DEPS, issue 30) it
+# also checks that the library needs nothing at load time but the C/C++
+# runtime (no libabsl_*, no libxxhash: a trainer image has neither) and
+# needs no static TLS (DF_STATIC_TLS: a library dlopen()ed late, as by
+# Python's ctypes, may then fail with "cannot allocate memory in static TLS
+# block").
 set -euo pipefail
-lib="${1:?usage: client_c_shared_check.sh LIBDLCACHE_C_SO}"
+lib="${1:?usage: client_c_shared_check.sh LIBDLCACHE_C_SO [--self-contained]}"
+self_contained="${2:-}"
 status=0
 
 needed=$(readelf -d "$lib" | awk '/\(NEEDED\)/ {print $NF}')
@@ -35,5 +43,17 @@ if ! nm -D --defined-only "$lib" | grep -q ' dlc_get_batch$'; then
   status=1
 fi
 
-[[ $status -eq 0 ]] && echo "ok: $lib exports dlc_* only and needs no gRPC/protobuf"
+if [[ "$self_contained" == --self-contained ]]; then
+  extra=$(tr -d "[]" <<<"$needed" | grep -Ev '^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1)$' || true)
+  if [[ -n "$extra" ]]; then
+    echo "FAIL: $lib is not self-contained; it needs:" $extra
+    status=1
+  fi
+  if readelf -d "$lib" | grep -q 'STATIC_TLS'; then
+    echo "FAIL: $lib needs static TLS (DF_STATIC_TLS): initial- or local-exec TLS in a linked object"
+    status=1
+  fi
+fi
+
+[[ $status -eq 0 ]] && echo "ok: $lib exports dlc_* only and needs no gRPC/protobuf${self_contained:+, self-contained}"
 exit $status

@@ -6,16 +6,20 @@
 // tests/integration/client_integration_test.cc.
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "common/local_protocol.h"
+#include "common/unique_fd.h"
 #include "dlcache/client.h"
 #include "dlcache/dlcache_c.h"
 #include "gmock/gmock.h"
@@ -32,6 +36,7 @@ using client_testing::TempDir;
 using client_testing::WaitFor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 using ::dlcache::testing::RandomBytes;
@@ -670,6 +675,61 @@ TEST(ClientConnectTest, NoServerIsUnavailableWithAClearMessage) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
+// A bound socket that nobody accepts on: what a server that is starting
+// shows (connect() is refused) until it listens.
+UniqueFd BindOnly(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  return fd;
+}
+
+// Issue 30: a missing socket file fails at once, whatever connect_timeout
+// says; a socket file nobody accepts on yet (a server still starting) is
+// waited for until connect_timeout.
+TEST(ClientConnectTest, MissingSocketFailsAtOnce) {
+  TempDir dir;
+  ClientOptions o;
+  o.socket_path = dir.Sub("none.sock");
+  o.connect_timeout = absl::Seconds(10);
+  absl::Time start = absl::Now();
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(c.status().message(), HasSubstr("socket file does not exist"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST(ClientConnectTest, SocketThatRefusesIsWaitedFor) {
+  TempDir dir;
+  ClientOptions o;
+  o.socket_path = dir.Sub("starting.sock");
+  UniqueFd bound = BindOnly(o.socket_path);
+  o.connect_timeout = absl::Milliseconds(400);
+  absl::Time start = absl::Now();
+  auto c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(c.status().message(), Not(HasSubstr("does not exist")));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(350));
+}
+
+TEST(ClientConnectTest, DefaultSocketIsDlcacheSocket) {
+  const char* old = std::getenv("DLCACHE_SOCKET");
+  std::string saved = old ? old : "";
+  ::setenv("DLCACHE_SOCKET", "/tmp/elsewhere.sock", 1);
+  EXPECT_EQ(ClientOptions().socket_path, "/tmp/elsewhere.sock");
+  EXPECT_EQ(DefaultSocketPath(), "/tmp/elsewhere.sock");
+  ::setenv("DLCACHE_SOCKET", "", 1);
+  EXPECT_EQ(ClientOptions().socket_path, "/run/dlcache/dlcached.sock");
+  if (old) {
+    ::setenv("DLCACHE_SOCKET", saved.c_str(), 1);
+  } else {
+    ::unsetenv("DLCACHE_SOCKET");
+  }
+}
+
 TEST(ClientConnectTest, FdHandOverFailureFailsConnect) {
   FakeServer server(2, 8 << 20, 1 << 20, SegmentsFault::kWrongSize);
   auto c = Client::Connect(Options(server));
@@ -943,6 +1003,9 @@ TEST(ClientConnectTest, AServerThatNeverAnswersTheHelloTimesOut) {
 TEST(ClientConnectTest, WaitsForAServerThatIsStillStarting) {
   FakeServer server;
   server.Stop();
+  // The socket file is there but refuses (a missing one fails at once:
+  // MissingSocketFailsAtOnce); Restart() unlinks it and listens anew.
+  UniqueFd starting = BindOnly(server.socket_path());
   ClientOptions o = Options(server);
   o.connect_timeout = absl::Seconds(10);
   absl::StatusOr<std::unique_ptr<Client>> client =

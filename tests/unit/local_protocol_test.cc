@@ -645,3 +645,78 @@ TEST(FrameSocketTest, FramesAndFdsOverASocketPair) {
 
 }  // namespace
 }  // namespace dlcache::local
+
+// Issue 30: kList and kListReply.
+namespace dlcache::local {
+namespace {
+
+TEST(LocalProtocolListTest, RequestRoundTripsAndRefusesUnknownFlags) {
+  ListRequest req;
+  req.dataset = "ds";
+  req.prefix = "train";
+  req.page_token = "train/a";
+  req.max_entries = 7;
+  req.flags = kListRefresh;
+  ListRequest got;
+  const std::string payload = EncodeList(req);  // got views into it
+  ASSERT_TRUE(DecodeList(payload, &got).ok());
+  EXPECT_EQ(got.dataset, "ds");
+  EXPECT_EQ(got.prefix, "train");
+  EXPECT_EQ(got.page_token, "train/a");
+  EXPECT_EQ(got.max_entries, 7u);
+  EXPECT_EQ(got.flags, kListRefresh);
+  req.flags = 2;
+  EXPECT_EQ(DecodeList(EncodeList(req), &got).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string cut = EncodeList(req);
+  cut.pop_back();
+  EXPECT_EQ(DecodeList(cut, &got).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LocalProtocolListTest, ReplyRoundTripsEntriesAndToken) {
+  ListReplyBuilder b;
+  b.Add("a", 1, 10);
+  b.Add("b/c", 1u << 30, -5);
+  b.Add("", 0, 0);
+  ListReply r;
+  const std::string payload = b.Finish("b/c");  // r views into it
+  ASSERT_TRUE(DecodeListReply(payload, &r).ok());
+  EXPECT_EQ(r.code(), 0);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r.entry(0).name, "a");
+  EXPECT_EQ(r.entry(0).size, 1u);
+  EXPECT_EQ(r.entry(0).mtime_ns, 10);
+  EXPECT_EQ(r.entry(1).name, "b/c");
+  EXPECT_EQ(r.entry(1).size, 1u << 30);
+  EXPECT_EQ(r.entry(1).mtime_ns, -5);
+  EXPECT_EQ(r.entry(2).name, "");
+  EXPECT_EQ(r.next_page_token(), "b/c");
+
+  const std::string empty = ListReplyBuilder().Finish("");
+  ASSERT_TRUE(DecodeListReply(empty, &r).ok());
+  EXPECT_EQ(r.size(), 0u);
+  EXPECT_EQ(r.next_page_token(), "");
+
+  const std::string failure = EncodeListFailure(7, "not a reader");
+  ASSERT_TRUE(DecodeListReply(failure, &r).ok());
+  EXPECT_EQ(r.code(), 7);
+  EXPECT_EQ(r.message(), "not a reader");
+}
+
+TEST(LocalProtocolListTest, MalformedReplyIsDataLoss) {
+  ListReplyBuilder b;
+  b.Add("abc", 1, 1);
+  std::string p = b.Finish("");
+  ListReply r;
+  const std::string cut = p.substr(0, p.size() - 1);
+  EXPECT_EQ(DecodeListReply(cut, &r).code(), absl::StatusCode::kDataLoss);
+  // name_end past the names.
+  std::string bad = p;
+  const uint32_t huge = 1000;
+  std::memcpy(&bad[4 + 4 + 4], &huge, 4);
+  EXPECT_EQ(DecodeListReply(bad, &r).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(r.size(), 0u);
+}
+
+}  // namespace
+}  // namespace dlcache::local

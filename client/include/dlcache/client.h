@@ -81,10 +81,17 @@ struct MappedSegment {
   size_t size = 0;
 };
 
+// The data socket a client uses when told none: $DLCACHE_SOCKET when set
+// and not empty, else "/run/dlcache/dlcached.sock". Every client reads it
+// (C++, the C ABI, Python, the LibTorch adapter, dlcachectl). Thread-safe
+// as long as nothing changes the environment meanwhile.
+std::string DefaultSocketPath();
+
 struct ClientOptions {
   // dlcached's data socket (`dlcached --socket`), spoken to with the local
-  // protocol. The admin API (dlcachectl) is on PATH + ".admin".
-  std::string socket_path = "/run/dlcache/dlcached.sock";
+  // protocol. The admin API (dlcachectl) is on PATH + ".admin". Default:
+  // DefaultSocketPath() ($DLCACHE_SOCKET), read when the options are made.
+  std::string socket_path = DefaultSocketPath();
   // Shown in the server's logs.
   std::string client_name = "client";
   // The NUMA node this process's GPU is closest to (NumaNodeOfPciDevice of
@@ -159,6 +166,20 @@ struct FileStatus {
   int64_t mtime_ns = 0;
   uint32_t chunk_count = 0;
   uint32_t cached_chunks = 0;
+};
+
+// One file of a dataset's listing (Client::List): `name` is the path
+// relative to the dataset's root, '/'-separated: the key GetBatch takes.
+struct FileEntry {
+  std::string name;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+// One page of a listing (Client::ListPage).
+struct FileListPage {
+  std::vector<FileEntry> entries;  // sorted by name (bytewise)
+  std::string next_page_token;     // "" = this was the last page
 };
 
 // Where a batch's keys stand in the order this session registered as its
@@ -345,6 +366,29 @@ class Client {
 
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);
+
+  // The dataset's files through the cache (issue 30; docs/listing.md):
+  // what dlcached's listing of the source holds under `prefix` ("" = all;
+  // else a directory or a file, dataset-relative), sorted by name. The
+  // server keeps one listing per dataset (made on first use, refreshed by
+  // warm-up, revalidate and sync, or here with refresh = true) and answers
+  // in pages; List pages through all of them. Checked like a read:
+  // PERMISSION_DENIED for a caller who may not read the dataset; NOT_FOUND
+  // for an unknown dataset; INVALID_ARGUMENT for a bad prefix; UNAVAILABLE
+  // when the source is down while it is listed; UNIMPLEMENTED from a
+  // dlcached that predates listing. Blocks; each page within rpc_timeout.
+  absl::StatusOr<std::vector<FileEntry>> List(absl::string_view dataset,
+                                              absl::string_view prefix = "",
+                                              bool refresh = false);
+  // One page: up to max_entries (0 = the server's default, 10,000; the
+  // server caps it) names after page_token ("" = the first page). Pass
+  // the returned next_page_token for the next page. refresh applies to a
+  // first page only.
+  absl::StatusOr<FileListPage> ListPage(absl::string_view dataset,
+                                        absl::string_view prefix,
+                                        absl::string_view page_token,
+                                        uint32_t max_entries = 0,
+                                        bool refresh = false);
 
   // Sends pending lease releases now. Blocks.
   absl::Status FlushReleases();

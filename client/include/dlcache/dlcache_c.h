@@ -77,8 +77,10 @@ const char* dlc_last_error(void);
 /* "OK", "NOT_FOUND", ...; never NULL. */
 const char* dlc_status_name(int code);
 
-/* socket_path NULL = the default /run/dlcache/dlcached.sock. Waits up to
- * 10 s for a server that is still starting; DLC_UNAVAILABLE after that. */
+/* socket_path NULL = the default: $DLCACHE_SOCKET when set, else
+ * /run/dlcache/dlcached.sock. Waits up to 10 s for a server that is still
+ * starting (its socket refuses); DLC_UNAVAILABLE after that, and at once
+ * when the socket file does not exist. */
 int dlc_connect(const char* socket_path, const char* client_name,
                 dlc_client** out);
 
@@ -87,7 +89,7 @@ int dlc_connect(const char* socket_path, const char* client_name,
  * LP64) is part of the ABI: numa_node went into what was tail padding, and
  * a later field that grows the struct will come with its own init call. */
 typedef struct {
-  const char* socket_path;  /* NULL = the default socket */
+  const char* socket_path;  /* NULL = the default ($DLCACHE_SOCKET) */
   const char* client_name;  /* NULL = "client" */
   double connect_timeout_s; /* default 10 */
   double rpc_timeout_s;     /* default 60 */
@@ -247,6 +249,33 @@ int dlc_mapping_generation(const dlc_client* client, uint64_t* generation);
  * plans) ends with it: a loader that sees this change registers again.
  * 0 in a fork()ed child. */
 int dlc_sessions_opened(const dlc_client* client, uint64_t* sessions);
+
+/* ---- Listing through the cache (issue 30; docs/listing.md) ---- */
+
+/* One page of a dataset's listing: owns its arrays. */
+typedef struct dlc_list dlc_list;
+
+/* Up to max_entries (0 = the server's default) of the dataset's files
+ * whose names come after page_token (NULL or "" = the first page), under
+ * prefix (NULL or "" = all; else a directory or a file), sorted by name.
+ * refresh != 0: the server lists its source again first (a first page
+ * only). Pass dlc_list_next_page_token() for the next page; "" after the
+ * last. DLC_PERMISSION_DENIED for a caller who may not read the dataset,
+ * DLC_NOT_FOUND for an unknown dataset, DLC_UNIMPLEMENTED from a server
+ * that predates listing. Blocks. Free with dlc_list_free. */
+int dlc_list_page(dlc_client* client, const char* dataset, const char* prefix,
+                  const char* page_token, uint32_t max_entries, int refresh,
+                  dlc_list** out);
+/* The page's entries as arrays valid until dlc_list_free: *names holds
+ * *count NUL-terminated names back to back (*names_bytes bytes in all,
+ * NULs included), sizes[i] and mtimes_ns[i] belong to name i. Any output
+ * may be NULL. */
+int dlc_list_arrays(const dlc_list* list, const char** names,
+                    size_t* names_bytes, const uint64_t** sizes,
+                    const int64_t** mtimes_ns, size_t* count);
+/* The token of the next page ("" = this was the last); never NULL. */
+const char* dlc_list_next_page_token(const dlc_list* list);
+void dlc_list_free(dlc_list* list);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,8 +1,12 @@
 """Python client of dlcache, the node-local shared cache for training data.
 
     import dlcache
-    with dlcache.Client("/run/dlcache/dlcached.sock") as client:
-        batch = client.get_batch("imagenet", ["train/n01/a.jpg"])
+    # The socket: the argument, else $DLCACHE_SOCKET, else
+    # /run/dlcache/dlcached.sock.
+    with dlcache.Client() as client:
+        files = client.list("imagenet", "train")  # [FileEntry(name, size,
+                                                  #   mtime_ns)], sorted
+        batch = client.get_batch("imagenet", [f.name for f in files[:256]])
         batch.sizes, batch.codes    # per-item arrays (numpy if installed)
         view = batch[0].view()      # read-only memoryview, zero-copy
         t = batch[0].tensor()       # uint8 torch tensor over the same bytes
@@ -23,10 +27,12 @@ from ._client import (ABORTED, ALREADY_EXISTS, CANCELLED, DATA_LOSS,
                       INVALID_ARGUMENT, NOT_FOUND, OK, OUT_OF_RANGE,
                       PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED,
                       UNAVAILABLE, UNIMPLEMENTED, UNKNOWN, Batch, Client,
-                      DlcacheError, Item, Segment, status_name)
+                      DlcacheError, FileEntry, Item, Segment, list_keys,
+                      status_name)
 
 __all__ = [
-    "Batch", "Client", "DlcacheError", "Item", "Segment", "status_name",
+    "Batch", "Client", "DlcacheError", "FileEntry", "Item", "Segment",
+    "list_keys", "status_name",
     "CacheDataset", "CacheIterableDataset", "PlannedSampler", "collate",
 ]
 

@@ -15,6 +15,7 @@ import ctypes
 import os
 import warnings
 import weakref
+from typing import Iterator, List, NamedTuple
 
 from . import _lib
 
@@ -136,16 +137,61 @@ def _pack_keys(keys):
     if not keys:
         return b""
     try:
-        return ("\0".join(keys) + "\0").encode()
+        return ("\0".join(keys) + "\0").encode("utf-8", "surrogateescape")
     except TypeError:  # bytes (or mixed) keys
-        return b"".join((k.encode() if isinstance(k, str) else bytes(k))
-                        + b"\0" for k in keys)
+        return b"".join(_fs_encode(k) + b"\0" for k in keys)
 
 
 def _encode_keys(keys):
-    enc = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+    enc = [_fs_encode(k) for k in keys]
     arr = (ctypes.c_char_p * len(enc))(*enc)
     return enc, arr
+
+
+# ---- listing ---------------------------------------------------------------
+
+class FileEntry(NamedTuple):
+    """One file of a dataset's listing (Client.list): `name` is the path
+    relative to the dataset's root, '/'-separated (the key get_batch
+    takes; bytes that are not UTF-8 are decoded with surrogateescape, as
+    os.fsdecode does, and get_batch encodes them back); `size` in bytes;
+    `mtime_ns` the source's modification time (ns since the epoch)."""
+    name: str
+    size: int
+    mtime_ns: int
+
+
+def _fs_encode(s):
+    return s.encode("utf-8", "surrogateescape") if isinstance(s, str) \
+        else bytes(s)
+
+
+def _list_page_entries(lib, handle):
+    """([FileEntry], next_page_token bytes) of a dlc_list."""
+    names = ctypes.c_void_p()
+    nbytes = ctypes.c_size_t()
+    sizes = ctypes.c_void_p()
+    mtimes = ctypes.c_void_p()
+    count = ctypes.c_size_t()
+    _check(lib.dlc_list_arrays(handle, ctypes.byref(names),
+                               ctypes.byref(nbytes), ctypes.byref(sizes),
+                               ctypes.byref(mtimes), ctypes.byref(count)))
+    n = count.value
+    token = lib.dlc_list_next_page_token(handle) or b""
+    if n == 0:
+        return [], token
+    blob = ctypes.string_at(names.value, nbytes.value)
+    # One decode and one split for the page, not a call per name.
+    name_list = blob[:-1].decode("utf-8", "surrogateescape").split("\0")
+    size_list = (ctypes.c_uint64 * n).from_address(sizes.value)[:]
+    mtime_list = (ctypes.c_int64 * n).from_address(mtimes.value)[:]
+    return list(map(FileEntry, name_list, size_list, mtime_list)), token
+
+
+def list_keys(client: "Client", dataset: str, prefix: str = "") -> List[str]:
+    """The names (get_batch keys) of the dataset's files under `prefix`,
+    sorted: what a loader given keys=None reads (Client.list)."""
+    return [e.name for e in client.list(dataset, prefix)]
 
 
 # ---- batches ---------------------------------------------------------------
@@ -610,8 +656,13 @@ class Client:
     Thread-safe: calls release the GIL and may run from several threads.
     Not fork-safe: in a forked child every call raises
     DlcacheError(FAILED_PRECONDITION); make a Client per process.
-    Raises DlcacheError (UNAVAILABLE when no server answers in
-    connect_timeout seconds); OSError when libdlcache_c.so is not found.
+    socket_path: dlcached's data socket; None = $DLCACHE_SOCKET, else
+    /run/dlcache/dlcached.sock.
+
+    Raises DlcacheError: UNAVAILABLE at once when the socket file does not
+    exist, or when a server whose socket exists (still starting) does not
+    answer within connect_timeout seconds; OSError when libdlcache_c.so is
+    not found.
     """
 
     def __init__(self, socket_path=None, client_name="python",
@@ -753,6 +804,51 @@ class Client:
         n = ctypes.c_uint64()
         _check(fn(ptr, ctypes.byref(n)))
         return n.value
+
+    def list_pages(self, dataset: str, prefix: str = "",
+                   page_size: int = 0,
+                   refresh: bool = False) -> Iterator[List[FileEntry]]:
+        """The dataset's files through the cache (docs/listing.md), one
+        page (a list of FileEntry sorted by name) at a time: up to
+        `page_size` entries each (0 = the server's default, 10,000; the
+        server caps it). `prefix` ("" = all) names a directory or a file
+        relative to the dataset's root. refresh=True: dlcached lists its
+        source again before the first page (else it answers from the
+        listing it keeps, refreshed by warm-up, revalidate and sync).
+        Raises DlcacheError: PERMISSION_DENIED for a caller who may not
+        read the dataset, NOT_FOUND for an unknown dataset, UNIMPLEMENTED
+        from a dlcached or libdlcache_c.so that predates listing."""
+        fn = getattr(self._lib, "dlc_list_page", None)
+        if fn is None:
+            raise DlcacheError(UNIMPLEMENTED,
+                               "libdlcache_c.so has no listing (dlc_list_page)")
+        token = b""
+        first = True
+        while True:
+            ptr = self._client()
+            out = ctypes.c_void_p()
+            _check(fn(ptr, dataset.encode(), _fs_encode(prefix), token,
+                      int(page_size), 1 if (refresh and first) else 0,
+                      ctypes.byref(out)))
+            first = False
+            try:
+                entries, token = _list_page_entries(self._lib, out.value)
+            finally:
+                self._lib.dlc_list_free(out.value)
+            yield entries
+            if not token:
+                return
+
+    def list(self, dataset: str, prefix: str = "",
+             refresh: bool = False) -> List[FileEntry]:
+        """Every file of the dataset under `prefix` ("" = all), sorted by
+        name, as FileEntry(name, size, mtime_ns); `name` is the key that
+        get_batch takes. Pages through the server's listing (list_pages);
+        1.3M names take a few seconds. Raises as list_pages."""
+        out: List[FileEntry] = []
+        for page in self.list_pages(dataset, prefix, refresh=refresh):
+            out.extend(page)
+        return out
 
     def segments(self):
         """The mapped shared-memory segments (read-only), e.g. to register

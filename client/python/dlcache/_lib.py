@@ -2,10 +2,9 @@
 
 The library is looked for, in order, at:
   1. $DLCACHE_LIB (a path to the .so; when set, nothing else is tried);
-  2. next to this package (dlcache/libdlcache_c.so: the CMake target
-     python_package_lib copies it there before `pip install ./client/python`,
-     `cmake --install --component python` installs package and library
-     together);
+  2. inside this package (dlcache/libdlcache_c.so: the wheel that
+     scripts/build_wheel.sh writes carries it there; `cmake --install
+     --component python` installs package and library together);
   3. build*/client/libdlcache_c.so* in the source tree this package sits in
      (the most recently built one), when it runs from a checkout;
   4. the standard library directories: the dynamic loader's search
@@ -104,7 +103,7 @@ def _candidates():
         return
     here = os.path.dirname(os.path.abspath(__file__))
     for name in _LIB_NAMES:
-        yield os.path.join(here, name), "next to the package"
+        yield os.path.join(here, name), "inside the package"
     # client/python/dlcache -> the source tree's root.
     root = os.path.abspath(os.path.join(here, "..", "..", ".."))
     if os.path.exists(os.path.join(root, "client", "c_api")):
@@ -178,6 +177,13 @@ def _declare(lib):
                                           c_uint64, P(c_char_p), c_size_t,
                                           P(c_int), P(c_uint64),
                                           P(c_uint64)]),
+        # Listing through the cache (issue 30).
+        "dlc_list_page": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p,
+                                  c_uint32, c_int, P(c_void_p)]),
+        "dlc_list_arrays": (c_int, [c_void_p, P(c_void_p), P(c_size_t),
+                                    P(c_void_p), P(c_void_p), P(c_size_t)]),
+        "dlc_list_next_page_token": (c_char_p, [c_void_p]),
+        "dlc_list_free": (None, [c_void_p]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -217,13 +223,25 @@ def load():
             _lib._dlcache_path = path
             return _lib
         here = os.path.dirname(os.path.abspath(__file__))
+        tried_text = "\n  ".join(tried or ["nothing"])
+        if os.environ.get("DLCACHE_LIB"):
+            raise OSError(
+                "dlcache: libdlcache_c.so could not be loaded. Tried:\n  "
+                + tried_text
+                + "\nDLCACHE_LIB names a library that does not load. Unset "
+                "DLCACHE_LIB to use the one inside the package (in " + here
+                + "; the wheel carries it), or point DLCACHE_LIB at a "
+                "libdlcache_c.so that loads (a build writes "
+                "build/client/libdlcache_c.so).")
         raise OSError(
             "dlcache: libdlcache_c.so could not be loaded. Tried, in order:\n  "
-            + "\n  ".join(tried or ["nothing"])
-            + "\nFix it either way:\n"
-            "  1. set DLCACHE_LIB=/path/to/libdlcache_c.so (built as "
-            "build/client/libdlcache_c.so by `cmake --build build --target "
-            "dlcache_c_shared`), or\n"
-            "  2. put libdlcache_c.so next to the package, in " + here
-            + " (`cmake --build build --target python_package_lib` copies "
-            "it there, before `pip install ./client/python`).")
+            + tried_text
+            + "\nNothing loads inside the package (in " + here + "): it "
+            "was installed from the source tree, not from the wheel. Fix it "
+            "either way:\n"
+            "  1. install the wheel, which carries the library: build it "
+            "with `scripts/build.sh && scripts/build_wheel.sh` in a dlcache "
+            "checkout, then `pip install dist/dlcache-*.whl` "
+            "(docs/install.md), or\n"
+            "  2. set DLCACHE_LIB=/path/to/libdlcache_c.so (a build writes "
+            "it to build/client/libdlcache_c.so).")

@@ -4,7 +4,10 @@
 # toolkit needed: the pip wheel carries the CUDA runtime it needs).
 #
 #   client/torch/examples/build_with_pip_torch.sh LIBDIR OUTDIR
-#     LIBDIR: directory with libdlcache_c.so;  OUTDIR: where binaries go
+#     LIBDIR: directory with libdlcache_c.so (a build's build/client) or
+#             libdlcache_c.so.0 (the installed wheel's package directory:
+#             python3 -c 'import dlcache,os;print(os.path.dirname(dlcache.__file__))');
+#     OUTDIR: where binaries go
 set -euo pipefail
 lib=$(cd "${1:?dir with libdlcache_c.so}" && pwd)
 out=${2:?output dir}
@@ -18,6 +21,10 @@ cuda_libs=""
 flags=(-std=c++17 -O2 -g -rdynamic -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI="$abi"
        -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include"
        -I"$root/client/torch/include" -I"$root/client/include")
+# The wheel carries the library under its soname only (no symlinks in a
+# wheel); a build tree has both names.
+dlc=-ldlcache_c
+[ -e "$lib/libdlcache_c.so.0" ] && dlc=-l:libdlcache_c.so.0
 srcs=(cache_dataset connection gpu_feed tensors)
 pids=()
 for s in "${srcs[@]}"; do
@@ -29,7 +36,7 @@ objs=("${srcs[@]/#/$out/}"); objs=("${objs[@]/%/.o}")
 # for libtorch to see the GPU.
 link=(-L"$tdir/lib" -Wl,-rpath,"$tdir/lib" -Wl,--no-as-needed -ltorch
       $cuda_libs -ltorch_cpu -lc10 -Wl,--as-needed
-      -L"$lib" -Wl,-rpath,"$lib" -ldlcache_c -pthread)
+      -L"$lib" -Wl,-rpath,"$lib" "$dlc" -pthread)
 g++ "${flags[@]}" "$root/client/torch/examples/train.cc" "${objs[@]}" \
   "${link[@]}" -o "$out/dlcache_torch_train" & a=$!
 g++ "${flags[@]}" "$root/tests/gpu/torch_adapter_test.cc" "${objs[@]}" \
