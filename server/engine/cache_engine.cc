@@ -23,10 +23,16 @@ CacheEngine::CacheEngine(std::vector<std::string> datasets, MemoryTier* tier,
       sources_(sources),
       options_(options),
       fill_pool_(options.fill_threads),
-      prefetch_pool_(std::max<uint32_t>(1, options.fill_threads / 4)) {
+      prefetch_pool_(std::max<uint32_t>(1, options.fill_threads / 4)),
+      list_pool_(std::max<uint32_t>(1, options.list_threads)) {
   for (uint32_t i = 0; i < datasets_.size(); ++i) {
     dataset_ids_[datasets_[i]] = i;
     counters_.push_back(std::make_unique<Counters>());
+    absl::StatusOr<Source*> source = sources_ != nullptr
+                                         ? sources_->Find(datasets_[i])
+                                         : absl::NotFoundError("no sources");
+    listings_.push_back(source.ok() ? std::make_unique<SourceListing>(*source)
+                                    : nullptr);
   }
 }
 
@@ -41,6 +47,86 @@ absl::StatusOr<uint32_t> CacheEngine::DatasetId(absl::string_view name) const {
         datasets_.empty() ? "(none)" : absl::StrJoin(datasets_, ", ")));
   }
   return it->second;
+}
+
+void CacheEngine::ListAsync(absl::string_view dataset,
+                            absl::string_view prefix_in,
+                            absl::string_view page_token, uint32_t max_entries,
+                            size_t max_bytes, bool refresh, ListCallback done) {
+  absl::StatusOr<uint32_t> ds = DatasetId(dataset);
+  if (!ds.ok()) {
+    done(ds.status());
+    return;
+  }
+  absl::StatusOr<std::string> prefix = NormalizePrefix(prefix_in);
+  if (!prefix.ok()) {
+    done(prefix.status());
+    return;
+  }
+  SourceListing* listing = listings_[*ds].get();
+  if (listing == nullptr) {
+    done(absl::FailedPreconditionError(absl::StrCat(
+        "dataset '", dataset, "' has no source on this node to list")));
+    return;
+  }
+  const uint32_t n =
+      std::min(max_entries == 0 ? options_.list_page_entries : max_entries,
+               options_.max_list_page_entries);
+  // A walk of the source takes seconds for millions of files, and even a
+  // kept listing's page is a copy of up to n names: on the listing
+  // threads, never the caller's event loop. Concurrent pages of one
+  // dataset share its one listing (and its one walk).
+  auto shared_done = std::make_shared<ListCallback>(std::move(done));
+  list_pool_.Schedule([listing, prefix = *std::move(prefix),
+                       token = std::string(page_token), n, max_bytes, refresh,
+                       shared_done] {
+    ListResult out;
+    out.entries.reserve(std::min<uint32_t>(n, 1u << 16));
+    absl::StatusOr<std::string> next = listing->Page(
+        prefix, token, n, max_bytes, refresh,
+        [&](absl::string_view name, const FileInfo& info) {
+          out.entries.push_back(ListEntry{std::string(name), info});
+        });
+    if (!next.ok()) {
+      (*shared_done)(next.status());
+      return;
+    }
+    out.next_page_token = *std::move(next);
+    (*shared_done)(std::move(out));
+  });
+}
+
+absl::StatusOr<ListResult> CacheEngine::List(absl::string_view dataset,
+                                             absl::string_view prefix,
+                                             absl::string_view page_token,
+                                             uint32_t max_entries,
+                                             size_t max_bytes, bool refresh) {
+  absl::Notification done;
+  absl::StatusOr<ListResult> result;
+  ListAsync(dataset, prefix, page_token, max_entries, max_bytes, refresh,
+            [&](absl::StatusOr<ListResult> r) {
+              result = std::move(r);
+              done.Notify();
+            });
+  done.WaitForNotification();
+  return result;
+}
+
+void CacheEngine::InvalidateListing(absl::string_view dataset) {
+  auto it = dataset_ids_.find(dataset);
+  if (it == dataset_ids_.end()) return;
+  if (SourceListing* l = listings_[it->second].get()) l->Invalidate();
+}
+
+size_t CacheEngine::listing_bytes() const {
+  size_t total = 0;
+  for (const auto& l : listings_) {
+    if (l == nullptr) continue;
+    if (std::shared_ptr<const SourceListing::Snapshot> s = l->current()) {
+      total += s->bytes();
+    }
+  }
+  return total;
 }
 
 absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
@@ -468,6 +554,9 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
   } slot_release{&warmups_running_};
   absl::StatusOr<uint32_t> ds = DatasetId(spec.dataset);
   if (!ds.ok()) return ds.status();
+  // A warm-up is when the source is looked at anew: the next List lists
+  // it again too (issue 30).
+  InvalidateListing(spec.dataset);
   absl::StatusOr<std::string> prefix = NormalizePrefix(spec.prefix);
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
@@ -568,6 +657,8 @@ absl::StatusOr<RevalidateResult> CacheEngine::RevalidateMemory(
   if (!prefix.ok()) return prefix.status();
   absl::StatusOr<Source*> source = sources_->Find(datasets_[*ds]);
   if (!source.ok()) return source.status();
+  // What changed at the source shows in the next List too (issue 30).
+  InvalidateListing(dataset);
   RevalidateResult out;
   for (const auto& [path, cached] : tier_->ListFiles(*ds, *prefix)) {
     absl::StatusOr<FileInfo> now = (*source)->Stat(path);

@@ -22,6 +22,7 @@
 #include "server/plan/plan_registry.h"
 #include "server/source/file_size_limit.h"
 #include "server/source/source_backend.h"
+#include "server/source/source_listing.h"
 #include "server/tier/memory_tier.h"
 
 namespace dlcache {
@@ -89,6 +90,18 @@ struct DatasetStats {
   uint64_t source_bytes = 0;
 };
 
+// One file of a listing page (CacheEngine::ListAsync).
+struct ListEntry {
+  std::string name;  // dataset-relative key
+  FileInfo info;
+};
+
+// One page of a dataset's listing through the cache (issue 30).
+struct ListResult {
+  std::vector<ListEntry> entries;  // sorted by name
+  std::string next_page_token;     // "" = the last page
+};
+
 // The cache's behaviour, independent of transport: the data server
 // (server/rpc/data_server), the admin service and the peer service
 // translate to and from these calls (protos stay in server/rpc/ and the
@@ -117,6 +130,13 @@ class CacheEngine {
     // known, before anything is allocated or evicted (RESOURCE_EXHAUSTED;
     // OUT_OF_RANGE past 2^32-1 chunks). Default: no limit.
     FileSizeLimit file_size_limit;
+    // Listing through the cache (issue 30; docs/listing.md): entries in a
+    // page when the request asks for none, the most a request gets, and
+    // the threads that list sources and copy pages (off the callers'
+    // event loops).
+    uint32_t list_page_entries = 10000;
+    uint32_t max_list_page_entries = 100000;
+    uint32_t list_threads = 2;
   };
   CacheEngine(std::vector<std::string> datasets, MemoryTier* tier,
               ChunkBackend* backend, SourceBackend* sources,
@@ -196,6 +216,38 @@ class CacheEngine {
   // the keys' paths count.
   absl::StatusOr<std::vector<StatItem>> Stat(absl::string_view dataset,
                                              absl::Span<const BatchKey> keys);
+
+  // --- listing through the cache (issue 30; docs/listing.md) ---
+  //
+  // One page of the dataset's files under `prefix` (a directory or a file;
+  // "" = all) whose names sort after `page_token` ("" = the first page):
+  // at most max_entries (0 = Options::list_page_entries; capped at
+  // max_list_page_entries) and, past the first, no more than max_bytes of
+  // names. Answered from the dataset's listing (server/source/
+  // source_listing.h), made from the source on first use and kept until
+  // InvalidateListing or refresh (the source listed again first). `done`
+  // runs on a listing thread, or inline when the request is bad: NOT_FOUND
+  // (unknown dataset), INVALID_ARGUMENT (bad dataset name or prefix),
+  // FAILED_PRECONDITION (no source for it here); from the listing thread
+  // UNAVAILABLE etc. when the source cannot be listed. Access is the
+  // caller's to check (it is a read). Never blocks.
+  using ListCallback = absl::AnyInvocable<void(absl::StatusOr<ListResult>)>;
+  void ListAsync(absl::string_view dataset, absl::string_view prefix,
+                 absl::string_view page_token, uint32_t max_entries,
+                 size_t max_bytes, bool refresh, ListCallback done);
+  // The blocking form (in-process callers, tests). Not on a listing thread.
+  absl::StatusOr<ListResult> List(absl::string_view dataset,
+                                  absl::string_view prefix,
+                                  absl::string_view page_token,
+                                  uint32_t max_entries = 0,
+                                  size_t max_bytes = 8u << 20,
+                                  bool refresh = false);
+  // The next List of the dataset lists its source again. Warm-up,
+  // revalidate and sync call it (they are when the source is known to have
+  // been looked at or changed); unknown names are ignored. Never blocks.
+  void InvalidateListing(absl::string_view dataset);
+  // Heap bytes of the kept listings (all datasets).
+  size_t listing_bytes() const;
 
   // Lists the source under the prefix and fills every file, as a listed
   // job (server/fill/listed_job.h: its rules for counting, failures,
@@ -361,6 +413,10 @@ class CacheEngine {
   ClusterWarmupFn cluster_warmup_;
   PlanRegistry* plans_ = nullptr;
   std::atomic<uint32_t> warmups_running_{0};
+  // Per dataset id; null for a dataset without a source here.
+  std::vector<std::unique_ptr<SourceListing>> listings_;
+  // Last: its threads use the listings and stop first.
+  ThreadPool list_pool_;
 };
 
 }  // namespace dlcache

@@ -81,6 +81,8 @@ grpc::Status AdminServiceImpl::Sync(
       !ds.ok()) {
     return ToGrpcStatus(ds.status());
   }
+  // A sync walks the source: the next List lists it anew (issue 30).
+  engine_->InvalidateListing(request->dataset());
   return ToGrpcStatus(
       ssd_.sync(*request, [&](const v1::WarmupProgress& progress) {
         return !context->IsCancelled() && writer->Write(progress);

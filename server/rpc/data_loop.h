@@ -247,8 +247,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   // What this server takes beyond the first protocol of plans (in a
   // reader's registration reply, and kFeatures): plan positions from
   // sessions in readers' plans and in job plans.
-  static constexpr uint32_t kFeatures =
-      local::kFeaturePlanPositions | local::kFeatureJobPlanPositions;
+  // kList too (issue 30).
+  static constexpr uint32_t kFeatures = local::kFeaturePlanPositions |
+                                        local::kFeatureJobPlanPositions |
+                                        local::kFeatureList;
 
   absl::Status CheckKeys(size_t n) const;
   absl::Status CheckRelease(size_t n) const;
@@ -271,6 +273,11 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
                           const local::FrameHeader& h,
                           const std::string& payload);
+
+  // Listing through the cache (issue 30): checked like a read, answered
+  // by the engine on its listing threads.
+  void HandleList(const std::shared_ptr<Conn>& c, const local::FrameHeader& h,
+                  const std::string& payload);
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,
                       const local::FrameHeader& h, const std::string& payload);

@@ -58,6 +58,9 @@ void DataServer::Loop::Dispatch(const std::shared_ptr<Conn>& c,
     case MsgType::kRegisterPlan:
       HandleRegisterPlan(c, h, payload);
       return;
+    case MsgType::kList:
+      HandleList(c, h, payload);
+      return;
     case MsgType::kGetFeatures:
       if (absl::Status s = local::DecodeGetFeatures(payload); !s.ok()) {
         Fatal(c, s);
@@ -304,6 +307,48 @@ void DataServer::Loop::HandleStat(const std::shared_ptr<Conn>& c,
           payload = local::EncodeStatReply(0, "", files);
         }
         std::string frame = local::MakeFrame(MsgType::kStatReply, id, payload);
+        self->RunOrPost([self, c, frame = std::move(frame)]() mutable {
+          self->Complete(c, std::move(frame));
+        });
+      });
+}
+
+void DataServer::Loop::HandleList(const std::shared_ptr<Conn>& c,
+                                  const local::FrameHeader& h,
+                                  const std::string& payload) {
+  local::ListRequest req;
+  if (absl::Status s = local::DecodeList(payload, &req); !s.ok()) {
+    Fatal(c, s);
+    return;
+  }
+  if (absl::Status s = shared_->policy->CheckRead(c->creds, req.dataset);
+      !s.ok()) {
+    Reply(c, MsgType::kListReply, h.request_id,
+          local::EncodeListFailure(Code(s), s.message()));
+    return;
+  }
+  // Names get half the frame; the 20 bytes per entry and the rest fit in
+  // the other half up to ~400k entries a page, past the engine's cap.
+  const size_t name_bytes = shared_->options.max_frame_bytes / 2;
+  ++c->inflight;
+  shared_->inflight.Add(1);
+  shared_->engine->ListAsync(
+      req.dataset, req.prefix, req.page_token, req.max_entries, name_bytes,
+      (req.flags & local::kListRefresh) != 0,
+      [self = shared_from_this(), c,
+       id = h.request_id](absl::StatusOr<ListResult> r) mutable {
+        std::string payload;
+        if (!r.ok()) {
+          payload =
+              local::EncodeListFailure(Code(r.status()), r.status().message());
+        } else {
+          local::ListReplyBuilder b;
+          for (const ListEntry& e : r->entries) {
+            b.Add(e.name, e.info.size, e.info.mtime_ns);
+          }
+          payload = b.Finish(r->next_page_token);
+        }
+        std::string frame = local::MakeFrame(MsgType::kListReply, id, payload);
         self->RunOrPost([self, c, frame = std::move(frame)]() mutable {
           self->Complete(c, std::move(frame));
         });

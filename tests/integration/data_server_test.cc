@@ -389,8 +389,9 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   EXPECT_EQ(ft->header.request_id, 10u);
   uint32_t features = 0;
   ASSERT_TRUE(local::DecodeFeatures(ft->payload, &features).ok());
-  EXPECT_EQ(features,
-            local::kFeaturePlanPositions | local::kFeatureJobPlanPositions);
+  EXPECT_EQ(features, local::kFeaturePlanPositions |
+                          local::kFeatureJobPlanPositions |
+                          local::kFeatureList);
   ExpectServesA(*c);
   for (size_t i = 0; i < maps.size(); ++i) {
     ::munmap(const_cast<char*>(maps[i]), hello->segment_sizes[i]);
@@ -823,6 +824,20 @@ int DeniedChildChecks(const std::string& socket_path, uint32_t uid) {
   if (!f.ok() || f->type() != MsgType::kError ||
       !absl::IsPermissionDenied(local::DecodeError(f->payload))) {
     return 19;
+  }
+  // Listing is a read too (issue 30).
+  local::ListRequest list;
+  list.dataset = "ds";
+  if (!local::SendFrame(fd.get(), MsgType::kList, 5, local::EncodeList(list))
+           .ok()) {
+    return 20;
+  }
+  f = rx.Next(fd.get());
+  local::ListReply lr;
+  if (!f.ok() || f->type() != MsgType::kListReply ||
+      !local::DecodeListReply(f->payload, &lr).ok() || lr.code() != denied ||
+      lr.size() != 0) {
+    return 21;
   }
   return 0;
 }
