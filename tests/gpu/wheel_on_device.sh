@@ -31,6 +31,9 @@ rc=0
 note() { echo "$*" | tee -a "$summary"; }
 work=$(mktemp -d /tmp/dlc_wheel.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# python_list_test runs a client as another uid (a reader the dataset's
+# policy refuses): it must be able to import the venv's package.
+chmod 755 "$work"
 
 # 1. Install.
 {

@@ -14,7 +14,8 @@ dlcache-*.whl` installs it offline. Then:
     files' (the script is never told where the source is).
 
 Run by ctest (python_wheel_test) with DLCACHED and DLCACHE_BUILD_DIR set;
-exits 77 (skipped) without them or without the venv module.
+exits 77 (skipped) without them, without the venv module, or when the
+build's library is not self-contained (DLCACHE_C_STATIC_DEPS=OFF).
 """
 
 import hashlib
@@ -76,6 +77,12 @@ print(json.dumps({"package": dlcache.__file__, "others": others,
 
 
 def build_dir():
+    if os.environ.get("DLCACHE_C_STATIC_DEPS", "ON").upper() in (
+            "OFF", "0", "FALSE", "NO"):
+        raise unittest.SkipTest(
+            "this build's libdlcache_c.so links the shared Abseil "
+            "(DLCACHE_C_STATIC_DEPS=OFF: no Abseil sources; "
+            "scripts/fetch_absl_pic_sources.sh, then reconfigure)")
     d = os.environ.get("DLCACHE_BUILD_DIR")
     if not d or not os.path.exists(os.path.join(d, "client",
                                                 "libdlcache_c.so")):
