@@ -132,6 +132,13 @@ def main():
              "--keep_arena=false"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
+        # A client fails at once on a socket file that is not there yet
+        # (issue 30): wait for dlcached to create it.
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sock):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit("dlcached did not create %s" % sock)
+            time.sleep(0.02)
         client = dlcache.Client(sock, connect_timeout=30.0)
         warm = client.get_batch("ds", keys)
         warm.raise_for_status()

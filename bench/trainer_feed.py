@@ -156,6 +156,14 @@ class Dlcached:
              "--arena_bytes=%d" % arena_bytes, "--dataset=" + spec,
              "--metrics_address=", "--keep_arena=false"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
+        # A client fails at once on a socket file that does not exist yet
+        # (issue 30): wait for dlcached to create it.
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("dlcached did not create %s (see %s)" % (
+                    self.socket, os.path.join(self.dir, "dlcached.log")))
+            time.sleep(0.02)
 
     def stop(self):
         if self.proc.poll() is None:

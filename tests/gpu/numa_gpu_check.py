@@ -127,6 +127,13 @@ def main():
          "--metrics_address=", "--keep_arena=false", "--numa=auto"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
+        # A client fails at once on a socket file that is not there yet
+        # (issue 30): wait for dlcached to create it.
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sock):
+            if srv.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("dlcached did not create %s" % sock)
+            time.sleep(0.02)
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(2) as pool:
             errors = pool.map(rank, [(sock, first_node, keys, src),

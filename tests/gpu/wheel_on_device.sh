@@ -19,6 +19,8 @@
 #      GPU equal the source's) and python_list_test   -> wheel_python_*.log
 #   3. bench/trainer_feed.py --skip=a,b,jpeg: GpuLoader (c) and the pinned
 #      host->GPU ceiling (d) in one run              -> wheel_trainer_feed.*
+#   4. the LibTorch adapter compiled against the machine's torch and the
+#      wheel's library, its checks (--require_gpu)   -> wheel_torch_adapter.log
 set -u
 wheel=$(readlink -f "${1:?WHEEL}")
 bundle=$(readlink -f "${2:?BUNDLE_DIR}")
@@ -97,6 +99,22 @@ if [ $r -eq 0 ]; then note "ok   trainer_feed.py via the wheel (wheel_trainer_fe
 else note "FAIL trainer_feed.py via the wheel (exit $r)"; rc=1; fi
 # The library those runs loaded: the wheel's.
 note "     library: $(run "$py" -c 'from dlcache import _lib; print(_lib.load()._dlcache_path)' 2>&1)"
+
+# 4. The LibTorch adapter built against the machine's torch and the
+#    wheel's library (tests/gpu/torch_adapter_on_device.sh over a bundle
+#    whose pylib/ is the installed package directory). SKIP_TORCH=1: not.
+if [ -z "${SKIP_TORCH:-}" ]; then
+  mkdir -p "$work/wb"
+  ln -s "$bundle/bin" "$work/wb/bin"
+  ln -s "$pkg" "$work/wb/pylib"
+  echo "=== LibTorch adapter over the wheel's library"
+  SKIP_TORCH_EXAMPLE=1 bash tests/gpu/torch_adapter_on_device.sh "$work/wb" \
+    "$out" > "$out/wheel_torch_adapter.log" 2>&1
+  r=$?
+  tail -n 15 "$out/wheel_torch_adapter.log"
+  if [ $r -eq 0 ]; then note "ok   LibTorch adapter built and tested against the wheel's library"
+  else note "FAIL LibTorch adapter over the wheel's library (exit $r)"; rc=1; fi
+fi
 
 echo; cat "$summary"
 exit $rc
