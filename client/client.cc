@@ -190,6 +190,12 @@ absl::StatusOr<std::vector<FileEntry>> Client::List(absl::string_view dataset,
     } else {
       for (FileEntry& e : page->entries) out.push_back(std::move(e));
     }
+    // Tokens are names and only grow; one that does not would page forever.
+    if (!page->next_page_token.empty() && page->next_page_token <= token) {
+      return absl::DataLossError(absl::StrCat(
+          "List: dlcached answered a page token that does not advance ('",
+          page->next_page_token, "' after '", token, "')"));
+    }
     token = std::move(page->next_page_token);
   } while (!token.empty());
   return out;

@@ -42,9 +42,18 @@ chmod 755 "$work"
   date -u
   python3 --version
   python3 -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-  python3 -m venv --system-site-packages "$work/v" &&
+  if python3 -m venv --system-site-packages "$work/v"; then
     env -u PYTHONPATH -u DLCACHE_LIB "$work/v/bin/pip" install --no-index \
       --no-deps --disable-pip-version-check "$wheel"
+  else
+    # Ubuntu's python3 without python3-venv has no ensurepip: a venv
+    # without pip, filled by the machine's own pip (pip >= 22.3: --python).
+    echo "venv with pip failed; a venv without pip, the system pip installs"
+    rm -rf "$work/v"
+    python3 -m venv --without-pip --system-site-packages "$work/v" &&
+      env -u PYTHONPATH -u DLCACHE_LIB python3 -m pip --python "$work/v/bin/python" \
+        install --no-index --no-deps --disable-pip-version-check "$wheel"
+  fi
 } > "$out/wheel_install.log" 2>&1
 r=$?
 py="$work/v/bin/python"

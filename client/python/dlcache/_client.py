@@ -832,9 +832,15 @@ class Client:
                       ctypes.byref(out)))
             first = False
             try:
-                entries, token = _list_page_entries(self._lib, out.value)
+                entries, next_token = _list_page_entries(self._lib, out.value)
             finally:
                 self._lib.dlc_list_free(out.value)
+            # Tokens are names and only grow; one that does not would page
+            # forever.
+            if next_token and next_token <= token:
+                raise DlcacheError(DATA_LOSS, "list: the page token does not "
+                                   "advance (%r after %r)" % (next_token, token))
+            token = next_token
             yield entries
             if not token:
                 return
