@@ -12,11 +12,10 @@
         t = batch[0].tensor()       # uint8 torch tensor over the same bytes
         x = batch.to_tensor()       # [B, size] copy (flat + offsets if ragged)
 
-For PyTorch DataLoaders: dlcache.torch_data.CacheDataset (map-style) and
-CacheIterableDataset (sharded by worker and rank, per-epoch shuffle,
-batched reads); PlannedSampler (DistributedSampler's order, registered
-with dlcached as an epoch plan). A Client does not cross fork(): make one per process (the
-datasets do).
+For PyTorch: dlcache.torch (ImageFolder, CacheDataset,
+CacheIterableDataset, TarShardDataset, PlannedSampler, DataLoader,
+GpuLoader; docs/python.md). A Client does not cross fork(): make one per
+process (the datasets do).
 
 Uses libdlcache_c.so through ctypes (no compile step); set DLCACHE_LIB to
 its path if it is not found (see dlcache._lib).
@@ -38,11 +37,15 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+# Kept at the top level for older code; dlcache.torch has them all.
+_TORCH_NAMES = ("CacheDataset", "CacheIterableDataset", "PlannedSampler",
+                "collate", "GpuLoader", "ImageFolder", "TarShardDataset",
+                "DataLoader")
+
 
 def __getattr__(name):
-    # torch is imported only when the dataset is asked for.
-    if name in ("CacheDataset", "CacheIterableDataset", "PlannedSampler",
-                "collate"):
-        from . import torch_data
-        return getattr(torch_data, name)
+    # torch is imported only when a dataset is asked for.
+    if name in _TORCH_NAMES:
+        from . import torch as _torch
+        return getattr(_torch, name)
     raise AttributeError("module 'dlcache' has no attribute %r" % name)

@@ -90,6 +90,10 @@ def _check(code):
         raise DlcacheError(code, msg.decode(errors="replace"))
 
 
+# Where dlcached listens unless told otherwise (DLCACHE_SOCKET overrides).
+DEFAULT_SOCKET = "/run/dlcache/dlcached.sock"
+
+
 # ---- fork safety ---------------------------------------------------------
 #
 # _fork_generation counts the forks this process descends from. Clients and
@@ -641,13 +645,15 @@ class Segment:
 class Client:
     """A session with the node's dlcached.
 
-        with dlcache.Client("/run/dlcache/dlcached.sock") as c:
+        with dlcache.Client() as c:   # socket: $DLCACHE_SOCKET or the default
             batch = c.get_batch("imagenet", ["train/a.jpg", "train/b.jpg"])
             batch.raise_for_status()
             x = batch.to_tensor()          # [2, size] or (flat, offsets)
             for item in batch:             # or per item, zero-copy
                 decode(item.view())
 
+    socket: dlcached's Unix socket; None: $DLCACHE_SOCKET, else
+    /run/dlcache/dlcached.sock.
     numa_node: the NUMA node of this process's GPU
     (dlcache.numa.cuda_device_numa_node), sent when the session opens so
     that dlcached places the chunks this client fills on that node's
@@ -656,8 +662,6 @@ class Client:
     Thread-safe: calls release the GIL and may run from several threads.
     Not fork-safe: in a forked child every call raises
     DlcacheError(FAILED_PRECONDITION); make a Client per process.
-    socket_path: dlcached's data socket; None = $DLCACHE_SOCKET, else
-    /run/dlcache/dlcached.sock.
 
     Raises DlcacheError: UNAVAILABLE at once when the socket file does not
     exist, or when a server whose socket exists (still starting) does not
@@ -665,16 +669,22 @@ class Client:
     not found.
     """
 
-    def __init__(self, socket_path=None, client_name="python",
+    def __init__(self, socket=None, client_name="python",
                  connect_timeout=10.0, rpc_timeout=60.0,
-                 verify_checksums=False, numa_node=None):
+                 verify_checksums=False, numa_node=None, **renamed):
         self._ptr = None
+        if renamed:
+            from ._listing import refuse_renamed
+            refuse_renamed(renamed, "Client")
         self._pid = os.getpid()
         self._gen = _fork_generation
         self._inherited = False
         self._lib = _lib.load()
-        self.socket_path = socket_path
-        sock = socket_path.encode() if socket_path else None
+        # socket=None: $DLCACHE_SOCKET, else dlcached's default socket.
+        if not socket:
+            socket = os.environ.get("DLCACHE_SOCKET") or DEFAULT_SOCKET
+        self.socket = socket
+        sock = socket.encode()
         name = client_name.encode() if client_name else None
         ptr = ctypes.c_void_p()
         opts = _lib.Options()

@@ -1,4 +1,4 @@
-"""PlannedSampler: a DistributedSampler that tells dlcache the epoch's order.
+"""PlannedSampler: the one epoch order as a sampler, told to dlcache as a plan.
 
     ds = CacheDataset(keys, dataset="imagenet", socket=SOCK)
     sampler = PlannedSampler(ds, shuffle=True, seed=0)  # rank from dist
@@ -7,10 +7,18 @@
         sampler.set_epoch(epoch)
         for x in loader: ...
 
-The order is torch's DistributedSampler's, index for index (the same
-permutation of seed + epoch, the same padding or cut, the same shard), so
-it replaces one without changing what a rank reads. With no process group
-and no rank/world_size it is a plain (shuffling) sampler of one rank.
+The order is dlcache's one epoch order (dlcache._order: the permutation
+of (seed, epoch), padded or cut to a multiple of the world size as torch's
+DistributedSampler does, rank r taking every W-th index from r), the order
+every dlcache loader and the LibTorch dataset read. It replaces a
+DistributedSampler (the same padding, the same number of samples per
+rank; another permutation). With no process group and no rank/world_size
+it is a plain (shuffling) sampler of one rank.
+
+Resume: state_dict() is {"epoch", "yielded"} (indices handed out in the
+current pass); load_state_dict() makes the next pass start at epoch's
+index `yielded` (torchdata's StatefulDataLoader convention;
+dlcache.torch.DataLoader sets it from the batches it counted).
 
 Epoch plans (docs/epoch_plans.md): when a pass starts, the main process
 registers this rank's keys in the sampler's order with dlcached, for this
@@ -44,10 +52,12 @@ import hashlib
 import math
 import os
 import warnings
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 import torch.utils.data
 
+from . import _order
 from ._client import UNIMPLEMENTED, DlcacheError
 
 # How many indices the sampler hands out between looks at the Client's
@@ -97,7 +107,7 @@ class PlannedSampler(torch.utils.data.Sampler):
     Args:
       dataset: the CacheDataset the DataLoader reads.
       shuffle, seed, drop_last: as torch's DistributedSampler (the
-        permutation of epoch e is torch.randperm with seed + e).
+        permutation of epoch e is dlcache._order's of (seed, e)).
       rank, world_size: default: torch.distributed's, else 0 and 1.
       plan: register epoch plans (False: a plain DistributedSampler).
       plan_name: the plan's name on the node (default: the client name,
@@ -113,9 +123,11 @@ class PlannedSampler(torch.utils.data.Sampler):
     process) at a time.
     """
 
-    def __init__(self, dataset, shuffle=True, seed=0, rank=None,
-                 world_size=None, drop_last=False, plan=True,
-                 plan_name=None, job=None):
+    def __init__(self, dataset: Any, shuffle: bool = True, seed: int = 0,
+                 rank: Optional[int] = None,
+                 world_size: Optional[int] = None, drop_last: bool = False,
+                 plan: bool = True, plan_name: Optional[str] = None,
+                 job: Any = None) -> None:
         if rank is None or world_size is None:
             dist_rank, dist_world = _dist_rank()
             rank = dist_rank if rank is None else rank
@@ -163,14 +175,38 @@ class PlannedSampler(torch.utils.data.Sampler):
         self._plan_epoch = 0
         self._passes = 0  # job plans without set_epoch: passes so far
         self._warned = False
+        self._resume_at = None  # (epoch, first index) of a resumed pass
+        self._yielded = 0    # indices handed out in the current pass
+        self._pass_epoch = 0
 
-    def set_epoch(self, epoch):
+    def state_dict(self) -> Dict[str, Any]:
+        """{"epoch", "yielded"}: the current pass's epoch and how many of
+        its indices were handed out (counting from the pass's start, a
+        resumed pass's skipped ones included)."""
+        return {"epoch": self._pass_epoch, "yielded": self._yielded}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """The next pass gives epoch state["epoch"] from index
+        state["yielded"] on (then passes start from 0 again)."""
+        self.set_epoch(int(state["epoch"]))
+        self._resume_at = (self.epoch, max(0, int(state.get("yielded", 0))))
+        self._yielded = self._resume_at[1]
+        self._pass_epoch = self.epoch
+
+    def _next_pass(self):
+        """(epoch, first index) of the next pass (dlcache.torch.DataLoader
+        asks)."""
+        r = self._resume_at
+        return (self.epoch, r[1] if r is not None and r[0] == self.epoch
+                else 0)
+
+    def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next pass gives (as
         DistributedSampler.set_epoch: call it before each epoch)."""
         self.epoch = int(epoch)
         self._epoch_set = True
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.num_samples
 
     def indices(self, epoch):
@@ -181,45 +217,41 @@ class PlannedSampler(torch.utils.data.Sampler):
     def job_indices(self, epoch):
         """The whole job's dataset indices of `epoch` (every rank's): the
         padded (or cut) permutation; rank r reads positions r, r + W, ..."""
-        n = len(self.dataset)
-        if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed + epoch)
-            order = torch.randperm(n, generator=g).tolist()
-        else:
-            order = list(range(n))
-        if self.total_size > n and order:
-            # Pad by repeating from the start (as often as needed).
-            order = (order * math.ceil(self.total_size / n))[:self.total_size]
-        else:
-            order = order[:self.total_size]
-        return order
+        return _order.job_order(len(self.dataset), self.seed, epoch,
+                                self.world_size, self.drop_last,
+                                self.shuffle)
 
     def plan_order(self, epoch):
         """This rank's keys of `epoch` in the order they will be read."""
         keys = self.dataset.keys
         return [keys[i] for i in self.indices(epoch)]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         epoch = self.epoch
         indices = self.indices(epoch)
-        return self._iter(epoch, indices)
+        _, start = self._next_pass()
+        self._resume_at = None
+        self._pass_epoch = epoch
+        self._yielded = start
+        return self._iter(epoch, indices, start)
 
-    def _iter(self, epoch, indices):
-        client = self._register_pass(epoch)
+    def _iter(self, epoch, indices, start=0):
+        client = self._register_pass(epoch, indices, start)
         seen = self._sessions(client)
         # Each index says where it stands: a reader's plan holds this
         # rank's indices in this order; in a job plan `pos` counts this
         # rank's reads (dlcached maps read pos to the job's index rank +
         # pos * world_size).
         positioned = client is not None
-        for pos, i in enumerate(indices):
-            if (client is not None and self.plan and pos > 0
+        for pos in range(start, len(indices)):
+            i = indices[pos]
+            if (client is not None and self.plan and pos > start
                     and pos % _SESSION_CHECK_EVERY == 0):
                 now = self._sessions(client)
                 if now != seen and self._register_rest(epoch, indices, pos,
                                                        client):
                     seen = now
+            self._yielded = pos + 1
             yield PlanIndex(i, (self._plan_epoch, pos)) if positioned else i
         if client is not None:
             self._next = (os.getpid(), self._guess_next(epoch),
@@ -238,14 +270,24 @@ class PlannedSampler(torch.utils.data.Sampler):
         except DlcacheError:
             return None
 
-    def _register_pass(self, epoch):
+    def _register_pass(self, epoch, indices=None, start=0):
         """Registers this pass (unless the last pass registered it as its
-        successor) and the next one. Returns the Client, or None when
-        plans are off."""
+        successor) and the next one; a resumed pass (start > 0) registers
+        the rest of its epoch. Returns the Client, or None when plans are
+        off."""
         if not self.plan:
             return None
         if self.job is not None:
             return self._register_job_pass(epoch)
+        if start > 0:
+            self._next = None
+            self._plan_epoch += 1
+            try:
+                client = self.dataset._get_client()
+            except DlcacheError as e:
+                return self._failed(e)
+            return client if self._register_rest(
+                epoch, indices, start, client) else None
         nxt = self._next
         self._next = None
         try:

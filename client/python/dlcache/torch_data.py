@@ -1,31 +1,42 @@
-"""DataLoader-ready datasets that read their samples from dlcache.
+"""DataLoader-ready datasets that read their samples from dlcache (also
+importable as dlcache.torch; see docs/python.md).
 
 Map-style (random access; batched reads through __getitems__ on torch >= 2,
 or by passing a list of indices, e.g. with a BatchSampler as sampler):
 
     ds = CacheDataset(keys, dataset="imagenet", socket=SOCK,
-                      transform=decode)
-    loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=8)
-
-    # Or with epoch plans (docs/epoch_plans.md): PlannedSampler is torch's
-    # DistributedSampler (same order) that tells dlcached each epoch's
-    # order, so it evicts by Belady's rule and reads ahead of the workers.
-    sampler = PlannedSampler(ds, shuffle=True, seed=0)
+                      targets=labels, transform=decode)
+    sampler = PlannedSampler(ds, seed=0)  # the one epoch order + a plan
     loader = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=8)
     for epoch in range(90):
         sampler.set_epoch(epoch)
-        for x in loader: ...
+        for x, y in loader: ...
 
-Iterable (sharded by DataLoader worker and by torch.distributed rank,
-reshuffled per epoch, one get_batch per step):
+Iterable (sharded by torch.distributed rank, then by DataLoader worker in
+whole batches, reshuffled per epoch, one get_batch per step):
 
     ds = CacheIterableDataset(keys, dataset="imagenet", socket=SOCK,
-                              batch_size=256, seed=0)
+                              targets=labels, batch_size=256, seed=0)
     loader = DataLoader(ds, batch_size=None, num_workers=8,
                         persistent_workers=True, pin_memory=True)
     for epoch in range(start, 90):
         ds.set_epoch(epoch)
-        for x in loader: ...   # [256, size] uint8 when sizes are equal
+        for x, y in loader: ...   # [256, size] uint8, [256] targets
+
+Epoch order: every loader reads epoch e in dlcache._order's order (seed,
+epoch, rank, world size, drop_last), the LibTorch CacheDataset too. The
+iterable dataset hands whole batches to the workers in turn (batch b to
+worker b % num_workers), so the DataLoader yields the rank's order exactly,
+for any num_workers, and len() is exact.
+
+Targets: `targets` is a sequence aligned with the keys, a dict key ->
+target or a callable key -> target; samples are then (sample, target)
+(target_transform applied to the target). Without targets, samples alone.
+
+Resume: state_dict()/load_state_dict() on the datasets and samplers
+(torchdata StatefulDataLoader's convention), and dlcache.torch.DataLoader,
+a DataLoader that counts the batches it yielded and restores a pass from
+the middle: the rest of the epoch comes out in order.
 
 Processes: a dlcache.Client cannot cross fork(). These datasets therefore
 never pickle their Client (__getstate__ drops it) and open one lazily in
@@ -42,13 +53,17 @@ num_workers=0 and a transform that decodes them (never write to them).
 """
 
 import os
-import random
 import warnings
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import torch
 import torch.utils.data
 
+from . import _order
 from ._client import OK, UNIMPLEMENTED, Client, DlcacheError
+from ._listing import (Lister, Targets, list_dataset, refuse_renamed,
+                       target_getter)
 from .planned_sampler import PlannedSampler  # noqa: F401 (re-exported)
 
 try:
@@ -59,12 +74,12 @@ except ImportError:
 _OUTPUTS = ("tensor", "numpy", "bytes")
 
 
-def _shared_epoch():
-    """[epoch, generation] in shared memory, or None where none can be
-    made."""
+def _shared_state():
+    """[epoch, generation, resume block] in shared memory, or None where
+    none can be made."""
     try:
         import multiprocessing
-        return multiprocessing.RawArray("q", 2)
+        return multiprocessing.RawArray("q", 3)
     except (ImportError, OSError):
         return None
 
@@ -74,19 +89,24 @@ def collate(samples):
 
     torch tensors -> torch.stack ([B, ...]); numpy arrays -> numpy.stack;
     bytes-like -> a [B, size] uint8 tensor; (key, sample) pairs -> (list of
-    keys, stacked samples). Raises ValueError naming the sizes when they
-    differ (keep variable-size samples as a list, or use
-    Batch.to_tensor(), which gives flat + offsets). Usable as a
-    DataLoader collate_fn.
+    keys, stacked samples); (sample, target) pairs -> (stacked samples,
+    targets as a tensor when they are numbers, else a list). Raises
+    ValueError naming the sizes when they differ (keep variable-size
+    samples as a list, or use Batch.to_tensor(), which gives flat +
+    offsets). Usable as a DataLoader collate_fn.
     """
     samples = list(samples)
     if not samples:
         raise ValueError("collate: no samples")
     first = samples[0]
-    if isinstance(first, tuple) and len(first) == 2 and isinstance(
-            first[0], (str, bytes)):
-        keys = [s[0] for s in samples]
-        return keys, collate([s[1] for s in samples])
+    if isinstance(first, tuple) and len(first) >= 2:
+        if isinstance(first[0], (str, bytes)):
+            keys = [s[0] for s in samples]
+            rest = [s[1] if len(s) == 2 else s[1:] for s in samples]
+            return keys, collate(rest)
+        if len(first) == 2:
+            return (collate([s[0] for s in samples]),
+                    _collate_targets([s[1] for s in samples]))
     if isinstance(first, (bytes, bytearray, memoryview)):
         sizes = {len(memoryview(s).cast("B")) for s in samples}
         if len(sizes) != 1:
@@ -110,6 +130,20 @@ def collate(samples):
     if _np is not None and isinstance(first, _np.ndarray):
         return _np.stack(samples)
     raise TypeError("collate: cannot stack %s" % type(first).__name__)
+
+
+def _collate_targets(targets):
+    """A tensor of number (or tensor) targets, else the list."""
+    first = targets[0]
+    try:
+        if isinstance(first, torch.Tensor):
+            return torch.stack(targets)
+        if isinstance(first, (bool, int, float)) or (
+                _np is not None and isinstance(first, _np.number)):
+            return torch.tensor(targets)
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    return targets
 
 
 def _stack_or_list(samples):
@@ -137,6 +171,20 @@ class _ClientMixin:
         self.copy = copy
         self._client = None
         self._client_pid = None
+
+    def _init_keys(self, keys, dataset, prefix, lister, targets,
+                   target_transform):
+        """keys (or the dataset's listing under prefix) and the targets."""
+        self.dataset = dataset
+        self.prefix = prefix
+        if keys is None:
+            keys = [e.name for e in list_dataset(
+                dataset, prefix, socket=self.socket, lister=lister,
+                client=None if lister is not None else self._get_client())]
+        self.keys = list(keys)
+        self.targets = targets
+        self.target_transform = target_transform
+        self._target_of = target_getter(targets, self.keys)
 
     def _get_client(self):
         pid = os.getpid()
@@ -169,9 +217,9 @@ class _ClientMixin:
     # -- reading ----------------------------------------------------------
 
     def _read(self, keys, skip_errors):
-        """(kept keys, samples) for `keys` with one get_batch. Failed items
-        raise DlcacheError, or are left out with skip_errors. The batch's
-        place in the epoch plan, if known, was set by _read_at."""
+        """(kept positions, samples) for `keys` with one get_batch. Failed
+        items raise DlcacheError, or are left out with skip_errors. The
+        batch's place in the epoch plan, if known, was set by _read_at."""
         at = self.__dict__.pop("_plan_at", None)
         batch = self._get_client().get_batch(self.dataset, keys,
                                              plan_position=at)
@@ -182,7 +230,7 @@ class _ClientMixin:
             keep = [i for i in range(len(batch)) if codes[i] == OK]
         else:
             keep = None
-        return self._convert(batch, keys, keep)
+        return self._convert(batch, keep)
 
     def _read_at(self, keys, skip_errors, plan_position):
         """_read of keys that stand at plan_position ((epoch, offset) or
@@ -194,18 +242,17 @@ class _ClientMixin:
         finally:
             self.__dict__.pop("_plan_at", None)
 
-    def _convert(self, batch, keys, keep):
+    def _convert(self, batch, keep):
         n = len(batch)
-        idx = range(n) if keep is None else keep
-        kept = keys if keep is None else [keys[i] for i in keep]
+        idx = list(range(n)) if keep is None else keep
         if not self.copy:
             if self.output == "bytes":
-                return kept, [batch[i].tobytes() for i in idx]
+                return idx, [batch[i].tobytes() for i in idx]
             if self.output == "numpy":
-                return kept, [batch[i].numpy() for i in idx]
-            return kept, [batch[i].tensor() for i in idx]
+                return idx, [batch[i].numpy() for i in idx]
+            return idx, [batch[i].tensor() for i in idx]
         if self.output == "bytes":
-            return kept, [batch[i].tobytes() for i in idx]
+            return idx, [batch[i].tobytes() for i in idx]
         total = batch.total_size
         if self.output == "numpy":
             flat = _np.empty(total, dtype=_np.uint8)
@@ -215,55 +262,83 @@ class _ClientMixin:
         offsets = offsets.tolist() if hasattr(offsets, "tolist") else \
             list(offsets)
         del batch  # leases go now: the samples view `flat`
-        return kept, [flat[offsets[i]:offsets[i + 1]] for i in idx]
+        return idx, [flat[offsets[i]:offsets[i + 1]] for i in idx]
 
-    def _sample(self, key, data):
+    def _target(self, index):
+        t = self._target_of(index)
+        if self.target_transform is not None:
+            t = self.target_transform(t)
+        return t
+
+    def _sample(self, index, data):
+        """What one sample yields: data transformed, with its target when
+        the dataset has targets, with its key first under return_keys."""
         if self.transform is not None:
             data = self.transform(data)
-        return (key, data) if self.return_keys else data
+        if self._target_of is not None:
+            out = (data, self._target(index))
+            return (self.keys[index],) + out if self.return_keys else out
+        return (self.keys[index], data) if self.return_keys else data
 
 
 class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
-    """Map-style dataset: ds[i] is the sample of keys[i].
+    """Map-style dataset: ds[i] is the sample of keys[i], or (sample,
+    target) with targets.
 
     ds[[i, j, ...]] and __getitems__ (used by torch >= 2 DataLoaders with a
     batch_size) read all the indices with one get_batch and return a list
     of samples. A missing or failed file raises DlcacheError.
 
     Args:
-      keys: dataset-relative paths.
+      keys: dataset-relative paths; None: the dataset's listing under
+        `prefix` (through dlcached, or `lister`).
       dataset: dlcached dataset name.
-      socket: dlcached's socket (None = the default).
-      transform: called on each sample (in the worker).
+      socket: dlcached's socket (None: $DLCACHE_SOCKET, else
+        /run/dlcache/dlcached.sock).
+      targets: a sequence aligned with keys, a dict key -> target or a
+        callable key -> target; samples are then (sample, target).
+      transform, target_transform: called on each sample / target (in the
+        worker).
       output: "tensor" | "numpy" | "bytes".
       copy: copy into fresh memory (default) or zero-copy read-only views.
-      return_keys: samples are (key, data).
+      return_keys: samples are (key, sample[, target]).
+      prefix, lister: see keys.
 
-    With a PlannedSampler, each process's Client attaches its session to
+    Use it with PlannedSampler (the one epoch order, registered as an
+    epoch plan, resumable): each process's Client attaches its session to
     the sampler's epoch plan before its first read (and again after a
     reconnect), so the reads count as the plan's progress.
     """
 
-    def __init__(self, keys, dataset="default", socket=None, transform=None,
-                 output="tensor", copy=True, return_keys=False,
-                 client_name="torch", connect_timeout=10.0, rpc_timeout=60.0):
+    def __init__(self, keys: Optional[Sequence[str]] = None,
+                 dataset: str = "default", socket: Optional[str] = None,
+                 transform: Optional[Callable] = None,
+                 output: str = "tensor", copy: bool = True,
+                 return_keys: bool = False, client_name: str = "torch",
+                 connect_timeout: float = 10.0, rpc_timeout: float = 60.0,
+                 targets: Targets = None,
+                 target_transform: Optional[Callable] = None,
+                 prefix: str = "", lister: Optional[Lister] = None,
+                 **renamed: Any) -> None:
+        refuse_renamed(renamed, "CacheDataset")
         super().__init__()
-        self.keys = list(keys)
-        self.dataset = dataset
         self.transform = transform
         self.return_keys = return_keys
         self._init_client(socket, client_name, connect_timeout, rpc_timeout,
                           output, copy)
+        self._init_keys(keys, dataset, prefix, lister, targets,
+                        target_transform)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.keys)
 
-    def __getitems__(self, indices):
+    def __getitems__(self, indices: Sequence[int]) -> List[Any]:
         keys = [self.keys[i] for i in indices]
         self._attach_plan()
         kept, samples = self._read_at(keys, False,
                                       self._plan_position(indices))
-        return [self._sample(k, s) for k, s in zip(kept, samples)]
+        return [self._sample(int(indices[j]), s)
+                for j, s in zip(kept, samples)]
 
     def __getitem__(self, index):
         if isinstance(index, (list, tuple)):
@@ -272,7 +347,7 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
         self._attach_plan()
         _, samples = self._read_at([key], False,
                                    self._plan_position([index]))
-        return self._sample(key, samples[0])
+        return self._sample(int(index), samples[0])
 
     def _plan_position(self, indices):
         """(epoch, offset) when `indices` are consecutive reads of the
@@ -315,21 +390,27 @@ class CacheDataset(_ClientMixin, torch.utils.data.Dataset):
 
 
 class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
-    """Iterable dataset: each epoch, the keys reshuffled with
-    Random(seed, epoch), split between ranks (torch.distributed, or the
-    rank/world_size arguments, which take precedence) and then between
-    DataLoader workers; every key is read once per epoch by exactly one
-    worker of one rank. Reads go in get_batch calls of batch_size keys
-    (batched mode) or fetch_size keys (per-sample mode).
+    """Iterable dataset: each epoch, this rank's part of the one epoch
+    order (dlcache._order.rank_order of seed, epoch, rank, world size,
+    drop_last), cut into blocks of batch_size keys (batched mode) or
+    fetch_size keys (per-sample mode), block b read by DataLoader worker
+    b % num_workers with one get_batch. The DataLoader hands the workers'
+    output out in turn, so it yields the rank's order exactly; every key is
+    read once per epoch by exactly one worker of one rank.
 
-    batch_size=None: yields samples (transform applied to each).
+    batch_size=None: yields samples (transform applied to each), or
+      (sample, target) with targets. With DataLoader(batch_size=B), give
+      fetch_size=B so that the DataLoader's batches are the blocks (the
+      order and len(loader) are then exact).
     batch_size=B: yields one batch per step (use DataLoader(batch_size=None)):
       without transform/collate_fn, a [B, size] tensor / ndarray when all
       sizes are equal (copied straight from the cache in C++), else a list
       of samples (bytes output: always a list); with a transform, the
       transformed samples passed to collate_fn (default: stack when the
-      shapes agree, else the list). The last batch of each worker may be
-      smaller (drop_last=True drops it).
+      shapes agree, else the list). With targets: (batch, targets), the
+      targets a tensor when they are numbers. Only the epoch's last batch
+      may be smaller (drop_last=True drops it); len() is exact for any
+      num_workers.
 
     Epochs: set_epoch(e) before each epoch (before iter(loader)). The
     epoch lives in shared memory (a multiprocessing RawArray made here)
@@ -344,30 +425,39 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
     its start to a multiple of the world size, or, with drop_last=True, cut
     down to one; so every rank runs the same number of steps.
 
+    Resume: load_state_dict({"epoch": e, "next_block": k}) (or the state
+    a worker's state_dict() gave, as torchdata's StatefulDataLoader passes
+    it back) makes the next pass start at block k of epoch e's order;
+    dlcache.torch.DataLoader does it from the batches it counted.
+
     Failed items raise DlcacheError, or are skipped with skip_errors.
 
-    Epoch plans (plan=True, the default; docs/epoch_plans.md): the order is
-    known from the seed, so at the start of each pass the rank's read order
-    for this epoch and the next is registered with the server, as the
-    DataLoader's workers will ask for it (their batches in turn). Every
-    worker of the rank shares one plan (the first registers, the others
+    Epoch plans (plan=True, the default; docs/epoch_plans.md): at the
+    start of each pass the rank's read order for this epoch and the next is
+    registered with the server (the first worker registers, the others
     attach); the server evicts by Belady's rule and fills the next planned
     keys ahead of the workers. The plan ends with the workers' sessions.
     Without server support it is silently off.
     """
 
-    def __init__(self, keys, dataset="default", socket=None, transform=None,
-                 output="tensor", copy=True, batch_size=None, fetch_size=64,
-                 shuffle=True, seed=0, drop_last=False, return_keys=False,
-                 skip_errors=False, rank=None, world_size=None,
-                 collate_fn=None, client_name="torch", connect_timeout=10.0,
-                 rpc_timeout=60.0, socket_path=None, plan=True):
+    def __init__(self, keys: Optional[Sequence[str]] = None,
+                 dataset: str = "default", socket: Optional[str] = None,
+                 transform: Optional[Callable] = None,
+                 output: str = "tensor", copy: bool = True,
+                 batch_size: Optional[int] = None, fetch_size: int = 64,
+                 shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, return_keys: bool = False,
+                 skip_errors: bool = False, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 collate_fn: Optional[Callable] = None,
+                 client_name: str = "torch", connect_timeout: float = 10.0,
+                 rpc_timeout: float = 60.0, plan: bool = True,
+                 targets: Targets = None,
+                 target_transform: Optional[Callable] = None,
+                 prefix: str = "", lister: Optional[Lister] = None,
+                 **renamed: Any) -> None:
+        refuse_renamed(renamed, "CacheIterableDataset")
         super().__init__()
-        if isinstance(keys, str) and not isinstance(dataset, str):
-            # Older form: CacheIterableDataset(dataset, keys, socket_path=).
-            keys, dataset = dataset, keys
-        if socket is None:
-            socket = socket_path
         if batch_size is not None and batch_size < 1:
             raise ValueError("batch_size must be >= 1 or None")
         if fetch_size < 1:
@@ -376,8 +466,6 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
             raise ValueError("give both rank and world_size, or neither")
         if world_size is not None and not 0 <= rank < world_size:
             raise ValueError("rank %r not in [0, %r)" % (rank, world_size))
-        self.keys = list(keys)
-        self.dataset = dataset
         self.transform = transform
         self.batch_size = batch_size
         self.fetch_size = fetch_size
@@ -395,34 +483,97 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         self._plan_state = None  # (pid, last epoch registered from there)
         self._epoch = 0
         self._passes = 0
-        # [epoch, generation] shared with the DataLoader's workers.
-        self._shared = _shared_epoch()
+        self._resume = 0          # block the next pass starts at
+        self._worker_resume = None  # (epoch, next block): a worker's state
+        self._position = None     # (epoch, next block of this process)
+        # [epoch, generation, resume block] shared with the workers.
+        self._shared = _shared_state()
         self._seen_gen = 0
         self._init_client(socket, client_name, connect_timeout, rpc_timeout,
                           output, copy)
+        self._init_keys(keys, dataset, prefix, lister, targets,
+                        target_transform)
 
-    def set_epoch(self, epoch):
+    # -- epochs and state -------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order the next pass uses, here and in the
-        DataLoader's workers (persistent ones included)."""
-        self._epoch = int(epoch)
+        DataLoader's workers (persistent ones included), from its start
+        (or from where load_state_dict put that epoch)."""
+        epoch = int(epoch)
+        pending = self.__dict__.get("_pending")
+        self._set(epoch, pending[1] if pending is not None and
+                  pending[0] == epoch else 0)
+
+    def _set(self, epoch, resume):
+        self._epoch = epoch
         self._passes = 0
+        self._resume = resume
         if self._shared is not None:
-            self._shared[0] = self._epoch
+            self._shared[0] = epoch
+            self._shared[2] = resume
             self._shared[1] += 1
             self._seen_gen = self._shared[1]
 
-    def _next_epoch(self):
-        """The epoch of the pass starting now (this process's copy)."""
+    def _next_pass(self):
+        """(epoch, first block) of the pass starting now (this process's
+        copy)."""
         sh = self.__dict__.get("_shared")
         if sh is not None and sh[1] != self._seen_gen:
-            # set_epoch was called (in the main process) since this copy
-            # last looked.
+            # set_epoch / load_state_dict was called (in the main process)
+            # since this copy last looked.
             self._seen_gen = sh[1]
             self._epoch = sh[0]
+            self._resume = sh[2]
             self._passes = 0
         epoch = self._epoch + self._passes
+        resume = self._resume if self._passes == 0 else 0
         self._passes += 1
-        return epoch
+        return epoch, resume
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def block_size(self) -> int:
+        """Keys per block: batch_size, or fetch_size in per-sample mode."""
+        return self.batch_size or self.fetch_size
+
+    def state_dict(self) -> Dict[str, Any]:
+        """{"epoch", "next_block", "worker", "num_workers"}: in a
+        DataLoader worker (where StatefulDataLoader asks) this worker's next
+        block; in the process that iterates without workers, the next
+        block of the pass; else what load_state_dict set."""
+        info = torch.utils.data.get_worker_info()
+        pos = self.__dict__.get("_position")
+        if pos is not None and pos[2] == os.getpid():
+            epoch, nxt = pos[0], pos[1]
+        else:
+            epoch, nxt = self._epoch, self._resume
+        return {"epoch": epoch, "next_block": nxt,
+                "worker": info.id if info is not None else None,
+                "num_workers": info.num_workers if info is not None else 0}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """The next pass starts where `state` says: a main-process state
+        (every block before next_block done), or one worker's state (in
+        that worker, as StatefulDataLoader restores it)."""
+        epoch, nxt = int(state["epoch"]), int(state.get("next_block", 0))
+        if state.get("worker") is not None and \
+                torch.utils.data.get_worker_info() is not None:
+            self._worker_resume = (epoch, nxt)
+            return
+        self._pending = (epoch, nxt)
+        self._set(epoch, nxt)
+
+    def _next_pass_start(self):
+        """(epoch, first block) of the next pass in this process."""
+        if self._passes == 0:
+            return self._epoch, self._resume
+        return self._epoch + self._passes, 0
+
+    # -- order ------------------------------------------------------------
 
     def _rank(self):
         if self.world_size is not None:
@@ -445,62 +596,38 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 state["_shared"] = None
         return state
 
-    def epoch_order(self, epoch):
-        """All keys in the order of `epoch` (before sharding)."""
-        order = list(self.keys)
-        if self.shuffle:
-            random.Random("dlcache:%d:%d" % (self.seed, epoch)).shuffle(order)
-        return order
-
-    def shard(self, order, worker_id=None, num_workers=None):
-        """This rank's (and worker's) part of `order`. worker_id and
-        num_workers default to the DataLoader worker running this."""
+    def rank_indices(self, epoch: int) -> List[int]:
+        """This rank's key indices of `epoch`, in the order the DataLoader
+        yields them."""
         rank, world = self._rank()
-        if world > 1 and order:
-            # The same count on every rank (DistributedSampler's rule).
-            n = len(order)
-            total = (n // world if self.drop_last else -(-n // world)) * world
-            if total > n:
-                order = (list(order) * -(-total // n))[:total]
-            else:
-                order = order[:total]
-        mine = order[rank::world]
-        if worker_id is None:
-            info = torch.utils.data.get_worker_info()
-            if info is not None:
-                worker_id, num_workers = info.id, info.num_workers
-        if worker_id is not None and num_workers and num_workers > 1:
-            mine = mine[worker_id::num_workers]
-        return mine
+        return _order.rank_order(len(self.keys), self.seed, epoch, rank,
+                                 world, self.drop_last, self.shuffle)
 
-    def __len__(self):
-        # Samples (or batches) of this rank; batches are exact for
-        # num_workers <= 1 (each worker's last batch may be partial).
-        world = self._rank()[1]
-        n = len(self.keys)
-        if world > 1:
-            n = n // world if self.drop_last else -(-n // world)
+    def epoch_order(self, epoch: int) -> List[str]:
+        """This rank's keys of `epoch`, in the order the DataLoader yields
+        them."""
+        return [self.keys[i] for i in self.rank_indices(epoch)]
+
+    def plan_order(self, epoch: int, num_workers: Optional[int] = None
+                   ) -> List[str]:
+        """The order in which this rank's DataLoader reads `epoch` (the
+        rank's order, whatever num_workers)."""
+        return self.epoch_order(epoch)
+
+    def _num_blocks(self, rank_len):
+        b = self.block_size
+        if self.batch_size is not None and self.drop_last:
+            return rank_len // b
+        return -(-rank_len // b)
+
+    def __len__(self) -> int:
+        # Samples (per-sample mode) or batches of this rank: exact for any
+        # num_workers (only the epoch's last block may be short).
+        rank, world = self._rank()
+        n = _order.samples_per_rank(len(self.keys), world, self.drop_last)
         if self.batch_size is None:
             return n
-        if self.drop_last:
-            return n // self.batch_size
-        return (n + self.batch_size - 1) // self.batch_size
-
-    def plan_order(self, epoch, num_workers=None):
-        """The order in which this rank's DataLoader reads `epoch`: each
-        worker's batches (fetches) in turn, as the DataLoader yields them."""
-        if num_workers is None:
-            info = torch.utils.data.get_worker_info()
-            num_workers = info.num_workers if info is not None else 1
-        rank_order = self.shard(self.epoch_order(epoch), 0, 1)
-        parts = [rank_order[w::num_workers] for w in range(num_workers)]
-        step = self.batch_size or self.fetch_size
-        out = []
-        longest = max((len(p) for p in parts), default=0)
-        for start in range(0, longest, step):
-            for p in parts:
-                out.extend(p[start:start + step])
-        return out
+        return self._num_blocks(n)
 
     def _register_plan(self, epoch, offset=0):
         """Registers this epoch's order from `offset` on and the next
@@ -538,10 +665,10 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
                 warnings.warn("dlcache: epoch plan not registered: %s" % e)
         self._plan_state = (pid, epoch)
 
-    def _replan_on_new_session(self, epoch, done):
+    def _replan_on_new_session(self, epoch, offset):
         """After a reconnect (dlcached restarted: the plan went with the
-        old session) registers the rest of the epoch again, from where
-        this worker is (`done` of its keys read), or attaches again."""
+        old session) registers the rest of the epoch again from `offset`
+        (this worker's next key in the rank's order), or attaches again."""
         if not self.plan:
             return
         seen = self.__dict__.get("_plan_session")
@@ -552,86 +679,90 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
             return
         if seen is None or seen == now:
             return
-        info = torch.utils.data.get_worker_info()
-        workers = info.num_workers if info is not None else 1
-        # Workers take turns by batches: worker 0's next key sits about
-        # `done * workers` into the rank's plan order.
-        self._register_plan(epoch, offset=done * workers)
+        self._register_plan(epoch, offset=offset)
 
-    def __iter__(self):
-        epoch = self._next_epoch()
-        self._register_plan(epoch)
-        mine = self.shard(self.epoch_order(epoch))
-        if self.batch_size is None:
-            return self._iter_samples(mine, epoch)
-        return self._iter_batches(mine, epoch)
-
-    def _iter_samples(self, mine, epoch):
-        step = self.fetch_size
-        offsets = self._plan_offsets(step)
-        for start in range(0, len(mine), step):
-            self._replan_on_new_session(epoch, start)
-            at = (epoch, offsets(start)) if offsets is not None else None
-            kept, samples = self._read_at(mine[start:start + step],
-                                          self.skip_errors, at)
-            for key, data in zip(kept, samples):
-                yield self._sample(key, data)
-            del kept, samples
-
-    def _plan_offsets(self, step):
-        """A function start -> where this worker's keys mine[start:start +
-        step] stand in the rank's plan order (plan_order), or None when
-        no plan was registered or attached: batches then say where they
-        stand, and dlcached counts their progress by position."""
-        if not self.plan or self.__dict__.get("_plan_session") is None:
-            return None
+    def __iter__(self) -> Iterator[Any]:
+        epoch, first = self._next_pass()
+        self._pending = None
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        rank, world = self._rank()
-        n = len(self.keys)
-        if world > 1 and n:
-            n = (n // world if self.drop_last else -(-n // world)) * world
-        rank_len = len(range(rank, n, world))
-        parts = [len(range(w, rank_len, workers)) for w in range(workers)]
+        start = first + worker
+        wr = self.__dict__.get("_worker_resume")
+        if wr is not None:
+            # StatefulDataLoader gave this worker its own saved state.
+            self._worker_resume = None
+            epoch, start = wr
+        order = self.rank_indices(epoch)
+        self._register_plan(epoch, offset=min(first, start) *
+                            self.block_size)
+        blocks = range(start, self._num_blocks(len(order)), workers)
+        self._position = (epoch, start, os.getpid())
+        if self.batch_size is None:
+            return self._iter_samples(order, blocks, epoch, workers)
+        return self._iter_batches(order, blocks, epoch, workers)
 
-        def offset(start):
-            # plan_order: every worker's first `start` keys (whole rounds
-            # of `step`), then the earlier workers' keys of this round.
-            return (sum(min(p, start) for p in parts)
-                    + sum(max(0, min(step, p - start))
-                          for p in parts[:worker]))
-        return offset
+    def _plan_at(self, epoch, offset):
+        if not self.plan or self.__dict__.get("_plan_session") is None:
+            return None
+        return (epoch, offset)
 
-    def _iter_batches(self, mine, epoch):
+    def _iter_samples(self, order, blocks, epoch, workers):
+        step = self.fetch_size
+        for b in blocks:
+            start = b * step
+            self._replan_on_new_session(epoch, start)
+            idx = order[start:start + step]
+            kept, samples = self._read_at([self.keys[i] for i in idx],
+                                          self.skip_errors,
+                                          self._plan_at(epoch, start))
+            self._position = (epoch, b + workers, os.getpid())
+            for j, data in zip(kept, samples):
+                yield self._sample(idx[j], data)
+            del kept, samples
+
+    def _batch_targets(self, idx):
+        return _collate_targets([self._target(i) for i in idx])
+
+    def _iter_batches(self, order, blocks, epoch, workers):
         step = self.batch_size
         fast = self.transform is None and self.collate_fn is None
-        offsets = self._plan_offsets(step)
-        for start in range(0, len(mine), step):
+        for b in blocks:
+            start = b * step
             self._replan_on_new_session(epoch, start)
-            keys = mine[start:start + step]
-            if self.drop_last and len(keys) < step:
-                break
-            at = (epoch, offsets(start)) if offsets is not None else None
+            idx = order[start:start + step]
+            keys = [self.keys[i] for i in idx]
+            at = self._plan_at(epoch, start)
+            self._position = (epoch, b + workers, os.getpid())
+            data = None
             if fast and self.copy and self.output != "bytes":
                 batch = self._get_client().get_batch(self.dataset, keys,
                                                      plan_position=at)
                 if batch.num_failed == 0 and batch.uniform_size is not None:
                     data = (batch.to_numpy() if self.output == "numpy"
                             else batch.to_tensor())
-                    del batch
-                    yield (keys, data) if self.return_keys else data
-                    continue
-                if batch.num_failed and not self.skip_errors:
-                    batch.raise_for_status()
-                codes = batch.codes
-                keep = None if batch.num_failed == 0 else [
-                    i for i in range(len(batch)) if codes[i] == OK]
-                kept, samples = self._convert(batch, keys, keep)
+                    kept = None
+                else:
+                    if batch.num_failed and not self.skip_errors:
+                        batch.raise_for_status()
+                    codes = batch.codes
+                    keep = None if batch.num_failed == 0 else [
+                        i for i in range(len(batch)) if codes[i] == OK]
+                    kept, samples = self._convert(batch, keep)
                 del batch
             else:
                 kept, samples = self._read_at(keys, self.skip_errors, at)
-            if not fast:
-                if self.transform is not None:
-                    samples = [self.transform(s) for s in samples]
-                samples = (self.collate_fn or _stack_or_list)(samples)
-            yield (kept, samples) if self.return_keys else samples
+            if data is None:
+                if not fast:
+                    if self.transform is not None:
+                        samples = [self.transform(s) for s in samples]
+                    samples = (self.collate_fn or _stack_or_list)(samples)
+                data = samples
+            if kept is not None and len(kept) != len(idx):
+                idx = [idx[j] for j in kept]
+                keys = [self.keys[i] for i in idx]
+            out = (data,)
+            if self._target_of is not None:
+                out = (data, self._batch_targets(idx))
+            if self.return_keys:
+                out = (keys,) + out
+            yield out[0] if len(out) == 1 else out

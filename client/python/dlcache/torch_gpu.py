@@ -2,11 +2,16 @@
 
     from dlcache.torch_gpu import GpuLoader
     with GpuLoader(keys, dataset="imagenet_raw", socket=SOCK, batch_size=256,
-                   sample_shape=(3, 224, 224)) as loader:
+                   sample_shape=(3, 224, 224), targets=labels) as loader:
         for epoch in range(90):
             loader.set_epoch(epoch)
-            for x in loader:          # uint8 CUDA tensor [B, 3, 224, 224]
-                train_step(x)
+            for x, y in loader:       # uint8 CUDA [B, 3, 224, 224], [B]
+                train_step(x, y)
+
+With targets (a sequence aligned with the keys, a dict key -> target or a
+callable key -> target) each batch is (x, y), y a tensor of the targets on
+the loader's device; return_keys=True puts the batch's keys first. Without
+targets, x alone.
 
 The bytes are copied by the GPU's copy engines straight out of dlcache's
 shared memory, which the uploader registered with CUDA once (C ABI
@@ -44,25 +49,39 @@ Without CUDA (torch.cuda.is_available() false, device="cpu", or the library
 built without CUDA: DLC_UNAVAILABLE) the same loader yields CPU tensors and
 warns once.
 
-Sharding: the epoch's shuffled order (seed + epoch) is split between ranks
+Order: the one epoch order of dlcache's loaders (dlcache._order of seed,
+epoch, rank, world size, drop_last; the same as CacheIterableDataset,
+PlannedSampler and the LibTorch CacheDataset), split between ranks
 (rank/world_size, or torch.distributed's when initialised), every rank
 getting the same number of samples and batches (as DistributedSampler):
 the order is padded by repeating keys from its start, or, with
 drop_last=True, cut to a multiple of the world size.
+
+Epoch plans (plan=True): each pass registers this rank's order of the
+epoch and of the next with dlcached (docs/epoch_plans.md), on the
+loader's own session, which does the reads: dlcached evicts by Belady's
+rule and fills ahead. Under torchrun (TORCHELASTIC_RUN_ID) or with job=,
+the ranks of a node share one job plan.
+
+Resume: state_dict() is {"epoch", "next_batch"}; load_state_dict() makes
+the next pass start at that batch of that epoch.
 """
 
 import collections
 import ctypes
+import hashlib
 import math
 import os
 import queue
-import random
 import threading
 import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from . import _lib
+from . import _lib, _order
+from ._listing import (Lister, Targets, list_dataset, refuse_renamed,
+                       target_getter)
 
 __all__ = ["GpuLoader", "VarBatch", "cuda_upload_available"]
 
@@ -170,6 +189,13 @@ def _load():
             "dlc_batch_copy_item": (c_int, [c_void_p, c_size_t, c_void_p,
                                             c_uint64]),
             "dlc_batch_free": (None, [c_void_p]),
+            "dlc_register_plan": (c_int, [c_void_p, c_char_p, c_char_p,
+                                          c_uint64, c_uint64, P(c_char_p),
+                                          c_size_t, c_int]),
+            "dlc_register_job_plan": (c_int, [
+                c_void_p, c_char_p, c_char_p, ctypes.c_uint32,
+                ctypes.c_uint32, c_uint64, c_uint64, P(c_char_p), c_size_t,
+                P(c_int), P(c_uint64), P(c_uint64)]),
             # dlcache_cuda_c.h
             "dlc_cuda_last_error": (c_char_p, []),
             "dlc_cuda_options_init": (None, [P(_CudaOptions)]),
@@ -343,16 +369,35 @@ class GpuLoader:
         (dlcache.numa.cuda_device_numa_node; -1 when unknown or on the
         CPU); -1 = no preference.
 
+      targets, target_transform: the batch's targets as a device tensor y
+        (see the module doc); return_keys: the batch's keys first.
+      plan, job: epoch plans (see the module doc); job: the job id shared
+        by the ranks (default torchrun's TORCHELASTIC_RUN_ID; False: a plan
+        per rank).
+      keys=None: the dataset's listing under `prefix` (or `lister`).
+
     Thread safety: iterate from one thread. Close with close() or `with`.
     """
 
-    def __init__(self, keys, dataset="default", socket=None, batch_size=256,
-                 device="cuda", sample_shape=None, dtype=torch.uint8,
-                 shuffle=True, seed=0, drop_last=False, prefetch=2,
-                 rank=None, world_size=None, decode=None, method=None,
-                 client_name="gpu_loader", connect_timeout=20.0,
-                 producer="auto", transform=None, decode_workers=1,
-                 numa_node=None):
+    def __init__(self, keys: Optional[Sequence[str]] = None,
+                 dataset: str = "default", socket: Optional[str] = None,
+                 batch_size: int = 256, device: Any = "cuda",
+                 sample_shape: Optional[Sequence[int]] = None,
+                 dtype: torch.dtype = torch.uint8, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False, prefetch: int = 2,
+                 rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 decode: Optional[str] = None, method: Optional[str] = None,
+                 client_name: str = "gpu_loader",
+                 connect_timeout: float = 20.0, producer: str = "auto",
+                 transform: Optional[Callable] = None,
+                 decode_workers: int = 1, numa_node: Optional[int] = None,
+                 targets: Targets = None,
+                 target_transform: Optional[Callable] = None,
+                 return_keys: bool = False, plan: bool = True,
+                 job: Any = None, prefix: str = "",
+                 lister: Optional[Lister] = None, **renamed: Any) -> None:
+        refuse_renamed(renamed, "GpuLoader")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
@@ -364,7 +409,21 @@ class GpuLoader:
         self.decode_workers = int(decode_workers) if decode == "jpeg" else 1
         if producer not in ("auto", "feed", "thread"):
             raise ValueError("producer must be 'auto', 'feed' or 'thread'")
+        if keys is None:
+            keys = [e.name for e in list_dataset(dataset, prefix, socket,
+                                                 lister)]
         self.keys = list(keys)
+        self.targets = targets
+        self.target_transform = target_transform
+        self._target_of = target_getter(targets, self.keys)
+        self.return_keys = return_keys
+        self.plan = plan
+        self.job = None
+        self._plan_name = None
+        self._planned = None  # (pid, epoch registered as the next)
+        self._resume = 0      # batch the next pass starts at
+        self._resume_epoch = None
+        self._pass = None     # (epoch, first batch, iterator) of this pass
         self.transform = transform
         self._keys_b = None  # encoded once, for the feed
         self.dataset = dataset
@@ -380,6 +439,7 @@ class GpuLoader:
         self.method = method
         self._epoch = None
         self._auto_epoch = 0
+        self._plan_epoch = None
         self._iter = None
         self._closed = False
         if rank is None or world_size is None:
@@ -389,6 +449,21 @@ class GpuLoader:
             else:
                 rank, world_size = 0, 1
         self.rank, self.world_size = int(rank), int(world_size)
+        if plan:
+            from .planned_sampler import _job_id
+            self.job = _job_id(job)
+            if self.job is not None:
+                name = "job/%s/n%d/s%d/w%d/%s%s" % (
+                    self.job, len(self.keys), int(seed), self.world_size,
+                    "cut" if drop_last else "pad",
+                    "" if shuffle else "/ordered")
+                if len(name.encode()) > 128:
+                    name = "job/" + hashlib.sha256(
+                        name.encode()).hexdigest()[:32]
+            else:
+                name = "%s-%d/gpu/rank%d" % (client_name, os.getpid(),
+                                            self.rank)
+            self._plan_name = name
         if self.sample_shape is not None:
             elem = torch.empty((), dtype=dtype).element_size()
             self.item_size = int(math.prod(self.sample_shape)) * elem
@@ -402,6 +477,10 @@ class GpuLoader:
                 from .numa import cuda_device_numa_node
                 numa_node = cuda_device_numa_node(device)
         self.numa_node = int(numa_node)
+        if not socket:
+            from ._client import DEFAULT_SOCKET
+            socket = os.environ.get("DLCACHE_SOCKET") or DEFAULT_SOCKET
+            self.socket = socket
         self._conn = _Conn(self._fns, socket, client_name, connect_timeout,
                            self.numa_node)
         self._dataset_b = dataset.encode()
@@ -491,51 +570,123 @@ class GpuLoader:
     def on_gpu(self):
         return self.device.type == "cuda"
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next pass reads (from its first batch)."""
         self._epoch = int(epoch)
+        if self._resume_epoch != self._epoch:
+            self._resume = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        """{"epoch", "next_batch"}: the pass in progress and the batches
+        taken from it (or what load_state_dict set, before the pass)."""
+        p = self._pass
+        if p is not None:
+            return {"epoch": p[0], "next_batch": p[1] + p[2].taken}
+        epoch = self._epoch if self._epoch is not None else self._auto_epoch
+        return {"epoch": epoch, "next_batch": self._resume}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """The next pass reads epoch state["epoch"] from batch
+        state["next_batch"] on: the rest of that epoch, in order."""
+        self._epoch = int(state["epoch"])
+        self._resume_epoch = self._epoch
+        self._resume = max(0, int(state.get("next_batch", 0)))
+        self._pass = None
 
     def _per_rank(self):
         """Samples per rank: equal on every rank (DistributedSampler's
         rule): padded up by repeating keys, or cut down with drop_last."""
-        n, w = len(self.keys), self.world_size
-        if w == 1:
-            return n
-        return n // w if self.drop_last else (n + w - 1) // w
+        return _order.samples_per_rank(len(self.keys), self.world_size,
+                                       self.drop_last)
 
     def _order_idx(self, epoch):
-        """This rank's indices into keys for `epoch`."""
-        order = list(range(len(self.keys)))
-        if self.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        w = self.world_size
-        if w > 1 and order:
-            total = self._per_rank() * w
-            if total > len(order):
-                order = (order * -(-total // len(order)))[:total]
+        """This rank's indices into keys for `epoch` (the one order)."""
+        return _order.rank_order(len(self.keys), self.seed, epoch, self.rank,
+                                 self.world_size, self.drop_last,
+                                 self.shuffle)
+
+    def _job_keys(self, epoch):
+        return [self.keys[i] for i in _order.job_order(
+            len(self.keys), self.seed, epoch, self.world_size,
+            self.drop_last, self.shuffle)]
+
+    def _register(self, epoch, start_key):
+        """Registers this pass's epoch (from its start_key-th key of the
+        rank) and the next epoch as the plan of the loader's session.
+        Never fails the loader: a refused plan is a warning, a server or
+        library without plans is silent."""
+        if not self.plan or self._plan_name is None:
+            return
+        fns = self._fns
+        name = self._plan_name.encode()
+        nxt = epoch + 1
+        try:
+            if self.job is not None:
+                fn = fns.get("dlc_register_job_plan")
+                if fn is None:
+                    self.plan = False
+                    return
+                for e in (epoch, nxt):
+                    enc, arr = _encode_keys(self._job_keys(e))
+                    rc = fn(self._conn.ptr, self._dataset_b, name,
+                            self.world_size, self.rank, e, 0, arr, len(enc),
+                            None, None, None)
+                    if rc != _OK:
+                        raise _client_error(fns, rc, "register job plan")
+                return
+            fn = fns.get("dlc_register_plan")
+            if fn is None:
+                self.plan = False
+                return
+            continued = (self._planned == (os.getpid(), epoch)
+                         and start_key == 0)
+            if not continued:
+                keys = self._order(epoch)[start_key:]
+                enc, arr = _encode_keys(keys)
+                rc = fn(self._conn.ptr, self._dataset_b, name, epoch,
+                        start_key, arr, len(enc), 1)
+                if rc != _OK:
+                    raise _client_error(fns, rc, "register plan")
+            enc, arr = _encode_keys(self._order(nxt))
+            rc = fn(self._conn.ptr, self._dataset_b, name, nxt, 0, arr,
+                    len(enc), 0)
+            if rc != _OK:
+                raise _client_error(fns, rc, "register plan")
+            self._planned = (os.getpid(), nxt)
+        except Exception as e:  # never fail the loader for its plan
+            from ._client import DlcacheError
+            if isinstance(e, DlcacheError) and e.code == 12:
+                self.plan = False  # UNIMPLEMENTED: plans are off
             else:
-                order = order[:total]
-        return order[self.rank::w]
+                warnings.warn("dlcache GpuLoader: epoch plan not "
+                              "registered: %s" % e)
 
     def _order(self, epoch):
         return [self.keys[i] for i in self._order_idx(epoch)]
 
-    def __len__(self):
+    def __len__(self) -> int:
         n = self._per_rank()
         if self.drop_last:
             return n // self.batch_size
         return (n + self.batch_size - 1) // self.batch_size
 
-    def _batches(self, epoch, encoded=False):
-        """The epoch's batches: lists of keys (or of encoded keys)."""
-        src = self._keys_b if encoded else self.keys
+    def _batch_indices(self, epoch, first=0):
+        """The epoch's batches from batch `first` on: lists of indices."""
         mine = self._order_idx(epoch)
         out = []
-        for start in range(0, len(mine), self.batch_size):
+        for start in range(first * self.batch_size, len(mine),
+                           self.batch_size):
             idx = mine[start:start + self.batch_size]
             if self.drop_last and len(idx) < self.batch_size:
                 break
-            out.append([src[i] for i in idx])
+            out.append(idx)
         return out
+
+    def _batches(self, epoch, encoded=False, first=0):
+        """The epoch's batches: lists of keys (or of encoded keys)."""
+        src = self._keys_b if encoded else self.keys
+        return [[src[i] for i in idx]
+                for idx in self._batch_indices(epoch, first)]
 
     def __iter__(self):
         if self._closed:
@@ -550,11 +701,35 @@ class GpuLoader:
             self._auto_epoch += 1
         else:
             epoch = self._epoch
+        first, self._resume = self._resume, 0
+        self._resume_epoch = None
+        self._register(epoch, first * self.batch_size)
         if self.producer == "feed":
-            self._iter = _FeedIter(self, epoch)
+            inner = _FeedIter(self, epoch, first)
         else:
-            self._iter = _EpochIter(self, self._batches(epoch))
-        return self._iter
+            inner = _EpochIter(self, self._batches(epoch, first=first))
+        if self._target_of is None and not self.return_keys:
+            it = inner
+        else:
+            it = _Labeled(self, inner, self._batch_indices(epoch, first))
+        self._iter = it
+        self._pass = (epoch, first, it)
+        return it
+
+    def _labels(self, idx):
+        ys = []
+        for i in idx:
+            t = self._target_of(i)
+            if self.target_transform is not None:
+                t = self.target_transform(t)
+            ys.append(t)
+        if ys and isinstance(ys[0], torch.Tensor):
+            y = torch.stack(ys)
+        else:
+            y = torch.as_tensor(ys)
+        if self.device.type == "cuda":
+            y = y.pin_memory().to(self.device, non_blocking=True)
+        return y
 
     # ---- the feed (consumer thread) ----
 
@@ -841,6 +1016,7 @@ class _EpochIter:
         self._stop = threading.Event()
         self._done = False
         self._taken = 0
+        self.taken = 0
         self._threads = [
             threading.Thread(target=self._run, args=(j, batches[j::k]),
                              name="dlcache-gpu-loader-%d" % j, daemon=True)
@@ -950,6 +1126,7 @@ class _EpochIter:
             self._finish()
             raise item
         self._taken += 1
+        self.taken = self._taken
         out, ev = item
         if ev is not None:
             stream = torch.cuda.current_stream(self._loader.device)
@@ -988,20 +1165,22 @@ class _FeedIter:
     do not drain between epochs; if the next epoch turns out different,
     they are dropped."""
 
-    def __init__(self, loader, epoch):
+    def __init__(self, loader, epoch, first=0):
         ld = self._loader = loader
         self._epoch = epoch
         spec = ld._spec
-        if (spec is not None and spec[0] == epoch and all(
+        if (spec is not None and spec[0] == epoch and first == 0 and all(
                 o[1] == epoch for o in ld._outstanding)):
             # The batches submitted ahead are this epoch's first ones.
             self._batches, self._next = spec[1], spec[2]
         else:
             ld._feed_discard()
-            self._batches, self._next = ld._batches(epoch, encoded=True), 0
+            self._batches = ld._batches(epoch, encoded=True, first=first)
+            self._next = 0
         ld._spec = None
         self._n = len(self._batches)
         self._i = 0
+        self.taken = 0
         self._done = False
         self._ahead = ld.prefetch + 2
 
@@ -1042,6 +1221,7 @@ class _FeedIter:
         self._top_up()
         tag, _, buf, keys_b = ld._outstanding.popleft()
         self._i += 1
+        self.taken = self._i
         fb = ld._feed_take()
         try:
             info = _FeedBatchInfo()
@@ -1089,3 +1269,35 @@ class _FeedIter:
         """Ends this epoch for the consumer; what it submitted ahead stays
         with the loader (taken by the next epoch or dropped)."""
         self._done = True
+
+
+class _Labeled:
+    """One pass of a loader with targets or keys: the inner pass's batches
+    with their targets (a device tensor) and/or keys."""
+
+    def __init__(self, loader, inner, batch_indices):
+        self._loader = loader
+        self._inner = inner
+        self._idx = batch_indices
+        self.taken = 0
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x = next(self._inner)
+        ld = self._loader
+        idx = self._idx[self.taken]
+        self.taken += 1
+        out = (x,)
+        if ld._target_of is not None:
+            out = (x, ld._labels(idx))
+        if ld.return_keys:
+            out = ([ld.keys[i] for i in idx],) + out
+        return out[0] if len(out) == 1 else out
+
+    def close(self):
+        self._inner.close()
