@@ -280,9 +280,11 @@ class LoaderTest(unittest.TestCase):
             collate([a, torch.ones(3, dtype=torch.uint8)])
         self.assertIn("shape", str(cm.exception))
 
-    def test_older_constructor_form_still_works(self):
-        # README form: CacheIterableDataset(dataset, keys, socket_path=...).
-        ds = CacheIterableDataset("ds", FIXED[:3], socket_path=SERVER.socket,
+    def test_older_parameter_name_is_refused_with_the_new_one(self):
+        # Pre-1.0: one name per parameter; socket_path= says socket=.
+        with self.assertRaisesRegex(TypeError, "socket_path= .*socket="):
+            CacheIterableDataset(FIXED[:3], "ds", socket_path=SERVER.socket)
+        ds = CacheIterableDataset(FIXED[:3], "ds", socket=SERVER.socket,
                                   return_keys=True)
         self.assert_exactly_once(list(ds), FIXED[:3])
 
@@ -308,8 +310,11 @@ class LoaderTest(unittest.TestCase):
             pairs = list(dl)
             self.assert_exactly_once(pairs, ALL)
             order = [k for k, _ in pairs]
+            # Blocks of fetch_size keys of the rank's order go to the
+            # workers in turn; batch_size=None interleaves their samples.
             full = ds.epoch_order(epoch)
-            expected = interleave([ds.shard(full, w, 2) for w in range(2)])
+            blocks = [full[i:i + 8] for i in range(0, len(full), 8)]
+            expected = interleave([sum(blocks[w::2], []) for w in range(2)])
             self.assertEqual(order, expected, "epoch %d" % epoch)
             orders.append(order)
         self.assertNotEqual(orders[0], orders[1])

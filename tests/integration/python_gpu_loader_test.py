@@ -347,7 +347,11 @@ class _Checks:
         for epoch in (5, 2, 2, 9):
             ds.set_epoch(epoch)
             got = [k for k, _ in dl]
-            shards = [ds.shard(ds.epoch_order(epoch), w, 2) for w in (0, 1)]
+            # Blocks of fetch_size keys of the rank's order go to the
+            # workers in turn; batch_size=None interleaves their samples.
+            order = ds.epoch_order(epoch)
+            blocks = [order[i:i + 2] for i in range(0, len(order), 2)]
+            shards = [sum(blocks[w::2], []) for w in (0, 1)]
             want = []
             for i in range(max(map(len, shards))):
                 want.extend(sh[i] for sh in shards if i < len(sh))

@@ -2,7 +2,8 @@
 processes: N rank processes init torch.distributed (gloo, 127.0.0.1, the
 store's port taken from the kernel) and each reads 2 epochs through a
 DataLoader (2 workers) over PlannedSampler(job=...) from one real
-dlcached. Every rank must get exactly torch's DistributedSampler indices
+dlcached. Every rank must get exactly the one epoch order's indices (dlcache._order,
+DistributedSampler's padding and sharding)
 and the files' bytes, the server must hold ONE plan for the job with the
 ranks attached, the look-ahead must fill ahead of the ranks (hits in the
 cold first epoch), every read must count as the plan's progress by
@@ -141,11 +142,8 @@ def tearDownModule():
 
 
 def expected_keys(world, rank, epoch):
-    s = torch.utils.data.distributed.DistributedSampler(
-        list(range(N)), num_replicas=world, rank=rank, shuffle=True,
-        seed=SEED)
-    s.set_epoch(epoch)
-    return [KEYS[i] for i in s]
+    from dlcache import _order
+    return [KEYS[i] for i in _order.rank_order(N, SEED, epoch, rank, world)]
 
 
 class Ranks:

@@ -113,7 +113,8 @@ class Keys:
 
 class PlannedSamplerOrderTest(unittest.TestCase):
 
-    def test_order_is_distributed_samplers(self):
+    def test_order_is_the_one_order_with_distributed_samplers_counts(self):
+        from dlcache import _order
         for n in (128, 127, 5):
             for world in (1, 2, 3):
                 for drop_last in (False, True):
@@ -133,8 +134,18 @@ class PlannedSamplerOrderTest(unittest.TestCase):
                                 mine.set_epoch(epoch)
                                 what = (n, world, drop_last, shuffle, rank,
                                         epoch)
-                                self.assertEqual(list(mine), list(ref), what)
+                                self.assertEqual(
+                                    list(mine), _order.rank_order(
+                                        n, 7, epoch, rank, world, drop_last,
+                                        shuffle), what)
+                                # DistributedSampler's padding, counts and
+                                # (unshuffled) order.
                                 self.assertEqual(len(mine), len(ref), what)
+                                self.assertEqual(len(list(mine)),
+                                                 len(list(ref)), what)
+                                if not shuffle:
+                                    self.assertEqual(list(mine), list(ref),
+                                                     what)
 
     def test_job_id_names_one_plan_for_the_ranks(self):
         env = os.environ.pop("TORCHELASTIC_RUN_ID", None)
