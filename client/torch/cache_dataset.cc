@@ -1,12 +1,15 @@
 #include "dlcache/torch/cache_dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
-#include <numeric>
 #include <optional>
-#include <random>
 #include <utility>
 
+#include "common/epoch_order.h"
 #include "dlcache/dlcache_cuda_c.h"
 #include "dlcache/torch/tensors.h"
 #include "gpu_feed.h"
@@ -14,15 +17,47 @@
 namespace dlcache::torch_adapter {
 namespace {
 
-// Fisher-Yates over mt19937_64, whose output the standard fixes: every
-// rank, build and libstdc++ version computes the same order (std::shuffle's
-// algorithm is unspecified).
-void Shuffle(std::vector<size_t>* v, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (size_t i = v->size(); i > 1; --i) {
-    const size_t j = static_cast<size_t>(rng() % i);
-    std::swap((*v)[i - 1], (*v)[j]);
+dlcache::EpochOrderOptions OrderOptions(const CacheDatasetOptions& o,
+                                        int64_t epoch) {
+  dlcache::EpochOrderOptions e;
+  e.seed = o.seed;
+  e.epoch = static_cast<uint64_t>(epoch);
+  e.shuffle = o.shuffle;
+  e.rank = static_cast<uint64_t>(o.rank);
+  e.world_size = static_cast<uint64_t>(o.world_size);
+  e.drop_last = o.drop_last;
+  return e;
+}
+
+// The job id the ranks agree on: options.job, else torchrun's.
+std::string JobId(const CacheDatasetOptions& o) {
+  if (!o.job.empty()) return o.job;
+  const char* env = std::getenv("TORCHELASTIC_RUN_ID");
+  if (env == nullptr || std::string(env).empty() ||
+      std::string(env) == "none") {
+    return "";
   }
+  return env;
+}
+
+// The name every rank of the job computes alike (as Python's
+// PlannedSampler names a job plan): what the ranks agree on.
+std::string JobPlanName(const CacheDatasetOptions& o, const std::string& job) {
+  std::string name = "job/" + job + "/n" + std::to_string(o.keys.size()) +
+                     "/s" + std::to_string(o.seed) + "/w" +
+                     std::to_string(o.world_size) +
+                     (o.drop_last ? "/cut" : "/pad") +
+                     (o.shuffle ? "" : "/ordered");
+  if (name.size() > 128) {
+    // Over the server's limit: a digest of it (not the Python one's
+    // SHA-256; libtorch-only jobs still agree among themselves).
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(
+                      dlcache::EpochOrderMix64(std::hash<std::string>{}(name))));
+    name = std::string("job/lt-") + hex;
+  }
+  return name;
 }
 
 void Check(bool ok, const std::string& message) {
@@ -35,35 +70,78 @@ void Check(bool ok, const std::string& message) {
 class CacheDataset::State {
  public:
   State(ClientHandle c, CacheDatasetOptions o)
-      : client(std::move(c)), options(std::move(o)) {}
+      : client(std::move(c)), options(std::move(o)) {
+    if (!options.plan) return;
+    job = JobId(options);
+    if (!job.empty()) {
+      plan_name = JobPlanName(options, job);
+    } else if (!options.plan_name.empty()) {
+      plan_name = options.plan_name;
+    } else {
+      plan_name = "libtorch-" + std::to_string(::getpid()) + "/rank" +
+                  std::to_string(options.rank);
+    }
+  }
   ~State() {
     feed.reset();  // before the uploader it uses
     if (uploader != nullptr) dlc_cuda_uploader_destroy(uploader);
   }
 
-  // This rank's keys (indices into options.keys) in epoch `epoch`'s order.
+  // This rank's keys (indices into options.keys) in epoch `epoch`'s order
+  // (the one epoch order, common/epoch_order.h).
   void Reorder() {
-    const size_t n = options.keys.size();
-    std::vector<size_t> all(n);
-    std::iota(all.begin(), all.end(), size_t{0});
-    if (options.shuffle) {
-      Shuffle(&all, options.seed + static_cast<uint64_t>(epoch));
-    }
-    const auto world = static_cast<size_t>(options.world_size);
-    if (world > 1 && n > 0) {
-      if (options.drop_last) {
-        all.resize(n / world * world);
-      } else {
-        const size_t padded = (n + world - 1) / world * world;
-        for (size_t i = 0; all.size() < padded; ++i) all.push_back(all[i % n]);
+    order = dlcache::EpochRankOrder(options.keys.size(),
+                                    OrderOptions(options, epoch));
+    next = 0;
+    plan_pending = true;
+  }
+
+  // Registers this epoch from `next` and the next epoch as the session's
+  // plan, once per pass (Reorder and load set plan_pending): called by
+  // the pass's first get_batch, so that set_epoch + reset register once.
+  // Never throws: a refused plan leaves plan_ok false, UNIMPLEMENTED
+  // turns plans off.
+  void RegisterPlan() {
+    if (!plan_pending || plan_name.empty() || plan_off) return;
+    plan_pending = false;
+    auto keys_of = [&](const std::vector<size_t>& idx, size_t from) {
+      std::vector<const char*> out;
+      out.reserve(idx.size() - std::min(from, idx.size()));
+      for (size_t i = from; i < idx.size(); ++i) {
+        out.push_back(options.keys[idx[i]].c_str());
+      }
+      return out;
+    };
+    int rc = DLC_OK;
+    if (!job.empty()) {
+      for (int64_t e : {epoch, epoch + 1}) {
+        const std::vector<size_t> idx = dlcache::EpochJobOrder(
+            options.keys.size(), OrderOptions(options, e));
+        std::vector<const char*> k = keys_of(idx, 0);
+        rc = dlc_register_job_plan(
+            client.get(), options.dataset.c_str(), plan_name.c_str(),
+            static_cast<uint32_t>(options.world_size),
+            static_cast<uint32_t>(options.rank), static_cast<uint64_t>(e), 0,
+            k.data(), k.size(), nullptr, nullptr, nullptr);
+        if (rc != DLC_OK) break;
+      }
+    } else {
+      std::vector<const char*> k = keys_of(order, next);
+      rc = dlc_register_plan(client.get(), options.dataset.c_str(),
+                             plan_name.c_str(), static_cast<uint64_t>(epoch),
+                             next, k.data(), k.size(), /*reset=*/1);
+      if (rc == DLC_OK) {
+        const std::vector<size_t> following = dlcache::EpochRankOrder(
+            options.keys.size(), OrderOptions(options, epoch + 1));
+        std::vector<const char*> k2 = keys_of(following, 0);
+        rc = dlc_register_plan(client.get(), options.dataset.c_str(),
+                               plan_name.c_str(),
+                               static_cast<uint64_t>(epoch + 1), 0,
+                               k2.data(), k2.size(), /*reset=*/0);
       }
     }
-    order.clear();
-    for (size_t i = static_cast<size_t>(options.rank); i < all.size();
-         i += world) {
-      order.push_back(all[i]);
-    }
-    next = 0;
+    plan_ok = rc == DLC_OK;
+    if (rc == DLC_UNIMPLEMENTED) plan_off = true;
   }
 
   // Keys of order[from..] cut into batches of `size`, the last short one
@@ -128,6 +206,8 @@ class CacheDataset::State {
 
   const ClientHandle client;
   const CacheDatasetOptions options;
+  std::string job;        // the job id ("" : a plan of this rank)
+  std::string plan_name;  // "" : no plan
   dlc_cuda_uploader* uploader = nullptr;
   int device = -1;
 
@@ -141,6 +221,9 @@ class CacheDataset::State {
   size_t feed_batch_size = 0;
   uint64_t uploaded_batches = 0;
   uint64_t uploaded_bytes = 0;
+  bool plan_pending = true;  // the pass's plan is not registered yet
+  bool plan_ok = false;
+  bool plan_off = false;
 };
 
 CacheDataset::CacheDataset(ClientHandle client, CacheDatasetOptions options) {
@@ -179,6 +262,8 @@ torch::optional<CacheBatch> CacheDataset::get_batch(size_t batch_size) {
   Check(batch_size > 0, "batch size 0");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->started = true;
+  // The epoch's plan, when it starts (or resumes) here.
+  state_->RegisterPlan();
   std::optional<CacheBatch> b = state_->uploader != nullptr
                                     ? state_->NextGpu(batch_size)
                                     : state_->NextCpu(batch_size);
@@ -235,6 +320,7 @@ void CacheDataset::load(torch::serialize::InputArchive& archive) {
   s.next =
       std::min(static_cast<size_t>(std::max<int64_t>(next.item<int64_t>(), 0)),
                s.order.size());
+  s.plan_pending = true;  // the rest of the epoch, from `next`
   s.started = true;
   s.next_epoch.reset();
 }
@@ -242,6 +328,15 @@ void CacheDataset::load(torch::serialize::InputArchive& archive) {
 int64_t CacheDataset::epoch() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->epoch;
+}
+
+std::string CacheDataset::plan_name() const {
+  return state_->plan_name;  // set once, at construction
+}
+
+bool CacheDataset::plan_registered() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->plan_ok;
 }
 
 uint64_t CacheDataset::uploaded_batches() const {

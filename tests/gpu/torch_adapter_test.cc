@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/epoch_order.h"
 #include "dlcache/dlcache_cuda_c.h"
 #include "dlcache/torch/cache_dataset.h"
 #include "dlcache/torch/tensors.h"
@@ -205,6 +206,21 @@ class Server {
     return std::strtoll(out.c_str() + at + 9, nullptr, 10);
   }
   bool CanCountLeases() const { return !Env("DLCACHECTL").empty(); }
+
+  // `dlcachectl --json status` as text ("" without DLCACHECTL or on error).
+  std::string StatusJson() const {
+    const std::string ctl = Env("DLCACHECTL");
+    if (ctl.empty()) return "";
+    const std::string cmd =
+        ctl + " --socket " + socket_ + " --json status 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return "";
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    return ::pclose(p) == 0 ? out : "";
+  }
 
   const std::string& socket() const { return socket_; }
 
@@ -393,6 +409,43 @@ void EpochsSaveLoadAndSetEpoch(Fixture& f) {
   b.reset();
   CHECK_THAT(a.epoch() == 1 && b.epoch() == 1);
   CHECK_THAT(a.get_batch(31)->keys == b.get_batch(31)->keys);
+}
+
+// The dataset reads common/epoch_order's order (the one Python's loaders
+// read; python_train_test checks those against the same function), and
+// registers each epoch as a plan on its session.
+void OrderIsTheOneEpochOrderWithAPlan(Fixture& f) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.seed = 5;
+  o.rank = 1;
+  o.world_size = 3;
+  o.plan_name = "adapter-order-test";
+  dt::CacheDataset ds(f.Connect(), o);
+  ds.set_epoch(3);
+  ds.reset();
+  std::vector<std::string> got;
+  while (auto b = ds.get_batch(4)) {
+    got.insert(got.end(), b->keys.begin(), b->keys.end());
+  }
+  dlcache::EpochOrderOptions e;
+  e.seed = 5;
+  e.epoch = 3;
+  e.rank = 1;
+  e.world_size = 3;
+  std::vector<std::string> want;
+  for (size_t i : dlcache::EpochRankOrder(o.keys.size(), e)) {
+    want.push_back(o.keys[i]);
+  }
+  CHECK_THAT(got == want);
+  // The golden order of common/epoch_order's unit test and Python's.
+  std::vector<size_t> golden = {0, 9, 1, 6, 3, 5, 4, 2, 8, 7};
+  CHECK_THAT(dlcache::EpochPermutation(10, {}) == golden);
+  CHECK_THAT(ds.plan_name() == "adapter-order-test");
+  CHECK_THAT(ds.plan_registered());
+  if (f.server.CanCountLeases()) {
+    CHECK_THAT(f.server.StatusJson().find("adapter-order-test") !=
+               std::string::npos);
+  }
 }
 
 void GpuEpochs(Fixture& f) { RunEpochs(f, c10::Device(c10::kCUDA, 0)); }
@@ -597,6 +650,8 @@ int main(int argc, char** argv) {
   run("EpochsSaveLoadAndSetEpoch", false, EpochsSaveLoadAndSetEpoch);
   run("CpuRestartMidEpoch", false,
       [](Fixture& f) { RestartMidEpoch(f, c10::Device(c10::kCPU)); });
+  run("OrderIsTheOneEpochOrderWithAPlan", false,
+      OrderIsTheOneEpochOrderWithAPlan);
   run("ServerGoneIsThrown", false, ServerGoneIsThrown);
   run("GpuEpochsEqualSourceBytes", true, GpuEpochs);
   run("GpuPrefetchAndLeases", true, GpuPrefetchAndLeases);

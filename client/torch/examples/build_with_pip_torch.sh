@@ -20,15 +20,17 @@ cuda_libs=""
 [ -e "$tdir/lib/libtorch_cuda.so" ] && cuda_libs="-ltorch_cuda -lc10_cuda"
 flags=(-std=c++17 -O2 -g -rdynamic -fno-omit-frame-pointer -D_GLIBCXX_USE_CXX11_ABI="$abi"
        -I"$tdir/include" -I"$tdir/include/torch/csrc/api/include"
-       -I"$root/client/torch/include" -I"$root/client/include")
+       -I"$root/client/torch/include" -I"$root/client/include" -I"$root")
 # The wheel carries the library under its soname only (no symlinks in a
 # wheel); a build tree has both names.
 dlc=-ldlcache_c
 [ -e "$lib/libdlcache_c.so.0" ] && dlc=-l:libdlcache_c.so.0
-srcs=(cache_dataset connection gpu_feed tensors)
+srcs=(cache_dataset connection gpu_feed tensors epoch_order)
 pids=()
 for s in "${srcs[@]}"; do
-  g++ "${flags[@]}" -c "$root/client/torch/$s.cc" -o "$out/$s.o" & pids+=($!)
+  src="$root/client/torch/$s.cc"
+  [ "$s" = epoch_order ] && src="$root/common/epoch_order.cc"
+  g++ "${flags[@]}" -c "$src" -o "$out/$s.o" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
 objs=("${srcs[@]/#/$out/}"); objs=("${objs[@]/%/.o}")

@@ -2,7 +2,10 @@
 #define DLCACHE_CLIENT_TORCH_INCLUDE_DLCACHE_TORCH_CACHE_DATASET_H_
 
 // A torch::data dataset over a list of dataset-relative keys served by
-// dlcached: reshuffled every epoch, sharded by rank, yielding batches of
+// dlcached: reshuffled every epoch in dlcache's one epoch order
+// (common/epoch_order.h: the order Python's loaders read too), sharded by
+// rank, each epoch registered with dlcached as an epoch plan, yielding
+// batches of
 // uint8 tensors on the CPU (zero-copy views of shared memory) or on a GPU
 // (copied straight from the server's registered read-only segments by the
 // C ABI's CUDA uploader, `prefetch` batches uploaded ahead by a producer
@@ -57,7 +60,9 @@ struct CacheDatasetOptions {
   std::string dataset;
   std::vector<std::string> keys;
   bool shuffle = true;
-  uint64_t seed = 0;  // epoch e shuffles with seed + e (same on all ranks)
+  // Epoch e's order is common/epoch_order.h's for (seed, e): the same on
+  // every rank and in dlcache's Python loaders.
+  uint64_t seed = 0;
   // Sharding (torch.distributed style): rank r of world_size gets every
   // world_size-th key of the epoch's order from r. The order is padded by
   // repeating its first keys so every rank gets as many keys, unless
@@ -72,6 +77,19 @@ struct CacheDatasetOptions {
   // GPU: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
   // "kernel").
   std::string upload_method = "auto";
+  // Epoch plans (docs/epoch_plans.md): when an epoch starts (and after
+  // load()), this rank's order of it, from the position reached, and of
+  // the next epoch are registered on the dataset's session, which does
+  // the reads: dlcached evicts by Belady's rule and fills ahead. A server
+  // or library without plans is read without them; a refused plan never
+  // fails the dataset (plan_registered() tells).
+  bool plan = true;
+  // The job's id, the same in every rank: the ranks of a node then share
+  // one job plan. Empty: torchrun's TORCHELASTIC_RUN_ID when set (and not
+  // "none"), else a plan per rank.
+  std::string job;
+  // The plan's name when not a job plan; empty: "libtorch-PID/rankR".
+  std::string plan_name;
 };
 
 struct CacheBatch {
@@ -115,6 +133,10 @@ class CacheDataset
   void load(torch::serialize::InputArchive& archive) override;
 
   int64_t epoch() const;
+  // The plan's name ("" with plan = false) and whether the last
+  // registration was accepted.
+  std::string plan_name() const;
+  bool plan_registered() const;
   // GPU: batches uploaded so far and bytes copied; 0 on the CPU.
   uint64_t uploaded_batches() const;
   uint64_t uploaded_bytes() const;
