@@ -24,6 +24,11 @@
 # RUN_NUMA=1 (tests/gpu/numa_gpu_check.py: each GPU's PCI numa_node vs.
 # dlcache's topology code, two ranks on one GPU through a --numa=auto
 # dlcached; ~10 s)  -> numa_gpu_check.log
+# RUN_TRAIN=1 (tests/gpu/train_resnet_on_device.py, issue 31: ResNet-50
+# fed by torchvision's ImageFolder, dlcache.torch.ImageFolder and
+# GpuLoader (x, y) on class-coloured JPEGs, accuracy and img/s in one run;
+# GpuLoader's hit rate at 2x the arena with and without its plan;
+# TRAIN_FLAGS are passed to it; ~5 min)  -> train_resnet.log, train_resnet.md
 # RUN_MULTI_RANK=1 (bench/multi_rank_feed.py: 1..N ranks, one process per
 # rank, each feeding its GPU through GpuLoader; NUMA placement on/off; the
 # stock DataLoader per rank; MULTI_RANK_FLAGS are passed to it)
@@ -147,6 +152,16 @@ if [ -n "$RUN_NUMA" ]; then
   if [ $r -eq 0 ]; then note "ok   numa_gpu_check.py"
   elif [ $r -eq 77 ] && [ $have_gpu -eq 0 ]; then note "SKIP numa_gpu_check.py (no GPU)"
   else note "FAIL numa_gpu_check.py (exit $r)"; rc=1; fi
+fi
+
+if [ -n "$RUN_TRAIN" ]; then
+  echo "=== train_resnet_on_device.py"
+  pyrun timeout 540 python3 tests/gpu/train_resnet_on_device.py \
+    --out "$out/train_resnet.md" ${TRAIN_FLAGS:-} 2>&1 | tee "$out/train_resnet.log"
+  r=${PIPESTATUS[0]}
+  if [ $r -eq 0 ]; then note "ok   train_resnet_on_device.py (table: train_resnet.md)"
+  elif [ $r -eq 77 ] && [ $have_gpu -eq 0 ]; then note "SKIP train_resnet_on_device.py (no GPU)"
+  else note "FAIL train_resnet_on_device.py (exit $r)"; rc=1; fi
 fi
 
 if [ -n "$RUN_MULTI_RANK" ]; then

@@ -521,6 +521,21 @@ class TrainTest(unittest.TestCase):
             gl.set_epoch(4)
             self.assertEqual([b[0] for b in gl], full[3:])
 
+    def test_gpu_loader_registers_its_epochs_as_plans(self):
+        keys = self.folder().keys
+        before = SERVER.status()["plans"]
+        with dt.GpuLoader(keys, dataset="ds", socket=SERVER.socket,
+                          batch_size=16, device="cpu", seed=1) as gl:
+            gl.set_epoch(0)
+            n = sum(len(b) for b in gl)
+            self.assertEqual(n, len(keys))
+            plans = SERVER.status()["plans"]
+            names = [p.get("name") for p in plans["plan_list"]]
+            self.assertIn(gl._plan_name, names, plans)
+            # Its reads were the plan's progress.
+            self.assertGreaterEqual(plans["consumed"] - before["consumed"],
+                                    n, plans)
+
     # -- len and the scheduler --------------------------------------------
 
     def test_len_is_exact_and_one_cycle_runs(self):

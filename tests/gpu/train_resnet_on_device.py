@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""GPU machine check for issue 31: dlcache.torch.GpuLoader feeds a ResNet-50
+step loop with (x, y) from the public API, and a short run on
+class-coloured JPEGs reaches the accuracy of torchvision's ImageFolder
+loader in the same run; img/s of each loader beside it. Then the GPU
+path's hit rate with the dataset at 2x the arena, with and without its
+epoch plan.
+
+One run, one dlcached (started here on temporary directories), the same
+generated files for every loader:
+
+  (a) torchvision.datasets.ImageFolder + DataLoader (PIL decode in
+      `--workers` workers, pin_memory), batches to the GPU;
+  (b) dlcache.torch.ImageFolder + dlcache.torch.DataLoader with the same
+      workers and transform (CPU decode, the cache as the source);
+  (c) dlcache.torch.GpuLoader(decode="jpeg", targets=...): nvjpeg decode
+      on the GPU, (x, y) device tensors.
+
+Every loader reads the same epoch order (dlcache.torch.epoch_order, given
+to torchvision's DataLoader as its sampler), the model starts from the
+same weights, and accuracy is measured on a held-out split read by
+torchvision's loader, so the runs differ only in their decoders (PIL vs
+nvjpeg: the accuracies should match within a few points; on this easy
+task all reach ~100%).
+
+  PYTHONPATH=client/python DLCACHED=... DLCACHE_LIB=... \\
+      python3 tests/gpu/train_resnet_on_device.py [--quick] [--out FILE]
+
+On the GPU machine (bundle from tests/gpu/device_bundle.sh):
+  LD_LIBRARY_PATH=.device/gpu/pylib DLCACHED=.device/gpu/bin/dlcached.sh \\
+  DLCACHECTL=.device/gpu/bin/dlcachectl.sh \\
+  DLCACHE_LIB=.device/gpu/pylib/libdlcache_c.so PYTHONPATH=client/python \\
+  python3 tests/gpu/train_resnet_on_device.py --out $OUT/train_resnet.md
+
+Exits 1 when an accuracy is off (by more than --tolerance) or below
+--min-accuracy; 77 without CUDA or torchvision (nothing measured).
+"""
+
+import argparse
+import datetime
+import io
+import os
+import platform
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.utils.data  # noqa: E402
+from PIL import Image  # noqa: E402
+
+COLOURS = [(200, 40, 40), (40, 180, 60), (40, 60, 210), (220, 200, 60),
+           (150, 60, 180), (60, 190, 190), (230, 230, 230), (90, 90, 90)]
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+def log(*a):
+    print("[train_resnet %s]" % time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def jpeg(colour, seed, size):
+    rng = np.random.default_rng(seed)
+    base = np.array(colour, dtype=np.int16)
+    px = base + rng.integers(-60, 61, size=(size, size, 3))
+    # A gradient so that no two images are alike beyond the noise.
+    px += (np.arange(size)[None, :, None] * (seed % 7) // 8).astype(np.int16)
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(px, 0, 255).astype(np.uint8)).save(
+        buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def make_files(classes, per_class, val_per_class, size):
+    files = {}
+    n = 0
+    for c in range(classes):
+        name = "class_%02d" % c
+        for i in range(per_class + val_per_class):
+            split = "train" if i < per_class else "val"
+            files["%s/%s/img_%05d.jpg" % (split, name, i)] = jpeg(
+                COLOURS[c % len(COLOURS)], n, size)
+            n += 1
+    return files
+
+
+class ListSampler(torch.utils.data.Sampler):
+    def __init__(self, indices):
+        self.indices = list(indices)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def cpu_transform():
+    import torchvision.transforms as T
+    return T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+class GpuNormalize:
+    """decode="jpeg" hands a list of uint8 [3, H, W] device tensors: stack,
+    scale, normalise (on the loader's decode stream)."""
+
+    def __init__(self, device):
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+
+    def __call__(self, images):
+        x = torch.stack(images).float().div_(255)
+        return (x - self.mean) / self.std
+
+
+def model(classes, device):
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.resnet50(num_classes=classes)
+    return m.to(device).to(memory_format=torch.channels_last)
+
+
+def run(name, batches_of_epoch, epochs, classes, device, evaluate):
+    """Trains a fresh ResNet-50 for `epochs` over batches_of_epoch(e) of
+    (x, y); returns a result dict (img/s over the timed epochs, accuracy
+    on the held-out split, last epoch's train accuracy)."""
+    net = model(classes, device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9,
+                          weight_decay=1e-4)
+    images = 0
+    timed = 0.0
+    correct = seen = 0
+    for epoch in range(epochs):
+        net.train()
+        correct = seen = 0
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        n = 0
+        for x, y in batches_of_epoch(epoch):
+            x = x.to(device, non_blocking=True).to(
+                memory_format=torch.channels_last)
+            y = y.to(device, non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = net(x)
+                loss = nn.functional.cross_entropy(out, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            correct += int((out.argmax(1) == y).sum())
+            seen += len(y)
+            n += len(y)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if epoch > 0 or epochs == 1:  # the first epoch warms up (cudnn)
+            images += n
+            timed += dt
+        log("%s epoch %d: %d images, %.1f img/s, train acc %.3f" % (
+            name, epoch, n, n / dt, correct / max(seen, 1)))
+    return {"name": name, "img_s": images / max(timed, 1e-9),
+            "train_acc": correct / max(seen, 1), "val_acc": evaluate(net)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--classes", type=int, default=4)
+    ap.add_argument("--per-class", type=int, default=640)
+    ap.add_argument("--val-per-class", type=int, default=64)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=max(
+        1, min(12, (os.cpu_count() or 4) - 2)))
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--min-accuracy", type=float, default=0.9)
+    ap.add_argument("--plan-files", type=int, default=1024,
+                    help="raw files of 150,528 B for the hit-rate part "
+                    "(0: skip it)")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    if args.quick:
+        args.per_class, args.val_per_class, args.epochs = 64, 16, 2
+        args.plan_files = min(args.plan_files, 256)
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device")
+        sys.exit(77)
+    try:
+        import torchvision
+        import torchvision.datasets
+    except ImportError:
+        print("SKIPPED: torchvision not installed")
+        sys.exit(77)
+    import dlcache.torch as dt
+    from python_server import Server
+
+    device = torch.device("cuda", 0)
+    torch.backends.cudnn.benchmark = True
+    date = datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC")
+    gpu = torch.cuda.get_device_name(0)
+    log("%s, %d cores, torch %s, torchvision %s" % (
+        gpu, os.cpu_count(), torch.__version__, torchvision.__version__))
+
+    t = time.perf_counter()
+    files = make_files(args.classes, args.per_class, args.val_per_class,
+                       args.size)
+    total = sum(len(v) for v in files.values())
+    log("%d JPEGs, %.1f MB, %.1f s" % (len(files), total / 1e6,
+                                        time.perf_counter() - t))
+    arena = "%dMiB" % max(256, total * 2 // (1 << 20) + 64)
+    server = Server(files, arena=arena, chunk="1MiB")
+    lines = []
+    failed = False
+    try:
+        lister = (None if hasattr(__import__("dlcache").Client, "list")
+                  else dt.local_lister(server.src))
+        train_root = os.path.join(server.src, "train")
+        tv_train = torchvision.datasets.ImageFolder(train_root,
+                                                    cpu_transform())
+        tv_val = torchvision.datasets.ImageFolder(
+            os.path.join(server.src, "val"), cpu_transform())
+        ours = dt.ImageFolder("ds", prefix="train", socket=server.socket,
+                              transform=cpu_transform(), lister=lister)
+        assert ours.classes == tv_train.classes
+        assert ours.targets == tv_train.targets
+        assert [k for k, _ in ours.samples] == [
+            os.path.relpath(p, server.src) for p, _ in tv_train.samples]
+        n = len(ours)
+        seed = 7
+
+        def evaluate(net):
+            net.eval()
+            right = count = 0
+            dl = torch.utils.data.DataLoader(
+                tv_val, batch_size=256, num_workers=args.workers)
+            with torch.no_grad(), torch.autocast("cuda",
+                                                 dtype=torch.bfloat16):
+                for x, y in dl:
+                    x = x.to(device).to(memory_format=torch.channels_last)
+                    out = net(x)
+                    right += int((out.argmax(1).cpu() == y).sum())
+                    count += len(y)
+            return right / max(count, 1)
+
+        common = dict(batch_size=args.batch, num_workers=args.workers,
+                      pin_memory=True, persistent_workers=True,
+                      prefetch_factor=4)
+
+        def tv_batches(epoch):
+            order = dt.epoch_order(n, seed, epoch)
+            return torch.utils.data.DataLoader(
+                tv_train, sampler=ListSampler(order), **common)
+
+        sampler = dt.PlannedSampler(ours, seed=seed)
+        ours_loader = dt.DataLoader(ours, sampler=sampler, **common)
+
+        def ours_batches(epoch):
+            sampler.set_epoch(epoch)
+            return ours_loader
+
+        gl = dt.GpuLoader(ours.keys, dataset="ds", socket=server.socket,
+                          batch_size=args.batch, device=device, seed=seed,
+                          decode="jpeg", transform=GpuNormalize(device),
+                          targets=ours.targets, prefetch=4,
+                          decode_workers=4)
+
+        def gpu_batches(epoch):
+            gl.set_epoch(epoch)
+            return gl
+
+        results = [
+            run("(a) torchvision ImageFolder + DataLoader", tv_batches,
+                args.epochs, args.classes, device, evaluate),
+            run("(b) dlcache.torch.ImageFolder + DataLoader", ours_batches,
+                args.epochs, args.classes, device, evaluate),
+            run("(c) dlcache.torch.GpuLoader (nvjpeg)", gpu_batches,
+                args.epochs, args.classes, device, evaluate),
+        ]
+        gl.close()
+        base = results[0]
+        lines += [
+            "## ResNet-50 on class-coloured JPEGs: dlcache loaders vs "
+            "torchvision (issue 31)", "",
+            "%s, %d cores, torch %s, torchvision %s, %s; %d classes x %d "
+            "train JPEGs %dx%d, batch %d, %d epochs (img/s over epochs "
+            "1..%d), %d workers for (a)/(b); the same epoch order and "
+            "initial weights for every loader." % (
+                gpu, os.cpu_count(), torch.__version__,
+                torchvision.__version__, date, args.classes,
+                args.per_class, args.size, args.size, args.batch,
+                args.epochs, args.epochs - 1, args.workers), "",
+            "| loader | img/s | vs (a) | train acc (last epoch) | "
+            "val acc | val acc - (a) |",
+            "|---|---:|---:|---:|---:|---:|"]
+        for r in results:
+            lines.append("| %s | %.0f | %.2fx | %.3f | %.3f | %+.3f |" % (
+                r["name"], r["img_s"], r["img_s"] / base["img_s"],
+                r["train_acc"], r["val_acc"], r["val_acc"] - base["val_acc"]))
+            if abs(r["val_acc"] - base["val_acc"]) > args.tolerance:
+                failed = True
+                log("FAIL: %s val acc %.3f vs %.3f" % (
+                    r["name"], r["val_acc"], base["val_acc"]))
+            if r["val_acc"] < args.min_accuracy:
+                failed = True
+                log("FAIL: %s val acc %.3f < %.2f" % (
+                    r["name"], r["val_acc"], args.min_accuracy))
+    finally:
+        server.stop(cleanup=True)
+
+    if args.plan_files:
+        lines += [""] + plan_hit_rate(args, device, date, gpu)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    sys.exit(1 if failed else 0)
+
+
+def plan_hit_rate(args, device, date, gpu):
+    """GpuLoader over raw files twice the arena, 3 epochs, with and
+    without its epoch plan: the hit rate of epochs 1-2 (dlcachectl
+    stats), each variant on a fresh dlcached."""
+    import dlcache.torch as dt
+    from python_server import Server
+    size = 3 * 224 * 224
+    rng = np.random.default_rng(1)
+    pool = rng.integers(0, 256, size=size + 4096, dtype=np.uint8).tobytes()
+    files = {"raw/%06d.bin" % i: i.to_bytes(8, "little") +
+             pool[i % 4096 + 8:i % 4096 + size] for i in range(
+                 args.plan_files)}
+    keys = sorted(files)
+    data = len(keys) * size
+    arena_mib = max(16, data // 2 // (1 << 20))
+    out = ["## GpuLoader hit rate, dataset = 2x the arena, with and "
+           "without its epoch plan", "",
+           "%s, %s: %d raw files of %d B (%.0f MiB), arena %d MiB, batch "
+           "64, epochs 1-2 after a cold epoch 0; each variant on a fresh "
+           "dlcached (--belady as configured by default)." % (
+               gpu, date, len(keys), size, data / (1 << 20), arena_mib), "",
+           "| GpuLoader | hits | misses | hit rate |", "|---|---:|---:|---:|"]
+    for plan in (False, True):
+        server = Server(files, arena="%dMiB" % arena_mib, chunk="1MiB")
+        try:
+            with dt.GpuLoader(keys, dataset="ds", socket=server.socket,
+                              batch_size=64, device=device,
+                              sample_shape=(3, 224, 224), seed=3,
+                              plan=plan) as gl:
+                gl.set_epoch(0)
+                for _ in gl:
+                    pass
+                torch.cuda.synchronize()
+                before = server.dataset_stats()
+                for epoch in (1, 2):
+                    gl.set_epoch(epoch)
+                    for _ in gl:
+                        pass
+                torch.cuda.synchronize()
+                after = server.dataset_stats()
+            hits = after.get("hits", 0) - before.get("hits", 0)
+            misses = after.get("misses", 0) - before.get("misses", 0)
+            out.append("| plan=%s | %d | %d | %.3f |" % (
+                plan, hits, misses, hits / max(hits + misses, 1)))
+            log("plan=%s: hits %d misses %d" % (plan, hits, misses))
+        finally:
+            server.stop(cleanup=True)
+    out.append("")
+    out.append("Machine: %s; python %s." % (platform.node(),
+                                            platform.python_version()))
+    return out
+
+
+if __name__ == "__main__":
+    main()
