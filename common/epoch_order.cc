@@ -38,9 +38,8 @@ size_t EpochSamplesPerRank(size_t n, uint64_t world_size, bool drop_last) {
 std::vector<size_t> EpochJobOrder(size_t n, const EpochOrderOptions& o) {
   std::vector<size_t> perm = EpochPermutation(n, o);
   if (o.world_size <= 1 || n == 0) return perm;
-  const size_t total =
-      EpochSamplesPerRank(n, o.world_size, o.drop_last) *
-      static_cast<size_t>(o.world_size);
+  const size_t total = EpochSamplesPerRank(n, o.world_size, o.drop_last) *
+                       static_cast<size_t>(o.world_size);
   if (total <= n) {
     perm.resize(total);
     return perm;

@@ -43,18 +43,17 @@ std::string JobId(const CacheDatasetOptions& o) {
 // The name every rank of the job computes alike (as Python's
 // PlannedSampler names a job plan): what the ranks agree on.
 std::string JobPlanName(const CacheDatasetOptions& o, const std::string& job) {
-  std::string name = "job/" + job + "/n" + std::to_string(o.keys.size()) +
-                     "/s" + std::to_string(o.seed) + "/w" +
-                     std::to_string(o.world_size) +
-                     (o.drop_last ? "/cut" : "/pad") +
-                     (o.shuffle ? "" : "/ordered");
+  std::string name =
+      "job/" + job + "/n" + std::to_string(o.keys.size()) + "/s" +
+      std::to_string(o.seed) + "/w" + std::to_string(o.world_size) +
+      (o.drop_last ? "/cut" : "/pad") + (o.shuffle ? "" : "/ordered");
   if (name.size() > 128) {
     // Over the server's limit: a digest of it (not the Python one's
     // SHA-256; libtorch-only jobs still agree among themselves).
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx",
-                  static_cast<unsigned long long>(
-                      dlcache::EpochOrderMix64(std::hash<std::string>{}(name))));
+                  static_cast<unsigned long long>(dlcache::EpochOrderMix64(
+                      std::hash<std::string>{}(name))));
     name = std::string("job/lt-") + hex;
   }
   return name;
@@ -136,8 +135,8 @@ class CacheDataset::State {
         std::vector<const char*> k2 = keys_of(following, 0);
         rc = dlc_register_plan(client.get(), options.dataset.c_str(),
                                plan_name.c_str(),
-                               static_cast<uint64_t>(epoch + 1), 0,
-                               k2.data(), k2.size(), /*reset=*/0);
+                               static_cast<uint64_t>(epoch + 1), 0, k2.data(),
+                               k2.size(), /*reset=*/0);
       }
     }
     plan_ok = rc == DLC_OK;

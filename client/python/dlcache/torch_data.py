@@ -502,8 +502,9 @@ class CacheIterableDataset(_ClientMixin, torch.utils.data.IterableDataset):
         (or from where load_state_dict put that epoch)."""
         epoch = int(epoch)
         pending = self.__dict__.get("_pending")
-        self._set(epoch, pending[1] if pending is not None and
-                  pending[0] == epoch else 0)
+        if pending is not None and pending[0] != epoch:
+            pending = self._pending = None
+        self._set(epoch, pending[1] if pending is not None else 0)
 
     def _set(self, epoch, resume):
         self._epoch = epoch

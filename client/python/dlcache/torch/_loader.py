@@ -71,7 +71,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:
         epoch, done = self._dlc_start()
         self._dlc_epoch, self._dlc_batches = epoch, done
-        return self._dlc_count(super().__iter__())
+        it = super().__iter__()
+        # The resumed position is used by this pass (the workers got it):
+        # a later pass of the same epoch starts from its beginning.
+        kind, t = self._dlc_target()
+        if kind == "iterable":
+            t._pending = None
+        elif kind == "tar":
+            t._skip = None
+        return self._dlc_count(it)
 
     def _dlc_count(self, it):
         for batch in it:
