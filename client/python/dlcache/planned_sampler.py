@@ -52,7 +52,7 @@ import hashlib
 import math
 import os
 import warnings
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 import torch.utils.data

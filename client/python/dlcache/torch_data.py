@@ -54,8 +54,7 @@ num_workers=0 and a transform that decodes them (never write to them).
 
 import os
 import warnings
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 import torch.utils.data

@@ -75,7 +75,7 @@ import os
 import queue
 import threading
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 

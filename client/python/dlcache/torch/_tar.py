@@ -13,7 +13,6 @@ path and size) members; regular files are samples, directories, links and
 other types are skipped; every header's checksum is checked.
 """
 
-import os
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
 
@@ -21,7 +20,6 @@ import torch
 import torch.utils.data
 
 from .. import _order
-from .._client import DlcacheError
 from .._listing import Lister, list_dataset, refuse_renamed
 from ..torch_data import _ClientMixin
 from ._folder import pil_loader
