@@ -101,8 +101,17 @@ class CacheDataset::State {
   // Never throws: a refused plan leaves plan_ok false, UNIMPLEMENTED
   // turns plans off.
   void RegisterPlan() {
-    if (!plan_pending || plan_name.empty() || plan_off) return;
+    if (plan_name.empty() || plan_off) return;
+    // A new session (the client reconnected after a dlcached restart) has
+    // no plan: register the rest of the epoch again.
+    uint64_t sessions = 0;
+    if (dlc_sessions_opened(client.get(), &sessions) == DLC_OK &&
+        sessions != plan_sessions) {
+      plan_pending = true;
+    }
+    if (!plan_pending) return;
     plan_pending = false;
+    plan_sessions = sessions;
     auto keys_of = [&](const std::vector<size_t>& idx, size_t from) {
       std::vector<const char*> out;
       out.reserve(idx.size() - std::min(from, idx.size()));
@@ -220,7 +229,8 @@ class CacheDataset::State {
   size_t feed_batch_size = 0;
   uint64_t uploaded_batches = 0;
   uint64_t uploaded_bytes = 0;
-  bool plan_pending = true;  // the pass's plan is not registered yet
+  bool plan_pending = true;    // the pass's plan is not registered yet
+  uint64_t plan_sessions = 0;  // dlc_sessions_opened when registered
   bool plan_ok = false;
   bool plan_off = false;
 };

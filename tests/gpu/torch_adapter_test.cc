@@ -528,6 +528,11 @@ void RestartMidEpoch(Fixture& f, c10::Device device) {
   }
   CHECK_THAT(delivered + 4 * static_cast<size_t>(thrown) >= f.keys.size());
   CHECK_THAT(delivered >= f.keys.size() - 8);
+  // The new session registered the rest of the epoch as its plan again.
+  CHECK_THAT(ds.plan_registered());
+  if (f.server.CanCountLeases()) {
+    CHECK_THAT(f.server.StatusJson().find(ds.plan_name()) != std::string::npos);
+  }
 }
 
 void ServerGoneIsThrown(Fixture& f) {
