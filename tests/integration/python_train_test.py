@@ -429,6 +429,29 @@ class TrainTest(unittest.TestCase):
         self.assertNotEqual(first, want)
         self.assertEqual(run(), first)
 
+    def test_tar_parser_over_chunks_and_bad_headers(self):
+        data = FILES["shards/shard-000000.tar"]
+        with dlcache.Client(SERVER.socket) as c:
+            # The cached shard spans chunks: members straddle them.
+            self.assertGreater(c.get_batch("ds", [
+                "shards/shard-000000.tar"])[0].num_chunks, 1)
+        whole = [(n, bytes(v)) for n, v in dt.iter_tar_members(data)]
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            want = [(m.name, tar.extractfile(m).read())
+                    for m in tar.getmembers() if m.isfile()]
+        self.assertEqual(whole, want)
+        mv = memoryview(data)
+        for cuts in ([512 * 7, 512 * 40], [1000, 1001, 30000], [65536]):
+            views = [mv[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+            self.assertEqual(
+                [(n, bytes(v)) for n, v in dt.iter_tar_members(views)], want)
+        bad = bytearray(data)
+        bad[1] ^= 0x20  # the first member's name: its checksum no longer fits
+        with self.assertRaisesRegex(ValueError, "checksum"):
+            list(dt.iter_tar_members(bytes(bad)))
+        with self.assertRaisesRegex(ValueError, "truncated"):
+            list(dt.iter_tar_members(data[:2048]))
+
     def test_cnn_on_tar_shards_matches_tarfile(self):
         ds = self.tar(shuffle=False, transform=to_tensor)
         ref = TarfileSamples(self.shard_paths(ds.shards), to_tensor)
