@@ -559,6 +559,22 @@ class TrainTest(unittest.TestCase):
             self.assertGreaterEqual(plans["consumed"] - before["consumed"],
                                     n, plans)
 
+    def test_gpu_loader_plans_again_after_a_restart(self):
+        keys = self.folder().keys
+        with dt.GpuLoader(keys, dataset="ds", socket=SERVER.socket,
+                          batch_size=4, device="cpu", seed=1, prefetch=1,
+                          connect_timeout=30) as gl:
+            gl.set_epoch(0)
+            it = iter(gl)
+            for _ in range(2):
+                next(it)
+            SERVER.restart()  # the plan goes with the old session
+            n = 2 + sum(1 for _ in it)
+            self.assertEqual(n, len(gl))
+            names = [p.get("name") for p in
+                     SERVER.status()["plans"]["plan_list"]]
+            self.assertIn(gl._plan_name, names)
+
     # -- len and the scheduler --------------------------------------------
 
     def test_len_is_exact_and_one_cycle_runs(self):

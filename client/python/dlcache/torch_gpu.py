@@ -192,6 +192,7 @@ def _load():
             "dlc_register_plan": (c_int, [c_void_p, c_char_p, c_char_p,
                                           c_uint64, c_uint64, P(c_char_p),
                                           c_size_t, c_int]),
+            "dlc_sessions_opened": (c_int, [c_void_p, P(c_uint64)]),
             "dlc_register_job_plan": (c_int, [
                 c_void_p, c_char_p, c_char_p, ctypes.c_uint32,
                 ctypes.c_uint32, c_uint64, c_uint64, P(c_char_p), c_size_t,
@@ -423,6 +424,7 @@ class GpuLoader:
         self._planned = None  # (pid, epoch registered as the next)
         self._resume = 0      # batch the next pass starts at
         self._resume_epoch = None
+        self._plan_sessions = None  # the session count when registered
         self._pass = None     # (epoch, first batch, iterator) of this pass
         self.transform = transform
         self._keys_b = None  # encoded once, for the feed
@@ -610,6 +612,15 @@ class GpuLoader:
             len(self.keys), self.seed, epoch, self.world_size,
             self.drop_last, self.shuffle)]
 
+    def _sessions(self):
+        """Sessions the loader's connection opened (a reconnect adds one);
+        None where the library cannot tell."""
+        fn = self._fns.get("dlc_sessions_opened")
+        if fn is None or not self._conn.ptr:
+            return None
+        n = c_uint64()
+        return n.value if fn(self._conn.ptr, ctypes.byref(n)) == _OK else None
+
     def _register(self, epoch, start_key):
         """Registers this pass's epoch (from its start_key-th key of the
         rank) and the next epoch as the plan of the loader's session.
@@ -617,6 +628,7 @@ class GpuLoader:
         library without plans is silent."""
         if not self.plan or self._plan_name is None:
             return
+        self._plan_sessions = self._sessions()
         fns = self._fns
         name = self._plan_name.encode()
         nxt = epoch + 1
@@ -708,10 +720,8 @@ class GpuLoader:
             inner = _FeedIter(self, epoch, first)
         else:
             inner = _EpochIter(self, self._batches(epoch, first=first))
-        if self._target_of is None and not self.return_keys:
-            it = inner
-        else:
-            it = _Labeled(self, inner, self._batch_indices(epoch, first))
+        it = _Labeled(self, inner, self._batch_indices(epoch, first), epoch,
+                      first)
         self._iter = it
         self._pass = (epoch, first, it)
         return it
@@ -1271,14 +1281,22 @@ class _FeedIter:
         self._done = True
 
 
-class _Labeled:
-    """One pass of a loader with targets or keys: the inner pass's batches
-    with their targets (a device tensor) and/or keys."""
+# Batches between looks at the connection's session count.
+_SESSION_CHECK_EVERY = 8
 
-    def __init__(self, loader, inner, batch_indices):
+
+class _Labeled:
+    """One pass: the inner pass's batches, with their targets (a device
+    tensor) and/or keys where asked for; counts them (state_dict) and
+    registers the rest of the epoch as the plan again after a reconnect
+    (a dlcached restart ends the old session's plan)."""
+
+    def __init__(self, loader, inner, batch_indices, epoch=0, first=0):
         self._loader = loader
         self._inner = inner
         self._idx = batch_indices
+        self._epoch = epoch
+        self._first = first
         self.taken = 0
 
     def __len__(self):
@@ -1292,6 +1310,12 @@ class _Labeled:
         ld = self._loader
         idx = self._idx[self.taken]
         self.taken += 1
+        if (ld.plan and self.taken % _SESSION_CHECK_EVERY == 0 and
+                ld.__dict__.get("_plan_sessions") is not None and
+                ld._sessions() not in (None, ld._plan_sessions)):
+            ld._planned = None
+            ld._register(self._epoch,
+                         (self._first + self.taken) * ld.batch_size)
         out = (x,)
         if ld._target_of is not None:
             out = (x, ld._labels(idx))
