@@ -32,6 +32,18 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, *args, **kwargs)
         self._dlc_epoch: Optional[int] = None
         self._dlc_batches = 0
+        from ..torch_data import CacheIterableDataset
+        if (isinstance(dataset, CacheIterableDataset) and
+                dataset.batch_size is None and self.batch_size is not None
+                and self.batch_size % dataset.fetch_size):
+            import warnings
+            warnings.warn(
+                "dlcache: batch_size %d is not a multiple of the dataset's "
+                "fetch_size %d: the workers' batches straddle its blocks, "
+                "so the order is not the epoch's and len() is not exact "
+                "(give CacheIterableDataset fetch_size=%d)"
+                % (self.batch_size, dataset.fetch_size, self.batch_size),
+                stacklevel=2)
 
     def _dlc_target(self):
         from ..planned_sampler import PlannedSampler
