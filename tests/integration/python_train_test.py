@@ -373,6 +373,24 @@ class TrainTest(unittest.TestCase):
             dt.ImageFolder("ds", prefix="shards", socket=SERVER.socket,
                            lister=lister())
 
+    def test_spawned_workers_read_the_same_epoch(self):
+        ds = self.folder(return_keys=True)
+        sampler = dt.PlannedSampler(ds, seed=3, plan=False)
+        sampler.set_epoch(1)
+        orders = []
+        for method in ("fork", "spawn"):
+            loader = torch.utils.data.DataLoader(
+                ds, batch_size=8, sampler=sampler, num_workers=2,
+                multiprocessing_context=method, timeout=LOADER_TIMEOUT_S)
+            batches = list(loader)
+            orders.append([k for b in batches for k in b[0]])
+            self.assertEqual(batches[0][2].tolist(),
+                             [ds.targets[ds.keys.index(k)]
+                              for k in batches[0][0]])
+        self.assertEqual(orders[0], orders[1])
+        self.assertEqual(orders[0], [ds.keys[i] for i in
+                                     _order.rank_order(len(ds), 3, 1)])
+
     def test_cnn_on_image_folder_matches_the_reference(self):
         ds = self.folder()
         ref = ReferenceImageFolder(os.path.join(SERVER.src, "train"),
@@ -558,6 +576,15 @@ class TrainTest(unittest.TestCase):
             # Its reads were the plan's progress.
             self.assertGreaterEqual(plans["consumed"] - before["consumed"],
                                     n, plans)
+        # A job's ranks share one job plan, named after the job.
+        with dt.GpuLoader(keys, dataset="ds", socket=SERVER.socket,
+                          batch_size=16, device="cpu", seed=1, job="j31",
+                          rank=0, world_size=2) as gl:
+            self.assertTrue(gl._plan_name.startswith("job/j31/"))
+            self.assertEqual(sum(len(b) for b in gl), len(keys) // 2)
+            names = [p.get("name") for p in
+                     SERVER.status()["plans"]["plan_list"]]
+            self.assertIn(gl._plan_name, names)
 
     def test_gpu_loader_plans_again_after_a_restart(self):
         keys = self.folder().keys
@@ -620,6 +647,11 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(int(y), targets[5])
         with self.assertRaises(ValueError):
             dt.CacheDataset(keys, dataset="ds", targets=targets[:3])
+        # keys=None: the dataset's listing under prefix.
+        ds = dt.CacheDataset(dataset="ds", prefix="shards",
+                             socket=SERVER.socket, lister=lister())
+        self.assertEqual(ds.keys, ["shards/shard-%06d.tar" % i
+                                   for i in range(SHARDS)])
 
     def test_old_parameter_names_are_refused(self):
         for cls in (dt.CacheDataset, dt.CacheIterableDataset):

@@ -96,6 +96,22 @@ def list_dataset(dataset: str, prefix: str = "", socket: Optional[str] = None,
     return entries
 
 
+class _TargetOf:
+    """index -> target; picklable (DataLoader workers may be spawned)."""
+
+    def __init__(self, kind: str, targets: Any, keys: Sequence[str]):
+        self.kind = kind
+        self.targets = targets
+        self.keys = keys
+
+    def __call__(self, i: int) -> Any:
+        if self.kind == "seq":
+            return self.targets[i]
+        if self.kind == "map":
+            return self.targets[self.keys[i]]
+        return self.targets(self.keys[i])
+
+
 def target_getter(targets: Targets, keys: Sequence[str]
                   ) -> Optional[Callable[[int], Any]]:
     """index -> target for `targets`: a sequence aligned with `keys`, a
@@ -103,10 +119,10 @@ def target_getter(targets: Targets, keys: Sequence[str]
     if targets is None:
         return None
     if isinstance(targets, Mapping):
-        return lambda i: targets[keys[i]]
+        return _TargetOf("map", targets, keys)
     if callable(targets) and not hasattr(targets, "__len__"):
-        return lambda i: targets(keys[i])
+        return _TargetOf("call", targets, keys)
     if len(targets) != len(keys):
         raise ValueError("targets has %d entries for %d keys"
                          % (len(targets), len(keys)))
-    return lambda i: targets[i]
+    return _TargetOf("seq", targets, keys)
