@@ -109,7 +109,7 @@ class PlannedSampler(torch.utils.data.Sampler):
       shuffle, seed, drop_last: as torch's DistributedSampler (the
         permutation of epoch e is dlcache._order's of (seed, e)).
       rank, world_size: default: torch.distributed's, else 0 and 1.
-      plan: register epoch plans (False: a plain DistributedSampler).
+      plan: register epoch plans (False: a plain sampler of the order).
       plan_name: the plan's name on the node (default: the client name,
         the process id and the rank); ranks need distinct names. Not used
         for a job plan.
