@@ -32,6 +32,9 @@ On the GPU machine (bundle from tests/gpu/device_bundle.sh):
   DLCACHE_LIB=.device/gpu/pylib/libdlcache_c.so PYTHONPATH=client/python \\
   python3 tests/gpu/train_resnet_on_device.py --out $OUT/train_resnet.md
 
+--cpu-smoke runs every code path on the CPU at tiny sizes (a check of the
+script; with a stand-in torchvision where there is none), no figures.
+
 Exits 1 when an accuracy is off (by more than --tolerance) or below
 --min-accuracy (default 0.8); 77 without CUDA or torchvision (nothing measured).
 """
@@ -133,6 +136,11 @@ def model(classes, device):
     return m.to(device).to(memory_format=torch.channels_last)
 
 
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def run(name, batches_of_epoch, epochs, classes, device, evaluate):
     """Trains a fresh ResNet-50 for `epochs` over batches_of_epoch(e) of
     (x, y); returns a result dict (img/s over the timed epochs, accuracy
@@ -146,14 +154,14 @@ def run(name, batches_of_epoch, epochs, classes, device, evaluate):
     for epoch in range(epochs):
         net.train()
         correct = seen = 0
-        torch.cuda.synchronize()
+        sync(device)
         t0 = time.perf_counter()
         n = 0
         for x, y in batches_of_epoch(epoch):
             x = x.to(device, non_blocking=True).to(
                 memory_format=torch.channels_last)
             y = y.to(device, non_blocking=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
                 out = net(x)
                 loss = nn.functional.cross_entropy(out, y)
             opt.zero_grad(set_to_none=True)
@@ -162,7 +170,7 @@ def run(name, batches_of_epoch, epochs, classes, device, evaluate):
             correct += int((out.argmax(1) == y).sum())
             seen += len(y)
             n += len(y)
-        torch.cuda.synchronize()
+        sync(device)
         dt = time.perf_counter() - t0
         if epoch > 0 or epochs == 1:  # the first epoch warms up (cudnn)
             images += n
@@ -192,11 +200,17 @@ def main():
                     help="only the hit-rate part (runs on the CPU too: "
                     "GpuLoader then yields CPU tensors)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="run the code paths on the CPU (tiny sizes; "
+                    "GpuLoader decodes with PIL): a check of the script, "
+                    "no figures")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    if args.cpu_smoke:
+        args.quick = True
+        args.size, args.batch, args.workers = 32, 32, 2
     if args.quick:
         args.per_class, args.val_per_class, args.epochs = 64, 16, 2
-        args.plan_files = min(args.plan_files, 256)
     if args.plan_hit_only:
         dev = torch.device("cuda", 0) if torch.cuda.is_available() else \
             torch.device("cpu")
@@ -210,7 +224,7 @@ def main():
             with open(args.out, "w") as f:
                 f.write(text)
         return
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not args.cpu_smoke:
         print("SKIPPED: no CUDA device")
         sys.exit(77)
     try:
@@ -222,11 +236,14 @@ def main():
     import dlcache.torch as dt
     from python_server import Server
 
-    device = torch.device("cuda", 0)
+    device = torch.device("cpu" if args.cpu_smoke else "cuda", 0)
+    if args.cpu_smoke:
+        device = torch.device("cpu")
     torch.backends.cudnn.benchmark = True
     date = datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC")
-    gpu = torch.cuda.get_device_name(0)
+    gpu = (torch.cuda.get_device_name(0) if device.type == "cuda" else
+           "CPU smoke run")
     log("%s, %d cores, torch %s, torchvision %s" % (
         gpu, os.cpu_count(), torch.__version__, torchvision.__version__))
 
@@ -262,7 +279,7 @@ def main():
             right = count = 0
             dl = torch.utils.data.DataLoader(
                 tv_val, batch_size=256, num_workers=args.workers)
-            with torch.no_grad(), torch.autocast("cuda",
+            with torch.no_grad(), torch.autocast(device.type,
                                                  dtype=torch.bfloat16):
                 for x, y in dl:
                     x = x.to(device).to(memory_format=torch.channels_last)
@@ -272,7 +289,8 @@ def main():
             return right / max(count, 1)
 
         common = dict(batch_size=args.batch, num_workers=args.workers,
-                      pin_memory=True, persistent_workers=True,
+                      pin_memory=device.type == "cuda",
+                      persistent_workers=True,
                       prefetch_factor=4)
 
         tv_sampler = OrderSampler(n, seed)
@@ -305,7 +323,9 @@ def main():
                 args.epochs, args.classes, device, evaluate),
             run("(b) dlcache.torch.ImageFolder + DataLoader", ours_batches,
                 args.epochs, args.classes, device, evaluate),
-            run("(c) dlcache.torch.GpuLoader (nvjpeg)", gpu_batches,
+            run("(c) dlcache.torch.GpuLoader (%s)" % (
+                "nvjpeg" if device.type == "cuda" else "PIL, CPU"),
+                gpu_batches,
                 args.epochs, args.classes, device, evaluate),
         ]
         gl.close()
@@ -363,7 +383,13 @@ def plan_hit_rate(args, device, date, gpu):
                  args.plan_files)}
     keys = sorted(files)
     data = len(keys) * size
-    arena_mib = max(16, data // 2 // (1 << 20))
+    # Half the data; at least 64 MiB, so that a session's lease share (half
+    # the arena) holds the batches in flight.
+    arena_mib = data // 2 // (1 << 20)
+    if arena_mib < 64:
+        raise SystemExit("--plan-files: at least %d files (the arena is "
+                         "half the data and needs 64 MiB)" %
+                         (128 * (1 << 20) // size + 1))
     out = ["## GpuLoader hit rate, dataset = 2x the arena, with and "
            "without its epoch plan", "",
            "%s, %s: %d raw files of %d B (%.0f MiB), arena %d MiB, batch "
