@@ -647,6 +647,15 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(int(y), targets[5])
         with self.assertRaises(ValueError):
             dt.CacheDataset(keys, dataset="ds", targets=targets[:3])
+        # Batched iterable reads: (batch, targets tensor), with keys.
+        it = dt.CacheIterableDataset(keys, dataset="ds", socket=SERVER.socket,
+                                     batch_size=8, targets=as_dict,
+                                     return_keys=True, seed=2)
+        for bkeys, data, y in it:
+            self.assertEqual(len(data), len(bkeys))
+            self.assertEqual(y.tolist(), [as_dict[k] for k in bkeys])
+            self.assertEqual(bytes(data[0].numpy()),
+                             FILES[bkeys[0]])
         # keys=None: the dataset's listing under prefix.
         ds = dt.CacheDataset(dataset="ds", prefix="shards",
                              socket=SERVER.socket, lister=lister())
