@@ -14,6 +14,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s="$here/k8s"
+base="$k8s/base"
 tools="$here/tools"
 
 fail() { echo "validate.sh: FAIL: $*" >&2; exit 1; }
@@ -37,9 +38,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Every manifest except the kustomization itself, in a stable order.
-mapfile -t manifests < <(find "$k8s" -name '*.yaml' ! -name kustomization.yaml | sort)
+# The base's manifests and the examples, in a stable order (the overlays
+# hold kustomizations and patches, not objects: they are checked built).
+mapfile -t examples < <(find "$k8s/examples" -name '*.yaml' | sort)
+mapfile -t manifests < <({ find "$base" -name '*.yaml' ! -name kustomization.yaml
+                           printf '%s\n' "${examples[@]}"; } | sort)
 (( ${#manifests[@]} > 0 )) || fail "no manifests under $k8s"
+mapfile -t overlays < <(find "$k8s/overlays" -mindepth 1 -maxdepth 1 -type d | sort)
+(( ${#overlays[@]} == 2 )) || fail "expected overlays single-node and cluster"
+
 
 have_kubectl=1
 command -v kubectl >/dev/null 2>&1 || have_kubectl=0
@@ -76,22 +83,29 @@ EOF
     "${kc[@]}" apply --dry-run=client --validate=false -f "$m" ||
       fail "kubectl rejected $m"
   done
-  echo "== kubectl apply --dry-run=client -k k8s"
-  "${kc[@]}" apply --dry-run=client --validate=false -k "$k8s" ||
-    fail "kubectl rejected the kustomization"
+  for k in "$base" "${overlays[@]}"; do
+    echo "== kubectl apply --dry-run=client -k ${k#"$here"/}"
+    "${kc[@]}" apply --dry-run=client --validate=false -k "$k" ||
+      fail "kubectl rejected the kustomization $k"
+  done
 
   # The dry run must be able to fail: a retired apiVersion is rejected.
   sed 's#^apiVersion: apps/v1$#apiVersion: extensions/v1beta1#' \
-    "$k8s/daemonset.yaml" >"$tmp/bad.yaml"
+    "$base/daemonset.yaml" >"$tmp/bad.yaml"
   if "${kc[@]}" apply --dry-run=client --validate=false -f "$tmp/bad.yaml" \
       >/dev/null 2>&1; then
     fail "kubectl accepted a DaemonSet in extensions/v1beta1"
   fi
 
   # --- kustomize build (offline, no API server involved) -------------------
-  echo "== kubectl kustomize k8s"
-  kubectl kustomize "$k8s" >"$tmp/kustomized.yaml" || fail "kustomize failed"
+  echo "== kubectl kustomize k8s/base"
+  kubectl kustomize "$base" >"$tmp/kustomized.yaml" || fail "kustomize failed"
   kustomized=(--kustomized "$tmp/kustomized.yaml")
+  for o in "${overlays[@]}"; do
+    echo "== kubectl kustomize ${o#"$here"/}"
+    kubectl kustomize "$o" >"$tmp/overlay-$(basename "$o").yaml" ||
+      fail "kustomize failed on $o"
+  done
 else
   echo "validate.sh: kubectl not found: skipping the dry run and kustomize" >&2
   kustomized=()
@@ -113,6 +127,16 @@ echo "== check_manifests.py"
 "$py" "$tools/check_manifests.py" --source-root "$here/.." \
   "${kustomized[@]}" "${binaries[@]}" \
   "${manifests[@]}" || fail "manifest checks"
+if (( have_kubectl )); then
+  for o in "${overlays[@]}"; do
+    name="$(basename "$o")"
+    echo "== check_manifests.py --overlay $name"
+    "$py" "$tools/check_manifests.py" --source-root "$here/.." \
+      --overlay "$name" "${binaries[@]}" \
+      "$tmp/overlay-$name.yaml" "${examples[@]}" ||
+      fail "overlay $name"
+  done
+fi
 echo "== check_manifests.py --self-test"
 "$py" "$tools/check_manifests.py" --self-test "${manifests[@]}" ||
   fail "the checks missed a known breakage"
@@ -122,6 +146,13 @@ if [[ -x "${DLCACHED:-}" && -x "${DLCACHECTL:-}" ]]; then
   echo "== smoke_probes.py"
   "$py" "$tools/smoke_probes.py" "$DLCACHED" "$DLCACHECTL" "${manifests[@]}" ||
     fail "probes against a real dlcached"
+  # One node on day one: the single-node overlay's flagfile as shipped.
+  if [[ -s "$tmp/overlay-single-node.yaml" ]]; then
+    echo "== smoke_probes.py (overlay single-node)"
+    "$py" "$tools/smoke_probes.py" "$DLCACHED" "$DLCACHECTL" \
+      "$tmp/overlay-single-node.yaml" "${examples[@]}" ||
+      fail "probes against a real dlcached (single-node overlay)"
+  fi
 else
   echo "validate.sh: DLCACHED/DLCACHECTL not built: probes not run" >&2
 fi
@@ -147,7 +178,7 @@ import check_manifests; print(check_manifests.IMAGE_NAME)' "$tools")"
 grep -qF -- "image=\"$image_name:\$version\"" "$here/docker/build_image.sh" ||
   fail "build_image.sh does not tag $image_name:<version>, which the manifests use"
 for exe in /usr/local/bin/dlcached /usr/bin/tini; do
-  grep -qF -- "$exe" "$k8s/daemonset.yaml" ||
+  grep -qF -- "$exe" "$base/daemonset.yaml" ||
     fail "daemonset.yaml no longer runs $exe; update this check"
 done
 

@@ -13,7 +13,7 @@ Usage:
                      MANIFEST.yaml...
   check_manifests.py --self-test MANIFEST.yaml...
 
---kustomized: `kubectl kustomize deploy/k8s` output, checked to hold the
+--kustomized: `kubectl kustomize deploy/k8s/base` output, checked to hold the
 same objects (namespaced ones in the kustomization's namespace).
 --dlcached / --dlcachectl: built binaries; their --helpfull output must
 list every flag the manifests pass them.
@@ -50,6 +50,17 @@ DLCACHED_FLAGS = {
     "tls_cert", "tls_key", "tls_ca", "tls_server_name", "insecure_peers",
     "admin_token_file", "insecure_admin", "max_warmup_parallelism",
     "max_concurrent_warmups",
+    # Issues 10-19: the data socket's bounds, eviction, epoch plans, NUMA,
+    # warm restarts, heap, the SSD index's memory.
+    "admin_socket", "borrowed_share", "data_event_loops", "epoch_plans",
+    "eviction_policy", "malloc_arenas", "max_connections", "max_frame_bytes",
+    "max_inflight_per_connection", "max_keys_per_batch",
+    "max_leases_per_session", "max_plan_keys", "max_plans_per_session",
+    "max_reply_queue_bytes", "numa", "numa_sysfs_root",
+    "plan_lookahead_bytes", "plan_prefetch_in_flight", "readopt_verify",
+    "session_lease_share", "shared_group", "ssd_demote",
+    "ssd_index_block_cache", "ssd_index_flush_on_drain",
+    "ssd_index_write_buffer",
 }
 # Defined by absl itself, not by an ABSL_FLAG of ours.
 ABSL_BUILTIN_FLAGS = {"flagfile", "fromenv", "tryfromenv", "undefok"}
@@ -85,6 +96,10 @@ FLAGFILE_KEY = "dlcached.flags"
 DAEMONSET = "dlcached"
 CONTAINER = "dlcached"
 SERVICE = "dlcached-peers"
+# Any of these makes dlcached a member of a cluster.
+PEER_FLAGS = ("peer_address", "peers", "peer_dns")
+# What each overlay of deploy/k8s/overlays must (not) hold.
+OVERLAYS = ("single-node", "cluster")
 
 # As common/byte_size.h's ParseByteSize: K/M/G/T and KiB/MiB/GiB/TiB are
 # powers of 1024, KB/MB/GB/TB powers of 1000.
@@ -384,7 +399,8 @@ class Checker:
     def run(self):
         cm = self.one("ConfigMap", CONFIGMAP)
         ds = self.one("DaemonSet", DAEMONSET)
-        svc = self.one("Service", SERVICE)
+        svcs = self.find("Service", SERVICE)
+        svc = self.one("Service", SERVICE) if svcs else None
         if cm is None or ds is None:
             return self.errors
         text = (cm.get("data") or {}).get(FLAGFILE_KEY)
@@ -420,9 +436,13 @@ class Checker:
         self.check_flag_values(
             {k: re.sub(r"\$\((\w+)\)", "x", v) for k, v in flags.items()},
             where + " flags")
+        # A node with peers needs its id; one on its own (the single-node
+        # overlay) has no peer flag at all.
+        self.clustered = any(flags.get(f) for f in PEER_FLAGS)
         if "node_id" not in argflags:
-            self.error(where, "--node_id=$(POD_IP):<peer port> must be in "
-                       "args")
+            if self.clustered:
+                self.error(where, "--node_id=$(POD_IP):<peer port> must be "
+                           "in args")
         else:
             self.check_node_id(where, c, argflags["node_id"], flags)
 
@@ -616,6 +636,9 @@ class Checker:
             if hp and hp[0] in ("127.0.0.1", "localhost", "::1"):
                 self.error(where, "--%s listens on loopback only" % label)
         if svc is None:
+            if peer or flags.get("peer_dns"):
+                self.error(where, "peers configured but no Service/" +
+                           SERVICE)
             return
         swhere = "Service/" + SERVICE
         spec = svc.get("spec") or {}
@@ -682,14 +705,61 @@ class Checker:
                                    "%s" % (dataset, sorted(datasets)))
                 elif where.startswith("Pod/"):
                     found_pod = True
-                    self.expect_host_dir(where, spec, c,
-                                         self.flags["shm_dir"],
-                                         read_only=True)
+                    # Segments arrive as fds over the data socket: a trainer
+                    # needs no arena mount (the directory is 0700), and one
+                    # it has anyway must be read-only.
+                    mount, _ = self.mount_for(spec, c, self.flags["shm_dir"])
+                    if mount is not None and not mount.get("readOnly"):
+                        self.error(where, "mounts the arena dir %s writable"
+                                   % self.flags["shm_dir"])
         if not found_pod:
             self.error("examples", "no trainer Pod")
         if not found_job:
             self.error("examples", "no warm-up Job running dlcachectl "
                        "warmup")
+
+
+def check_overlay(docs, name):
+    """What deploy/k8s/overlays/NAME must give, beyond the Checker's rules:
+    single-node: no peers, no Service, no Secret the pods would wait for;
+    cluster: peers found through the Service, authenticated by the token
+    and mTLS Secrets."""
+    errors = []
+    checker = Checker(docs)
+    checker.run()
+    flags = getattr(checker, "flags", {})
+    services = checker.find("Service", SERVICE)
+    secrets = set()
+    for ds in checker.find("DaemonSet", DAEMONSET):
+        for vol in ds["spec"]["template"]["spec"].get("volumes") or []:
+            if vol.get("secret"):
+                secrets.add(vol["secret"].get("secretName"))
+            for src in (vol.get("projected") or {}).get("sources") or []:
+                if src.get("secret"):
+                    secrets.add(src["secret"].get("name"))
+    where = "overlay " + name
+    if name == "single-node":
+        for f in PEER_FLAGS + ("node_id", "peer_token_file", "tls_cert",
+                               "tls_key", "tls_ca"):
+            if flags.get(f):
+                errors.append("%s: dlcached has --%s" % (where, f))
+        if services:
+            errors.append("%s: ships Service/%s" % (where, SERVICE))
+        if secrets:
+            errors.append("%s: pods would wait for Secret(s) %s"
+                          % (where, ", ".join(sorted(map(str, secrets)))))
+    elif name == "cluster":
+        if not flags.get("peer_address") or not flags.get("peer_dns"):
+            errors.append("%s: no --peer_address/--peer_dns" % where)
+        if not services:
+            errors.append("%s: no Service/%s" % (where, SERVICE))
+        for want in ("dlcached-peer-token", "dlcached-tls"):
+            if want not in secrets:
+                errors.append("%s: Secret %s not mounted" % (where, want))
+    else:
+        errors.append("unknown overlay %r (one of %s)"
+                      % (name, ", ".join(OVERLAYS)))
+    return errors
 
 
 def load(paths):
@@ -917,6 +987,10 @@ def main():
     ap.add_argument("--source-root",
                     help="repository root: check flags against server/*.cc")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--overlay", choices=OVERLAYS,
+                    help="the manifests are `kubectl kustomize "
+                    "deploy/k8s/overlays/NAME` (plus the examples): check "
+                    "what that overlay promises too")
     args = ap.parse_args()
     docs = load(args.manifests)
     if args.self_test:
@@ -932,6 +1006,8 @@ def main():
     errors = checker.run()
     if args.kustomized:
         errors += check_kustomized(docs, args.kustomized, image_tag)
+    if args.overlay:
+        errors += check_overlay(docs, args.overlay)
     warnings = []
     if args.source_root:
         defined = source_flags(args.source_root)

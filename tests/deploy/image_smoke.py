@@ -53,6 +53,8 @@ SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 K8S = os.path.join(ROOT, "deploy", "k8s")
+# The kustomize base and the examples; the overlays hold patches, not objects.
+K8S_DIRS = [os.path.join(K8S, "base"), os.path.join(K8S, "examples")]
 sys.path.insert(0, os.path.join(ROOT, "deploy", "tools"))
 
 DLCACHE_UID = 10001
@@ -301,7 +303,7 @@ class Smoke:
                 fail("%s runs %r, but the image is %s" % (where, image,
                                                           expected))
         import yaml
-        with open(os.path.join(K8S, "kustomization.yaml")) as f:
+        with open(os.path.join(K8S, "base", "kustomization.yaml")) as f:
             kust = yaml.safe_load(f)
         for entry in kust.get("images") or []:
             if entry.get("name") == cm.IMAGE_NAME and \
@@ -374,7 +376,7 @@ class Smoke:
         if not version:
             fail("no project(dlcache VERSION ...) in CMakeLists.txt")
         manifests = sorted(
-            os.path.join(d, f) for d, _, fs in os.walk(K8S) for f in fs
+            os.path.join(k, f) for k in K8S_DIRS for f in os.listdir(k)
             if f.endswith(".yaml") and f != "kustomization.yaml")
         docs = cm.load(manifests)
         checker = cm.Checker(docs, version)
