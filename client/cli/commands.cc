@@ -1,8 +1,12 @@
 #include "client/cli/commands.h"
 
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -28,6 +32,44 @@
 namespace dlcache {
 namespace cli {
 namespace {
+
+// The name of group `gid`, or its number when it has no name here.
+std::string GroupName(gid_t gid) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* found = nullptr;
+  if (::getgrgid_r(gid, &g, buf.data(), buf.size(), &found) == 0 &&
+      found != nullptr) {
+    return absl::StrCat(found->gr_name, " (gid ", gid, ")");
+  }
+  return absl::StrCat("gid ", gid);
+}
+
+// A connect refused for lack of permission means the server runs but the
+// caller may not use its admin socket; "is it running?" would send the
+// user looking for a dead server. Returns the message to print, or "" when
+// the failure is not about permissions.
+std::string AdminSocketDenied(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno != EACCES) return "";
+    return absl::StrCat("permission denied: your uid ", ::getuid(),
+                        " may not enter a directory on the way to ", path,
+                        " (the admin socket); run dlcachectl as a member of "
+                        "the group that owns that directory");
+  }
+  if (!S_ISSOCK(st.st_mode) || ::access(path.c_str(), W_OK) == 0 ||
+      errno != EACCES) {
+    return "";
+  }
+  return absl::StrCat(
+      "permission denied: your uid ", ::getuid(), " is not in the admin group ",
+      GroupName(st.st_gid), " of ", path, " (mode ",
+      absl::StrFormat("%04o", st.st_mode & 07777),
+      "); dlcached is running. Run dlcachectl as a member of that group "
+      "(Kubernetes: supplementalGroups), as the server's user, or through "
+      "--address with a token or certificate");
+}
 
 constexpr absl::Duration kDefaultTimeout = absl::Seconds(10);
 
@@ -767,9 +809,14 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
     absl::StatusOr<UniqueFd> probe =
         ConnectUnix(ctx.target.substr(5), SOCK_STREAM);
     if (!probe.ok()) {
-      admin = absl::UnavailableError(
-          absl::StrCat("cannot reach dlcached at ", ctx.target,
-                       ": is it running? (", probe.status().message(), ")"));
+      if (std::string denied = AdminSocketDenied(ctx.target.substr(5));
+          !denied.empty()) {
+        admin = absl::PermissionDeniedError(denied);
+      } else {
+        admin = absl::UnavailableError(
+            absl::StrCat("cannot reach dlcached at ", ctx.target,
+                         ": is it running? (", probe.status().message(), ")"));
+      }
     }
   }
   if (admin.status().message().empty()) {
@@ -789,8 +836,12 @@ int Dispatch(absl::Span<const std::string> argv, const CliEnv& env) {
   if (!admin.ok()) {
     *env.err << "dlcachectl: " << admin.status().message() << "\n";
     if (ctx.json) {
-      *env.out << "{\"error\":{\"code\":\"UNAVAILABLE\",\"message\":"
-               << JsonString(admin.status().message()) << "}}\n";
+      *env.out << "{\"error\":{\"code\":\""
+               << (absl::IsPermissionDenied(admin.status())
+                       ? "PERMISSION_DENIED"
+                       : "UNAVAILABLE")
+               << "\",\"message\":" << JsonString(admin.status().message())
+               << "}}\n";
     }
     return kExitUnreachable;
   }

@@ -3,10 +3,12 @@
 // and the errors when the server is down.
 
 #include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,8 +69,10 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
 }
 
 // Runs dlcachectl with `args`; stdout and stderr are pipes (not a TTY).
+// With `run_as_uid` >= 0 the child drops to that uid (and gid) first; the
+// caller must be root.
 CtlResult RunCtl(std::vector<std::string> args,
-                 const std::string& socket_env = "") {
+                 const std::string& socket_env = "", int run_as_uid = -1) {
   args.insert(args.begin(), DLCACHECTL_BINARY);
   std::vector<std::string> env = ChildEnv(socket_env);
   std::vector<char*> argv = CStrings(args), envp = CStrings(env);
@@ -78,6 +82,11 @@ CtlResult RunCtl(std::vector<std::string> args,
   if (pid == 0) {
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    if (run_as_uid >= 0 &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(run_as_uid) != 0 ||
+         ::setuid(run_as_uid) != 0)) {
+      ::_exit(126);
+    }
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
@@ -627,6 +636,42 @@ TEST(DlcachectlNoServerTest, StaleSocketOfAStoppedServerExitsThree) {
   CtlResult r = RunCtl({"status", "--socket", sock});
   EXPECT_EQ(r.rc, 3) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("is it running?"));
+}
+
+// The server runs, but the caller may not use its admin socket (mode 0660,
+// the server's group): the message says so instead of "is it running?".
+TEST(DlcachectlNoServerTest, RefusedAdminSocketSaysPermissionDenied) {
+  auto s = testing::TestServer::Start();
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string sock = (*s)->socket_path();
+  const std::string admin = sock + ".admin";
+  int uid = -1;
+  if (::geteuid() == 0) {
+    // Root passes every permission check: run dlcachectl as nobody, who
+    // may enter the socket's directory but is not in the socket's group.
+    uid = 65534;
+    const std::string dir = sock.substr(0, sock.rfind('/'));
+    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  } else {
+    // The owner without write permission is refused as well.
+    ASSERT_EQ(::chmod(admin.c_str(), 0), 0);
+  }
+  CtlResult r = RunCtl({"status", "--socket", sock}, "", uid);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("permission denied: your uid ",
+                                            uid >= 0 ? uid : int(::getuid()),
+                                            " is not in the admin group ")));
+  EXPECT_THAT(r.err, HasSubstr("dlcached is running"));
+  EXPECT_THAT(r.err, Not(HasSubstr("is it running?")));
+  CtlResult j = RunCtl({"stats", "--json", "--socket", sock}, "", uid);
+  EXPECT_EQ(j.rc, 3);
+  EXPECT_THAT(j.out, StartsWith("{\"error\":{\"code\":\"PERMISSION_DENIED\""));
+  struct stat st {};
+  ASSERT_EQ(::stat(admin.c_str(), &st), 0);
+  if (uid < 0)
+    EXPECT_THAT(r.err, HasSubstr("(mode 0000)"));
+  else
+    EXPECT_THAT(r.err, HasSubstr("(mode 0660)"));
 }
 
 TEST(DlcachectlNoServerTest, HelpForEveryCommand) {
