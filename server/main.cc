@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -18,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -359,6 +361,74 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   return c;
 }
 
+// Appends `text` to `out` wrapped at 80 columns: the first line after
+// `first`, the others after `indent`.
+void AppendWrapped(absl::string_view first, absl::string_view indent,
+                   absl::string_view text, std::string* out) {
+  std::string line(first);
+  bool empty = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!empty && line.size() + 1 + word.size() > 80) {
+      absl::StrAppend(out, line, "\n");
+      line = std::string(indent);
+      empty = true;
+    }
+    absl::StrAppend(&line, empty ? "" : " ", word);
+    empty = false;
+  }
+  absl::StrAppend(out, line, "\n");
+}
+
+// abseil before 2023 ends --help, --helpfull and --helpshort with exit
+// status 1, which scripts and package checks read as a failure. dlcached
+// answers those three itself, in absl's layout (docs/configuration.md is
+// generated from it: scripts/gen_flag_reference.py), and exits 0. The
+// other forms (--helpon, --helpmatch, --help=SUBSTRING, --version) stay
+// absl's. Returns whether help was printed.
+bool PrintHelpIfAsked(int argc, char** argv) {
+  bool full = false;
+  bool asked = false;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "--help" || a == "-help" || a == "--helpshort" ||
+        a == "-helpshort") {
+      asked = true;
+    } else if (a == "--helpfull" || a == "-helpfull") {
+      asked = full = true;
+    }
+  }
+  if (!asked) return false;
+  // By file, then by name, as absl lists them.
+  std::map<std::string, std::map<std::string, const absl::CommandLineFlag*>>
+      files;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->IsRetired()) continue;
+    const std::string file = flag->Filename();
+    if (!full && !absl::EndsWith(file, "server/main.cc")) continue;
+    files[file][std::string(name)] = flag;
+  }
+  std::string out =
+      absl::StrCat("dlcached: ", absl::ProgramUsageMessage(), "\n\n");
+  for (const auto& [file, flags] : files) {
+    absl::StrAppend(&out, "  Flags from ", file, ":\n");
+    for (const auto& [name, flag] : flags) {
+      std::string value = flag->DefaultValue();
+      if (flag->IsOfType<std::string>())
+        value = absl::StrCat("\"", value, "\"");
+      AppendWrapped("    ", "      ",
+                    absl::StrCat("--", name, " (", flag->Help(),
+                                 "); default: ", value, ";"),
+                    &out);
+    }
+    out += "\n";
+  }
+  if (!full) out += "Try --helpfull to get a list of all flags.\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -380,6 +450,7 @@ int main(int argc, char** argv) {
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
+  if (PrintHelpIfAsked(argc, argv)) return 0;
   absl::ParseCommandLine(argc, argv);
   // First, before any thread or large buffer (CacheServer::Start sets it
   // again for embedders).

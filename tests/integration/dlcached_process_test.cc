@@ -97,8 +97,14 @@ TEST_F(DlcachedProcessTest, StartsStopsCleanlyAndRefusesASecondServer) {
 
 TEST_F(DlcachedProcessTest, HelpDescribesTheFlags) {
   CommandResult r = RunDlcached("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // help is no failure
   EXPECT_NE(r.output.find("--source"), std::string::npos);
   EXPECT_NE(r.output.find("--arena_bytes"), std::string::npos);
+  EXPECT_EQ(r.output.find("--flagfile ("), std::string::npos);  // absl's own
+  CommandResult full = RunDlcached("--helpfull");
+  EXPECT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_NE(full.output.find("--flagfile ("), std::string::npos);
+  EXPECT_NE(full.output.find("--malloc_arenas ("), std::string::npos);
 }
 
 }  // namespace
