@@ -24,6 +24,9 @@ $SUDO apt-get install -y -q --no-install-recommends \
 # Container image without a registry or a Docker engine (issue 15).
 $SUDO apt-get install -y -q --no-install-recommends \
   mmdebstrap buildah tini uidmap
+# promtool (Debian ships it in the prometheus package) checks the metrics
+# scrape and the alert rules (ctest monitoring_check).
+$SUDO apt-get install -y -q --no-install-recommends prometheus
 # kubectl validates the Kubernetes manifests; Debian ships it as
 # kubernetes-client (some images carry a newer kubectl already).
 if ! command -v kubectl >/dev/null 2>&1; then

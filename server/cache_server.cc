@@ -250,10 +250,18 @@ absl::Status CacheServer::Init() {
   if (manifest.ok() && arena_->adopted()) {
     AdoptResult r = AdoptArenaManifest(*manifest, *arena_, tier_.get(), names,
                                        /*verify=*/!verify_later);
+    start_.readopted_chunks = r.chunks;
     DLC_LOG(INFO) << "re-adopted " << r.chunks << " chunks (" << r.bytes
                   << " bytes) from the previous server; dropped " << r.dropped
                   << (verify_later ? "; checksums checked in the background"
                                    : "");
+  }
+  start_.cold = arena_->replaced_previous();
+  if (start_.cold) {
+    DLC_LOG(WARNING) << "cold start: the previous server's arena in "
+                     << LogEscape(config_.shm_dir)
+                     << " was not re-adopted (no usable manifest: a crash or "
+                        "kill -9?)";
   }
   // The manifest's memory goes now, not at the end of Init.
   manifest = absl::NotFoundError("adopted");
@@ -286,6 +294,11 @@ absl::Status CacheServer::Init() {
 
   CacheEngine::Options engine_options;
   engine_options.fill_threads = config_.fill_threads;
+  engine_options.batch_latency = &histograms_.batch;
+  engine_options.fill_ssd_latency = &histograms_.fill_ssd;
+  engine_options.fill_peer_latency = &histograms_.fill_peer;
+  engine_options.fill_source_latency = &histograms_.fill_source;
+  engine_options.warmup_duration = &histograms_.warmup;
   engine_options.warmup_parallelism = config_.warmup_parallelism;
   engine_options.max_warmup_parallelism = config_.max_warmup_parallelism;
   engine_options.max_concurrent_warmups = config_.max_concurrent_warmups;
@@ -336,6 +349,7 @@ absl::Status CacheServer::Init() {
     targets.engine = engine_.get();
     targets.parallelism = config_.warmup_parallelism;
     targets.max_parallelism = config_.max_warmup_parallelism;
+    targets.sync_duration = &histograms_.sync;
     ssd_ops = MakeSsdAdminOps(targets);
   }
   // The admin socket is accepted by AdminListener, which reads each
@@ -408,6 +422,7 @@ absl::Status CacheServer::Init() {
                                 tier_->Stats(), &text);
           if (SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire))
             AppendSsdMetrics(ssd->Stats(), &text);
+          AppendServerMetrics(histograms_, start_, &text);
           return text;
         });
     if (!metrics.ok()) return metrics.status();

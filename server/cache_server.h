@@ -14,6 +14,7 @@
 #include "server/auth/access_policy.h"
 #include "server/engine/cache_engine.h"
 #include "server/engine/server_status.h"
+#include "server/metrics/server_histograms.h"
 #include "server/plan/plan_prefetcher.h"
 #include "server/plan/plan_registry.h"
 #include "server/server_config.h"
@@ -67,6 +68,9 @@ class CacheServer {
   DataServer& data_server() { return *data_server_; }
   SourceBackend& sources() { return *sources_; }
   int metrics_port() const;
+  // How this server started (warm, cold after a previous run, or first);
+  // set by Start, constant after.
+  const StartInfo& start_info() const { return start_; }
   int admin_port() const { return admin_port_; }
   // TCP port of the peer service (0 when single-node).
   int peer_port() const { return peer_port_; }
@@ -158,6 +162,9 @@ class CacheServer {
   // For the metrics endpoint, which starts before the data server.
   std::atomic<DataServer*> data_server_ptr_{nullptr};
   std::unique_ptr<HttpEndpoint> metrics_;
+  // Observed by the engine, the peer router and Sync; rendered on /metrics.
+  ServerHistograms histograms_;
+  StartInfo start_;
   int admin_port_ = 0;
   absl::Notification shutdown_;
   absl::Notification stopped_;

@@ -103,6 +103,7 @@ absl::StatusOr<ChunkBackend*> CacheServer::InitCluster(ChunkBackend* local) {
   PeerRouter::Options r;
   r.self_id = self->id;
   r.timeout = config_.peer_timeout;
+  r.fetch_latency = &histograms_.peer_fetch;
   router_ = std::make_unique<PeerRouter>(r, membership_.get(), connector_.get(),
                                          local);
   DLC_LOG(INFO) << "cluster: node " << LogEscape(self->id) << ", "

@@ -405,15 +405,17 @@ int RunStats(const Context& ctx, AdminClient& admin) {
     return kExitOk;
   }
   using A = Table::Align;
-  Table t(
-      {"DATASET", "HIT RATE", "HITS", "MISSES", "SERVED", "CACHED", "CHUNKS",
-       "LEASED", "EVICTIONS", "SOURCE READS", "SOURCE BYTES", "FILL ERRORS"},
-      {A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
-       A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight});
+  Table t({"DATASET", "HIT RATE", "HITS", "MISSES", "WARM-UP FILLS",
+           "LOOK-AHEAD FILLS", "SERVED", "CACHED", "CHUNKS", "LEASED",
+           "EVICTIONS", "SOURCE READS", "SOURCE BYTES", "FILL ERRORS"},
+          {A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
+           A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight,
+           A::kRight, A::kRight});
   for (const v1::DatasetStats& d : st->datasets()) {
     t.AddRow({TerminalSafe(d.dataset()),
               FormatPercent(d.hits(), d.hits() + d.misses()),
               FormatCount(d.hits()), FormatCount(d.misses()),
+              FormatCount(d.warmup_fills()), FormatCount(d.lookahead_fills()),
               FormatBytes(d.bytes_served()), FormatBytes(d.cached_bytes()),
               FormatCount(d.cached_chunks()), FormatBytes(d.leased_bytes()),
               FormatCount(d.evictions()), FormatCount(d.source_reads()),

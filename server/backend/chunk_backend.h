@@ -22,8 +22,9 @@ struct ChunkId {
 // Where ReadChunk found a chunk's bytes. The memory tier keeps chunks this
 // node owns before copies borrowed from a peer (issue 11).
 enum class ChunkOrigin : uint8_t {
-  kLocal,  // this node: its SSD tier or the dataset's source
+  kLocal,  // this node: the dataset's source
   kPeer,   // another node's cache, through the PeerRouter
+  kSsd,    // this node's SSD tier (owned, as kLocal; told apart for metrics)
 };
 
 // What lies below the memory tier: a chain such as

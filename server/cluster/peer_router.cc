@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/time/clock.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
 
@@ -189,7 +190,10 @@ absl::Status PeerRouter::ReadChunk(const ChunkId& id, const FileInfo& info,
     const absl::Time start = clock_->Now();
     absl::Status s =
         peer->FetchChunk(id, info, dst, checksum, options_.timeout);
-    NoteResult(*owner, s, clock_->Now() - start);
+    const absl::Duration took = clock_->Now() - start;
+    if (options_.fetch_latency != nullptr)
+      options_.fetch_latency->Observe(took);
+    NoteResult(*owner, s, took);
     if (s.ok()) {
       peer_reads_.fetch_add(1, std::memory_order_relaxed);
       peer_bytes_.fetch_add(dst.size(), std::memory_order_relaxed);

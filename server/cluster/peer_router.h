@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/latency_histogram.h"
 #include "server/backend/chunk_backend.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer.h"
@@ -61,6 +62,9 @@ class PeerRouter : public ChunkBackend {
     absl::Duration slow_floor = absl::Milliseconds(50);
     absl::Duration slow_backoff = absl::Seconds(30);
     const Clock* clock = nullptr;  // default: real
+    // Each chunk fetch from an owner (ok or not), from the call to its
+    // answer or deadline; optional, not owned, must outlive the router.
+    LatencyHistogram* fetch_latency = nullptr;
   };
 
   PeerRouter(Options options, const Membership* membership,

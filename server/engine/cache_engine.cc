@@ -148,16 +148,32 @@ absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
   return *info;
 }
 
+void CacheEngine::Count(Counters& c, Purpose purpose, bool ready, bool filled) {
+  switch (purpose) {
+    case Purpose::kRead:
+      (ready ? c.hits : c.misses).Add(1);
+      break;
+    case Purpose::kWarmup:
+      if (filled) c.warmup_fills.Add(1);
+      break;
+    case Purpose::kLookahead:
+      if (filled) c.lookahead_fills.Add(1);
+      break;
+    case Purpose::kPeer:
+      break;
+  }
+}
+
 absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
                                     uint32_t first_chunk, uint32_t max_chunks,
-                                    ChunkBackend* backend, Pinned* out,
-                                    int numa_node) {
-  absl::Status s =
-      PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out, numa_node);
+                                    ChunkBackend* backend, Purpose purpose,
+                                    Pinned* out, int numa_node) {
+  absl::Status s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend,
+                                 purpose, out, numa_node);
   // FAILED_PRECONDITION: the file's metadata changed under us (revalidate
   // or a warm-up listing saw a new version); one retry reads the new one.
   if (s.code() == absl::StatusCode::kFailedPrecondition) {
-    s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, out,
+    s = PinChunksOnce(ds, path, first_chunk, max_chunks, backend, purpose, out,
                       numa_node);
   }
   if (!s.ok()) counters_[ds]->fill_errors.Add(1);
@@ -173,16 +189,25 @@ absl::Status CacheEngine::ReadIntoSlot(
   }
   // Bytes go from the backend straight into the arena slot.
   ChunkId id{dataset, path, entry->chunk};
-  return backend->ReadChunk(id, info,
-                            absl::MakeSpan(tier_->Data(entry), entry->length),
-                            checksum, origin);
+  const absl::Time start = absl::Now();
+  absl::Status s = backend->ReadChunk(
+      id, info, absl::MakeSpan(tier_->Data(entry), entry->length), checksum,
+      origin);
+  if (s.ok()) {
+    LatencyHistogram* h =
+        *origin == ChunkOrigin::kPeer  ? options_.fill_peer_latency
+        : *origin == ChunkOrigin::kSsd ? options_.fill_ssd_latency
+                                       : options_.fill_source_latency;
+    if (h != nullptr) h->Observe(absl::Now() - start);
+  }
+  return s;
 }
 
 absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
                                         uint32_t first_chunk,
                                         uint32_t max_chunks,
-                                        ChunkBackend* backend, Pinned* out,
-                                        int numa_node) {
+                                        ChunkBackend* backend, Purpose purpose,
+                                        Pinned* out, int numa_node) {
   const std::string& name = datasets_[ds];
   absl::StatusOr<FileInfo> info = FileInfoFor(ds, name, path, backend);
   if (!info.ok()) return info.status();
@@ -213,16 +238,19 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   for (size_t i = 0; i < acquired.size(); ++i) {
     MemoryTier::Acquisition& a = acquired[i];
     if (a.kind == MemoryTier::Acquired::kReady) {
-      counters.hits.Add(1);
+      Count(counters, purpose, /*ready=*/true, /*filled=*/false);
       continue;
     }
     out->hit = false;
-    counters.misses.Add(1);
-    if (a.kind == MemoryTier::Acquired::kMustWait) continue;
+    if (a.kind == MemoryTier::Acquired::kMustWait) {
+      Count(counters, purpose, /*ready=*/false, /*filled=*/false);
+      continue;
+    }
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
     absl::Status fill = ReadIntoSlot(backend, name, path, *info, a.entry,
                                      status, &checksum, &origin);
+    Count(counters, purpose, /*ready=*/false, /*filled=*/fill.ok());
     tier_->CompleteFill(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }
@@ -252,7 +280,7 @@ absl::Status CacheEngine::WarmFile(uint32_t ds, absl::string_view path,
       *skipped = true;
       return s;
     }
-    s = FillAndUnpin(ds, path, info, acquired, std::move(s));
+    s = FillAndUnpin(ds, path, info, acquired, std::move(s), Purpose::kWarmup);
     if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }
   if (!s.ok()) counters_[ds]->fill_errors.Add(1);
@@ -261,20 +289,24 @@ absl::Status CacheEngine::WarmFile(uint32_t ds, absl::string_view path,
 
 absl::Status CacheEngine::FillAndUnpin(
     uint32_t ds, absl::string_view path, const FileInfo& info,
-    absl::Span<const MemoryTier::Acquisition> acquired, absl::Status status) {
+    absl::Span<const MemoryTier::Acquisition> acquired, absl::Status status,
+    Purpose purpose) {
   Counters& counters = *counters_[ds];
   for (const MemoryTier::Acquisition& a : acquired) {
     if (a.kind == MemoryTier::Acquired::kReady) {
-      counters.hits.Add(1);
+      Count(counters, purpose, /*ready=*/true, /*filled=*/false);
       tier_->Unpin(a.entry);
       continue;
     }
-    counters.misses.Add(1);
-    if (a.kind == MemoryTier::Acquired::kMustWait) continue;
+    if (a.kind == MemoryTier::Acquired::kMustWait) {
+      Count(counters, purpose, /*ready=*/false, /*filled=*/false);
+      continue;
+    }
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
     absl::Status fill = ReadIntoSlot(backend_, datasets_[ds], path, info,
                                      a.entry, status, &checksum, &origin);
+    Count(counters, purpose, /*ready=*/false, /*filled=*/fill.ok());
     tier_->CompleteFillAndUnpin(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }
@@ -291,8 +323,9 @@ void CacheEngine::FillItem(uint64_t session, uint32_t ds,
                            absl::string_view path, uint32_t first_chunk,
                            uint32_t max_chunks, BatchItem* out) {
   Pinned pinned;
-  absl::Status s = PinChunks(ds, path, first_chunk, max_chunks, backend_,
-                             &pinned, tier_->SessionNumaNode(session));
+  absl::Status s =
+      PinChunks(ds, path, first_chunk, max_chunks, backend_, Purpose::kRead,
+                &pinned, tier_->SessionNumaNode(session));
   if (!s.ok()) {
     out->status = std::move(s);
     return;
@@ -322,13 +355,19 @@ struct PendingBatch {
   BatchResult result;
   std::atomic<size_t> remaining{0};
   CacheEngine::BatchCallback done;
+  absl::Time start;
 };
+
+void Observe(LatencyHistogram* h, absl::Time start) {
+  if (h != nullptr) h->Observe(absl::Now() - start);
+}
 
 }  // namespace
 
 void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
                                 absl::Span<const BatchKey> keys,
                                 BatchCallback done) {
+  const absl::Time start = absl::Now();
   absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) {
     done(ds.status());
@@ -391,6 +430,7 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   counters.hits.Add(hit_chunks);
   counters.bytes_served.Add(hit_bytes);
   if (misses.empty()) {
+    Observe(options_.batch_latency, start);
     done(std::move(result));
     return;
   }
@@ -400,6 +440,7 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
   pending->result = std::move(result);
   pending->remaining.store(misses.size(), std::memory_order_relaxed);
   pending->done = std::move(done);
+  pending->start = start;
   for (size_t h : misses) {
     const size_t i = hit_index[h];
     fill_pool_.Schedule(
@@ -408,6 +449,7 @@ void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
           FillItem(session, ds, path, first, max, &pending->result.items[i]);
           // acq_rel: the last task sees every other task's item.
           if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            Observe(options_.batch_latency, pending->start);
             pending->done(std::move(pending->result));
           }
         });
@@ -466,7 +508,9 @@ absl::StatusOr<uint32_t> CacheEngine::PrefetchKeys(
                              first = key.first_chunk, max = key.max_chunks,
                              numa_node] {
       Pinned pinned;
-      if (PinChunks(ds, path, first, max, backend_, &pinned, numa_node).ok()) {
+      if (PinChunks(ds, path, first, max, backend_, Purpose::kLookahead,
+                    &pinned, numa_node)
+              .ok()) {
         for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
       }
     });
@@ -485,7 +529,8 @@ void CacheEngine::FillFileAsync(uint32_t dataset_id, std::string path,
           return;
         }
         Pinned pinned;
-        absl::Status s = PinChunks(dataset_id, path, 0, 0, backend_, &pinned);
+        absl::Status s = PinChunks(dataset_id, path, 0, 0, backend_,
+                                   Purpose::kLookahead, &pinned);
         if (s.ok()) {
           for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
         }
@@ -539,6 +584,7 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
                      options_.max_warmup_parallelism));
   }
   if (spec.cluster && !owned_only && cluster_warmup_) {
+    ObserveOnExit observe(options_.warmup_duration);
     return cluster_warmup_(spec, emit);
   }
   if (warmups_running_.fetch_add(1) >= options_.max_concurrent_warmups) {
@@ -547,7 +593,10 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
         options_.max_concurrent_warmups,
         " warm-ups are running already (--max_concurrent_warmups); retry "
         "when one has finished"));
-  }
+  }  // One observation per warm-up asked for: a cluster warm-up's owned
+  // share on this node is a part of one.
+  ObserveOnExit observe(owned_only ? nullptr : options_.warmup_duration);
+
   struct SlotRelease {
     std::atomic<uint32_t>* running;
     ~SlotRelease() { running->fetch_sub(1); }
@@ -605,7 +654,8 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
       for (uint32_t c = 0; c < count && !cancelled.load(); ++c) {
         if (!owned_(ChunkId{datasets_[*ds], f.path, c})) continue;
         Pinned pinned;
-        r.status = PinChunks(*ds, f.path, c, 1, backend_, &pinned);
+        r.status =
+            PinChunks(*ds, f.path, c, 1, backend_, Purpose::kWarmup, &pinned);
         for (ChunkEntry* e : pinned.entries) tier_->Unpin(e);
         if (!r.status.ok()) break;
         r.skipped = r.skipped && pinned.hit;
@@ -701,6 +751,8 @@ absl::StatusOr<std::vector<DatasetStats>> CacheEngine::Stats(
     d.dataset = datasets_[i];
     d.hits = c.hits.Load();
     d.misses = c.misses.Load();
+    d.warmup_fills = c.warmup_fills.Load();
+    d.lookahead_fills = c.lookahead_fills.Load();
     d.bytes_served = c.bytes_served.Load();
     d.fill_errors = c.fill_errors.Load();
     d.evictions = tier.datasets[i].evictions;
@@ -734,7 +786,8 @@ absl::Status CacheEngine::ReadLocal(
   absl::StatusOr<std::string> path = NormalizeKeyPath(id.path);
   if (!path.ok()) return path.status();
   Pinned pinned;
-  absl::Status s = PinChunks(*ds, *path, id.chunk, 1, backend, &pinned);
+  absl::Status s =
+      PinChunks(*ds, *path, id.chunk, 1, backend, Purpose::kPeer, &pinned);
   if (!s.ok()) return s;
   ChunkEntry* e = pinned.entries.front();
   LeasedChunk where = tier_->Locate(e);

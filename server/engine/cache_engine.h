@@ -13,7 +13,9 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/latency_histogram.h"
 #include "common/striped_counter.h"
 #include "server/backend/chunk_backend.h"
 #include "server/fill/job_progress.h"
@@ -78,8 +80,15 @@ struct RevalidateResult {
 // One dataset's counters as Stats reports them.
 struct DatasetStats {
   std::string dataset;
-  uint64_t hits = 0;  // chunks
+  // Chunks trainers' reads (GetBatch) found in memory, and those that
+  // needed a fill: the hit rate. Warm-ups, look-ahead fills and peers'
+  // reads are not in them.
+  uint64_t hits = 0;
   uint64_t misses = 0;
+  // Chunks a warm-up read into memory (dlcachectl warmup), and chunks the
+  // epoch plans' look-ahead or a client's prefetch read ahead of the reads.
+  uint64_t warmup_fills = 0;
+  uint64_t lookahead_fills = 0;
   uint64_t bytes_served = 0;
   uint64_t fill_errors = 0;
   uint64_t evictions = 0;
@@ -137,6 +146,16 @@ class CacheEngine {
     uint32_t list_page_entries = 10000;
     uint32_t max_list_page_entries = 100000;
     uint32_t list_threads = 2;
+    // Latency histograms (server/metrics), each optional; not owned, must
+    // outlive the engine. batch: GetBatchAsync from the call to `done`;
+    // fill_*: one chunk's read into its slot, by the tier that served it
+    // (the SSD tier, a peer, the source); warmup: a whole Warmup (not a
+    // cluster warm-up's owned share).
+    LatencyHistogram* batch_latency = nullptr;
+    LatencyHistogram* fill_ssd_latency = nullptr;
+    LatencyHistogram* fill_peer_latency = nullptr;
+    LatencyHistogram* fill_source_latency = nullptr;
+    LatencyHistogram* warmup_duration = nullptr;
   };
   CacheEngine(std::vector<std::string> datasets, MemoryTier* tier,
               ChunkBackend* backend, SourceBackend* sources,
@@ -354,9 +373,34 @@ class CacheEngine {
   struct Counters {
     StripedCounter hits;
     StripedCounter misses;
+    StripedCounter warmup_fills;
+    StripedCounter lookahead_fills;
     StripedCounter bytes_served;
     StripedCounter fill_errors;
   };
+  // Who a fill is for, which decides what it counts as: only a trainer's
+  // read (kRead) is a hit or a miss; a warm-up's or a look-ahead's chunk
+  // read into memory is a fill of its own kind; a peer's read of a chunk
+  // this node owns is counted by the peer service.
+  enum class Purpose : uint8_t { kRead, kWarmup, kLookahead, kPeer };
+  // Observes the time from its construction to its destruction into `h`
+  // (none when null).
+  class ObserveOnExit {
+   public:
+    explicit ObserveOnExit(LatencyHistogram* h) : h_(h), start_(absl::Now()) {}
+    ~ObserveOnExit() {
+      if (h_ != nullptr) h_->Observe(absl::Now() - start_);
+    }
+    ObserveOnExit(const ObserveOnExit&) = delete;
+    ObserveOnExit& operator=(const ObserveOnExit&) = delete;
+
+   private:
+    LatencyHistogram* const h_;
+    const absl::Time start_;
+  };
+  // Counts one acquired chunk for `purpose`: `ready` (found in memory) or
+  // `filled` (read into memory by this call).
+  static void Count(Counters& c, Purpose purpose, bool ready, bool filled);
   struct Pinned {
     std::vector<ChunkEntry*> entries;
     FileInfo info;
@@ -377,11 +421,12 @@ class CacheEngine {
   // On error nothing stays pinned. New slots prefer NUMA node `numa_node`.
   absl::Status PinChunks(uint32_t ds, absl::string_view path,
                          uint32_t first_chunk, uint32_t max_chunks,
-                         ChunkBackend* backend, Pinned* out,
+                         ChunkBackend* backend, Purpose purpose, Pinned* out,
                          int numa_node = kNoNumaNode);
   absl::Status PinChunksOnce(uint32_t ds, absl::string_view path,
                              uint32_t first_chunk, uint32_t max_chunks,
-                             ChunkBackend* backend, Pinned* out, int numa_node);
+                             ChunkBackend* backend, Purpose purpose,
+                             Pinned* out, int numa_node);
   // Warm-up of one whole file, nothing kept pinned (issue 17: one tier call
   // to record and pin it, one per chunk to complete and unpin, instead of
   // PutFile, CachedChunks and PinChunks' lookups). *skipped: every chunk
@@ -395,7 +440,7 @@ class CacheEngine {
   absl::Status FillAndUnpin(uint32_t ds, absl::string_view path,
                             const FileInfo& info,
                             absl::Span<const MemoryTier::Acquisition> acquired,
-                            absl::Status status);
+                            absl::Status status, Purpose purpose);
   // Slow path for one item: pin (filling), then lease for `session`.
   void FillItem(uint64_t session, uint32_t ds, absl::string_view path,
                 uint32_t first_chunk, uint32_t max_chunks, BatchItem* out);

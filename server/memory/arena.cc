@@ -169,6 +169,7 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   arena->epoch_ =
       std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   arena->adopted_ = reuse;
+  arena->replaced_previous_ = !reuse && stale > 0;
   MemoryBinder& binder = options.numa_binder != nullptr ? *options.numa_binder
                                                         : SystemMemoryBinder();
   uint32_t unbound = 0;

@@ -93,6 +93,9 @@ class Arena {
   const std::string& dir() const { return dir_; }
   // True if Create() reused every segment file of an earlier server.
   bool adopted() const { return adopted_; }
+  // True if Create() found segment files of an earlier server and did not
+  // reuse them (replaced them): the cache starts cold after a previous run.
+  bool replaced_previous() const { return replaced_previous_; }
   // Leave the segment files in place at destruction, for the next server.
   void KeepFiles() { keep_files_ = true; }
 
@@ -129,6 +132,7 @@ class Arena {
   uint64_t total_bytes_ = 0;
   uint64_t epoch_ = 0;
   bool adopted_ = false;
+  bool replaced_previous_ = false;
   bool keep_files_ = false;
   std::vector<Segment> segments_;
   // (base, segment id) of every segment, by base: Locate's index.

@@ -1,11 +1,15 @@
 #include "server/metrics/prometheus_text.h"
 
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/latency_histogram.h"
 
 namespace dlcache {
 namespace {
@@ -54,9 +58,22 @@ bool PrintableUtf8(const std::string& v) {
 
 std::string Escape(const std::string& v) { return PrometheusLabelValue(v); }
 
+// A sample value: integers (sizes, counts) with every digit, as
+// Prometheus and people read them (StrCat of a double keeps six
+// significant digits: 2.68435e+08); others with nine.
+std::string Number(double value) {
+  if (std::isfinite(value) && value == std::floor(value) &&
+      std::fabs(value) < 9.0e15) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", value);
+  return buf;
+}
+
 void Gauge(std::string* out, const char* name, const char* help, double value) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name,
-                  " gauge\n", name, " ", value, "\n");
+                  " gauge\n", name, " ", Number(value), "\n");
 }
 
 // Integer gauges print every digit (StrCat of a double keeps six).
@@ -206,10 +223,19 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
   Gauge(&out, "dlcache_leases", "Outstanding leases", status.leases());
   using D = v1::DatasetStats;
   PerDataset(&out, stats, "dlcache_hits_total", "counter",
-             "Chunks served from memory", [](const D& d) { return d.hits(); });
+             "Chunks trainers' reads found in memory (warm-ups and look-ahead "
+             "fills are not counted)",
+             [](const D& d) { return d.hits(); });
   PerDataset(&out, stats, "dlcache_misses_total", "counter",
-             "Chunks that needed a fill",
+             "Chunks trainers' reads had to wait a fill for",
              [](const D& d) { return d.misses(); });
+  PerDataset(&out, stats, "dlcache_warmup_fills_total", "counter",
+             "Chunks warm-ups read into memory",
+             [](const D& d) { return d.warmup_fills(); });
+  PerDataset(&out, stats, "dlcache_lookahead_fills_total", "counter",
+             "Chunks read into memory ahead of the reads (epoch plans' "
+             "look-ahead, clients' prefetch)",
+             [](const D& d) { return d.lookahead_fills(); });
   PerDataset(&out, stats, "dlcache_served_bytes_total", "counter",
              "Bytes handed to clients",
              [](const D& d) { return d.bytes_served(); });
@@ -378,6 +404,48 @@ void AppendSsdMetrics(const SsdTierStats& s, std::string* out) {
   IntGauge(out, "dlcache_ssd_recovering",
            "1 while the SSD tier rebuilds its accounting after a start",
            s.recovering ? 1 : 0);
+}
+
+void AppendServerMetrics(const ServerHistograms& h, const StartInfo& start,
+                         std::string* out) {
+  struct Family {
+    const char* name;
+    const char* help;
+    std::vector<std::pair<const char*, const LatencyHistogram*>> series;
+  };
+  const Family families[] = {
+      {"dlcache_batch_duration_seconds",
+       "GetBatch time in the server, from the request to its answer",
+       {{"", &h.batch}}},
+      {"dlcache_fill_duration_seconds",
+       "Time to read one chunk into memory, by the tier that served it",
+       {{"tier=\"ssd\"", &h.fill_ssd},
+        {"tier=\"peer\"", &h.fill_peer},
+        {"tier=\"source\"", &h.fill_source}}},
+      {"dlcache_peer_fetch_duration_seconds",
+       "Chunk fetches from their owner, answered or not",
+       {{"", &h.peer_fetch}}},
+      {"dlcache_warmup_duration_seconds",
+       "Warm-ups, start to end",
+       {{"", &h.warmup}}},
+      {"dlcache_sync_duration_seconds",
+       "Syncs to the SSD tier, start to end",
+       {{"", &h.sync}}},
+  };
+  for (const Family& f : families) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " histogram\n");
+    for (const auto& [labels, histogram] : f.series) {
+      histogram->Take().AppendPrometheus(f.name, labels, out);
+    }
+  }
+  IntGauge(out, "dlcache_start_cold",
+           "1 when this start found a previous run's arena it could not "
+           "re-adopt (a crash or kill -9): the cache restarted cold",
+           start.cold ? 1 : 0);
+  IntGauge(out, "dlcache_start_readopted_chunks",
+           "Chunks re-adopted from the previous run's arena at start",
+           start.readopted_chunks);
 }
 
 }  // namespace dlcache

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "dlcache/v1/admin.pb.h"
+#include "server/metrics/server_histograms.h"
 #include "server/rpc/data_server.h"
 #include "server/ssd/ssd_tier.h"
 #include "server/tier/memory_tier.h"
@@ -37,6 +38,14 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
 // The SSD tier (only when there is one): dlcache_ssd_* gauges and counters,
 // one per field of SsdTierStats.
 void AppendSsdMetrics(const SsdTierStats& s, std::string* out);
+// The latency histograms (dlcache_batch_duration_seconds,
+// dlcache_fill_duration_seconds{tier}, dlcache_peer_fetch_duration_seconds,
+// dlcache_warmup_duration_seconds, dlcache_sync_duration_seconds: every
+// family always, empty or not) and how the server started
+// (dlcache_start_cold, dlcache_start_readopted_chunks). Pure but for the
+// histograms' snapshots.
+void AppendServerMetrics(const ServerHistograms& h, const StartInfo& start,
+                         std::string* out);
 
 // A label value as the exposition format takes it: printable UTF-8 with
 // \, " and newline escaped; anything else (control bytes, bytes that are

@@ -9,6 +9,8 @@ v1::StatsResponse StatsToProto(const std::vector<DatasetStats>& stats) {
     d->set_dataset(s.dataset);
     d->set_hits(s.hits);
     d->set_misses(s.misses);
+    d->set_warmup_fills(s.warmup_fills);
+    d->set_lookahead_fills(s.lookahead_fills);
     d->set_bytes_served(s.bytes_served);
     d->set_fill_errors(s.fill_errors);
     d->set_evictions(s.evictions);

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
@@ -19,11 +20,16 @@ AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& t) {
     }
     absl::StatusOr<Source*> source = t.sources->Find(req.dataset());
     if (!source.ok()) return source.status();
-    return ssd->Sync(
+    const absl::Time start = absl::Now();
+    absl::Status s = ssd->Sync(
         req.dataset(), req.prefix(), *source,
         std::min(req.parallelism() > 0 ? req.parallelism() : t.parallelism,
                  t.max_parallelism),
         [&](const JobProgress& p) { return emit(JobProgressToProto(p)); });
+    if (t.sync_duration != nullptr) {
+      t.sync_duration->Observe(absl::Now() - start);
+    }
+    return s;
   };
   ops.revalidate = [t](const v1::RevalidateRequest& req,
                        v1::RevalidateResponse* out) {

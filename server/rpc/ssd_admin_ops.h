@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "common/latency_histogram.h"
 #include "dlcache/v1/admin.pb.h"
 #include "server/engine/cache_engine.h"
 #include "server/rpc/admin_service.h"
@@ -24,6 +25,8 @@ struct SsdAdminTargets {
   // for (clamped, not refused: it is a thread count of the SSD tier).
   uint32_t parallelism = 16;
   uint32_t max_parallelism = 64;
+  // Each Sync that ran (whatever its status), start to end; optional.
+  LatencyHistogram* sync_duration = nullptr;
 };
 
 // The SSD half of the admin API (Sync, Revalidate, Evict) for

@@ -127,7 +127,7 @@ absl::Status SsdTier::ReadChunk(const ChunkId& id, const FileInfo& info,
           counters_.hits.fetch_add(1, std::memory_order_relaxed);
           counters_.hit_bytes.fetch_add(dst.size(), std::memory_order_relaxed);
           *checksum = sum;
-          if (origin != nullptr) *origin = ChunkOrigin::kLocal;
+          if (origin != nullptr) *origin = ChunkOrigin::kSsd;
           return absl::OkStatus();
         }
         s = absl::DataLossError("checksum mismatch");

@@ -147,6 +147,8 @@ TEST_F(ArenaReadoptTest, CleanRestartServesWarmWithoutSourceReads) {
   auto s = StartServer();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->Status().memory->cached_chunks, files_.size());
+  EXPECT_FALSE((*s)->start_info().cold);  // dlcache_start_cold 0
+  EXPECT_EQ((*s)->start_info().readopted_chunks, files_.size());
   ExpectServedBytesMatch(**s);
   EXPECT_EQ(source_->reads(), 0u) << "a re-adopted arena needs no source read";
 }
@@ -263,6 +265,8 @@ TEST_F(ArenaReadoptTest, SegmentsWithoutAManifestStartCold) {
   {
     auto s = StartServer();
     ASSERT_TRUE(s.ok()) << s.status();
+    // Nothing was there before: a first start, not a cold restart.
+    EXPECT_FALSE((*s)->start_info().cold);
     Warm(**s);
     (*s)->Shutdown();
     ::unlink((shm_.path() + "/arena/manifest.pb").c_str());
@@ -270,6 +274,9 @@ TEST_F(ArenaReadoptTest, SegmentsWithoutAManifestStartCold) {
   auto s = StartServer();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->Status().memory->cached_chunks, 0u);
+  // The alert DlcacheRestartedCold fires on dlcache_start_cold 1.
+  EXPECT_TRUE((*s)->start_info().cold);
+  EXPECT_EQ((*s)->start_info().readopted_chunks, 0u);
   ExpectServedBytesMatch(**s);
 }
 

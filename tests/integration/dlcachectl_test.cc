@@ -358,6 +358,32 @@ TEST_F(DlcachectlTest, StatsAndEvict) {
   EXPECT_THAT(after.out, HasSubstr("\"cached_chunks\":2"));
 }
 
+// The hit rate is the trainers' (issue 34): a warm-up's fills are not
+// misses, so right after one `stats` shows no rate yet (not 0.0%), and the
+// trainers' first reads of what was warmed are all hits.
+TEST_F(DlcachectlTest, HitRateCountsTrainersReadsOnly) {
+  Start();
+  WriteFiles("a", 4, (1 << 20) + 10);  // 2 chunks each
+  ASSERT_EQ(RunCtl({"--socket", Sock(), "warmup", "ds"}).rc, 0);
+  CtlResult warm = RunCtl({"--socket", Sock(), "stats", "ds", "--json"});
+  ASSERT_EQ(warm.rc, 0) << warm.err;
+  EXPECT_THAT(warm.out, HasSubstr("\"warmup_fills\":8"));
+  EXPECT_THAT(warm.out, Not(HasSubstr("\"misses\":8")));
+  EXPECT_THAT(warm.out, HasSubstr("\"hit_rate\":null"));
+  CtlResult table = RunCtl({"--socket", Sock(), "stats"});
+  ASSERT_EQ(table.rc, 0);
+  EXPECT_THAT(table.out, HasSubstr("WARM-UP FILLS"));
+  EXPECT_THAT(table.out, Not(HasSubstr("0.0%")));
+
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Served(absl::StrCat("a/f", i)).size(), (1u << 20) + 10);
+  }
+  CtlResult read = RunCtl({"--socket", Sock(), "stats", "ds", "--json"});
+  EXPECT_THAT(read.out, HasSubstr("\"hits\":8"));
+  EXPECT_THAT(read.out, HasSubstr("\"hit_rate\":1"));
+  EXPECT_THAT(RunCtl({"--socket", Sock(), "stats"}).out, HasSubstr("100.0%"));
+}
+
 // File names are bytes (issue 9): a Latin-1 directory and names with 0xff
 // and 0xfe go through Warmup, Status, Stats, Evict and Revalidate over the
 // admin API (proto `bytes`: a proto3 `string` with such bytes would fail to

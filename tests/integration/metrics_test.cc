@@ -30,6 +30,18 @@ TEST(MetricsTest, ServesPrometheusTextPerDataset) {
             std::string::npos);
   EXPECT_NE(r.find("dlcache_up 1"), std::string::npos);
   EXPECT_NE(HttpGet(port, "/nope").find("404"), std::string::npos);
+  // Integers as integers (issue 34), not 6.71089e+07.
+  EXPECT_EQ(r.find("e+0"), std::string::npos) << r;
+  // The latency histograms are served before anything was observed.
+  EXPECT_NE(r.find("# TYPE dlcache_batch_duration_seconds histogram"),
+            std::string::npos);
+  EXPECT_NE(
+      r.find(
+          "dlcache_fill_duration_seconds_bucket{tier=\"ssd\",le=\"+Inf\"} 0"),
+      std::string::npos);
+  EXPECT_NE(r.find("dlcache_warmup_fills_total{dataset=\"coco\"} 0"),
+            std::string::npos);
+  EXPECT_NE(r.find("\ndlcache_start_cold 0\n"), std::string::npos);
 }
 
 }  // namespace

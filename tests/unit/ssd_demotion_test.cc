@@ -116,7 +116,8 @@ class DemotionTest : public ::testing::Test {
           ChunkId{kDs, Path(i), 0}, info,
           absl::MakeSpan(data, a->entry->length), &sum, &origin);
       EXPECT_TRUE(s.ok()) << s;
-      EXPECT_EQ(origin, ChunkOrigin::kLocal);
+      // Owned either way: from the SSD tier or the source, never a peer.
+      EXPECT_NE(origin, ChunkOrigin::kPeer);
       tier_->CompleteFill(a->entry, s, sum, origin);
     }
     EXPECT_EQ(std::string(data, a->entry->length), want) << Path(i);
