@@ -52,6 +52,8 @@ const char* const kFamilies[] = {
     "dlcache_leases",
     "dlcache_hits_total",
     "dlcache_misses_total",
+    "dlcache_warmup_fills_total",
+    "dlcache_lookahead_fills_total",
     "dlcache_served_bytes_total",
     "dlcache_evictions_total",
     "dlcache_source_reads_total",
@@ -120,6 +122,14 @@ const char* const kFamilies[] = {
     "dlcache_ssd_queued_bytes",
     "dlcache_ssd_disk_full",
     "dlcache_ssd_index_reset",
+    // Latency histograms and how the server started (issue 34).
+    "dlcache_batch_duration_seconds",
+    "dlcache_fill_duration_seconds",
+    "dlcache_peer_fetch_duration_seconds",
+    "dlcache_warmup_duration_seconds",
+    "dlcache_sync_duration_seconds",
+    "dlcache_start_cold",
+    "dlcache_start_readopted_chunks",
 };
 
 // One scrape: sample name with labels -> value, and the TYPE of each
@@ -158,7 +168,16 @@ Scrape Parse(const std::string& response) {
     EXPECT_NE(space, absl::string_view::npos) << line;
     if (space == absl::string_view::npos) continue;
     std::string name(line.substr(0, space));
-    const std::string bare = name.substr(0, name.find('{'));
+    std::string bare = name.substr(0, name.find('{'));
+    if (s.types[family] == "histogram") {
+      // A histogram's samples are FAMILY_bucket, FAMILY_sum, FAMILY_count.
+      for (absl::string_view suffix : {"_bucket", "_sum", "_count"}) {
+        if (absl::EndsWith(bare, suffix)) {
+          bare.resize(bare.size() - suffix.size());
+          break;
+        }
+      }
+    }
     EXPECT_EQ(bare, family) << "sample outside its family block: " << line;
     double v;
     EXPECT_TRUE(absl::SimpleAtod(line.substr(space + 1), &v)) << line;
@@ -320,6 +339,17 @@ TEST_F(MetricsProcessTest, EveryFamilyIsExportedAndTrafficMovesItsCounters) {
   }
   EXPECT_GE(after.Get("dlcache_misses_total" + ds), kFiles);
   EXPECT_GE(after.Get("dlcache_hits_total" + ds), 4);
+  // Trainers' reads only: no warm-up ran.
+  EXPECT_EQ(after.Get("dlcache_warmup_fills_total" + ds), 0);
+  // Every batch timed; every fill timed by its tier: the source for the
+  // first reads, the SSD tier for the evicted files read again.
+  EXPECT_GE(after.Get("dlcache_batch_duration_seconds_count"), 3);
+  EXPECT_EQ(after.types.at("dlcache_batch_duration_seconds"), "histogram");
+  EXPECT_GE(after.Get("dlcache_fill_duration_seconds_count{tier=\"source\"}"),
+            kFiles);
+  EXPECT_GE(after.Get("dlcache_fill_duration_seconds_count{tier=\"ssd\"}"), 4);
+  EXPECT_EQ(after.Get("dlcache_fill_duration_seconds_count{tier=\"peer\"}"), 0);
+  EXPECT_EQ(after.Get("dlcache_start_cold"), 0);
   EXPECT_GT(after.Get("dlcache_evictions_total" + ds), 0);
   EXPECT_GE(after.Get("dlcache_source_reads_total" + ds), kFiles);
   EXPECT_GE(after.Get("dlcache_ssd_writes_total"), kFiles);
