@@ -148,20 +148,13 @@ absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
   return *info;
 }
 
-void CacheEngine::Count(Counters& c, Purpose purpose, bool ready, bool filled) {
-  switch (purpose) {
-    case Purpose::kRead:
-      (ready ? c.hits : c.misses).Add(1);
-      break;
-    case Purpose::kWarmup:
-      if (filled) c.warmup_fills.Add(1);
-      break;
-    case Purpose::kLookahead:
-      if (filled) c.lookahead_fills.Add(1);
-      break;
-    case Purpose::kPeer:
-      break;
-  }
+void CacheEngine::CountLookup(Counters& c, Purpose purpose, bool ready) {
+  if (purpose == Purpose::kRead) (ready ? c.hits : c.misses).Add(1);
+}
+
+void CacheEngine::CountFilled(Counters& c, Purpose purpose) {
+  if (purpose == Purpose::kWarmup) c.warmup_fills.Add(1);
+  if (purpose == Purpose::kLookahead) c.lookahead_fills.Add(1);
 }
 
 absl::Status CacheEngine::PinChunks(uint32_t ds, absl::string_view path,
@@ -238,19 +231,17 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
   for (size_t i = 0; i < acquired.size(); ++i) {
     MemoryTier::Acquisition& a = acquired[i];
     if (a.kind == MemoryTier::Acquired::kReady) {
-      Count(counters, purpose, /*ready=*/true, /*filled=*/false);
+      CountLookup(counters, purpose, /*ready=*/true);
       continue;
     }
     out->hit = false;
-    if (a.kind == MemoryTier::Acquired::kMustWait) {
-      Count(counters, purpose, /*ready=*/false, /*filled=*/false);
-      continue;
-    }
+    CountLookup(counters, purpose, /*ready=*/false);
+    if (a.kind == MemoryTier::Acquired::kMustWait) continue;
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
     absl::Status fill = ReadIntoSlot(backend, name, path, *info, a.entry,
                                      status, &checksum, &origin);
-    Count(counters, purpose, /*ready=*/false, /*filled=*/fill.ok());
+    if (fill.ok()) CountFilled(counters, purpose);
     tier_->CompleteFill(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }
@@ -294,19 +285,17 @@ absl::Status CacheEngine::FillAndUnpin(
   Counters& counters = *counters_[ds];
   for (const MemoryTier::Acquisition& a : acquired) {
     if (a.kind == MemoryTier::Acquired::kReady) {
-      Count(counters, purpose, /*ready=*/true, /*filled=*/false);
+      CountLookup(counters, purpose, /*ready=*/true);
       tier_->Unpin(a.entry);
       continue;
     }
-    if (a.kind == MemoryTier::Acquired::kMustWait) {
-      Count(counters, purpose, /*ready=*/false, /*filled=*/false);
-      continue;
-    }
+    CountLookup(counters, purpose, /*ready=*/false);
+    if (a.kind == MemoryTier::Acquired::kMustWait) continue;
     uint64_t checksum = 0;
     ChunkOrigin origin = ChunkOrigin::kLocal;
     absl::Status fill = ReadIntoSlot(backend_, datasets_[ds], path, info,
                                      a.entry, status, &checksum, &origin);
-    Count(counters, purpose, /*ready=*/false, /*filled=*/fill.ok());
+    if (fill.ok()) CountFilled(counters, purpose);
     tier_->CompleteFillAndUnpin(a.entry, fill, checksum, origin);
     if (!fill.ok() && status.ok()) status = fill;
   }

@@ -398,9 +398,12 @@ class CacheEngine {
     LatencyHistogram* const h_;
     const absl::Time start_;
   };
-  // Counts one acquired chunk for `purpose`: `ready` (found in memory) or
-  // `filled` (read into memory by this call).
-  static void Count(Counters& c, Purpose purpose, bool ready, bool filled);
+  // Counts one acquired chunk for `purpose` as it is looked up: `ready`
+  // (found in memory) or not. For a trainer's read, before its fill
+  // starts, so that readers waiting on one fill have all been counted.
+  static void CountLookup(Counters& c, Purpose purpose, bool ready);
+  // Counts a chunk this call read into memory for `purpose`.
+  static void CountFilled(Counters& c, Purpose purpose);
   struct Pinned {
     std::vector<ChunkEntry*> entries;
     FileInfo info;
