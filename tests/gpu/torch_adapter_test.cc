@@ -6,17 +6,21 @@
 // libdlcache_c.so (client/torch/examples/CMakeLists.txt builds it there).
 //
 //   DLCACHED=path/to/dlcached DLCACHECTL=path/to/dlcachectl
-//       torch_adapter_test [--require_gpu]
+//       torch_adapter_test [--require_gpu] [--only=cpu|gpu|CheckName]
 //
-// Every check prints "ok"/"FAIL"/"skip" with its name; exit 0 when none
-// failed, 1 otherwise. GPU checks skip without a usable GPU unless
-// --require_gpu (or DLCACHE_REQUIRE_GPU=1), which makes that a failure.
+// Every check prints "ok"/"FAIL"/"skip" with its name. Exit 1 when one
+// failed (or --only selected none), else 77 when one skipped (ctest:
+// Skipped; the skipped checks are listed), else 0. GPU checks skip without
+// a usable GPU unless --require_gpu (or DLCACHE_REQUIRE_GPU=1), which makes
+// that a failure. ctest runs the CPU checks and the GPU checks as two
+// entries, so a skip is never hidden in a pass.
 
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -118,17 +122,56 @@ void RemoveTree(const std::string& dir) {
       16, FTW_DEPTH | FTW_PHYS);
 }
 
+// The tests' guarded temp scheme (tests/testing/temp_dir.h, which this
+// driver cannot link): a new dlc-PID-XXXXXX directory under `base`,
+// removed once this process is gone however it ends (a kill runs no
+// destructor) by a shell in a session of its own that waits for end of
+// file on a pipe only this process writes (close-on-exec: dlcached does
+// not inherit it).
+std::string GuardedTempDir(const std::string& base) {
+  static std::set<std::string>* guarded = new std::set<std::string>;
+  if (guarded->insert(base).second) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) == 0) {
+      posix_spawn_file_actions_t actions;
+      posix_spawnattr_t attr;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawnattr_init(&attr);
+      posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
+      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
+                                       O_WRONLY, 0);
+      posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+      const std::string pid = std::to_string(::getpid());
+      const char* script =
+          "read -r _; for d in \"$1\"/dlc-\"$2\"-*; do "
+          "[ -e \"$d\" ] && rm -rf -- \"$d\"; done; exit 0";
+      const char* args[] = {"sh",         "-c",        script, "dlc-cleanup",
+                            base.c_str(), pid.c_str(), nullptr};
+      pid_t child = 0;
+      if (::posix_spawn(&child, "/bin/sh", &actions, &attr,
+                        const_cast<char* const*>(args), environ) != 0) {
+        ::close(fds[1]);  // no guard: the destructors still remove them
+      }
+      ::close(fds[0]);  // the write end stays open for the process's life
+      posix_spawn_file_actions_destroy(&actions);
+      posix_spawnattr_destroy(&attr);
+    }
+  }
+  std::string templ = base + "/dlc-" + std::to_string(::getpid()) + "-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) return "";
+  return templ;
+}
+
 // A dlcached process on a temp socket, with a dataset "ds" in a temp dir;
 // stopped (and its dirs removed) by the destructor, and killed by the
 // kernel if this process dies first.
 class Server {
  public:
   Server() {
-    char root[] = "/tmp/dlc-torch-XXXXXX";
-    char shm[] = "/dev/shm/dlc-torch-XXXXXX";
-    CHECK_THAT(::mkdtemp(root) != nullptr && ::mkdtemp(shm) != nullptr);
-    root_ = root;
-    shm_ = shm;
+    root_ = GuardedTempDir(Env("TEST_TMPDIR", "/tmp"));
+    shm_ = GuardedTempDir("/dev/shm");
+    CHECK_THAT(!root_.empty() && !shm_.empty());
     src_ = root_ + "/src";
     MakeDirs(src_);
     socket_ = root_ + "/dlcached.sock";
@@ -599,8 +642,11 @@ void OnCrash(int sig, siginfo_t* si, void* ctx) {
 
 int main(int argc, char** argv) {
   bool require_gpu = Env("DLCACHE_REQUIRE_GPU") == "1";
+  std::string only;  // "", "cpu", "gpu" or a check's name
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--require_gpu") require_gpu = true;
+    const std::string a = argv[i];
+    if (a == "--require_gpu") require_gpu = true;
+    if (a.rfind("--only=", 0) == 0) only = a.substr(7);
   }
   ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa {};
@@ -610,8 +656,13 @@ int main(int argc, char** argv) {
   std::string no_gpu;
   const bool gpu = GpuUsable(&no_gpu);
   int skipped = 0, passed = 0;
+  std::vector<std::string> skipped_names;
   auto run = [&](const char* name, bool needs_gpu,
                  const std::function<void(Fixture&)>& fn) {
+    if (!only.empty() && only != name && !(only == "cpu" && !needs_gpu) &&
+        !(only == "gpu" && needs_gpu)) {
+      return;
+    }
     if (needs_gpu && !gpu) {
       if (require_gpu) {
         std::printf("FAIL %s: no GPU: %s\n", name, no_gpu.c_str());
@@ -619,6 +670,7 @@ int main(int argc, char** argv) {
       } else {
         std::printf("skip %s: no GPU: %s\n", name, no_gpu.c_str());
         ++skipped;
+        skipped_names.push_back(name);
       }
       return;
     }
@@ -637,6 +689,7 @@ int main(int argc, char** argv) {
               .count());
     } catch (const Skip& s) {
       ++skipped;
+      skipped_names.push_back(name);
       std::printf("skip %s: %s\n", name, s.why.c_str());
     } catch (const CheckFailed&) {
       ++failures;
@@ -664,5 +717,16 @@ int main(int argc, char** argv) {
   run("GpuRestartMidEpoch", true,
       [](Fixture& f) { RestartMidEpoch(f, c10::Device(c10::kCUDA, 0)); });
   std::printf("%d passed, %d failed, %d skipped\n", passed, failures, skipped);
-  return failures == 0 ? 0 : 1;
+  if (failures > 0) return 1;
+  if (passed + skipped == 0) {
+    std::printf("FAIL: --only=%s selects no check\n", only.c_str());
+    return 1;
+  }
+  if (skipped > 0) {
+    std::printf("SKIPPED:");
+    for (const std::string& n : skipped_names) std::printf(" %s", n.c_str());
+    std::printf("\n");
+    return 77;  // ctest's SKIP_RETURN_CODE
+  }
+  return 0;
 }

@@ -57,7 +57,8 @@ sys.path.insert(0, HERE)
 
 from dlcache import torch_gpu  # noqa: E402
 from dlcache.torch_gpu import GpuLoader, VarBatch  # noqa: E402
-from python_server import die_with_parent, private_dir, wait_for  # noqa: E402
+from python_server import (die_with_parent, private_dir,  # noqa: E402
+                           run_tests, wait_for)
 
 CHUNK = 1 << 20
 HAVE_CUDA = torch.cuda.is_available() and torch_gpu.cuda_upload_available()[0]
@@ -578,9 +579,4 @@ class CudaTest(_Checks, unittest.TestCase):
 
 
 if __name__ == "__main__":
-    prog = unittest.main(exit=False, verbosity=2)
-    r = prog.result
-    if r.testsRun == 0 or (len(r.skipped) == r.testsRun):
-        print("SKIPPED: every test skipped")
-        sys.exit(SKIP)
-    sys.exit(0 if r.wasSuccessful() else 1)
+    run_tests(__name__)

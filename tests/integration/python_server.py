@@ -7,9 +7,11 @@ deadline) by stop() and at exit. Waits poll a condition with a deadline;
 nothing sleeps as synchronisation.
 """
 
+import argparse
 import atexit
 import ctypes
 import faulthandler
+import fnmatch
 import json
 import os
 import random
@@ -271,22 +273,75 @@ def watchdog(seconds):
     return faulthandler.cancel_dump_traceback_later
 
 
+def _selected(suite, include, exclude):
+    """The tests of `suite` (flattened) whose id matches one of the
+    `include` patterns (all when none) and none of the `exclude` ones
+    (fnmatch patterns, "*" added on both sides, as unittest's -k)."""
+    out = unittest.TestSuite()
+    stack = [suite]
+    while stack:
+        s = stack.pop(0)
+        if isinstance(s, unittest.TestSuite):
+            stack[0:0] = list(s)
+            continue
+        tid = s.id()
+        if include and not any(fnmatch.fnmatchcase(tid, "*%s*" % p)
+                               for p in include):
+            continue
+        if any(fnmatch.fnmatchcase(tid, "*%s*" % p) for p in exclude):
+            continue
+        out.addTest(s)
+    return out
+
+
 def run_tests(module_name, require=()):
-    """unittest.main for a test file; exits SKIP_RETURN_CODE when nothing
-    ran because a requirement is missing (so ctest shows it as skipped)."""
+    """unittest.main for a test file. Command line: -k PATTERN runs only
+    the tests whose id matches (repeatable), -x PATTERN leaves those out
+    (repeatable); ctest splits a file into entries this way, so that the
+    cases that may skip on a host are entries of their own.
+
+    Exit codes: 1 when a test failed or nothing was selected;
+    SKIP_RETURN_CODE (ctest: Skipped) when a requirement is missing or any
+    selected test skipped (each is listed with its reason), so a partly
+    skipped entry never shows as Passed; 0 when every selected test ran and
+    passed."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-k", action="append", default=[], dest="include")
+    parser.add_argument("-x", action="append", default=[], dest="exclude")
+    args = parser.parse_args()
     for what, ok in require:
         if not ok:
             print("SKIPPED: %s" % what)
             sys.exit(SKIP_RETURN_CODE)
-    prog = unittest.main(module=module_name, verbosity=2, exit=False)
-    result = prog.result
+    module = sys.modules[module_name]
+    suite = _selected(unittest.defaultTestLoader.loadTestsFromModule(module),
+                      args.include, args.exclude)
+    if suite.countTestCases() == 0:
+        print("no test matches -k %r -x %r" % (args.include, args.exclude))
+        sys.exit(1)
+    # Every selected case skipped by a decorator (a class or method marked
+    # skipUnless(HAVE_CUDA)...): report them without running the module's
+    # set-up (a server, datasets) for nothing.
+    decorated = []
+    for t in suite:
+        for obj in (type(t), getattr(t, t._testMethodName, None)):
+            if getattr(obj, "__unittest_skip__", False):
+                decorated.append((t, getattr(obj, "__unittest_skip_why__",
+                                             "")))
+                break
+    if len(decorated) == suite.countTestCases():
+        print("SKIPPED %d of %d test(s):" % (len(decorated), len(decorated)))
+        for test, reason in decorated:
+            print("  %s: %s" % (test.id(), reason))
+        sys.exit(SKIP_RETURN_CODE)
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
     skipped = len(result.skipped)
     if skipped:
-        print("SKIPPED %d test(s):" % skipped)
+        print("SKIPPED %d of %d test(s):" % (skipped, result.testsRun))
         for test, reason in result.skipped:
             print("  %s: %s" % (test.id(), reason))
     if not result.wasSuccessful():
         sys.exit(1)
-    if skipped and skipped >= result.testsRun:
+    if skipped:
         sys.exit(SKIP_RETURN_CODE)
     sys.exit(0)
