@@ -144,9 +144,22 @@ TEST_F(EpochPlanServerTest, SessionsShareThePlanAndItDiesWithTheLast) {
   std::vector<std::string> first(e0.begin(), e0.begin() + 16);
   ReadEpoch(*b, first);
   EXPECT_EQ(plans().stats().consumed, 16u);
+  {
+    std::vector<PlanRegistry::PlanInfo> info = plans().Describe();
+    ASSERT_EQ(info.size(), 1u);
+    ASSERT_EQ(info[0].sessions, 2u);
+  }
   a.reset();  // one consumer stops early
-  EXPECT_TRUE(testing::Eventually([&] { return plans().stats().plans == 1; },
-                                  absl::Seconds(10)));
+  // Once the server has seen a's session close (the plan's session count
+  // drops), the plan is still there for b.
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        std::vector<PlanRegistry::PlanInfo> info = plans().Describe();
+        return info.size() == 1 && info[0].sessions == 1;
+      },
+      absl::Seconds(10)))
+      << "the server did not see the first session close";
+  EXPECT_EQ(plans().stats().plans, 1u);
   b.reset();  // the last one goes: nothing of the plan is left
   EXPECT_TRUE(testing::Eventually(
       [&] {

@@ -111,10 +111,29 @@ TEST_F(MetricsEndpointTest, IdleConnectionsAreClosedAtTheirDeadline) {
 TEST_F(MetricsEndpointTest, MoreThanMaxConnectionsEvictsTheOldestIdleOne) {
   Start({.deadline = absl::Seconds(30), .max_connections = 4});
   std::vector<UniqueFd> idle;
-  for (int i = 0; i < 10; ++i) idle.push_back(Connect(ep_->port()));
+  for (int i = 0; i < 10; ++i) {
+    idle.push_back(Connect(ep_->port()));
+    ASSERT_TRUE(idle.back().valid());
+  }
   std::string r =
-      Exchange(ep_->port(), "GET /metrics HTTP/1.0\r\n\r\n", absl::Seconds(1));
+      Exchange(ep_->port(), "GET /metrics HTTP/1.0\r\n\r\n", absl::Seconds(5));
+  // The scrape got the rendered page, rendered once.
   EXPECT_THAT(r, StartsWith("HTTP/1.0 200 OK"));
+  EXPECT_THAT(r, HasSubstr("\r\n\r\ndlcache_up 1\n"));
+  EXPECT_EQ(renders_.load(), 1);
+  // Accepted in connect order, each beyond the 4th evicting the oldest
+  // idle one: the first 7 were closed (end of file, no bytes), the 3
+  // newest are still open next to the scrape.
+  for (int i = 0; i < 7; ++i) {
+    pollfd p{idle[i].get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1) << "idle connection " << i;
+    char c;
+    EXPECT_EQ(::recv(idle[i].get(), &c, 1, 0), 0) << "idle connection " << i;
+  }
+  for (int i = 7; i < 10; ++i) {
+    pollfd p{idle[i].get(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "idle connection " << i << " closed";
+  }
 }
 
 TEST_F(MetricsEndpointTest, GarbageGets400AndTheEndpointKeepsServing) {

@@ -48,6 +48,13 @@ FIXED_SIZE = 4096 + 17
 FIXED = ["fixed/%02d.bin" % i for i in range(16)]
 for i, k in enumerate(FIXED):
     FILES[k] = random_bytes(FIXED_SIZE, 500 + i)
+# Read only by test_bytes_keys: a UTF-8 name beyond ASCII, and one whose
+# bytes are not UTF-8 (b"caf\xe9.bin", Latin-1; surrogate-escaped in the
+# str, os.fsencode gives the bytes back).
+BYTES_KEYS = ["bytes/\u00fcn\u00efc\u00f6de.bin",
+              os.fsdecode(b"bytes/caf\xe9.bin")]
+for i, k in enumerate(BYTES_KEYS):
+    FILES[k] = random_bytes(1000 + i, 800 + i)
 # Read only by the prefetch test, so that what fills them is its prefetch.
 PREFETCHED = ["prefetch/%02d.bin" % i for i in range(4)]
 for i, k in enumerate(PREFETCHED):
@@ -217,13 +224,21 @@ class ClientTest(DeadlineTest):
 
     def test_prefetch_fills_and_takes_no_lease(self):
         before = SERVER.status()
-        reads = SERVER.dataset_stats().get("source_reads", 0)
+
+        def landed():
+            # Chunks put in the cache so far: a fill that evicts to make
+            # room leaves cached_chunks as it was and counts an eviction,
+            # so the sum moves only when a fill has landed (after its
+            # read, unlike source_reads, which counts at the read's start).
+            d = SERVER.dataset_stats()
+            return d.get("cached_chunks", 0) + d.get("evictions", 0)
+
+        filled = landed()
         self.client.prefetch("ds", PREFETCHED)
-        # The fills run in the background: wait until the 4 chunks were
-        # read (nothing else reads now).
-        wait_for(lambda: SERVER.dataset_stats().get("source_reads", 0) >=
-                 reads + len(PREFETCHED),
-                 20, "the prefetched chunks to be read")
+        # The fills run in the background: wait until the 4 chunks are in
+        # the cache (nothing else fills now).
+        wait_for(lambda: landed() >= filled + len(PREFETCHED),
+                 20, "the prefetched chunks to land in the cache")
         # Filled, and not one lease taken for them.
         self.assertEqual(SERVER.status().get("leases", 0),
                          before.get("leases", 0))
@@ -451,9 +466,20 @@ class BatchArraysTest(DeadlineTest):
         self.assertEqual(cm.exception.code, dlcache.INVALID_ARGUMENT)
 
     def test_bytes_keys(self):
-        b = self.client.get_batch("ds", [k.encode() for k in KEYS[:2]])
+        # Keys as bytes: ASCII, UTF-8 beyond ASCII, and bytes that are not
+        # UTF-8 at all (file names are bytes; the key must reach the file
+        # unchanged, not decoded and re-encoded).
+        keys = [KEYS[0].encode(), BYTES_KEYS[0].encode(),
+                os.fsencode(BYTES_KEYS[1])]
+        self.assertRaises(UnicodeDecodeError, keys[2].decode)
+        b = self.client.get_batch("ds", keys)
+        self.assertTrue(b.ok, b)
         self.assertEqual([bytes(m) for m in b.memoryviews()],
-                         [FILES[k] for k in KEYS[:2]])
+                         [FILES[KEYS[0]], FILES[BYTES_KEYS[0]],
+                          FILES[BYTES_KEYS[1]]])
+        # One byte off is another file (none here): NOT_FOUND, not a match.
+        b = self.client.get_batch("ds", [keys[2][:-5] + b"\xe8.bin"])
+        self.assertEqual(int(b.codes[0]), dlcache.NOT_FOUND)
 
     def test_empty_key_list(self):
         b = self.client.get_batch("ds", [])

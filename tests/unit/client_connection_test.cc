@@ -15,6 +15,7 @@
 #include "client/rpc/handshake.h"
 #include "common/local_protocol.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
 #include "tests/unit/client_fake_server.h"
 
 namespace dlcache::internal {
@@ -174,13 +175,18 @@ TEST_F(ConnectionTest, TheEndFailsWaitingAndLaterCalls) {
   auto conn = Open(1);
   ASSERT_NE(conn, nullptr);
   absl::StatusOr<local::Frame> waiting;
-  std::thread t([&] {
+  // An ASSERT below returns with the caller still waiting: the guard ends
+  // the connection and joins it (a joinable std::thread would
+  // std::terminate).
+  testing::ThreadGuard threads;
+  threads.OnStop([&] { conn->Break(); });
+  threads.Spawn([&] {
     waiting = conn->Call(local::MsgType::kGetBatch, GetBatch("never"),
                          absl::Now() + kWait);
   });
   server_.DropSessions();
   ASSERT_TRUE(observer_.AwaitEnded());
-  t.join();
+  threads.JoinAll();
   EXPECT_EQ(waiting.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(conn->ended());
   EXPECT_FALSE(conn->end_status().ok());

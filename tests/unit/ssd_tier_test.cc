@@ -185,12 +185,16 @@ TEST_F(SsdTierTest, BackgroundRecoveryServesReadsAndHoldsWritesUntilDone) {
   EXPECT_EQ(backend_.reads(), reads + 1);
   EXPECT_EQ(tier_->Stats().writes, 0u);
   absl::StatusOr<SsdEvictResult> evicted;
-  std::thread evict([&] { evicted = tier_->Evict(kDs, "keep/b"); });
+  // An ASSERT below returns with the thread running: the guard opens the
+  // gate and joins it (a joinable std::thread would std::terminate).
+  testing::ThreadGuard threads;
+  threads.OnStop([this] { ReleaseWrites(); });
+  threads.Spawn([&] { evicted = tier_->Evict(kDs, "keep/b"); });
   EXPECT_FALSE(tier_->WaitRecovered(absl::ZeroDuration()));
 
   ReleaseWrites();
   ASSERT_TRUE(tier_->WaitRecovered(absl::Seconds(60)));
-  evict.join();
+  threads.JoinAll();
   ASSERT_TRUE(evicted.ok()) << evicted.status();
   EXPECT_EQ(evicted->chunks, 2u);  // keep/b is 2 chunks
   tier_->Flush();
