@@ -46,7 +46,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 
 SKIP = 77
@@ -56,6 +55,9 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 # The kustomize base and the examples; the overlays hold patches, not objects.
 K8S_DIRS = [os.path.join(K8S, "base"), os.path.join(K8S, "examples")]
 sys.path.insert(0, os.path.join(ROOT, "deploy", "tools"))
+# The tests' guarded temp dirs (dlc-PID-XXXXXX, removed by a guard process
+# however this one ends) and the parent death signal.
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 DLCACHE_UID = 10001
 # What the runtime image must not carry (a slim stage: no toolchain).
@@ -218,7 +220,10 @@ def shrink_flags(text, known, pending):
 class Smoke:
     def __init__(self, archive):
         self.archive = archive
-        self.tmp = tempfile.mkdtemp(prefix="dlcache-image-smoke-")
+        # The buildah store (GBs in vfs) lives in here: a guarded dir, so a
+        # SIGKILLed run (ctest's timeout) leaves none of it behind.
+        from python_server import private_dir
+        self.tmp = private_dir()
         os.chmod(self.tmp, 0o755)
         store = os.path.join(self.tmp, "storage")
         os.makedirs(os.path.join(store, "tmp"))
@@ -477,9 +482,10 @@ class Smoke:
                          "TINI_SUBREAPER=1"] + \
             self.volume_args(mounts) + [self.ctr, "--"] + argv
         with open(self.server_log, "w") as out:
+            from python_server import die_with_parent
             self.server = subprocess.Popen(
                 cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=die_with_parent)
         log("started: " + " ".join(argv))
 
         def probe(kind):

@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -33,6 +34,11 @@ constexpr char kDs[] = "ds";
 
 using ManualClock = testing::FakeClock;  // SleepFor does not move it
 
+// The whole test process in a mount namespace of its own, entered before
+// any thread exists: its tmpfs mounts never show in the host's
+// /proc/mounts and go away with the process, even when it is SIGKILLed.
+const absl::Status kOwnMounts = testing::EnterPrivateMountNamespace();
+
 class SsdTierFaultTest : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -44,15 +50,23 @@ class SsdTierFaultTest : public ::testing::Test {
     }
   }
 
-  // Mounts a tmpfs of `size` at `at` (default <tmp>/mnt); false (the test
-  // skips) when mounting is not permitted here.
+  // Mounts a tmpfs of `size` at `at` (default <tmp>/mnt), in the process's
+  // own mount namespace; false (the test skips; why on stderr) when that
+  // namespace or the mount is not permitted here.
   bool MountTmpfs(const std::string& size, const std::string& at = "") {
     mnt_ = at.empty() ? dir_.path() + "/mnt" : at;
     std::filesystem::create_directories(mnt_);
     // mode=0700: a fresh tmpfs root is 1777, which the tier refuses as a
     // world-writable data dir (issue 9, common/private_dir.h).
     std::string opts = "size=" + size + ",mode=0700";
+    if (!kOwnMounts.ok()) {  // never mount in the host's namespace
+      std::fprintf(stderr, "no mount namespace of our own: %s\n",
+                   kOwnMounts.ToString().c_str());
+      return false;
+    }
     if (::mount("tmpfs", mnt_.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      std::fprintf(stderr, "mount tmpfs on %s: %s\n", mnt_.c_str(),
+                   std::strerror(errno));
       return false;
     }
     mounted_ = true;

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ namespace {
 
 using testing::DlcachedProcess;
 using ::testing::HasSubstr;
+
+// The whole test process (and the dlcached it starts) in a mount namespace
+// of its own, entered before any thread exists (see ArenaBytesZero...).
+const absl::Status kOwnMounts = testing::EnterPrivateMountNamespace();
 
 constexpr int kFiles = 24;
 constexpr char kDataset[] = "default";  // the dataset of --source
@@ -298,10 +303,15 @@ TEST_F(DlcachedFlagsTest, RevalidateDropsChangedFilesFromMemoryAndSsd) {
 }
 
 // --arena_bytes=0: half the free space of --shm_dir's file system. On a
-// private 64 MiB tmpfs (mounting needs CAP_SYS_ADMIN: skipped without).
+// private 64 MiB tmpfs (mounting needs CAP_SYS_ADMIN: skipped without),
+// mounted in the test process's own mount namespace (dlcached, its child,
+// shares it), so a killed test leaves no mount on the host.
 TEST_F(DlcachedFlagsTest, ArenaBytesZeroTakesHalfTheFreeSpace) {
   const std::string mnt = tmp_.path() + "/tmpfs";
   std::filesystem::create_directories(mnt);
+  if (!kOwnMounts.ok()) {  // never mount in the host's namespace
+    GTEST_SKIP() << "no mount namespace of our own: " << kOwnMounts;
+  }
   if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64m,mode=0700") != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs: " << std::strerror(errno);
   }

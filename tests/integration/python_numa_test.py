@@ -16,7 +16,6 @@ import glob
 import os
 import shutil
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,8 +24,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 import dlcache  # noqa: E402
 from dlcache import _lib, numa  # noqa: E402
-from python_server import (Server, random_bytes, run_tests,  # noqa: E402
-                           watchdog)
+from python_server import (Server, private_dir, random_bytes,  # noqa: E402
+                           run_tests, watchdog)
 
 CHUNK = 1 << 20
 FILES = {"f%02d" % i: random_bytes(CHUNK - 4096, i) for i in range(24)}
@@ -44,7 +43,7 @@ def fake_two_node_sysfs(root):
 
 def setUpModule():
     global SERVER, SYSFS
-    SYSFS = tempfile.mkdtemp(prefix="dlc_sysfs_")
+    SYSFS = private_dir()
     fake_two_node_sysfs(SYSFS)
     SERVER = Server(FILES, extra=("--numa=auto",
                                   "--numa_sysfs_root=" + SYSFS))
@@ -118,7 +117,7 @@ class NumaLookupTest(unittest.TestCase):
         self.assertEqual(numa.pci_numa_node(None), -1)
 
     def test_gpu_by_uuid_from_the_driver_listing(self):
-        proc = tempfile.mkdtemp(prefix="dlc_proc_")
+        proc = private_dir()
         self.addCleanup(shutil.rmtree, proc, True)
         for addr, uuid in (("0000:18:00.0", "GPU-aaaa-1111"),
                            ("0000:9a:00.0", "GPU-bbbb-2222")):

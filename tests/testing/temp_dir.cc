@@ -46,9 +46,15 @@ void StartCleanupGuard(const std::string& base) {
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
   const std::string pid = absl::StrCat(::getpid());
+  // A test in a mount namespace of its own (EnterPrivateMountNamespace)
+  // starts its guard there too: what is still mounted under its
+  // directories in that namespace is unmounted (deepest first) before the
+  // removal, which would otherwise stop at the mount points.
   const char* script =
-      "read -r _; for d in \"$1\"/dlc-\"$2\"-*; do "
-      "[ -e \"$d\" ] && rm -rf -- \"$d\"; done; exit 0";
+      "read -r _; for d in \"$1\"/dlc-\"$2\"-*; do [ -e \"$d\" ] || continue; "
+      "awk -v p=\"$d/\" 'index($2, p) == 1 { print $2 }' /proc/self/mounts | "
+      "sort -r | while read -r m; do umount -l \"$m\"; done; "
+      "rm -rf -- \"$d\"; done; exit 0";
   const char* argv[] = {"sh",         "-c",        script, "dlc-cleanup",
                         base.c_str(), pid.c_str(), nullptr};
   pid_t child = 0;

@@ -4,14 +4,18 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
@@ -174,6 +178,33 @@ int DropToUser(const char* uid_text, const char* gid_text,
     return 3;
   }
   return 0;
+}
+
+namespace {
+
+absl::Status EnterMountNamespaceOnce() {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    const int err = errno;
+    return absl::Status(
+        err == EPERM ? absl::StatusCode::kPermissionDenied
+                     : absl::StatusCode::kFailedPrecondition,
+        absl::StrCat("unshare(CLONE_NEWNS): ", std::strerror(err),
+                     " (a mount namespace needs CAP_SYS_ADMIN)"));
+  }
+  // A copy of a shared / would propagate our mounts back to the host.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "making / private in the new mount namespace: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EnterPrivateMountNamespace() {
+  static const absl::Status* const result =
+      new absl::Status(EnterMountNamespaceOnce());
+  return *result;
 }
 
 }  // namespace dlcache::testing

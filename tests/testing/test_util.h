@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -141,6 +142,19 @@ class ThreadGuard {
   std::vector<std::function<void()>> stops_;
   std::vector<std::thread> threads_;
 };
+
+// Puts the whole test process in a mount namespace of its own, with
+// private propagation, so that what its tests mount (and every process it
+// starts, which inherits the namespace) is invisible to the host and goes
+// away with the last process in the namespace, however the test ends: a
+// SIGKILLed test leaves nothing in the host's /proc/mounts. Call it where
+// no thread exists yet (mount namespaces are per thread): from a static
+// initializer of the test file, e.g.
+//   const absl::Status kOwnMounts = testing::EnterPrivateMountNamespace();
+// The first call decides; later calls return its result. OK when done;
+// the reason otherwise (PERMISSION_DENIED without CAP_SYS_ADMIN): tests
+// that mount then skip, and never mount in the host's namespace.
+absl::Status EnterPrivateMountNamespace();
 
 }  // namespace dlcache::testing
 
