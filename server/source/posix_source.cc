@@ -9,7 +9,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,13 +78,67 @@ absl::StatusOr<std::unique_ptr<PosixSource>> PosixSource::Open(
         absl::StrCat("source root ", root,
                      " is not a readable directory: ", strerror(errno)));
   }
-  return std::unique_ptr<PosixSource>(new PosixSource(root, fd));
+  auto dir = std::make_shared<RootDir>();
+  dir->fd = UniqueFd(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stat of source root ", root, ": ", strerror(errno)));
+  }
+  dir->dev = st.st_dev;
+  dir->ino = st.st_ino;
+  return std::unique_ptr<PosixSource>(new PosixSource(root, std::move(dir)));
 }
 
-PosixSource::~PosixSource() { ::close(root_fd_); }
+PosixSource::PosixSource(std::string root, std::shared_ptr<const RootDir> dir)
+    : root_(std::move(root)), dir_(std::move(dir)) {}
 
-absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
+PosixSource::~PosixSource() = default;
+
+std::shared_ptr<const PosixSource::RootDir> PosixSource::CurrentRoot(
+    bool force) {
+  std::shared_ptr<const RootDir> held;
+  {
+    // A monotonic clock: a wall-clock step must not stop the looks.
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    absl::MutexLock lock(&mu_);
+    held = dir_;
+    if (!force && now < next_check_ns_) return held;
+    next_check_ns_ = now + 1000000000;
+  }
+  struct stat st;
+  if (::stat(root_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      (st.st_dev == held->dev && st.st_ino == held->ino)) {
+    // Unchanged, or nothing usable at the path now (deleted and not yet
+    // re-created): keep the held root.
+    return held;
+  }
+  int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return held;
+  auto fresh = std::make_shared<RootDir>();
+  fresh->fd = UniqueFd(fd);
+  // The identity of what was opened, not of what stat() saw a moment ago.
+  if (::fstat(fd, &st) != 0) return held;
+  fresh->dev = st.st_dev;
+  fresh->ino = st.st_ino;
+  absl::MutexLock lock(&mu_);
+  if (dir_ != held) return dir_;  // another call re-opened it first
+  DLC_LOG(WARNING) << Describe() << ": the source root changed (device "
+                   << held->dev << " inode " << held->ino << " -> device "
+                   << fresh->dev << " inode " << fresh->ino
+                   << ": re-created, or a file system mounted on it); "
+                      "re-opened it";
+  root_reopens_.fetch_add(1, std::memory_order_relaxed);
+  dir_ = std::move(fresh);
+  return dir_;
+}
+
+absl::StatusOr<int> PosixSource::OpenBeneath(const RootDir& root,
+                                             absl::string_view path,
                                              int flags) const {
+  const int root_fd = root.fd.get();
   std::string p = path.empty() ? "." : std::string(path);
   open_how how{};
   how.flags = flags | O_CLOEXEC;
@@ -90,12 +146,12 @@ absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
   int fd;
   do {
     fd = static_cast<int>(
-        ::syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
+        ::syscall(SYS_openat2, root_fd, p.c_str(), &how, sizeof(how)));
   } while (fd < 0 && errno == EINTR);
   if (fd < 0 && errno == ENOSYS) {
     // Kernels before 5.6: keys hold no "..", so only a symlink could leave
     // the root; refuse one as the last component at least.
-    fd = ::openat(root_fd_, p.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
+    fd = ::openat(root_fd, p.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
   }
   if (fd < 0) {
     const int err = errno;
@@ -105,7 +161,7 @@ absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
       // the kind from an O_PATH descriptor, which opens nothing.
       how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
       int pfd = static_cast<int>(
-          ::syscall(SYS_openat2, root_fd_, p.c_str(), &how, sizeof(how)));
+          ::syscall(SYS_openat2, root_fd, p.c_str(), &how, sizeof(how)));
       if (pfd >= 0) {
         UniqueFd owned(pfd);
         struct stat st;
@@ -119,14 +175,27 @@ absl::StatusOr<int> PosixSource::OpenBeneath(absl::string_view path,
   return fd;
 }
 
-absl::StatusOr<UniqueFd> PosixSource::OpenRegular(absl::string_view path,
-                                                  struct stat* st) const {
-  absl::StatusOr<int> fd = OpenBeneath(path, kOpenFlags);
+absl::StatusOr<UniqueFd> PosixSource::OpenRegularUnder(const RootDir& root,
+                                                       absl::string_view path,
+                                                       struct stat* st) const {
+  absl::StatusOr<int> fd = OpenBeneath(root, path, kOpenFlags);
   if (!fd.ok()) return fd.status();
   UniqueFd owned(*fd);
   if (::fstat(owned.get(), st) != 0) return ErrnoStatus(errno, "stat", path);
   if (!S_ISREG(st->st_mode)) return NotRegular(st->st_mode, path);
   return owned;
+}
+
+absl::StatusOr<UniqueFd> PosixSource::OpenRegular(absl::string_view path,
+                                                  struct stat* st) {
+  std::shared_ptr<const RootDir> root = CurrentRoot(/*force=*/false);
+  absl::StatusOr<UniqueFd> fd = OpenRegularUnder(*root, path, st);
+  if (fd.ok() || !absl::IsNotFound(fd.status())) return fd;
+  // Not found under the held root: if the root changed, the key may well
+  // be under the new one.
+  std::shared_ptr<const RootDir> now = CurrentRoot(/*force=*/true);
+  if (now == root) return fd;
+  return OpenRegularUnder(*now, path, st);
 }
 
 absl::StatusOr<FileInfo> PosixSource::Stat(absl::string_view path) {
@@ -169,7 +238,9 @@ absl::Status PosixSource::ReadAt(absl::string_view path, uint64_t offset,
 absl::Status PosixSource::List(
     absl::string_view prefix,
     absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
-  absl::StatusOr<int> top = OpenBeneath(prefix, kOpenFlags);
+  // A listing (warm-up, dlcachectl) always looks at the root's path first.
+  std::shared_ptr<const RootDir> root = CurrentRoot(/*force=*/true);
+  absl::StatusOr<int> top = OpenBeneath(*root, prefix, kOpenFlags);
   if (!top.ok()) return top.status();
   UniqueFd top_fd(*top);
   struct stat st;
