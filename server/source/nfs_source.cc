@@ -89,7 +89,9 @@ absl::StatusOr<NfsOptions> NfsOptionsFromUrl(const SourceUrl& url) {
   NfsOptions o;
   o.host = url.host;
   absl::StatusOr<int64_t> v;
-  if (v = UrlIntOption(url, "version", 3, 3, 4); !v.ok()) return v.status();
+  // NFSv4 by default: the version the tests run against a real server
+  // (NFS-Ganesha); v3 needs the server's portmapper and MOUNT service.
+  if (v = UrlIntOption(url, "version", 4, 3, 4); !v.ok()) return v.status();
   o.version = static_cast<int>(*v);
   if (v = UrlIntOption(url, "nfsport", url.port, 0, 65535); !v.ok()) {
     return v.status();

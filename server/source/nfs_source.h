@@ -22,7 +22,7 @@ struct NfsOptions {
   // NFSv4: a path in the pseudo tree) and the dataset root beneath it.
   std::string export_path;  // "/export"
   std::string subdir;       // "" or "imagenet/train", no leading '/'
-  int version = 3;          // 3 or 4 (?version=)
+  int version = 4;          // 4 or 3 (?version=; 4 since issue 33)
   int nfs_port = 0;         // 0 = portmapper (v3) / 2049 (v4); ?nfsport= or
                             // the URL's :PORT
   int mount_port = 0;       // v3 only; 0 = portmapper (?mountport=)

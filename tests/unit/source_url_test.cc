@@ -99,17 +99,17 @@ TEST(NfsOptionsTest, DefaultsAndEveryOption) {
   EXPECT_EQ(d.host, "h");
   EXPECT_EQ(d.export_path, "/export/ds");
   EXPECT_EQ(d.subdir, "");
-  EXPECT_EQ(d.version, 3);
+  EXPECT_EQ(d.version, 4);  // v4 unless ?version=3
   EXPECT_EQ(d.nfs_port, 0);
   EXPECT_EQ(d.uid, -1);
   EXPECT_EQ(d.timeout, absl::Seconds(10));
   EXPECT_EQ(d.loops, 2);
   NfsOptions o = Nfs(
-      "nfs://h:2050/export/ds/train?version=4&mountport=635&uid=1000&gid=1001"
+      "nfs://h:2050/export/ds/train?version=3&mountport=635&uid=1000&gid=1001"
       "&timeout_ms=2500&loops=4&export=/export&max_read=262144");
   EXPECT_EQ(o.nfs_port, 2050);
   EXPECT_EQ(o.mount_port, 635);
-  EXPECT_EQ(o.version, 4);
+  EXPECT_EQ(o.version, 3);
   EXPECT_EQ(o.uid, 1000);
   EXPECT_EQ(o.gid, 1001);
   EXPECT_EQ(o.timeout, absl::Milliseconds(2500));
