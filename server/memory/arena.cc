@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -152,6 +153,12 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
   }
   const uint32_t count = static_cast<uint32_t>(count64);
 
+  // Segment files an earlier server left beyond this arena's last one (it
+  // had a larger --arena_bytes or a smaller --segment_bytes) would hold
+  // their RAM in the tmpfs for good (under a DaemonSet, charged to the
+  // pod): nothing else ever removes them.
+  RemoveSegmentsFrom(dfd, options.dir, count);
+
   // Reuse only regular files of this uid with exactly the right sizes.
   bool reuse = options.reuse_existing;
   for (uint32_t i = 0; reuse && i < count; ++i) {
@@ -263,6 +270,48 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(
                         : absl::StrCat(", spread over NUMA nodes ",
                                        absl::StrJoin(options.numa_nodes, ",")));
   return arena;
+}
+
+void Arena::RemoveSegmentsFrom(int dfd, const std::string& dir,
+                               uint32_t first) {
+  std::vector<std::string> names;
+  uint64_t bytes = 0;
+  if (DIR* d = ::fdopendir(::fcntl(dfd, F_DUPFD_CLOEXEC, 0))) {
+    // A dup shares the directory offset that Create's free-space scan left
+    // at the end.
+    ::rewinddir(d);
+    while (struct dirent* e = ::readdir(d)) {
+      const absl::string_view name(e->d_name);
+      uint32_t id = 0;
+      if (name.substr(0, 4) != "seg-" ||
+          !absl::SimpleAtoi(name.substr(4), &id) || id < first ||
+          name != SegmentName(id)) {
+        continue;
+      }
+      struct stat st;
+      if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(st.st_mode)) {
+        bytes += st.st_blocks * 512ull;
+      }
+      names.emplace_back(name);
+    }
+    ::closedir(d);
+  }
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  size_t removed = 0;
+  for (const std::string& n : names) {
+    // unlinkat removes a planted symlink itself, never its target.
+    if (::unlinkat(dfd, n.c_str(), 0) == 0) ++removed;
+  }
+  DLC_LOG(WARNING) << "arena: removed " << removed << " of " << names.size()
+                   << " segment files beyond the configured arena's " << first
+                   << " (" << names.front()
+                   << (names.size() > 1 ? absl::StrCat("..", names.back())
+                                        : std::string())
+                   << ", " << Gib(bytes) << " of RAM in " << dir
+                   << "), left by an earlier dlcached with a larger "
+                      "--arena_bytes or a smaller --segment_bytes";
 }
 
 std::vector<int> Arena::segment_nodes() const {

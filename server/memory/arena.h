@@ -118,6 +118,10 @@ class Arena {
   static std::string SegmentName(uint32_t id);
 
  private:
+  // Removes the segment files seg-<first> and above from the directory
+  // (fd `dfd`, path `dir` for the log), logging what went.
+  static void RemoveSegmentsFrom(int dfd, const std::string& dir,
+                                 uint32_t first);
   struct Segment {
     std::string name;  // relative to dir_fd_
     char* base = nullptr;

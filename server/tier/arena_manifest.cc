@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "common/key.h"
@@ -118,11 +121,38 @@ absl::StatusOr<v1::ArenaManifest> ParseArenaManifest(
       m.version() != kManifestVersion) {
     return absl::DataLossError("unreadable arena manifest");
   }
-  if (m.chunk_size() != chunk_size ||
-      std::vector<uint64_t>(m.segment_sizes().begin(),
-                            m.segment_sizes().end()) != segment_sizes) {
+  const std::vector<uint64_t> was(m.segment_sizes().begin(),
+                                  m.segment_sizes().end());
+  if (m.chunk_size() != chunk_size || was != segment_sizes) {
+    // Name what changed, in the flags' terms: an operator who lowered
+    // --arena_bytes must not read "chunk or segment sizes".
+    std::vector<std::string> changed;
+    if (m.chunk_size() != chunk_size) {
+      changed.push_back(absl::StrCat("--chunk_size ", m.chunk_size(), " -> ",
+                                     chunk_size, " bytes"));
+    }
+    auto total = [](const std::vector<uint64_t>& v) {
+      uint64_t t = 0;
+      for (uint64_t x : v) t += x;
+      return t;
+    };
+    if (total(was) != total(segment_sizes)) {
+      changed.push_back(absl::StrCat("--arena_bytes ", total(was), " -> ",
+                                     total(segment_sizes), " bytes"));
+    }
+    const uint64_t seg_was = was.empty() ? 0 : was.front();
+    const uint64_t seg_now = segment_sizes.empty() ? 0 : segment_sizes.front();
+    if (seg_was != seg_now) {
+      changed.push_back(
+          absl::StrCat("--segment_bytes ", seg_was, " -> ", seg_now, " bytes"));
+    }
+    if (was != segment_sizes) {
+      changed.push_back(
+          absl::StrCat(was.size(), " -> ", segment_sizes.size(), " segments"));
+    }
     return absl::FailedPreconditionError(
-        "manifest is for another arena geometry (chunk or segment sizes)");
+        absl::StrCat("manifest is for another arena geometry: ",
+                     absl::StrJoin(changed, ", ")));
   }
   return m;
 }

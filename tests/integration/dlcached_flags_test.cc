@@ -116,6 +116,27 @@ class DlcachedFlagsTest : public ::testing::Test {
     return s.ok() ? std::move(p) : nullptr;
   }
 
+  // Adds `n` source files (of 50-300 KiB) to what ReadAll reads.
+  void AddFiles(int n, int seed) {
+    for (int j = 0; j < n; ++j) {
+      const int i = static_cast<int>(paths_.size());
+      paths_.push_back(absl::StrCat("new", seed, "/f", j));
+      WriteSource(i, testing::RandomBytes((50 << 10) + 50000 * j, seed + j));
+    }
+  }
+
+  // Mounts a tmpfs of `size` at `at` in the test's own mount namespace
+  // (dlcached, its child, shares it); the reason when it cannot.
+  std::string MountTmpfs(const std::string& at, const std::string& size) {
+    if (!kOwnMounts.ok()) return kOwnMounts.ToString();
+    std::filesystem::create_directories(at);
+    const std::string opts = "size=" + size + ",mode=0700";
+    if (::mount("tmpfs", at.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+      return std::string("mount tmpfs: ") + std::strerror(errno);
+    }
+    return "";
+  }
+
   // Reads every file through a new client; the number of wrong items.
   int ReadAll(const std::string& socket) {
     ClientOptions o;
@@ -133,7 +154,7 @@ class DlcachedFlagsTest : public ::testing::Test {
       ADD_FAILURE() << b.status();
       return kFiles;
     }
-    for (int i = 0; i < kFiles; ++i) {
+    for (int i = 0; i < static_cast<int>(paths_.size()); ++i) {
       const Item& item = (*b)[i];
       if (!item.ok() || item.size() != sizes_[i]) {
         ADD_FAILURE() << paths_[i] << ": " << item.status();
@@ -300,6 +321,47 @@ TEST_F(DlcachedFlagsTest, RevalidateDropsChangedFilesFromMemoryAndSsd) {
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_EQ(ReadAll(again->socket_path()), 0);
   EXPECT_GT(Metric(*port, "dlcache_ssd_hits_total"), 0);
+}
+
+// Issue 33: --arena_bytes lowered (32 MiB -> 8 MiB, the same 8 MiB
+// segments) after a server kept its arena: the 3 segment files beyond the
+// new arena are removed at start, the log names the flag that changed, and
+// a server with --keep_arena=false leaves nothing in --shm_dir.
+TEST_F(DlcachedFlagsTest, ShrunkArenaLeavesNoSegmentFilesBehind) {
+  const std::string dir = shm_.path() + "/shrink";
+  auto files = [&] {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+  std::vector<std::string> flags = Flags("shrink");
+  auto big = Start("big", flags);  // --keep_arena defaults to true
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(ReadAll(big->socket_path()), 0);
+  EXPECT_EQ(big->Stop(), 0);
+  EXPECT_EQ(files(),
+            (std::set<std::string>{"manifest.pb", "seg-00000", "seg-00001",
+                                   "seg-00002", "seg-00003"}));
+  flags[2] = "--arena_bytes=8MiB";
+  flags.push_back("--keep_arena=false");
+  auto small = Start("small", flags);
+  ASSERT_NE(small, nullptr);
+  std::set<std::string> segments = files();
+  segments.erase("manifest.pb");
+  EXPECT_EQ(segments, std::set<std::string>{"seg-00000"});
+  EXPECT_EQ(ReadAll(small->socket_path()), 0);
+  EXPECT_EQ(small->Stop(), 0);
+  EXPECT_EQ(files(), std::set<std::string>{});
+  std::ifstream in(small->output_path());
+  const std::string log((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_THAT(log, HasSubstr("--arena_bytes 33554432 -> 8388608 bytes"));
+  EXPECT_THAT(log, HasSubstr("removed 3 of 3 segment files beyond the "
+                             "configured arena's 1 (seg-00001..seg-00003"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("chunk or segment sizes")));
 }
 
 // --arena_bytes=0: half the free space of --shm_dir's file system. On a

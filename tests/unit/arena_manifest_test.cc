@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/checksum.h"
 #include "gmock/gmock.h"
@@ -349,6 +350,31 @@ TEST_F(ArenaManifestTest, GarbageAndOtherGeometryAreRefused) {
       ParseArenaManifest(Serialize({}), kChunk * 2, sizes()).status().code(),
       absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(ParseArenaManifest(Serialize({}), kChunk, sizes()).ok());
+}
+
+// Issue 33: the refusal names the flag that changed, in its terms.
+TEST_F(ArenaManifestTest, OtherGeometryNamesWhatChanged) {
+  const std::string m = Serialize({});  // 2 segments of 2 chunks
+  absl::Status smaller =
+      ParseArenaManifest(m, kChunk, {2 * kChunk}).status();  // 1 segment
+  EXPECT_EQ(smaller.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(smaller.message(),
+              ::testing::HasSubstr(absl::StrCat("--arena_bytes ", 4 * kChunk,
+                                                " -> ", 2 * kChunk)));
+  EXPECT_THAT(smaller.message(), ::testing::HasSubstr("2 -> 1 segments"));
+  EXPECT_THAT(smaller.message(),
+              ::testing::Not(::testing::HasSubstr("--segment_bytes")));
+  EXPECT_THAT(smaller.message(),
+              ::testing::Not(::testing::HasSubstr("--chunk_size")));
+  absl::Status chunk = ParseArenaManifest(m, kChunk / 2, sizes()).status();
+  EXPECT_THAT(chunk.message(), ::testing::HasSubstr("--chunk_size"));
+  EXPECT_THAT(chunk.message(),
+              ::testing::Not(::testing::HasSubstr("--arena_bytes")));
+  absl::Status seg =
+      ParseArenaManifest(m, kChunk, {kChunk, kChunk, kChunk, kChunk}).status();
+  EXPECT_THAT(seg.message(), ::testing::HasSubstr("--segment_bytes"));
+  EXPECT_THAT(seg.message(),
+              ::testing::Not(::testing::HasSubstr("--arena_bytes")));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,6 +32,39 @@ TEST(ArenaTest, CreatesSegmentsAndRemovesThem) {
     EXPECT_EQ((*arena)->OpenReadOnly(3).status().code(),
               absl::StatusCode::kOutOfRange);
   }
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+// Issue 33: an arena shrunk from 8 to 2 segments (same segment size) after
+// an earlier server kept its files: the 6 beyond the new arena are removed
+// at start, and a server that does not keep its arena leaves nothing.
+TEST(ArenaTest, SegmentsBeyondTheArenaAreRemovedAtStart) {
+  testing::TempDir shm("/dev/shm");
+  const std::string dir = shm.path() + "/a";
+  {
+    auto big = Arena::Create(ArenaOptions{dir, 8 << 20, 1 << 20, 1 << 20});
+    ASSERT_TRUE(big.ok()) << big.status();
+    ASSERT_EQ((*big)->segment_count(), 8u);
+    (*big)->KeepFiles();
+  }
+  auto names = [&] {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+  ASSERT_EQ(names().size(), 8u);
+  {
+    ArenaOptions o{dir, 2 << 20, 1 << 20, 1 << 20};
+    o.reuse_existing = true;
+    auto small = Arena::Create(o);
+    ASSERT_TRUE(small.ok()) << small.status();
+    EXPECT_EQ((*small)->segment_count(), 2u);
+    EXPECT_TRUE((*small)->adopted());  // the first two fit and are kept
+    EXPECT_EQ(names(), (std::set<std::string>{"seg-00000", "seg-00001"}));
+  }
+  // Not kept (--keep_arena=false): nothing is left.
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
 
