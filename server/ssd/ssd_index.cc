@@ -1,8 +1,10 @@
 #include "server/ssd/ssd_index.h"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -10,6 +12,7 @@
 #include "common/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
@@ -165,16 +168,32 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   return absl::InternalError(msg);
 }
 
+// RocksDB's warnings and errors, into dlcached's log. By default RocksDB
+// writes an info LOG file into the index directory, on the SSD tier's own
+// disk: once that disk is full an append to it fails, and the next one (at
+// the latest in DB::Close at shutdown) trips an assertion in RocksDB's
+// WritableFileWriter and aborts dlcached (issue 33: exit 134 on SIGTERM
+// after the SSD's file system filled up). The info chatter is dropped.
+class RocksLogger : public rocksdb::Logger {
+ public:
+  RocksLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    DLC_LOG(WARNING) << "ssd index (rocksdb): " << line;
+  }
+};
+
 rocksdb::Options MakeOptions(const SsdIndexMemoryOptions& memory) {
   rocksdb::Options o;
   o.create_if_missing = true;
+  o.info_log = std::make_shared<RocksLogger>();
   // The index is small next to the data (~100 bytes a chunk); keep its
   // memory use modest, it shares the node with the arena.
   o.write_buffer_size = std::max<uint64_t>(memory.write_buffer_bytes, 1 << 20);
   o.max_write_buffer_number = 2;
   o.max_open_files = 512;
-  o.keep_log_file_num = 4;
-  o.max_log_file_size = 4 << 20;
   o.IncreaseParallelism(2);
   // The index is small; preallocating WAL and MANIFEST space (MiBs) would
   // only take room the data files and other users of the disk need.

@@ -364,6 +364,52 @@ TEST_F(DlcachedFlagsTest, ShrunkArenaLeavesNoSegmentFilesBehind) {
   EXPECT_THAT(log, ::testing::Not(HasSubstr("chunk or segment sizes")));
 }
 
+// Issue 33: the SSD tier's file system full (someone else filled it after
+// start): dlcached keeps serving every file from memory and the source, and
+// says so (status disk_full, the disk-full metrics).
+TEST_F(DlcachedFlagsTest, SsdDiskFullKeepsServingAndSaysSo) {
+  const std::string mnt = tmp_.path() + "/ssdfs";
+  // dlcached wants room for a 256 MiB data file beside the 256 MiB it
+  // keeps free at start; the filler takes the rest (tmpfs pages: ~600 MiB
+  // of RAM for the test's second or two).
+  if (std::string why = MountTmpfs(mnt, "600m"); !why.empty()) {
+    GTEST_SKIP() << "cannot mount a tmpfs: " << why;
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  std::vector<std::string> flags = Flags("full");
+  flags.push_back("--ssd_dir=" + mnt + "/ssd");
+  flags.push_back("--keep_arena=false");
+  auto server = Start("full", flags);
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<int> port = server->WaitForMetricsPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  {
+    // Fill the file system to the last block.
+    const int fd =
+        ::open((mnt + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::string block(64 << 10, 'f');
+    while (::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(ReadAll(server->socket_path()), 0);
+  ASSERT_TRUE(testing::Eventually([&] {
+    return Metric(*port, "dlcache_ssd_disk_full_events_total") > 0 ||
+           Metric(*port, "dlcache_ssd_disk_full_drops_total") > 0;
+  })) << "no disk-full event counted";
+  EXPECT_EQ(Metric(*port, "dlcache_ssd_disk_full"), 1);
+  const std::string status = Ctl(server->socket_path(), "status");
+  EXPECT_THAT(status, HasSubstr("\"disk_full\":true")) << status;
+  // Still serving, new files included.
+  AddFiles(4, 900);
+  EXPECT_EQ(ReadAll(server->socket_path()), 0);
+  EXPECT_EQ(server->Stop(), 0);
+}
+
 // --arena_bytes=0: half the free space of --shm_dir's file system. On a
 // private 64 MiB tmpfs (mounting needs CAP_SYS_ADMIN: skipped without),
 // mounted in the test process's own mount namespace (dlcached, its child,
