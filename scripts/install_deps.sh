@@ -14,6 +14,10 @@ $SUDO apt-get install -y -q --no-install-recommends \
   redis-server python3 python3-yaml \
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
   python3-pil openssl clang-format clang
+# cache.proto's CacheService from Python (tests/integration/
+# python_grpc_handles_test.py generates its stubs with grpc_tools.protoc).
+$SUDO apt-get install -y -q --no-install-recommends \
+  python3-grpcio python3-grpc-tools
 # Native NFS and CephFS sources (issue 12): the client libraries, and the
 # servers the tests start on loopback: NFS-Ganesha with its VFS back end,
 # and a one-node CephFS (monitor, memstore OSD, MDS; the ceph CLI comes

@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "common/private_dir.h"
 #include "common/sync_point.h"
+#include "dlcache/version.h"
 #include "server/auth/tls_credentials.h"
 #include "server/backend/deferred_backend.h"
 #include "server/cluster/cluster_warmup.h"
@@ -39,6 +40,7 @@
 #include "server/rpc/admin_service.h"
 #include "server/rpc/data_server.h"
 #include "server/rpc/engine_proto.h"
+#include "server/rpc/grpc_cache_service.h"
 #include "server/rpc/ssd_admin_ops.h"
 #include "server/rpc/status_report.h"
 #include "server/source/file_size_limit.h"
@@ -51,8 +53,6 @@
 
 namespace dlcache {
 namespace {
-
-constexpr char kVersion[] = "0.1.0";
 
 // Admin gRPC servers: a fixed cap on the threads serving calls (a call past
 // it gets RESOURCE_EXHAUSTED instead of a new thread) and on the streams of
@@ -156,9 +156,19 @@ absl::Status CacheServer::Init() {
   }
   dataset_names_ = names;
   WarnNestedRoots(config_.datasets);
+  if (config_.grpc_data_socket_path.empty()) {
+    config_.grpc_data_socket_path = config_.socket_path + ".grpc";
+  } else if (config_.grpc_data_socket_path == "none") {
+    config_.grpc_data_socket_path.clear();
+  }
   if (absl::Status s = ClaimSocket(config_.socket_path); !s.ok()) return s;
   if (absl::Status s = ClaimSocket(config_.admin_socket_path); !s.ok()) {
     return s;
+  }
+  if (!config_.grpc_data_socket_path.empty()) {
+    if (absl::Status s = ClaimSocket(config_.grpc_data_socket_path); !s.ok()) {
+      return s;
+    }
   }
 
   ArenaOptions arena_options;
@@ -428,6 +438,7 @@ absl::Status CacheServer::Init() {
     if (!metrics.ok()) return metrics.status();
     metrics_ = *std::move(metrics);
   }
+  if (absl::Status s = StartGrpcDataPath(); !s.ok()) return s;
   // The data socket comes up last: a client (or a test waiting for the
   // socket) that can connect finds everything else serving.
   {
@@ -453,10 +464,51 @@ absl::Status CacheServer::Init() {
     data_server_ = *std::move(data);
     data_server_ptr_.store(data_server_.get(), std::memory_order_release);
   }
-  DLC_LOG(INFO) << "dlcached " << kVersion
+  DLC_LOG(INFO) << "dlcached " << DLCACHE_VERSION_STRING
                 << " serving on unix:" << config_.socket_path << " (admin "
-                << config_.admin_socket_path << ", " << names.size()
+                << config_.admin_socket_path
+                << (config_.grpc_data_socket_path.empty() ? "" : ", gRPC ")
+                << config_.grpc_data_socket_path << ", " << names.size()
                 << " datasets, chunk " << config_.chunk_size << " bytes)";
+  return absl::OkStatus();
+}
+
+absl::Status CacheServer::StartGrpcDataPath() {
+  if (config_.grpc_data_socket_path.empty()) return absl::OkStatus();
+  // A socket of its own rather than the admin socket's: data clients then
+  // neither take the admin connection slots (AdminListener's admin
+  // reserve) nor share the admin server's limits, its socket has the data
+  // socket's mode, and it can be turned off alone.
+  AdminListener::Options lo;
+  lo.name = "gRPC data socket";
+  lo.path = config_.grpc_data_socket_path;
+  lo.mode = 0666;  // as --socket: each call is checked against the policy
+  lo.max_connections = config_.max_connections;
+  absl::StatusOr<std::unique_ptr<AdminListener>> listener =
+      AdminListener::Bind(lo);
+  if (!listener.ok()) return listener.status();
+  grpc_data_listener_ = *std::move(listener);
+  GrpcCacheService::Options o;
+  o.max_keys_per_batch = config_.max_keys_per_batch;
+  o.max_release_per_request = static_cast<uint32_t>(
+      std::min<uint64_t>(config_.max_leases_per_session, UINT32_MAX));
+  o.max_message_bytes = config_.max_frame_bytes;
+  o.max_sessions = config_.max_connections;
+  o.chunk_size = config_.chunk_size;
+  const AdminListener* l = grpc_data_listener_.get();
+  grpc_data_service_ = std::make_unique<GrpcCacheService>(
+      engine_.get(), arena_.get(), &policy_,
+      [l](absl::string_view peer) { return l->CredentialsForPeer(peer); }, o);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(grpc_data_service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_frame_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_frame_bytes));
+  grpc_data_server_ = builder.BuildAndStart();
+  if (grpc_data_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on unix:",
+                                               config_.grpc_data_socket_path));
+  }
+  grpc_data_listener_->Serve(grpc_data_server_.get());
   return absl::OkStatus();
 }
 
@@ -579,7 +631,10 @@ void CacheServer::Shutdown() {
   auto deadline =
       std::chrono::system_clock::now() + std::chrono::milliseconds(200);
   if (admin_listener_) admin_listener_->Stop();
+  if (grpc_data_listener_) grpc_data_listener_->Stop();
   if (grpc_server_) grpc_server_->Shutdown(deadline);
+  // Ends every gRPC session stream and so those sessions and their leases.
+  if (grpc_data_server_) grpc_data_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (peer_server_) peer_server_->Shutdown(deadline);
   if (peer_data_server_) peer_data_server_->Shutdown();
@@ -628,7 +683,7 @@ StatusReport CacheServer::Status() const {
   r.state = shutdown_.HasBeenNotified()     ? "DRAINING"
             : !recovered_.HasBeenNotified() ? "RECOVERING"
                                             : "SERVING";
-  r.version = kVersion;
+  r.version = DLCACHE_VERSION_STRING;
   r.uptime_s = absl::ToDoubleSeconds(absl::Now() - start_time_);
   r.socket_path = config_.socket_path;
   r.shm_dir = config_.shm_dir;

@@ -29,6 +29,7 @@ class Arena;
 class AdminListener;
 class AdminServiceImpl;
 class DataServer;
+class GrpcCacheService;
 class HttpEndpoint;
 class MemoryTier;
 class Membership;
@@ -108,6 +109,8 @@ class CacheServer {
   // Checks the chunks adopted unverified on a few threads (stopped by
   // Shutdown); notifies readopt_verified_ when done.
   void StartReadoptVerifiers();
+  // Serves CacheService on --grpc_data_socket (nothing when it is off).
+  absl::Status StartGrpcDataPath();
   absl::Status StartPeerService(ChunkBackend* local);
   // AdminService.Warmup with cluster = true: every node of the current
   // placement (this one included) fills the chunks it owns; their progress
@@ -157,6 +160,11 @@ class CacheServer {
   std::unique_ptr<AdminListener> admin_listener_;
   std::unique_ptr<grpc::Server> grpc_server_;  // admin, on --admin_socket
   std::unique_ptr<grpc::Server> admin_server_;
+  // proto's CacheService on --grpc_data_socket (off: all null). Accepted
+  // by its own AdminListener (SO_PEERCRED), served by grpc_data_server_.
+  std::unique_ptr<GrpcCacheService> grpc_data_service_;
+  std::unique_ptr<AdminListener> grpc_data_listener_;
+  std::unique_ptr<grpc::Server> grpc_data_server_;
   AccessPolicy policy_ = AccessPolicy::AllowAll(0);  // set in Init()
   std::unique_ptr<DataServer> data_server_;
   // For the metrics endpoint, which starts before the data server.

@@ -31,6 +31,7 @@
 #include "common/heap_trim.h"
 #include "common/local_protocol.h"
 #include "common/logging.h"
+#include "dlcache/version.h"
 #include "server/cache_server.h"
 #include "server/server_config.h"
 
@@ -42,6 +43,10 @@ ABSL_FLAG(std::string, socket, "/run/dlcache/dlcached.sock",
 ABSL_FLAG(std::string, admin_socket, "",
           "Unix socket of the admin API (gRPC, dlcachectl); empty = "
           "SOCKET.admin");
+ABSL_FLAG(std::string, grpc_data_socket, "",
+          "Unix socket of the data path over gRPC (cache.proto's "
+          "CacheService: handles for clients in any language, segments "
+          "opened by path); empty = SOCKET.grpc, 'none' = off");
 ABSL_FLAG(uint32_t, max_connections, 4096,
           "Data connections open at once; more are refused "
           "(RESOURCE_EXHAUSTED)");
@@ -261,6 +266,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.admin_address = absl::GetFlag(FLAGS_admin_address);
   c.admin_socket_path = absl::GetFlag(FLAGS_admin_socket);
+  c.grpc_data_socket_path = absl::GetFlag(FLAGS_grpc_data_socket);
   c.max_connections = absl::GetFlag(FLAGS_max_connections);
   c.max_keys_per_batch = absl::GetFlag(FLAGS_max_keys_per_batch);
   const uint64_t frame = absl::GetFlag(FLAGS_max_frame_bytes).bytes;
@@ -449,6 +455,9 @@ int main(int argc, char** argv) {
     return absl::EndsWith(file, "server/main.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] {
+    return std::string("dlcached ") + DLCACHE_VERSION_STRING + "\n";
+  };
   absl::SetFlagsUsageConfig(usage);
   if (PrintHelpIfAsked(argc, argv)) return 0;
   absl::ParseCommandLine(argc, argv);

@@ -33,6 +33,10 @@ struct ServerConfig {
   std::string socket_path = "/run/dlcache/dlcached.sock";
   // Admin API (gRPC) on this Unix socket; empty = socket_path + ".admin".
   std::string admin_socket_path;
+  // proto's CacheService (gRPC: handles for clients with generated stubs,
+  // docs/grpc_handles.md) on this Unix socket; empty = socket_path +
+  // ".grpc", "none" = not served.
+  std::string grpc_data_socket_path;
   // Optional TCP address for the admin API (dlcachectl --address).
   std::string admin_address;
 

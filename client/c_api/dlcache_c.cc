@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "client/c_api/error_channel.h"
 #include "dlcache/client.h"
+#include "dlcache/version.h"
 
 struct dlc_client {
   std::unique_ptr<dlcache::Client> client;
@@ -156,6 +157,8 @@ int CheckItem(const dlc_batch* batch, size_t item) {
 extern "C" {
 
 const char* dlc_last_error(void) { return Errors::Message().c_str(); }
+
+const char* dlc_version(void) { return DLCACHE_VERSION_STRING; }
 
 const char* dlc_status_name(int code) {
   switch (code) {

@@ -203,24 +203,24 @@ absl::StatusOr<v1::EvictResponse> AdminClient::Evict(absl::string_view dataset,
 
 absl::Status AdminClient::Warmup(
     const v1::WarmupRequest& request, absl::Duration timeout,
-    const std::function<void(const v1::WarmupProgress&)>& on_progress) {
+    const std::function<void(const v1::JobProgress&)>& on_progress) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout);
-  std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader =
+  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader =
       stub_->stub->Warmup(&ctx, request);
-  v1::WarmupProgress progress;
+  v1::JobProgress progress;
   while (reader->Read(&progress)) on_progress(progress);
   return Annotate("Warmup", FromGrpcStatus(reader->Finish()));
 }
 
 absl::Status AdminClient::Sync(
     const v1::SyncRequest& request, absl::Duration timeout,
-    const std::function<void(const v1::WarmupProgress&)>& on_progress) {
+    const std::function<void(const v1::JobProgress&)>& on_progress) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, timeout);
-  std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader =
+  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader =
       stub_->stub->Sync(&ctx, request);
-  v1::WarmupProgress progress;
+  v1::JobProgress progress;
   while (reader->Read(&progress)) on_progress(progress);
   return Annotate("Sync", FromGrpcStatus(reader->Finish()));
 }

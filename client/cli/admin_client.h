@@ -73,12 +73,12 @@ class AdminClient {
   // Returns the stream's final status.
   absl::Status Warmup(
       const v1::WarmupRequest& request, absl::Duration timeout,
-      const std::function<void(const v1::WarmupProgress&)>& on_progress);
+      const std::function<void(const v1::JobProgress&)>& on_progress);
   // Streams a sync to the SSD tier, as Warmup. FAILED_PRECONDITION when the
   // server has no SSD tier.
   absl::Status Sync(
       const v1::SyncRequest& request, absl::Duration timeout,
-      const std::function<void(const v1::WarmupProgress&)>& on_progress);
+      const std::function<void(const v1::JobProgress&)>& on_progress);
   // Unary, with a deadline of `timeout` (InfiniteDuration: none).
   absl::StatusOr<v1::RevalidateResponse> Revalidate(
       const v1::RevalidateRequest& request, absl::Duration timeout);

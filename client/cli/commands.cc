@@ -425,7 +425,7 @@ int RunStats(const Context& ctx, AdminClient& admin) {
   return kExitOk;
 }
 
-WarmupSnapshot ToSnapshot(const v1::WarmupProgress& p) {
+WarmupSnapshot ToSnapshot(const v1::JobProgress& p) {
   WarmupSnapshot s;
   s.files_total = p.files_total();
   s.files_done = p.files_done();
@@ -469,9 +469,9 @@ int RunFill(const Context& ctx, AdminClient& admin, bool sync) {
     bar = std::make_unique<ProgressBar>(ctx.out(), ctx.env->out_is_tty,
                                         ctx.env->terminal_width, interval);
   }
-  v1::WarmupProgress last;
+  v1::JobProgress last;
   bool got_any = false;
-  auto on_progress = [&](const v1::WarmupProgress& p) {
+  auto on_progress = [&](const v1::JobProgress& p) {
     last = p;
     got_any = true;
     if (bar != nullptr) bar->Update(ToSnapshot(p));

@@ -1,5 +1,6 @@
 // dlcachectl: administers the node's dlcached (status, stats, warmup,
-// evict). See `dlcachectl --help`.
+// evict). See `dlcachectl --help`; `dlcachectl --version` prints its
+// version (the server's is in `dlcachectl status`).
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -11,9 +12,14 @@
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "dlcache/version.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
+    std::cout << "dlcachectl " << DLCACHE_VERSION_STRING << "\n";
+    return 0;
+  }
   dlcache::cli::CliEnv env;
   env.out = &std::cout;
   env.err = &std::cerr;

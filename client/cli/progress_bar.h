@@ -8,7 +8,7 @@
 namespace dlcache {
 namespace cli {
 
-// The numbers of one WarmupProgress message (admin.proto), decoupled from
+// The numbers of one JobProgress message (admin.proto), decoupled from
 // the proto so that formatting is testable on its own.
 struct WarmupSnapshot {
   uint64_t files_total = 0;

@@ -298,9 +298,9 @@ absl::Status PeerClient::WarmupShare(const WarmupSpec& spec,
                                      absl::Duration timeout) {
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
-  std::unique_ptr<grpc::ClientReader<v1::WarmupProgress>> reader(
+  std::unique_ptr<grpc::ClientReader<v1::JobProgress>> reader(
       impl_->stub->WarmupShare(&ctx, WarmupSpecToProto(spec)));
-  v1::WarmupProgress progress;
+  v1::JobProgress progress;
   bool cancelled = false;
   while (reader->Read(&progress)) {
     if (!on_progress(JobProgressFromProto(progress))) {

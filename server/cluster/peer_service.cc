@@ -116,7 +116,7 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
 
   grpc::Status WarmupShare(
       grpc::ServerContext* ctx, const v1::WarmupRequest* request,
-      grpc::ServerWriter<v1::WarmupProgress>* writer) override {
+      grpc::ServerWriter<v1::JobProgress>* writer) override {
     if (!Authorized(ctx)) return Unauthenticated();
     if (!warmup_share_) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,

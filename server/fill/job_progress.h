@@ -14,7 +14,7 @@ namespace dlcache {
 // through its files (warm-up, a node's share of a cluster warm-up, SSD
 // sync), and of the cluster warm-up's merged view. The one progress type of
 // every such job; the admin and peer RPCs translate it to
-// v1::WarmupProgress (server/rpc/job_progress_proto). A plain value; the
+// v1::JobProgress (server/rpc/job_progress_proto). A plain value; the
 // job that owns it guards it. The rules its fields follow are those of
 // RunListedJob (listed_job.h).
 struct JobProgress {

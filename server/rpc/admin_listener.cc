@@ -30,20 +30,21 @@ namespace {
 // gRPC's peer string for a channel made by AddInsecureChannelFromFd.
 constexpr absl::string_view kFdPeerPrefix = "fd:";
 
-absl::Status PrepareSocketPath(const std::string& path) {
+absl::Status PrepareSocketPath(const std::string& name,
+                               const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        absl::StrCat("admin socket ", path, ": ", std::strerror(errno)));
+        absl::StrCat(name, " ", path, ": ", std::strerror(errno)));
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("admin socket ", path, " exists and is not a socket"));
+        absl::StrCat(name, " ", path, " exists and is not a socket"));
   }
   if (ConnectUnix(path, SOCK_STREAM).ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("another dlcached serves the admin socket ", path));
+        absl::StrCat("another dlcached serves the ", name, " ", path));
   }
   ::unlink(path.c_str());
   return absl::OkStatus();
@@ -57,33 +58,34 @@ absl::StatusOr<std::unique_ptr<AdminListener>> AdminListener::Bind(
   addr.sun_family = AF_UNIX;
   if (options.path.empty() || options.path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "admin socket path '", options.path, "' is empty or longer than ",
+        options.name, " path '", options.path, "' is empty or longer than ",
         sizeof(addr.sun_path) - 1, " bytes"));
   }
   if (options.max_connections == 0) {
     return absl::InvalidArgumentError("admin max_connections must be > 0");
   }
-  if (absl::Status s = PrepareSocketPath(options.path); !s.ok()) return s;
+  if (absl::Status s = PrepareSocketPath(options.name, options.path); !s.ok())
+    return s;
   std::memcpy(addr.sun_path, options.path.data(), options.path.size());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) {
     return absl::UnavailableError(
-        absl::StrCat("admin socket: ", std::strerror(errno)));
+        absl::StrCat(options.name, ": ", std::strerror(errno)));
   }
   // chmod before listen: nobody can connect while the file still has the
   // umask's mode. (No umask change: it is process-wide.)
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot bind the admin socket ",
-                                               options.path, ": ",
+    return absl::UnavailableError(absl::StrCat("cannot bind the ", options.name,
+                                               " ", options.path, ": ",
                                                std::strerror(errno)));
   }
   if (::chmod(options.path.c_str(), options.mode) != 0 ||
       ::listen(fd.get(), 64) != 0) {
     const int e = errno;
     ::unlink(options.path.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on the admin socket ", options.path, ": ",
-                     std::strerror(e)));
+    return absl::UnavailableError(absl::StrCat("cannot listen on the ",
+                                               options.name, " ", options.path,
+                                               ": ", std::strerror(e)));
   }
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -149,7 +151,7 @@ void AdminListener::AcceptLoop(grpc::Server* server) {
     int n = ::poll(fds, 2, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
-      DLC_LOG(ERROR) << "admin socket: poll: " << std::strerror(errno);
+      DLC_LOG(ERROR) << options_.name << ": poll: " << std::strerror(errno);
       return;
     }
     if (fds[1].revents != 0) return;  // Stop()
@@ -159,7 +161,7 @@ void AdminListener::AcceptLoop(grpc::Server* server) {
     if (!conn.valid()) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
       // EMFILE/ENFILE: do not spin; the next poll retries.
-      DLC_LOG(WARNING) << "admin socket: accept: " << std::strerror(errno);
+      DLC_LOG(WARNING) << options_.name << ": accept: " << std::strerror(errno);
       pollfd wait = {wake_read_.get(), POLLIN, 0};
       if (::poll(&wait, 1, 100) > 0) return;
       continue;
@@ -168,7 +170,7 @@ void AdminListener::AcceptLoop(grpc::Server* server) {
         GetPeerCredentialsWithGroups(conn.get());
     struct stat st;
     if (!cred.ok() || ::fstat(conn.get(), &st) != 0) {
-      DLC_LOG(WARNING) << "admin socket: dropping a connection: "
+      DLC_LOG(WARNING) << options_.name << ": dropping a connection: "
                        << (cred.ok() ? std::strerror(errno)
                                      : cred.status().ToString());
       continue;
@@ -184,17 +186,17 @@ void AdminListener::AcceptLoop(grpc::Server* server) {
         size_t others = 0;
         for (const auto& [fd, e] : connections_) others += e.admin ? 0 : 1;
         if (others >= limit) {
-          DLC_LOG(WARNING) << "admin socket: refusing a connection from "
+          DLC_LOG(WARNING) << options_.name << ": refusing a connection from "
                            << cred->DebugString() << ": " << limit
                            << " non-admin connections are open already";
           continue;
         }
       }
       if (connections_.size() >= options_.max_connections) {
-        DLC_LOG(WARNING) << "admin socket: refusing a connection from "
+        DLC_LOG(WARNING) << options_.name << ": refusing a connection from "
                          << cred->DebugString() << ": "
                          << options_.max_connections
-                         << " admin connections are open already";
+                         << " connections are open already";
         continue;
       }
       connections_[conn.get()] = Entry{*cred, admin, st.st_dev, st.st_ino};

@@ -52,8 +52,9 @@ namespace dlcache {
 class AdminListener {
  public:
   struct Options {
-    std::string path;    // the Unix socket
-    mode_t mode = 0660;  // of the socket file
+    std::string path;                   // the Unix socket
+    std::string name = "admin socket";  // in log lines and errors
+    mode_t mode = 0660;                 // of the socket file
     size_t max_connections = 64;
     // When set, connections for which it is false (non-admins) may hold at
     // most max_connections - admin_reserve of the slots, so that local

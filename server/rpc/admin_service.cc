@@ -15,7 +15,7 @@ absl::Status AdminServiceImpl::Authorize(const grpc::ServerContext& context,
 
 grpc::Status AdminServiceImpl::Warmup(
     grpc::ServerContext* context, const v1::WarmupRequest* request,
-    grpc::ServerWriter<v1::WarmupProgress>* writer) {
+    grpc::ServerWriter<v1::JobProgress>* writer) {
   if (absl::Status a = Authorize(*context, "Warmup", Access::kAdmin); !a.ok()) {
     return ToGrpcStatus(a);
   }
@@ -68,7 +68,7 @@ grpc::Status AdminServiceImpl::Evict(grpc::ServerContext* context,
 
 grpc::Status AdminServiceImpl::Sync(
     grpc::ServerContext* context, const v1::SyncRequest* request,
-    grpc::ServerWriter<v1::WarmupProgress>* writer) {
+    grpc::ServerWriter<v1::JobProgress>* writer) {
   if (absl::Status a = Authorize(*context, "Sync", Access::kAdmin); !a.ok()) {
     return ToGrpcStatus(a);
   }
@@ -83,10 +83,9 @@ grpc::Status AdminServiceImpl::Sync(
   }
   // A sync walks the source: the next List lists it anew (issue 30).
   engine_->InvalidateListing(request->dataset());
-  return ToGrpcStatus(
-      ssd_.sync(*request, [&](const v1::WarmupProgress& progress) {
-        return !context->IsCancelled() && writer->Write(progress);
-      }));
+  return ToGrpcStatus(ssd_.sync(*request, [&](const v1::JobProgress& progress) {
+    return !context->IsCancelled() && writer->Write(progress);
+  }));
 }
 
 grpc::Status AdminServiceImpl::Revalidate(grpc::ServerContext* context,

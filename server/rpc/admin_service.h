@@ -22,7 +22,7 @@ namespace dlcache {
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
   using StatusFiller = std::function<void(v1::StatusResponse*)>;
-  using ProgressFn = std::function<bool(const v1::WarmupProgress&)>;
+  using ProgressFn = std::function<bool(const v1::JobProgress&)>;
   // The SSD tier's side of Sync and Revalidate; empty when there is none.
   struct SsdOps {
     std::function<absl::Status(const v1::SyncRequest&, const ProgressFn&)> sync;
@@ -50,7 +50,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
 
   grpc::Status Warmup(grpc::ServerContext* context,
                       const v1::WarmupRequest* request,
-                      grpc::ServerWriter<v1::WarmupProgress>* writer) override;
+                      grpc::ServerWriter<v1::JobProgress>* writer) override;
   grpc::Status Status(grpc::ServerContext* context,
                       const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
@@ -62,7 +62,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                      v1::EvictResponse* response) override;
   grpc::Status Sync(grpc::ServerContext* context,
                     const v1::SyncRequest* request,
-                    grpc::ServerWriter<v1::WarmupProgress>* writer) override;
+                    grpc::ServerWriter<v1::JobProgress>* writer) override;
   grpc::Status Revalidate(grpc::ServerContext* context,
                           const v1::RevalidateRequest* request,
                           v1::RevalidateResponse* response) override;

@@ -4,8 +4,8 @@
 
 namespace dlcache {
 
-v1::WarmupProgress JobProgressToProto(const JobProgress& p) {
-  v1::WarmupProgress out;
+v1::JobProgress JobProgressToProto(const JobProgress& p) {
+  v1::JobProgress out;
   out.set_files_total(p.files_total);
   out.set_files_done(p.files_done);
   out.set_files_skipped(p.files_skipped);
@@ -19,7 +19,7 @@ v1::WarmupProgress JobProgressToProto(const JobProgress& p) {
   return out;
 }
 
-JobProgress JobProgressFromProto(const v1::WarmupProgress& p) {
+JobProgress JobProgressFromProto(const v1::JobProgress& p) {
   JobProgress out;
   out.files_total = p.files_total();
   out.files_done = p.files_done();

@@ -10,9 +10,9 @@ namespace dlcache {
 // The wire forms of listed jobs, for the RPC code that carries them: the
 // admin API (Warmup, Sync) and the peer service and client (WarmupShare).
 // Pure; thread-compatible.
-v1::WarmupProgress JobProgressToProto(const JobProgress& p);
+v1::JobProgress JobProgressToProto(const JobProgress& p);
 // chunks_written/chunks_skipped are not on the wire and come back as 0.
-JobProgress JobProgressFromProto(const v1::WarmupProgress& p);
+JobProgress JobProgressFromProto(const v1::JobProgress& p);
 
 WarmupSpec WarmupSpecFromProto(const v1::WarmupRequest& r);
 v1::WarmupRequest WarmupSpecToProto(const WarmupSpec& spec);

@@ -76,7 +76,7 @@ grpc::Status Warmup(v1::AdminService::Stub& stub, uint32_t parallelism) {
   req.set_dataset("ds");
   req.set_parallelism(parallelism);
   auto reader = stub.Warmup(&ctx, req);
-  v1::WarmupProgress p;
+  v1::JobProgress p;
   while (reader->Read(&p)) {
   }
   return reader->Finish();

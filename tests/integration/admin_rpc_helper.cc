@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     if (argc > 6 && !absl::SimpleAtoi(argv[6], &par)) return 2;
     req.set_parallelism(par);
     auto reader = stub->Warmup(&ctx, req);
-    dlcache::v1::WarmupProgress p;
+    dlcache::v1::JobProgress p;
     while (reader->Read(&p)) {
     }
     status = reader->Finish();

@@ -406,7 +406,7 @@ TEST_F(DlcachectlTest, NonUtf8NamesGoThroughTheAdminApi) {
                       std::chrono::seconds(30));
   };
 
-  v1::WarmupProgress last;
+  v1::JobProgress last;
   {
     grpc::ClientContext ctx;
     deadline(&ctx);

@@ -325,7 +325,7 @@ TEST_F(TlsAuthTest, AdminTcpPortNeedsTheTokenOrTls) {
     req.set_dataset("ds");
     req.set_parallelism(1000000);
     auto reader = stub->Warmup(&ctx, req);
-    v1::WarmupProgress p;
+    v1::JobProgress p;
     while (reader->Read(&p)) {
     }
     grpc::Status s = reader->Finish();

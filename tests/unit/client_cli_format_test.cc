@@ -273,7 +273,7 @@ TEST(JsonTest, BytesThatAreNotUtf8BecomeLoneSurrogates) {
   EXPECT_EQ(JsonString("\xf0\x9f\x98\x80"), "\"\xf0\x9f\x98\x80\"");  // U+1F600
   EXPECT_EQ(JsonString("\xf4\x90\x80\x80"),
             "\"\\udcf4\\udc90\\udc80\\udc80\"");  // above U+10FFFF
-  v1::WarmupProgress p;
+  v1::JobProgress p;
   p.add_failures("caf\xe9/x: NOT_FOUND");
   EXPECT_THAT(ProtoToJson(p), HasSubstr("\"failures\":[\"caf\\udce9/x: "));
 }

@@ -76,6 +76,9 @@ typedef struct {
 const char* dlc_last_error(void);
 /* "OK", "NOT_FOUND", ...; never NULL. */
 const char* dlc_status_name(int code);
+/* The library's version, "MAJOR.MINOR.PATCH" (DLCACHE_VERSION_STRING of
+ * <dlcache/version.h> when it was built); static, never NULL. */
+const char* dlc_version(void);
 
 /* socket_path NULL = the default: $DLCACHE_SOCKET when set, else
  * /run/dlcache/dlcached.sock. Waits up to 10 s for a server that is still
