@@ -225,6 +225,72 @@ class GrpcHandlesTest(unittest.TestCase):
         self.assertEqual(r.files[1].code, grpc.StatusCode.NOT_FOUND.value[0])
 
 
+# Run as another user by SharedGroupTest: maps a segment by path read-only
+# and compares a chunk with the expected bytes (stdin); a write open must
+# fail. Prints what it found.
+READER = r"""
+import mmap, os, sys
+path, size, offset = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = sys.stdin.buffer.read()
+try:
+    fd = os.open(path, os.O_RDONLY)
+except PermissionError:
+    print("read-denied")
+    sys.exit(0)
+m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+same = m[offset:offset + len(want)] == want
+try:
+    os.close(os.open(path, os.O_RDWR))
+    writable = True
+except PermissionError:
+    writable = False
+print("read-%s %s" % ("same" if same else "differs",
+                      "writable" if writable else "read-only"))
+"""
+
+SHARED_GID = 4242
+NOBODY = 65534
+
+
+class SharedGroupTest(unittest.TestCase):
+    """--shared_group: a process of another uid in that group opens the
+    segments named in SessionOpened by path, read-only; one outside it
+    cannot open them. Needs root (to start a client as another user)."""
+
+    def setUp(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run a client as another uid")
+        self.addCleanup(watchdog(TEST_DEADLINE_S))
+        self.server = Server(FILES, extra=[
+            "--shared_group=%d" % SHARED_GID])
+        self.addCleanup(self.server.stop, cleanup=True)
+
+    def read_as(self, groups, path, size, offset, want):
+        r = subprocess.run(
+            [sys.executable, "-c", READER, path, str(size), str(offset)],
+            input=want, capture_output=True, timeout=30, user=NOBODY,
+            group=NOBODY, extra_groups=groups)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.decode().strip()
+
+    def test_members_read_in_place_read_only(self):
+        session = GrpcSession(self.server.socket + ".grpc")
+        self.addCleanup(session.close)
+        key = KEYS[5]
+        item = session.get_batch([key]).items[0]
+        self.assertEqual(item.code, 0, item.message)
+        c = item.chunks[0]
+        seg = {s.id: s for s in session.opened.segments}[c.segment]
+        self.assertEqual(os.stat(seg.path).st_gid, SHARED_GID)
+        self.assertEqual(
+            self.read_as([SHARED_GID], seg.path, seg.size, c.offset,
+                         FILES[key]),
+            "read-same read-only")
+        self.assertEqual(
+            self.read_as([], seg.path, seg.size, c.offset, FILES[key]),
+            "read-denied")
+
+
 def address_of(view):
     """Where a framed-path view's bytes lie (a view over a ctypes array)."""
     return ctypes.addressof(view.obj)
