@@ -49,13 +49,15 @@ KEYS = sorted(k for k in FILES if k.startswith("train/"))
 pb = None
 pb_grpc = None
 SERVER = None
+STUB_DIR = None
 
 
 def generate_stubs():
     """cache_pb2 and cache_pb2_grpc, generated into a private temp dir (as
     top-level modules: a `dlcache` package would shadow the client's)."""
-    global pb, pb_grpc
+    global pb, pb_grpc, STUB_DIR
     out = private_dir()
+    STUB_DIR = out
     proto_dir = os.path.join(ROOT, "proto", "dlcache", "v1")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc",
                     "-I" + proto_dir, "--python_out=" + out,
@@ -248,21 +250,51 @@ print("read-%s %s" % ("same" if same else "differs",
                       "writable" if writable else "read-only"))
 """
 
+# Run as another user by SharedGroupTest: a gRPC client that is not a
+# reader of dataset "ds" and tries another process's session.
+INTRUDER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import grpc, cache_pb2 as pb, cache_pb2_grpc as pb_grpc
+stub = pb_grpc.CacheServiceStub(grpc.insecure_channel("unix:" + sys.argv[2]))
+stream = stub.Session(pb.OpenSession(client_name="intruder"), timeout=60)
+mine = next(stream).session_id
+def code(call, *args):
+    try:
+        call(*args, timeout=30)
+        return "OK"
+    except grpc.RpcError as e:
+        return e.code().name
+key = [pb.ItemKey(path=b"train/00.jpg")]
+print(code(stub.GetBatch, pb.GetBatchRequest(session_id=mine, dataset=b"ds",
+                                             items=key)),
+      code(stub.Stat, pb.StatRequest(dataset=b"ds", paths=[b"empty.txt"])),
+      code(stub.GetBatch, pb.GetBatchRequest(session_id=int(sys.argv[3]),
+                                             dataset=b"ds", items=key)),
+      code(stub.Release, pb.ReleaseRequest(session_id=int(sys.argv[3]),
+                                           leases=[1])))
+stream.cancel()
+"""
+
 SHARED_GID = 4242
 NOBODY = 65534
 
 
 class SharedGroupTest(unittest.TestCase):
-    """--shared_group: a process of another uid in that group opens the
-    segments named in SessionOpened by path, read-only; one outside it
-    cannot open them. Needs root (to start a client as another user)."""
+    """Clients of another uid: with --shared_group a process in that group
+    opens the segments named in SessionOpened by path, read-only, and one
+    outside it cannot open them; a client who is not a reader of the
+    dataset is refused GetBatch and Stat (SO_PEERCRED, --dataset_readers),
+    and another process's session is not its to use. Needs root (to start
+    clients as another user)."""
 
     def setUp(self):
         if os.geteuid() != 0:
             self.skipTest("needs root to run a client as another uid")
         self.addCleanup(watchdog(TEST_DEADLINE_S))
+        # Only root reads "ds" (admins read everything anyway).
         self.server = Server(FILES, extra=[
-            "--shared_group=%d" % SHARED_GID])
+            "--shared_group=%d" % SHARED_GID, "--dataset_readers=ds=uid:0"])
         self.addCleanup(self.server.stop, cleanup=True)
 
     def read_as(self, groups, path, size, offset, want):
@@ -289,6 +321,32 @@ class SharedGroupTest(unittest.TestCase):
         self.assertEqual(
             self.read_as([], seg.path, seg.size, c.offset, FILES[key]),
             "read-denied")
+
+    def test_calls_are_checked_against_the_callers_credentials(self):
+        session = GrpcSession(self.server.socket + ".grpc")
+        self.addCleanup(session.close)
+        # The stubs and the socket where another uid can reach them (the
+        # socket itself is 0666, as --socket).
+        stubs = tempfile.mkdtemp(dir=private_dir())
+        for name in ("cache_pb2.py", "cache_pb2_grpc.py"):
+            with open(os.path.join(STUB_DIR, name), "rb") as f:
+                data = f.read()
+            with open(os.path.join(stubs, name), "wb") as f:
+                f.write(data)
+            os.chmod(os.path.join(stubs, name), 0o644)
+        for d in (stubs, os.path.dirname(stubs), self.server.root):
+            os.chmod(d, 0o711 if d == self.server.root else 0o755)
+        r = subprocess.run(
+            [sys.executable, "-c", INTRUDER, stubs,
+             self.server.socket + ".grpc", str(session.id)],
+            capture_output=True, timeout=60, user=NOBODY, group=NOBODY,
+            extra_groups=[SHARED_GID])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.decode().split(),
+                         ["PERMISSION_DENIED", "PERMISSION_DENIED",
+                          "FAILED_PRECONDITION", "FAILED_PRECONDITION"])
+        # The owner's session is untouched.
+        self.assertEqual(session.get_batch(KEYS[:1]).items[0].code, 0)
 
 
 def address_of(view):
