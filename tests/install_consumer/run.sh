@@ -46,6 +46,14 @@ head -c 100000 /dev/urandom >"$tmp/src/d/a.bin"
   --chunk_size=1MiB --dataset=ds="$tmp/src" --metrics_address= \
   --keep_arena=false >"$tmp/dlcached.log" 2>&1 &
 server=$!
+# A client fails at once on a missing socket file: wait for it (the data
+# socket comes up last), at most 30 s, and for the server not to have died.
+for _ in $(seq 300); do
+  [[ -S "$tmp/d.sock" ]] && break
+  kill -0 "$server" 2>/dev/null || { cat "$tmp/dlcached.log"; exit 1; }
+  sleep 0.1
+done
+[[ -S "$tmp/d.sock" ]] || { echo "dlcached did not serve" >&2; cat "$tmp/dlcached.log"; exit 1; }
 "$tmp/build/consumer_cxx" "$tmp/d.sock" ds d/a.bin "$tmp/src/d/a.bin" ||
   { cat "$tmp/dlcached.log"; exit 1; }
 LD_LIBRARY_PATH="$prefix/lib" "$tmp/build/consumer_c" "$tmp/nobody.sock"
