@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "server/cache_server.h"
 #include "server/source/posix_source.h"
+#include "tests/testing/engine_batch.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_server.h"
 #include "tests/testing/test_util.h"
@@ -143,20 +144,7 @@ JobProgress Warm(CacheEngine& engine) {
 
 std::vector<BatchItem> Get(CacheEngine& engine,
                            const std::vector<std::string>& paths) {
-  const uint64_t session = engine.OpenSession();
-  std::vector<BatchKey> keys;
-  for (const std::string& p : paths) keys.push_back({p});
-  absl::StatusOr<BatchResult> r = engine.GetBatch(session, "ds", keys);
-  EXPECT_TRUE(r.ok()) << r.status();
-  std::vector<uint64_t> leases;
-  std::vector<BatchItem> items;
-  if (r.ok()) items = std::move(r->items);
-  for (BatchItem& item : items) {
-    for (const LeasedChunk& c : item.chunks) leases.push_back(c.lease);
-  }
-  engine.Release(session, leases);
-  engine.CloseSession(session);
-  return items;
+  return testing::GetAndRelease(engine, "ds", paths);
 }
 
 TEST(PosixSourceRootEngineTest, RecreatedRootIsServedAndRevalidated) {
