@@ -34,12 +34,18 @@ class DirLock {
 
   bool held() const { return fd_.valid(); }
   void Release() { fd_.reset(); }
+  // Removes the lock file, then unlocks: a dir left with nothing in it (a
+  // stop with --keep_arena=false). A server that opened the old file
+  // meanwhile finds it unlinked once it has the lock and takes a new one.
+  void ReleaseAndRemove();
 
   static constexpr char kFileName[] = "dlcached.lock";
 
  private:
-  explicit DirLock(UniqueFd fd) : fd_(std::move(fd)) {}
+  DirLock(UniqueFd fd, std::string path)
+      : fd_(std::move(fd)), path_(std::move(path)) {}
   UniqueFd fd_;
+  std::string path_;
 };
 
 }  // namespace dlcache

@@ -667,7 +667,12 @@ void CacheServer::Shutdown() {
   }
   DLC_LOG(INFO) << "dlcached stopped";
   // The next dlcached may take the dirs now (the kept files are for it).
-  shm_lock_.Release();
+  // With --keep_arena=false the shm dir is left empty, lock file too.
+  if (config_.keep_arena) {
+    shm_lock_.Release();
+  } else {
+    shm_lock_.ReleaseAndRemove();
+  }
   ssd_lock_.Release();
   stopped_.Notify();
 }

@@ -708,8 +708,13 @@ class Checker:
                     # Segments arrive as fds over the data socket: a trainer
                     # needs no arena mount (the directory is 0700), and one
                     # it has anyway must be read-only.
-                    mount, _ = self.mount_for(spec, c, self.flags["shm_dir"])
-                    if mount is not None and not mount.get("readOnly"):
+                    # (A pod's own /dev/shm, an emptyDir, covers the path
+                    # but is not the host's arena.)
+                    mount, vol = self.mount_for(spec, c,
+                                                self.flags["shm_dir"])
+                    if (mount is not None and vol is not None and
+                            "hostPath" in vol and
+                            not mount.get("readOnly")):
                         self.error(where, "mounts the arena dir %s writable"
                                    % self.flags["shm_dir"])
         if not found_pod:
