@@ -7,6 +7,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,8 +244,9 @@ TEST(ClientForkTest, ForkWhileTheParentIsReconnecting) {
     return absl::StrContains((*client)->session_status().message(),
                              "attempt 2");
   })) << (*client)->session_status();
-  // The child's new Client waits (connect_timeout) for the server that the
-  // parent restarts once the child runs.
+  // The parent restarts the server once the child runs; the child's new
+  // Client connects to it. (A socket file that does not exist fails a new
+  // Client at once, so the child waits for the restart to bind it first.)
   int go[2];
   ASSERT_EQ(::pipe(go), 0);
   std::thread restarter([&] {
@@ -255,6 +257,12 @@ TEST(ClientForkTest, ForkWhileTheParentIsReconnecting) {
   });
   const std::string report = RunInChild([&] {
     if (::write(go[1], "x", 1) != 1) return std::string("pipe");
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    struct stat st;
+    while (::stat(server.socket_path().c_str(), &st) != 0) {
+      if (absl::Now() > deadline) return std::string("no socket file");
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     return ChildChecks(*client, Options(server), "f", "after the restart");
   });
   // In case the child never got to signal.
