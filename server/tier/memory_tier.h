@@ -547,10 +547,12 @@ class MemoryTier : public EntryPaths {
   // Undoes a lease's accounting (not its pin).
   void UnleaseAccount(Session& s, const ChunkEntry* entry)
       ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // OK if `session` may take `leases` more leases of `bytes` in all.
+  // OK if `session` may take `leases` more leases of `bytes` in all; then
+  // the bytes are taken from the tenant's budget, unless `tenant_taken`
+  // (the caller took them already, for a whole batch).
   absl::Status CheckLimits(uint64_t id, const Session& s, uint64_t leases,
-                           uint64_t bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+                           uint64_t bytes, bool tenant_taken = false) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
   Arena* const arena_;
   const uint64_t chunk_size_;

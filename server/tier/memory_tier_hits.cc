@@ -96,7 +96,20 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     wanted += end - r.first_chunk;
   }
   uint64_t leased_bytes = 0;
+  // The tenant's lease budget is one lock shared by every session: taken
+  // for the whole batch at once (one step, not one per item); only a batch
+  // over the tenant's share is checked item by item.
+  uint64_t batch_bytes = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (int64_t c = requests[i].first_chunk; c < ends[i]; ++c) {
+      batch_bytes += recs[i]->chunk(static_cast<uint32_t>(c))->length;
+    }
+  }
   absl::MutexLock session_lock(&s->mu);
+  const bool prepaid =
+      tenant_leases_ != nullptr && batch_bytes > 0 &&
+      tenant_leases_->TryTake(s->tenant, s->admin, batch_bytes);
+  uint64_t prepaid_unused = 0;
   // One reservation of lease ids for the batch (the counter's cache line
   // is shared by every session), under the session's lock: the session's
   // ids then grow with every reservation, as its LeaseTable needs.
@@ -110,8 +123,10 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     for (uint32_t c = r.first_chunk; c < end; ++c) {
       bytes += rec->chunk(c)->length;
     }
-    if (absl::Status st = CheckLimits(session, *s, end - r.first_chunk, bytes);
+    if (absl::Status st =
+            CheckLimits(session, *s, end - r.first_chunk, bytes, prepaid);
         !st.ok()) {
+      if (prepaid) prepaid_unused += bytes;
       r.refused = std::move(st);
       r.served = true;
       // Its ids stay unused: the rest of the batch starts a new run.
@@ -132,6 +147,7 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     r.served = true;
   }
   if (leased_bytes > 0) s->AddDatasetBytes(dataset, leased_bytes);
+  if (prepaid_unused > 0) tenant_leases_->Give(s->tenant, prepaid_unused);
   return true;
 }
 

@@ -91,7 +91,8 @@ MemoryTier::SessionUsage MemoryTier::Usage(uint64_t session) const {
 }
 
 absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
-                                     uint64_t leases, uint64_t bytes) const {
+                                     uint64_t leases, uint64_t bytes,
+                                     bool tenant_taken) const {
   if (s.leases.size() + leases > limits_.max_leases) {
     limit_refusals_.fetch_add(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -107,7 +108,8 @@ absl::Status MemoryTier::CheckLimits(uint64_t id, const Session& s,
         " bytes (--session_lease_share of the arena); release leases first"));
   }
   // Last: taken here, the caller leases these bytes at once.
-  if (tenant_leases_ && !tenant_leases_->TryTake(s.tenant, s.admin, bytes)) {
+  if (tenant_leases_ && !tenant_taken &&
+      !tenant_leases_->TryTake(s.tenant, s.admin, bytes)) {
     tenant_refusals_.fetch_add(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
         s.tenant, " holds ", tenant_leases_->held(s.tenant),
