@@ -68,6 +68,12 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
   // Which requests are all cached (their end chunk; -1 = not served), and
   // whether any of their entries needs its CLOCK bit set.
   std::vector<int64_t> ends(requests.size(), -1);
+  // Each served item's bytes, and the batch's: the tenant's lease budget
+  // is one lock shared by every session, taken for the whole batch at once
+  // (one step, not one per item); only a batch over the tenant's share is
+  // checked item by item.
+  std::vector<uint64_t> item_bytes(requests.size(), 0);
+  uint64_t batch_bytes = 0;
   uint64_t wanted = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const HitRequest& r = requests[i];
@@ -94,17 +100,12 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     if (unreferenced && !exclusive) return false;
     ends[i] = end;
     wanted += end - r.first_chunk;
+    for (uint32_t c = r.first_chunk; c < end; ++c) {
+      item_bytes[i] += rec->chunk(c)->length;
+    }
+    batch_bytes += item_bytes[i];
   }
   uint64_t leased_bytes = 0;
-  // The tenant's lease budget is one lock shared by every session: taken
-  // for the whole batch at once (one step, not one per item); only a batch
-  // over the tenant's share is checked item by item.
-  uint64_t batch_bytes = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    for (int64_t c = requests[i].first_chunk; c < ends[i]; ++c) {
-      batch_bytes += recs[i]->chunk(static_cast<uint32_t>(c))->length;
-    }
-  }
   absl::MutexLock session_lock(&s->mu);
   const bool prepaid =
       tenant_leases_ != nullptr && batch_bytes > 0 &&
@@ -119,10 +120,7 @@ absl::StatusOr<bool> MemoryTier::ServeHitsLocked(
     HitRequest& r = requests[i];
     FileRecord* rec = recs[i];
     const uint32_t end = static_cast<uint32_t>(ends[i]);
-    uint64_t bytes = 0;
-    for (uint32_t c = r.first_chunk; c < end; ++c) {
-      bytes += rec->chunk(c)->length;
-    }
+    const uint64_t bytes = item_bytes[i];
     if (absl::Status st =
             CheckLimits(session, *s, end - r.first_chunk, bytes, prepaid);
         !st.ok()) {
