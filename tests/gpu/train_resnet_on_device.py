@@ -42,6 +42,7 @@ Exits 1 when an accuracy is off (by more than --tolerance) or below
 import argparse
 import datetime
 import io
+import math
 import os
 import platform
 import sys
@@ -149,11 +150,14 @@ def run(name, batches_of_epoch, epochs, classes, device, evaluate, lr):
     net = model(classes, device)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9,
                           weight_decay=1e-4)
-    # A linear warm-up over the first epoch: without it, ResNet-50 from
-    # scratch at this batch size swings between runs whose inputs differ
-    # only by decoder rounding (PIL vs nvjpeg: 0.68 vs 1.00 accuracy on
-    # 2026-12-06), which would hide what this check compares.
+    # A linear warm-up over the first epoch, then a cosine decay to 0 by
+    # the last step: ResNet-50 from scratch at this batch size swings
+    # between runs whose inputs differ only by decoder rounding (on
+    # 2026-12-06, at a constant rate: PIL 0.68 vs nvjpeg 1.00 accuracy,
+    # then with a warm-up 1.00 vs 0.39, the last epoch's weights caught
+    # in a swing), which would hide what this check compares.
     warm = 0
+    step = 0
     first = None
     images = 0
     timed = 0.0
@@ -170,11 +174,16 @@ def run(name, batches_of_epoch, epochs, classes, device, evaluate, lr):
             y = y.to(device, non_blocking=True)
             if first is None:
                 first = (y.tolist(), x.float().mean(dim=(0, 2, 3)).tolist())
+            step += 1
             if epoch == 0:
                 warm += 1
+                rate = lr * min(1.0, warm / 20.0)
+            else:
+                total = max(warm * epochs, step)
+                rate = lr * 0.5 * (1 + math.cos(
+                    math.pi * (step - warm) / max(1, total - warm)))
             for g in opt.param_groups:
-                g["lr"] = lr * min(1.0, (warm + 1) / 20.0) if epoch == 0 \
-                    else lr
+                g["lr"] = rate
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 out = net(x)
                 loss = nn.functional.cross_entropy(out, y)
@@ -206,7 +215,8 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.02,
-                    help="SGD's rate after a one-epoch linear warm-up")
+                    help="SGD's peak rate (one-epoch linear warm-up, then cosine "
+                    "decay to 0)")
     ap.add_argument("--workers", type=int, default=max(
         1, min(12, (os.cpu_count() or 4) - 2)))
     ap.add_argument("--tolerance", type=float, default=0.05)
