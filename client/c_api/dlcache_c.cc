@@ -3,6 +3,7 @@
 
 #include "dlcache/dlcache_c.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/c_api/error_channel.h"
 #include "dlcache/client.h"
 #include "dlcache/version.h"
@@ -291,6 +293,84 @@ int dlc_get_batch(dlc_client* client, const char* dataset,
         client->client->GetBatch(dataset, keys);
     if (!batch.ok()) return Errors::Fail(batch.status());
     *out = MakeBatch(*std::move(batch)).release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_read_range(dlc_client* client, const char* dataset, const char* path,
+                   uint64_t offset, uint64_t length, void* dst,
+                   uint64_t dst_size, uint64_t* copied) {
+  return Errors::Guard([&] {
+    if (copied != nullptr) *copied = 0;
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (path == nullptr) return Errors::NullArg("path");
+    dlcache::Client& c = *client->client;
+    // The size first: the chunks to ask for, and a clear answer for a
+    // range past the end (a chunk index past the file is the server's
+    // INVALID_ARGUMENT, which would not name the offset).
+    const std::string key(path);
+    absl::StatusOr<std::vector<dlcache::FileStatus>> stat =
+        c.Stat(dataset, absl::MakeConstSpan(&key, 1));
+    if (!stat.ok()) return Errors::Fail(stat.status());
+    if (stat->size() != 1) {
+      return Errors::Fail(DLC_INTERNAL, "Stat answered no item");
+    }
+    if (!(*stat)[0].status.ok()) return Errors::Fail((*stat)[0].status);
+    const uint64_t size = (*stat)[0].size;
+    if (offset > size) {
+      return Errors::Fail(
+          DLC_OUT_OF_RANGE,
+          absl::StrCat("offset ", offset, " is past the end of ", path, " (",
+                       size, " bytes)"));
+    }
+    const uint64_t end =
+        length == 0 || length > size - offset ? size : offset + length;
+    if (end - offset > dst_size) {
+      if (copied != nullptr) *copied = end - offset;
+      return Errors::Fail(
+          DLC_INVALID_ARGUMENT,
+          absl::StrCat("dst holds ", dst_size, " bytes; the range holds ",
+                       end - offset));
+    }
+    if (end == offset) return static_cast<int>(DLC_OK);
+    if (dst == nullptr) return Errors::NullArg("dst");
+    const uint64_t chunk = c.chunk_size();
+    if (chunk == 0) return Errors::Fail(DLC_INTERNAL, "chunk size 0");
+    dlcache::ItemRequest req;
+    req.path = key;
+    req.first_chunk = static_cast<uint32_t>(offset / chunk);
+    req.max_chunks =
+        static_cast<uint32_t>((end - 1) / chunk - offset / chunk + 1);
+    absl::StatusOr<dlcache::Batch> batch =
+        c.GetBatch(dataset, absl::MakeConstSpan(&req, 1));
+    if (!batch.ok()) return Errors::Fail(batch.status());
+    if (batch->size() != 1) {
+      return Errors::Fail(DLC_INTERNAL, "GetBatch answered no item");
+    }
+    const dlcache::Item& item = (*batch)[0];
+    if (!item.ok()) return Errors::Fail(item.status());
+    uint64_t written = 0;
+    char* out = static_cast<char*>(dst);
+    for (const dlcache::ChunkView& v : item.chunks()) {
+      const uint64_t begin = static_cast<uint64_t>(v.index) * chunk;
+      const uint64_t from = std::max(begin, offset);
+      const uint64_t to = std::min(begin + v.size, end);
+      if (from >= to) continue;
+      std::memcpy(out + (from - offset),
+                  reinterpret_cast<const char*>(v.data) + (from - begin),
+                  to - from);
+      written += to - from;
+    }
+    // The file changed size between Stat and GetBatch, or chunks are
+    // missing: say so rather than hand back a range with holes.
+    if (written != end - offset) {
+      return Errors::Fail(
+          DLC_DATA_LOSS,
+          absl::StrCat("read ", written, " of ", end - offset, " bytes of ",
+                       path, " at offset ", offset, " (did the file change?)"));
+    }
+    if (copied != nullptr) *copied = written;
     return static_cast<int>(DLC_OK);
   });
 }

@@ -58,11 +58,14 @@ absl::StatusOr<FileInfo> CacheEngine::FileInfoFor(uint32_t ds,
   }
   absl::StatusOr<FileInfo> info = backend->StatFile(name, path);
   if (!info.ok()) return info.status();
-  // Before the tier records it: a file that can never fit is refused here,
-  // without allocating or evicting anything.
-  if (absl::Status fits = options_.file_size_limit.Check(path, info->size);
-      !fits.ok()) {
-    return fits;
+  // Before the tier records it: a file whose chunks a 32-bit index cannot
+  // name is refused here. Whether a read fits the arena depends on the
+  // chunks it asks for (PinChunksOnce): a file larger than the arena can
+  // still be stat'ed and read in ranges.
+  if (absl::Status named =
+          options_.file_size_limit.CheckRange(path, info->size, 0);
+      !named.ok()) {
+    return named;
   }
   tier_->PutFile(ds, path, *info);
   return *info;
@@ -135,6 +138,13 @@ absl::Status CacheEngine::PinChunksOnce(uint32_t ds, absl::string_view path,
       max_chunks == 0
           ? count
           : std::min<uint64_t>(count, uint64_t{first_chunk} + max_chunks);
+  // A read that can never fit is refused before anything is allocated or
+  // evicted.
+  if (absl::Status fits = options_.file_size_limit.CheckRange(
+          path, info->size, end - first_chunk);
+      !fits.ok()) {
+    return fits;
+  }
   std::vector<MemoryTier::Acquisition> acquired;
   acquired.reserve(end - first_chunk);
   absl::Status status;

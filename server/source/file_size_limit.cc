@@ -41,22 +41,34 @@ uint64_t FileSizeLimit::max_file_bytes() const {
 
 absl::Status FileSizeLimit::Check(absl::string_view path,
                                   uint64_t file_size) const {
+  return CheckRange(path, file_size, ChunkCount(file_size));
+}
+
+absl::Status FileSizeLimit::CheckRange(absl::string_view path,
+                                       uint64_t file_size,
+                                       uint64_t chunks) const {
   if (chunk_size_ == 0) return absl::OkStatus();
-  const uint64_t chunks = ChunkCount(file_size);
-  if (chunks > kMaxChunkIndex) {
+  const uint64_t count = ChunkCount(file_size);
+  if (count > kMaxChunkIndex) {
     return absl::OutOfRangeError(absl::StrCat(
-        "file ", LogEscape(path), " is ", file_size, " bytes: ", chunks,
+        "file ", LogEscape(path), " is ", file_size, " bytes: ", count,
         " chunks of ", chunk_size_, " bytes are more than the ", kMaxChunkIndex,
         " a chunk index can name"));
   }
-  if (chunks > max_chunks_) {
+  if (chunks <= max_chunks_) return absl::OkStatus();
+  if (chunks == count) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "file ", LogEscape(path), " is ", file_size, " bytes (", chunks,
+        "file ", LogEscape(path), " is ", file_size, " bytes (", count,
         " chunks of ", chunk_size_, " bytes) but the arena of ", arena_bytes_,
         " bytes holds at most ", max_file_bytes(), " bytes (", max_chunks_,
-        " chunks) of one file; it is never cached (nothing was evicted)"));
+        " chunks) of one file; it is never cached (nothing was evicted); "
+        "read it in chunk ranges"));
   }
-  return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("a read of ", chunks, " chunks of ", LogEscape(path), " (",
+                   chunk_size_, " bytes each) is more than the arena of ",
+                   arena_bytes_, " bytes holds at once (", max_chunks_,
+                   " chunks); nothing was evicted: ask for fewer chunks"));
 }
 
 }  // namespace dlcache

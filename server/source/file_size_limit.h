@@ -33,6 +33,13 @@ class FileSizeLimit {
   // sizes, if it has more chunks than the arena can hold at once. All
   // arithmetic is 64-bit and overflow-safe for any size.
   absl::Status Check(absl::string_view path, uint64_t file_size) const;
+  // The same for a read of `chunks` chunks of the file at once (a chunk
+  // range; a whole-file read asks ChunkCount(file_size)): OUT_OF_RANGE on
+  // the file's own chunk count, RESOURCE_EXHAUSTED when `chunks` exceed
+  // what the arena holds. chunks 0 checks the chunk index only, so that a
+  // file larger than the arena can still be stat'ed and read in ranges.
+  absl::Status CheckRange(absl::string_view path, uint64_t file_size,
+                          uint64_t chunks) const;
 
   // Chunks of `file_size` bytes, 64-bit (never wraps).
   uint64_t ChunkCount(uint64_t file_size) const;

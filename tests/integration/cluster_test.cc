@@ -487,6 +487,74 @@ uint64_t JsonNumber(const std::string& json, const std::string& field) {
   return std::stoull(m[1]);
 }
 
+// Issue 33: chunks past 4 GiB of a sparse file travel between nodes
+// byte-exact (the peer path of large_file_test's C++/C/SSD checks), and
+// the cluster still reads each from the source once.
+TEST(ClusterTest, LargeFileRangeThroughPeers) {
+  InProcessCluster cluster(3);
+  constexpr uint64_t k4GiB = uint64_t{1} << 32;
+  constexpr uint64_t kSize = k4GiB + 5 * kChunk + 77;
+  constexpr uint64_t kFrom = k4GiB - 8 * kChunk;  // data from here to the end
+  auto expected = [&](uint64_t pos) {
+    if (pos < kFrom) return '\0';
+    return static_cast<char>(((pos * 0x9E3779B97F4A7C15ull) >> 56) ^
+                             (pos >> 32));
+  };
+  {
+    const std::string dir = cluster.dir() + "/big";
+    ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+    FILE* f = std::fopen((dir + "/sparse.bin").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(::ftruncate(::fileno(f), static_cast<off_t>(kSize)), 0);
+    std::string tail(kSize - kFrom, '\0');
+    for (uint64_t i = 0; i < tail.size(); ++i) tail[i] = expected(kFrom + i);
+    ASSERT_EQ(::pwrite(::fileno(f), tail.data(), tail.size(),
+                       static_cast<off_t>(kFrom)),
+              static_cast<ssize_t>(tail.size()));
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+  ASSERT_TRUE(cluster.StartAll().ok());
+  const uint32_t first = static_cast<uint32_t>(kFrom / kChunk);
+  const uint32_t count = static_cast<uint32_t>((kSize + kChunk - 1) / kChunk) -
+                         first;  // 13, the last one partial
+  for (int node = 0; node < 3; ++node) {
+    ClientOptions options;
+    options.socket_path = cluster.server(node).socket_path();
+    options.client_name = "cluster_test";
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ItemRequest req;
+    req.path = "big/sparse.bin";
+    req.first_chunk = first;
+    req.max_chunks = count;
+    absl::StatusOr<Batch> b =
+        (*client)->GetBatch(kDataset, absl::MakeConstSpan(&req, 1));
+    ASSERT_TRUE(b.ok()) << b.status();
+    const Item& item = (*b)[0];
+    ASSERT_TRUE(item.ok()) << "node " << node << ": " << item.status();
+    EXPECT_EQ(item.file_size(), kSize);
+    ASSERT_EQ(item.chunks().size(), count);
+    for (const ChunkView& v : item.chunks()) {
+      const uint64_t at = uint64_t{v.index} * kChunk;
+      ASSERT_EQ(v.size, std::min(kChunk, kSize - at));
+      const char* p = reinterpret_cast<const char*>(v.data);
+      for (uint64_t i = 0; i < v.size; ++i) {
+        if (p[i] != expected(at + i)) {
+          FAIL() << "node " << node << ": byte " << at + i << " differs";
+        }
+      }
+    }
+  }
+  // Each chunk was read from the source once, on its owner; the others
+  // got it from a peer.
+  EXPECT_EQ(cluster.total_reads(), count);
+  uint64_t peer_reads = 0;
+  for (int i = 0; i < 3; ++i) {
+    peer_reads += cluster.server(i).server().peer_router()->stats().peer_reads;
+  }
+  EXPECT_EQ(peer_reads, 2u * count);
+}
+
 // Three real dlcached processes; one is SIGKILLed while clients on the
 // other two read: they keep getting correct bytes (the owner's chunks fall
 // back to the local source).

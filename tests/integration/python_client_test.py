@@ -154,6 +154,59 @@ class ClientTest(DeadlineTest):
             item.view(copy_if_needed=False)
         self.assertEqual(cm.exception.code, dlcache.FAILED_PRECONDITION)
 
+    def test_read_range_within_and_across_chunks(self):
+        data = FILES["big/shard.bin"]
+        for offset, length in ((0, 10), (CHUNK - 5, 10), (CHUNK, CHUNK),
+                               (2 * CHUNK + 12000, 345), (7, None)):
+            want = data[offset:] if length is None else \
+                data[offset:offset + length]
+            got = self.client.read_range("ds", "big/shard.bin", offset,
+                                         length)
+            self.assertEqual(got, want, (offset, length))
+        self.assertEqual(self.client.read_range("ds", "big/shard.bin",
+                                                len(data)), b"")
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            self.client.read_range("ds", "big/shard.bin", len(data) + 1, 1)
+        self.assertEqual(cm.exception.name, "OUT_OF_RANGE")
+        with self.assertRaises(dlcache.DlcacheError) as cm:
+            self.client.read_range("ds", "train/none.jpg", 0, 1)
+        self.assertEqual(cm.exception.code, dlcache.NOT_FOUND)
+
+    def test_read_range_past_4_gib(self):
+        # A sparse file of 4 GiB + 5 MiB + 77 (more than the 64 MiB arena
+        # holds: only ranges can be read), data around 4 GiB and at its
+        # end; issue 33's >4 GiB check for the Python path.
+        size = (1 << 32) + 5 * CHUNK + 77
+        windows = {(1 << 32) - 3 * CHUNK: random_bytes(6 * CHUNK, 4242),
+                   size - 1000: random_bytes(1000, 4243)}
+        path = os.path.join(SERVER.src, "huge", "sparse.bin")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(size)
+            for at, b in windows.items():
+                f.seek(at)
+                f.write(b)
+        self.addCleanup(os.unlink, path)
+
+        def expect(offset, length):
+            out = bytearray(length)
+            for at, b in windows.items():
+                lo, hi = max(at, offset), min(at + len(b), offset + length)
+                if lo < hi:
+                    out[lo - offset:hi - offset] = b[lo - at:hi - at]
+            return bytes(out)
+
+        for offset, length in (((1 << 32) - 100, 200), ((1 << 32), 1),
+                               ((1 << 32) - CHUNK - 3, 2 * CHUNK + 6),
+                               (size - 1500, 1500)):
+            self.assertEqual(
+                self.client.read_range("ds", "huge/sparse.bin", offset,
+                                       length), expect(offset, length),
+                (offset, length))
+        self.assertEqual(self.client.read_range("ds", "huge/sparse.bin",
+                                                size - 10), expect(size - 10,
+                                                                   10))
+
     def test_empty_file(self):
         item = self.client.get_batch("ds", ["empty.txt"])[0]
         self.assertTrue(item.ok, item)

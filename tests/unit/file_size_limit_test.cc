@@ -32,6 +32,26 @@ TEST(FileSizeLimitTest, CountsWholeSlabsPerSegment) {
   EXPECT_THAT(s.message(), HasSubstr("big\\x0afile"));  // escaped
 }
 
+TEST(FileSizeLimitTest, RangesOfAFileLargerThanTheArenaFit) {
+  const uint64_t mib = 1 << 20;
+  FileSizeLimit l = FileSizeLimit::ForArena({16 * mib}, 4 * mib);  // 4 chunks
+  const uint64_t huge = (uint64_t{1} << 32) + 123;  // 1025 chunks
+  EXPECT_TRUE(l.CheckRange("h", huge, 0).ok());     // stat: index only
+  EXPECT_TRUE(l.CheckRange("h", huge, 4).ok());
+  absl::Status over = l.CheckRange("h", huge, 5);
+  ASSERT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("a read of 5 chunks"));
+  EXPECT_THAT(over.message(), HasSubstr("ask for fewer chunks"));
+  // The whole file: the message of Check, which names chunk ranges.
+  absl::Status whole = l.CheckRange("h", huge, 1025);
+  EXPECT_EQ(whole, l.Check("h", huge));
+  EXPECT_THAT(whole.message(), HasSubstr("read it in chunk ranges"));
+  // More chunks than a 32-bit index can name fail even for a stat.
+  FileSizeLimit tiny = FileSizeLimit::ForArena({16 * mib}, 1);
+  EXPECT_EQ(tiny.CheckRange("h", uint64_t{1} << 33, 0).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 TEST(FileSizeLimitTest, ChunkSizeNotAPageMultipleTakesWholePages) {
   // A 5000-byte chunk takes an 8 KiB slab: 64 KiB hold 8 chunks.
   FileSizeLimit l = FileSizeLimit::ForArena({64 << 10}, 5000);

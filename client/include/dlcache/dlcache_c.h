@@ -117,6 +117,19 @@ void dlc_close(dlc_client* client);
 
 int dlc_get_batch(dlc_client* client, const char* dataset,
                   const char* const* paths, size_t num_paths, dlc_batch** out);
+/* Copies bytes [offset, offset + length) of one file into dst (length 0 =
+ * to the end of the file), reading only the chunks that cover them: files
+ * of any size, past 4 GiB included, and parts of large files. *copied (may
+ * be NULL) gets the bytes written, fewer than length where the file ends
+ * first. DLC_INVALID_ARGUMENT when dst_size is smaller than what the
+ * range holds (nothing written; *copied then gets the range's size, so
+ * dst_size 0 asks for it), DLC_OUT_OF_RANGE when offset is past the
+ * end of the file (offset == size copies nothing and is OK), else the
+ * item's code (DLC_NOT_FOUND, DLC_DATA_LOSS...) with its message in
+ * dlc_last_error. Holds no lease after it returns. */
+int dlc_read_range(dlc_client* client, const char* dataset, const char* path,
+                   uint64_t offset, uint64_t length, void* dst,
+                   uint64_t dst_size, uint64_t* copied);
 int dlc_prefetch(dlc_client* client, const char* dataset,
                  const char* const* paths, size_t num_paths);
 /* Epoch plans (issue 14, dlcache::Client::RegisterPlan): keys

@@ -15,7 +15,7 @@ import ctypes
 import os
 import warnings
 import weakref
-from typing import Iterator, List, NamedTuple
+from typing import Iterator, List, NamedTuple, Optional
 
 from . import _lib
 
@@ -746,6 +746,37 @@ class Client:
                 ctypes.byref(out), ctypes.byref(arrays)))
         return Batch(_BatchHandle(self._lib, out.value), keys,
                      arrays.contents)
+
+    def read_range(self, dataset: str, key: str, offset: int = 0,
+                   length: Optional[int] = None) -> bytes:
+        """Bytes [offset, offset + length) of one file (length None: to its
+        end; fewer where the file ends first), reading only the chunks
+        that cover them: parts of large files, past 4 GiB included. Raises
+        DlcacheError: OUT_OF_RANGE for an offset past the end, the file's
+        own code (NOT_FOUND, DATA_LOSS...) otherwise."""
+        ptr = self._client()
+        fn = getattr(self._lib, "dlc_read_range", None)
+        if fn is None:
+            raise DlcacheError(UNIMPLEMENTED, "libdlcache_c predates "
+                               "dlc_read_range")
+        if offset < 0 or (length is not None and length < 0):
+            raise ValueError("offset and length must be >= 0")
+        if length == 0:
+            return b""
+        want = ctypes.c_uint64()
+        if length is None:
+            # dst_size 0 asks for the range's size (INVALID_ARGUMENT).
+            code = fn(ptr, dataset.encode(), key.encode(), offset, 0, None,
+                      0, ctypes.byref(want))
+            if code != 0 and code != INVALID_ARGUMENT:
+                _check(code)
+            if code == 0:
+                return b""
+            length = want.value
+        buf = ctypes.create_string_buffer(length)
+        _check(fn(ptr, dataset.encode(), key.encode(), offset, length, buf,
+                  length, ctypes.byref(want)))
+        return buf.raw[:want.value]
 
     def prefetch(self, dataset, keys):
         """Asks the server to fill `keys` in the background; takes no lease."""

@@ -177,6 +177,9 @@ def _declare(lib):
                                           c_uint64, P(c_char_p), c_size_t,
                                           P(c_int), P(c_uint64),
                                           P(c_uint64)]),
+        "dlc_read_range": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64,
+                                   c_uint64, c_void_p, c_uint64,
+                                   P(c_uint64)]),
         # Listing through the cache (issue 30).
         "dlc_list_page": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p,
                                   c_uint32, c_int, P(c_void_p)]),
