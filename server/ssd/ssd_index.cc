@@ -386,12 +386,24 @@ absl::Status SsdIndex::Commit(Batch& batch, bool sync) {
   if (batch.Count() == 0) return absl::OkStatus();
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  return FromRocks(db_->Write(wo, batch.batch_.get()), "write");
+  absl::Status s = FromRocks(db_->Write(wo, batch.batch_.get()), "write");
+  if (!s.ok()) write_failed_.store(true, std::memory_order_relaxed);
+  return s;
 }
 
-absl::Status SsdIndex::Resume() { return FromRocks(db_->Resume(), "resume"); }
+absl::Status SsdIndex::Resume() {
+  absl::Status s = FromRocks(db_->Resume(), "resume");
+  // A successful Resume starts a new WAL: syncing it is safe again.
+  if (s.ok()) write_failed_.store(false, std::memory_order_relaxed);
+  return s;
+}
 
 absl::Status SsdIndex::FlushAll() {
+  if (write_failed_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError(
+        "index writes failed earlier (a read-only or failing file "
+        "system?): its log is not synced");
+  }
   absl::Status s = FromRocks(db_->FlushWAL(/*sync=*/true), "sync wal");
   if (!s.ok()) return s;
   return FromRocks(db_->Flush(rocksdb::FlushOptions()), "flush");

@@ -1,6 +1,7 @@
 #ifndef DLCACHE_SERVER_SSD_SSD_INDEX_H_
 #define DLCACHE_SERVER_SSD_SSD_INDEX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -137,7 +138,10 @@ class SsdIndex {
   absl::Status Commit(Batch& batch, bool sync = false);
   // Clears a background error (after disk-full) so writes may go on.
   absl::Status Resume();
-  // Flushes the memtable and syncs the WAL (at shutdown).
+  // Flushes the memtable and syncs the WAL (at shutdown). After a write
+  // failed and no Resume succeeded since, it touches nothing and returns
+  // UNAVAILABLE: RocksDB's WAL writer must not be used after an error (its
+  // debug builds abort; seen with the SSD's file system turned read-only).
   absl::Status FlushAll();
   // Flushes the memtable to a table file if it holds at least `min_bytes`
   // (waits for the flush), so that its memory goes back; false when it
@@ -190,6 +194,8 @@ class SsdIndex {
  private:
   explicit SsdIndex(std::unique_ptr<rocksdb::DB> db);
   std::unique_ptr<rocksdb::DB> db_;
+  // A Commit failed and no Resume succeeded since (see FlushAll).
+  std::atomic<bool> write_failed_{false};
 };
 
 }  // namespace dlcache

@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +197,81 @@ TEST_F(SsdTierFaultTest, EnospcOnDataFilesIsHandled) {
   ASSERT_EQ(ReadFile("f29"), bytes[29]);
   EXPECT_GT(tier_->Stats().hits, 0u);
   EXPECT_LT(backend_.reads() - reads, 8u);
+}
+
+// The SSD's file system turning read-only under a running tier (issue
+// 33): ext4 on a loop device mounted errors=remount-ro, then an error
+// triggered through /sys/fs/ext4/<dev>/trigger_fs_error, as the kernel
+// does after an I/O error. (A tmpfs cannot be remounted read-only while
+// the tier holds files open for writing: EBUSY.) What is on it is still
+// served; new chunks come from the layer below, byte-exact; the failed
+// writes are counted (dlcache_ssd_write_errors_total); nothing crashes or
+// blocks, also at shutdown.
+TEST_F(SsdTierFaultTest, FileSystemTurnedReadOnlyKeepsServing) {
+  if (!kOwnMounts.ok()) GTEST_SKIP() << "no mount namespace: " << kOwnMounts;
+  const std::string image = dir_.path() + "/ext4.img";
+  const std::string root = dir_.path() + "/root";
+  std::filesystem::create_directories(root);
+  if (std::system(("truncate -s 64M " + image + " && mkfs.ext4 -q -F " + image +
+                   " >/dev/null 2>&1")
+                      .c_str()) != 0) {
+    GTEST_SKIP() << "mkfs.ext4 is not available";
+  }
+  // The loop device detaches itself when the mount goes (autoclear), and
+  // the mount goes with this process's mount namespace.
+  if (std::system(
+          ("mount -o loop,errors=remount-ro " + image + " " + root + " 2>&1")
+              .c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a loop device here";
+  }
+  mnt_ = root;
+  mounted_ = true;
+  std::string device;
+  {
+    std::ifstream mounts("/proc/self/mounts");
+    std::string dev, at, rest;
+    while (mounts >> dev >> at && std::getline(mounts, rest)) {
+      if (at == root) device = dev.substr(dev.rfind('/') + 1);
+    }
+  }
+  const std::string trigger = "/sys/fs/ext4/" + device + "/trigger_fs_error";
+  ASSERT_EQ(::access(trigger.c_str(), W_OK), 0) << trigger;
+  SsdTierOptions o = Options(root);
+  o.capacity_bytes = 16 << 20;
+  o.min_free_bytes = 1 << 20;
+  absl::Status opened = Open(o);
+  ASSERT_TRUE(opened.ok()) << opened;
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 4; ++i) {
+    bytes.push_back(Put(absl::StrCat("before", i), 3 * kChunk, 100 + i));
+    ASSERT_EQ(ReadFile(absl::StrCat("before", i)), bytes[i]);
+  }
+  tier_->Flush();
+  ASSERT_EQ(tier_->Stats().chunks, 12u);
+  {
+    std::ofstream t(trigger);
+    t << "1\n";
+  }
+  ASSERT_NE(::mkdir((root + "/probe").c_str(), 0700), 0);
+  ASSERT_EQ(errno, EROFS) << "the file system did not turn read-only";
+  // Written before: still hits, nothing read below.
+  const uint64_t reads = backend_.reads();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ReadFile(absl::StrCat("before", i)), bytes[i]) << i;
+  }
+  EXPECT_EQ(backend_.reads(), reads);
+  // New files: served from below; their write-behind fails, counted.
+  for (int i = 0; i < 4; ++i) {
+    const std::string b = Put(absl::StrCat("after", i), 2 * kChunk, 200 + i);
+    EXPECT_EQ(ReadFile(absl::StrCat("after", i)), b) << i;
+  }
+  tier_->Flush();
+  SsdTierStats s = tier_->Stats();
+  EXPECT_EQ(backend_.reads(), reads + 8);
+  EXPECT_GT(s.write_errors, 0u);
+  // Read again: still byte-exact.
+  EXPECT_EQ(ReadFile("after0"), backend_.Bytes(kDs, "after0"));
+  tier_.reset();  // shutdown on a read-only file system returns
 }
 
 TEST_F(SsdTierFaultTest, FullDiskPausesWritesUntilTheRetryTime) {
