@@ -290,6 +290,10 @@ void AppendDataPathMetrics(const DataServer::Stats& s, const TierStats& t,
     absl::StrAppend(out, "dlcache_data_refusals_total{limit=\"", limit, "\"} ",
                     n, "\n");
   }
+  Counter(out, "dlcache_data_list_refresh_throttles_total",
+          "Listing refreshes answered from the current listing: the tenant "
+          "had one walk the source less than 5 s before",
+          s.list_refresh_throttles);
   Counter(out, "dlcache_data_tenant_throttles_total",
           "Times a data connection stopped being read because its tenant "
           "held its share of --max_client_buffer_bytes",

@@ -149,6 +149,15 @@ struct DataServer::Shared {
   // Per tenant (issue 32); built by Start() from the options.
   std::unique_ptr<FairShare> connections;
   std::unique_ptr<FairShare> buffers;
+  // Listing refreshes (options.list_refresh_interval): when each tenant
+  // last had one walk the source, by tenant and dataset.
+  absl::Mutex refresh_mu;
+  absl::flat_hash_map<std::string, absl::Time> last_refresh
+      ABSL_GUARDED_BY(refresh_mu);
+  std::atomic<uint64_t> list_refresh_throttles{0};
+  // True when `tenant` may have `dataset`'s listing walked again now (and
+  // records it); false within list_refresh_interval of its last one.
+  bool ClaimListRefresh(const std::string& tenant, absl::string_view dataset);
 };
 
 class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {

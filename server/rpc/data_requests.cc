@@ -313,6 +313,30 @@ void DataServer::Loop::HandleStat(const std::shared_ptr<Conn>& c,
       });
 }
 
+bool DataServer::Shared::ClaimListRefresh(const std::string& tenant,
+                                          absl::string_view dataset) {
+  const absl::Duration interval = options.list_refresh_interval;
+  if (interval <= absl::ZeroDuration()) return true;
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&refresh_mu);
+  // Bounded: entries past the interval decide nothing and go once the map
+  // holds many (tenants x datasets).
+  if (last_refresh.size() > 4096) {
+    for (auto it = last_refresh.begin(); it != last_refresh.end();) {
+      if (now - it->second >= interval) {
+        last_refresh.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  absl::Time& last =
+      last_refresh[absl::StrCat(tenant, std::string(1, '\0'), dataset)];
+  if (last != absl::Time() && now - last < interval) return false;
+  last = now;
+  return true;
+}
+
 void DataServer::Loop::HandleList(const std::shared_ptr<Conn>& c,
                                   const local::FrameHeader& h,
                                   const std::string& payload) {
@@ -332,9 +356,15 @@ void DataServer::Loop::HandleList(const std::shared_ptr<Conn>& c,
   const size_t name_bytes = shared_->options.max_frame_bytes / 2;
   ++c->inflight;
   shared_->inflight.Add(1);
+  bool refresh = (req.flags & local::kListRefresh) != 0;
+  if (refresh && !c->admin &&
+      !shared_->ClaimListRefresh(c->tenant, req.dataset)) {
+    refresh = false;
+    shared_->list_refresh_throttles.fetch_add(1, std::memory_order_relaxed);
+  }
   shared_->engine->ListAsync(
       req.dataset, req.prefix, req.page_token, req.max_entries, name_bytes,
-      (req.flags & local::kListRefresh) != 0,
+      refresh,
       [self = shared_from_this(), c,
        id = h.request_id](absl::StatusOr<ListResult> r) mutable {
         std::string payload;

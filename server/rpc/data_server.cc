@@ -688,6 +688,7 @@ DataServer::Stats DataServer::stats() const {
   s.tenant_connection_refusals = shared_->tenant_connection_refusals.load();
   s.tenant_buffer_throttles = shared_->tenant_buffer_throttles.load();
   s.hello_timeouts = shared_->hello_timeouts.load();
+  s.list_refresh_throttles = shared_->list_refresh_throttles.load();
   s.stalled_closes = shared_->stalled_closes.load();
   s.buffered_bytes = shared_->buffers->total();
   return s;

@@ -83,6 +83,11 @@ class DataServer {
     double tenant_headroom = 0.25;
     absl::Duration hello_timeout = absl::Seconds(10);
     absl::Duration stall_timeout = absl::Seconds(30);
+    // A tenant's listing refresh (a walk of the whole source) within this
+    // of its previous one on the same dataset is answered from the
+    // current listing, so one tenant looping on refresh cannot keep the
+    // source walking for everybody (issue 32). Admins are not limited.
+    absl::Duration list_refresh_interval = absl::Seconds(5);
   };
   struct Stats {
     uint64_t open_connections = 0;
@@ -106,6 +111,9 @@ class DataServer {
     uint64_t tenant_buffer_throttles = 0;
     uint64_t hello_timeouts = 0;  // closed without kHello in time
     uint64_t stalled_closes = 0;  // closed holding memory without progress
+    // Listing refreshes answered from the current listing (see
+    // list_refresh_interval).
+    uint64_t list_refresh_throttles = 0;
     uint64_t buffered_bytes = 0;  // held in partial frames and replies now
   };
 

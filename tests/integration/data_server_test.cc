@@ -869,6 +869,86 @@ TEST_F(DataServerTest, ReadersOutsideThePolicyArePermissionDenied) {
   ExpectServesA(*c);
 }
 
+// Three listing refreshes of `ds` as `uid`, as exit codes of a forked child
+// (0 = every one answered with the file "a").
+int RefreshingChildChecks(const std::string& socket_path, uint32_t uid) {
+  if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
+      ::setuid(uid) != 0) {
+    return 10;
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
+      0) {
+    return 11;
+  }
+  timeval tv{20, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  local::FrameReceiver rx;
+  local::Hello h;
+  h.client_name = "refresher";
+  if (!local::SendFrame(fd.get(), MsgType::kHello, 1, local::EncodeHello(h))
+           .ok()) {
+    return 12;
+  }
+  absl::StatusOr<local::Frame> f = rx.Next(fd.get());
+  if (!f.ok() || f->type() != MsgType::kHelloReply) return 13;
+  for (uint64_t id = 2; id < 5; ++id) {
+    local::ListRequest list;
+    list.dataset = "ds";
+    list.flags = local::kListRefresh;
+    if (!local::SendFrame(fd.get(), MsgType::kList, id, local::EncodeList(list))
+             .ok()) {
+      return 14;
+    }
+    f = rx.Next(fd.get());
+    local::ListReply lr;
+    if (!f.ok() || f->type() != MsgType::kListReply ||
+        !local::DecodeListReply(f->payload, &lr).ok() || lr.code() != 0 ||
+        lr.size() != 1) {
+      return 15;
+    }
+  }
+  return 0;
+}
+
+// Issue 32: a tenant looping on listing refreshes walks the source once
+// per --list_refresh_interval (5 s), not once per request; an admin's
+// refresh still walks.
+TEST_F(DataServerTest, ListRefreshesOfOneTenantAreRateLimited) {
+  if (::getuid() != 0) {
+    GTEST_SKIP() << "needs root to act as another uid (root is an admin, "
+                    "whose refreshes are not limited)";
+  }
+  Start(nullptr, /*gated=*/true);
+  const std::string dir =
+      server_->socket_path().substr(0, server_->socket_path().rfind('/'));
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const uint64_t before = source_->lists();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(RefreshingChildChecks(server_->socket_path(), 65534));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see RefreshingChildChecks";
+  EXPECT_EQ(source_->lists() - before, 1u) << "three refreshes, one walk";
+  EXPECT_EQ(server_->server().data_server().stats().list_refresh_throttles, 2u);
+  // Root (an admin) is not limited.
+  std::unique_ptr<RawClient> c = Connected();
+  ASSERT_NE(c, nullptr);
+  local::ListRequest list;
+  list.dataset = "ds";
+  list.flags = local::kListRefresh;
+  ASSERT_TRUE(c->Send(MsgType::kList, 7, local::EncodeList(list)).ok());
+  absl::StatusOr<local::Frame> f = c->Recv();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->type(), MsgType::kListReply);
+  EXPECT_EQ(source_->lists() - before, 2u) << "the admin's refresh walks";
+}
+
 TEST_F(DataServerTest, ReplyOverFrameLimitFailsAndReleasesItsLeases) {
   Start([](ServerConfig* c) {
     c->max_frame_bytes = 64 << 10;

@@ -33,6 +33,7 @@ class CountingSource : public Source {
   absl::Status List(
       absl::string_view prefix,
       absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) override {
+    lists_.fetch_add(1);
     if (absl::Status f = fault(); !f.ok()) return f;
     return inner_->List(prefix, fn);
   }
@@ -42,6 +43,7 @@ class CountingSource : public Source {
 
   uint64_t reads() const { return reads_.load(); }
   uint64_t stats() const { return stats_.load(); }
+  uint64_t lists() const { return lists_.load(); }
   // Every call fails with `s` until cleared with OkStatus().
   void set_fault(absl::Status s) {
     absl::MutexLock lock(&mu_);
@@ -58,6 +60,7 @@ class CountingSource : public Source {
   std::shared_ptr<Source> inner_;
   std::atomic<uint64_t> reads_{0};
   std::atomic<uint64_t> stats_{0};
+  std::atomic<uint64_t> lists_{0};
   absl::Mutex mu_;
   absl::Status fault_ ABSL_GUARDED_BY(mu_);
   absl::Notification* gate_ = nullptr;
