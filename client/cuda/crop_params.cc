@@ -85,8 +85,7 @@ CropBox SampleTrainCrop(int width, int height, const TrainCropSpec& spec,
   return box;
 }
 
-CropBox EvalCrop(int width, int height, int resize_size, int out_h,
-                 int out_w) {
+CropBox EvalCrop(int width, int height, int resize_size, int out_h, int out_w) {
   CropBox box;
   box.clamp_to_box = false;
   box.attempt = -2;
@@ -97,12 +96,12 @@ CropBox EvalCrop(int width, int height, int resize_size, int out_h,
   int64_t rh = 0;
   if (width <= height) {
     rw = resize_size;
-    rh = static_cast<int64_t>(static_cast<double>(resize_size) * height /
-                              width);
+    rh =
+        static_cast<int64_t>(static_cast<double>(resize_size) * height / width);
   } else {
     rh = resize_size;
-    rw = static_cast<int64_t>(static_cast<double>(resize_size) * width /
-                              height);
+    rw =
+        static_cast<int64_t>(static_cast<double>(resize_size) * width / height);
   }
   // CenterCrop: top = round((rh - out_h) / 2), left likewise (a crop
   // larger than the image pads in torchvision; here it samples the

@@ -68,8 +68,7 @@ CropBox SampleTrainCrop(int width, int height, const TrainCropSpec& spec,
 // Resize(resize_size) + CenterCrop(out_h, out_w) for an image of width x
 // height. resize_size <= 0 means resize the shorter side to the crop's
 // larger side (a plain centre crop at the output's scale).
-CropBox EvalCrop(int width, int height, int resize_size, int out_h,
-                 int out_w);
+CropBox EvalCrop(int width, int height, int resize_size, int out_h, int out_w);
 
 }  // namespace dlcache::cuda
 
