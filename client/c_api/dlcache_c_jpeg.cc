@@ -298,4 +298,34 @@ int dlc_cuda_jpeg_wait(dlc_cuda_jpeg* jpeg) {
   });
 }
 
+int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
+                       int height, uint64_t index, dlc_cuda_jpeg_item* out) {
+  return Errors::Guard([&] {
+    if (transform == nullptr) return Errors::NullArg("transform");
+    if (out == nullptr) return Errors::NullArg("out");
+    if (width < 1 || height < 1) {
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          absl::StrCat("bad image size ", width, "x", height));
+    }
+    absl::StatusOr<cu::JpegTransform> t = ToTransform(*transform);
+    if (!t.ok()) return Errors::Fail(t.status());
+    cu::CropBox box =
+        t->train ? cu::SampleTrainCrop(width, height, t->crop, t->seed,
+                                       t->epoch, index)
+                 : cu::EvalCrop(width, height, t->resize_size, t->out_h,
+                                t->out_w);
+    std::memset(out, 0, sizeof(*out));
+    out->code = DLC_OK;
+    out->width = width;
+    out->height = height;
+    out->crop_x = box.x;
+    out->crop_y = box.y;
+    out->crop_w = box.w;
+    out->crop_h = box.h;
+    out->flip = box.flip ? 1 : 0;
+    out->attempt = box.attempt;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 }  // extern "C"

@@ -455,6 +455,13 @@ const char* dlc_cuda_jpeg_item_error(const dlc_cuda_jpeg* jpeg, size_t i);
 /* Blocks until the handle's device work so far has finished. */
 int dlc_cuda_jpeg_wait(dlc_cuda_jpeg* jpeg);
 
+/* The crop (and flip) the pipeline takes for sample `index` of an image of
+ * width x height under `transform`, into out->crop_* / flip / attempt
+ * (out->code DLC_OK). Host arithmetic only: works without CUDA, e.g. for
+ * a CPU decode of an item the GPU could not decode. */
+int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
+                       int height, uint64_t index, dlc_cuda_jpeg_item* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
