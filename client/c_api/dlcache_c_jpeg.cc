@@ -309,11 +309,10 @@ int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
     }
     absl::StatusOr<cu::JpegTransform> t = ToTransform(*transform);
     if (!t.ok()) return Errors::Fail(t.status());
-    cu::CropBox box =
-        t->train ? cu::SampleTrainCrop(width, height, t->crop, t->seed,
-                                       t->epoch, index)
-                 : cu::EvalCrop(width, height, t->resize_size, t->out_h,
-                                t->out_w);
+    cu::CropBox box = t->train ? cu::SampleTrainCrop(width, height, t->crop,
+                                                     t->seed, t->epoch, index)
+                               : cu::EvalCrop(width, height, t->resize_size,
+                                              t->out_h, t->out_w);
     std::memset(out, 0, sizeof(*out));
     out->code = DLC_OK;
     out->width = width;

@@ -375,38 +375,38 @@ typedef struct {
 
 /* Fill with dlc_cuda_jpeg_transform_init() first. */
 typedef struct {
-  int out_h, out_w;    /* output size; default 224 x 224 */
-  int train;           /* 1 (default): RandomResizedCrop + flip; 0: eval
-                          (resize the shorter side to resize_size, centre
-                          crop out_h x out_w) */
-  double scale_min;    /* RandomResizedCrop scale; default 0.08 .. 1 */
+  int out_h, out_w; /* output size; default 224 x 224 */
+  int train;        /* 1 (default): RandomResizedCrop + flip; 0: eval
+                       (resize the shorter side to resize_size, centre
+                       crop out_h x out_w) */
+  double scale_min; /* RandomResizedCrop scale; default 0.08 .. 1 */
   double scale_max;
-  double ratio_min;    /* aspect ratio range; default 3/4 .. 4/3 */
+  double ratio_min; /* aspect ratio range; default 3/4 .. 4/3 */
   double ratio_max;
-  double flip_p;       /* horizontal flip probability; default 0.5 */
-  int resize_size;     /* eval; default 256 */
-  int dtype;           /* DLC_JPEG_*; default DLC_JPEG_UINT8 */
-  int channels_last;   /* 1: [N, H, W, 3] in memory (torch channels_last);
-                          0 (default): [N, 3, H, W] */
-  float mean[3];       /* float outputs: (pixel / 255 - mean) / std; */
-  float std[3];        /* default 0 and 1 (uint8: must stay so) */
-  uint64_t seed;       /* crop/flip stream of sample i: (seed, epoch, */
-  uint64_t epoch;      /* indices[i]) */
+  double flip_p;     /* horizontal flip probability; default 0.5 */
+  int resize_size;   /* eval; default 256 */
+  int dtype;         /* DLC_JPEG_*; default DLC_JPEG_UINT8 */
+  int channels_last; /* 1: [N, H, W, 3] in memory (torch channels_last);
+                        0 (default): [N, 3, H, W] */
+  float mean[3];     /* float outputs: (pixel / 255 - mean) / std; */
+  float std[3];      /* default 0 and 1 (uint8: must stay so) */
+  uint64_t seed;     /* crop/flip stream of sample i: (seed, epoch, */
+  uint64_t epoch;    /* indices[i]) */
 } dlc_cuda_jpeg_transform;
 
 /* One item's outcome. */
 typedef struct {
-  int code;             /* DLC_OK, else why its output is zeros */
-  int width, height;    /* the decoded image's size (0 if unknown) */
-  int components;       /* 1 grey, 3 colour, 4 CMYK */
+  int code;          /* DLC_OK, else why its output is zeros */
+  int width, height; /* the decoded image's size (0 if unknown) */
+  int components;    /* 1 grey, 3 colour, 4 CMYK */
   double crop_x, crop_y, crop_w, crop_h; /* crop box in source pixels */
-  int flip;             /* 1 if flipped */
-  int attempt;          /* RandomResizedCrop try that fit (0-9), -1 the
-                           centre-crop fallback, -2 eval */
+  int flip;                              /* 1 if flipped */
+  int attempt; /* RandomResizedCrop try that fit (0-9), -1 the
+                  centre-crop fallback, -2 eval */
 } dlc_cuda_jpeg_item;
 
 typedef struct {
-  const char* backend;     /* decoder and why; valid while the handle is */
+  const char* backend; /* decoder and why; valid while the handle is */
   uint64_t batches;
   uint64_t images;
   uint64_t failed_images;  /* items with a code other than DLC_OK */
@@ -433,8 +433,7 @@ int dlc_cuda_jpeg_get_stats(dlc_cuda_jpeg* jpeg, dlc_cuda_jpeg_stats* out);
  * `items` (may be NULL) receives n outcomes; *num_failed (may be NULL)
  * how many failed. */
 int dlc_cuda_jpeg_decode_batch(dlc_cuda_jpeg* jpeg, const dlc_batch* batch,
-                               const char* const* keys,
-                               const uint64_t* indices,
+                               const char* const* keys, const uint64_t* indices,
                                const dlc_cuda_jpeg_transform* transform,
                                void* dst, uint64_t dst_size, void* stream,
                                dlc_cuda_jpeg_item* items, size_t* num_failed);
