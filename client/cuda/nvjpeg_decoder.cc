@@ -110,9 +110,33 @@ absl::StatusOr<std::shared_ptr<const Library>> LoadLibrary(
   for (const std::string& cand : Candidates(configured)) {
     void* h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
-      const char* err = dlerror();
-      tried.push_back(err != nullptr ? err : cand);
-      continue;
+      const char* e = dlerror();
+      std::string err = e != nullptr ? e : cand;
+      // A library found by path whose dependency (libcudart.so.13, ...)
+      // is not on the loader's path: CUDA toolkits keep it in the same
+      // folder. Load it from there by path, then try once more.
+      const size_t slash = cand.rfind('/');
+      const size_t colon = err.find(": cannot open shared object file");
+      if (slash != std::string::npos && colon != std::string::npos &&
+          err.compare(0, cand.size(), cand) != 0) {
+        const std::string dep = err.substr(0, colon);
+        if (dep.find('/') == std::string::npos) {
+          const std::string dep_path = cand.substr(0, slash + 1) + dep;
+          if (dlopen(dep_path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) {
+            h = dlopen(cand.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (h == nullptr) {
+              const char* e2 = dlerror();
+              err = e2 != nullptr ? e2 : cand;
+            }
+          } else {
+            dlerror();
+          }
+        }
+      }
+      if (h == nullptr) {
+        tried.push_back(err);
+        continue;
+      }
     }
     auto lib = std::make_shared<Library>();
     lib->path = cand;

@@ -123,16 +123,12 @@ class Pipeline:
         _, self.fns = torch_gpu._load()
         if self.fns.get("dlc_cuda_jpeg_create") is None:
             raise RuntimeError("libdlcache_c.so has no dlc_cuda_jpeg_create")
-        o = _jpeg._JpegOptions()
-        self.fns["dlc_cuda_jpeg_options_init"](ctypes.byref(o))
-        o.device = torch.cuda.current_device()
-        o.backend = backend.encode()
-        self.h = ctypes.c_void_p()
-        rc = self.fns["dlc_cuda_jpeg_create"](ctypes.byref(o),
-                                              ctypes.byref(self.h))
-        if rc != 0:
+        self.h, rc, msg = _jpeg.open_handle(
+            self.fns, torch.cuda.current_device(), backend)
+        if self.h is None:
+            self.h = ctypes.c_void_p()
             raise RuntimeError("dlc_cuda_jpeg_create(%s): %d %s" % (
-                backend, rc, self.last_error()))
+                backend, rc, msg))
 
     def last_error(self):
         return (self.fns["dlc_cuda_last_error"]() or b"").decode(

@@ -8,6 +8,7 @@ Used by GpuLoader(decode="nvjpeg"); see docs/jpeg_pipeline.md.
 
 import ctypes
 import io
+import os
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -166,6 +167,70 @@ class JpegTransform:
                     self.size, self.train, self.scale, self.ratio,
                     self.flip_p, self.resize_size, self.mean, self.std,
                     self.dtype, self.channels_last))
+
+
+def nvjpeg_candidates():
+    """(mapped, others): libnvjpeg paths to try beyond the C library's own
+    search. mapped: copies this process has loaded already (torchvision's
+    image extension links one); others: torchvision's bundled copy and
+    NVIDIA's pip wheels."""
+    import glob
+    import sys
+    mapped = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if "/" in line else ""
+                if (os.path.basename(path).startswith("libnvjpeg")
+                        and path not in mapped):
+                    mapped.append(path)
+    except OSError:
+        pass
+    others = []
+    for d in sys.path:
+        if not d or not os.path.isdir(d):
+            continue
+        for pattern in ("torchvision.libs/libnvjpeg*.so*",
+                        "nvidia/*/lib/libnvjpeg.so*",
+                        "nvidia/*/lib64/libnvjpeg.so*"):
+            for p in sorted(glob.glob(os.path.join(d, pattern))):
+                if p not in mapped and p not in others:
+                    others.append(p)
+    return mapped, others
+
+
+def open_handle(fns, device, backend="auto"):
+    """(handle, code, reason): a dlc_cuda_jpeg handle on `device`, trying
+    the library's own search ($DLCACHE_NVJPEG_LIB, libnvjpeg.so.13 ...),
+    then nvjpeg_candidates(); handle None with the last non-OK code and
+    every reason when none works."""
+    def create(library):
+        o = _JpegOptions()
+        fns["dlc_cuda_jpeg_options_init"](ctypes.byref(o))
+        o.device = int(device)
+        o.backend = backend.encode()
+        o.library = library.encode() if library else None
+        h = c_void_p()
+        rc = fns["dlc_cuda_jpeg_create"](ctypes.byref(o), ctypes.byref(h))
+        msg = "" if rc == 0 else (fns["dlc_cuda_last_error"]() or
+                                  b"").decode(errors="replace")
+        return (h if rc == 0 else None), rc, msg
+
+    if os.environ.get("DLCACHE_NVJPEG_LIB"):
+        return create(None)
+    mapped, others = nvjpeg_candidates()
+    reasons = []
+    code = 14
+    # A copy already in the process first (no second nvJPEG), then the
+    # library's search, then the other copies found.
+    for lib in mapped[:1] + [None] + others:
+        h, code, msg = create(lib)
+        if h is not None:
+            return h, 0, ""
+        reasons.append(msg)
+        if code != 14 or "not found" not in msg:
+            break  # nvJPEG loaded but refused: another copy won't help
+    return None, code, "; ".join(reasons)
 
 
 def crop_box(fns, ct: _JpegTransform, width: int, height: int,

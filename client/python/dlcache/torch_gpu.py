@@ -617,21 +617,15 @@ class GpuLoader:
                                          "pipeline (too old)")
         else:
             for _ in range(self.decode_workers):
-                opts = _jpeg._JpegOptions()
-                fns["dlc_cuda_jpeg_options_init"](ctypes.byref(opts))
-                opts.device = dev.index
-                opts.backend = self.nvjpeg_backend.encode()
-                h = c_void_p()
-                rc = fns["dlc_cuda_jpeg_create"](ctypes.byref(opts),
-                                                 ctypes.byref(h))
+                h, rc, msg = _jpeg.open_handle(fns, dev.index,
+                                               self.nvjpeg_backend)
                 if rc == _UNAVAILABLE:
-                    self.jpeg_fallback_reason = (
-                        fns["dlc_cuda_last_error"]() or b"").decode(
-                            errors="replace")
+                    self.jpeg_fallback_reason = msg
                     break
                 if rc != _OK:
                     self.close()
-                    raise _cuda_error(fns, rc, "JPEG pipeline")
+                    from ._client import DlcacheError
+                    raise DlcacheError(rc, "JPEG pipeline: %s" % msg)
                 self._jpeg_handles.append(h)
         if self.jpeg_fallback_reason is not None:
             for h in self._jpeg_handles:
