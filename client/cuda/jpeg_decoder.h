@@ -35,6 +35,9 @@ struct JpegInfo {
 struct JpegSource {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  // From Inspect (0 = unknown): 4-component (CMYK) images skip the
+  // batched hardware path, which does not take them.
+  int components = 0;
 };
 
 // Where one image goes: width * 3 bytes a row, `pitch` bytes apart.

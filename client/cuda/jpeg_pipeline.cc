@@ -138,7 +138,8 @@ class CudaJpegPipeline final : public JpegPipeline {
     for (size_t i = 0; i < n; ++i) {
       if (!results[i].status.ok()) continue;
       which.push_back(i);
-      sources.push_back(JpegSource{items[i].data, items[i].size});
+      sources.push_back(
+          JpegSource{items[i].data, items[i].size, results[i].components});
       targets.push_back(JpegTarget{scratch_ + offset[i],
                                    static_cast<size_t>(results[i].width) * 3});
     }

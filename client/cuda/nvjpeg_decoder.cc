@@ -287,21 +287,32 @@ class NvjpegDecoder final : public JpegDecoder {
       return absl::InvalidArgumentError("Decode: spans of different sizes");
     }
     if (n == 0) return absl::OkStatus();
-    if (batched_usable_) {
-      absl::Status st = DecodeBatched(images, targets, stream);
+    // What goes one by one from the start: 4-component images (the
+    // batched hardware path takes 1 and 3 components only).
+    std::vector<size_t> alone;
+    std::vector<size_t> batch;
+    for (size_t i = 0; i < n; ++i) {
+      (images[i].components == 4 ? alone : batch).push_back(i);
+    }
+    if (batched_usable_ && !batch.empty()) {
+      absl::Status st = DecodeBatched(images, targets, batch, stream);
       if (st.ok()) {
-        for (size_t i = 0; i < n; ++i) statuses[i] = absl::OkStatus();
-        counters_.batched_images += n;
-        return absl::OkStatus();
-      }
-      ++counters_.batch_failures;
-      if (!batch_failure_logged_) {
-        batch_failure_logged_ = true;
-        DLC_LOG(WARNING) << "nvJPEG batched decode failed (" << st.message()
-                         << "); decoding that batch image by image (logged "
-                            "once)";
+        for (size_t i : batch) statuses[i] = absl::OkStatus();
+        counters_.batched_images += batch.size();
+        batch.clear();
+        batch_only_failures_ = 0;
+      } else {
+        ++counters_.batch_failures;
+        if (!batch_failure_logged_) {
+          batch_failure_logged_ = true;
+          DLC_LOG(WARNING) << "nvJPEG batched decode failed (" << st.message()
+                           << "); decoding that batch image by image (logged "
+                              "once)";
+        }
       }
     }
+    alone.insert(alone.end(), batch.begin(), batch.end());
+    if (alone.empty()) return absl::OkStatus();
     // One by one, on a session that decodes single images: per-image
     // statuses, and whatever the hardware engines do not take.
     Session* single = nullptr;
@@ -311,7 +322,7 @@ class NvjpegDecoder final : public JpegDecoder {
       return s.status();
     }
     const uint64_t failed_before = counters_.failed_images;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i : alone) {
       nvj::Image img = {};
       img.channel[0] = targets[i].dev;
       img.pitch[0] = targets[i].pitch;
@@ -325,14 +336,17 @@ class NvjpegDecoder final : public JpegDecoder {
         ++counters_.failed_images;
       }
     }
-    if (batched_usable_ && counters_.failed_images == failed_before) {
-      // Every image decoded alone although the batch failed: the batched
-      // call, not the data, is at fault. After a few such batches, stop
-      // trying it.
+    if (batched_usable_ && !batch.empty() &&
+        counters_.failed_images == failed_before &&
+        counters_.batched_images == 0) {
+      // The batched call has never worked here and every image of the
+      // batches it failed decoded alone: the call, not the data, is at
+      // fault. After a few such batches, stop trying it. (Once it has
+      // worked, a failure is the data's: an image it does not take.)
       if (++batch_only_failures_ >= 3) {
         batched_usable_ = false;
         DLC_LOG(WARNING) << "nvJPEG batched decode disabled: it failed on "
-                            "batches whose images all decode one by one";
+                            "every batch, whose images all decode one by one";
       }
     }
     return absl::OkStatus();
@@ -341,10 +355,12 @@ class NvjpegDecoder final : public JpegDecoder {
   JpegDecoderCounters counters() const override { return counters_; }
 
  private:
+  // Decodes images[which[k]] into targets[which[k]] in one batched call.
   absl::Status DecodeBatched(absl::Span<const JpegSource> images,
                              absl::Span<const JpegTarget> targets,
+                             const std::vector<size_t>& which,
                              CUstream_st* stream) {
-    const int n = static_cast<int>(images.size());
+    const int n = static_cast<int>(which.size());
     if (n != batch_size_) {
       int st = lib_->batched_init(main_->handle, main_->state, n, 1,
                                   nvj::kOutputRgbi);
@@ -357,11 +373,12 @@ class NvjpegDecoder final : public JpegDecoder {
     data_.resize(n);
     lengths_.resize(n);
     outs_.assign(n, nvj::Image{});
-    for (int i = 0; i < n; ++i) {
-      data_[i] = images[i].data;
-      lengths_[i] = images[i].size;
-      outs_[i].channel[0] = targets[i].dev;
-      outs_[i].pitch[0] = targets[i].pitch;
+    for (int k = 0; k < n; ++k) {
+      const size_t i = which[k];
+      data_[k] = images[i].data;
+      lengths_[k] = images[i].size;
+      outs_[k].channel[0] = targets[i].dev;
+      outs_[k].pitch[0] = targets[i].pitch;
     }
     int st = lib_->batched(main_->handle, main_->state, data_.data(),
                            lengths_.data(), outs_.data(), stream);

@@ -97,7 +97,7 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   ASSERT_TRUE(d.ok()) << d.status();
   const uint8_t ok[] = {0xff, 0xd8, 0x00};
   const uint8_t corrupt[] = {0xff, 0xd8, 0xee};
-  std::vector<JpegSource> src = {{ok, 3}, {ok, 3}};
+  std::vector<JpegSource> src = {{ok, 3, 0}, {ok, 3, 0}};
   std::vector<JpegTarget> dst(2);  // the fake writes nothing
   std::vector<absl::Status> st(2);
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
@@ -106,7 +106,7 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
 
   // One corrupt image fails the batched call: the batch is decoded image
   // by image, the corrupt one alone failing.
-  src = {{ok, 3}, {corrupt, 3}, {ok, 3}};
+  src = {{ok, 3, 0}, {corrupt, 3, 0}, {ok, 3, 0}};
   dst.resize(3);
   st.assign(3, absl::OkStatus());
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
@@ -120,11 +120,23 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   EXPECT_EQ(c.failed_images, 1u);
 
   // Batched decoding is still used afterwards (the data was at fault).
-  src = {{ok, 3}};
+  src = {{ok, 3, 0}};
   dst.resize(1);
   st.assign(1, absl::OkStatus());
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
   EXPECT_EQ((*d)->counters().batched_images, 3u);
+
+  // A 4-component image goes one by one from the start; the others still
+  // go in one batched call.
+  src = {{ok, 3, 3}, {ok, 3, 4}, {ok, 3, 3}};
+  dst.resize(3);
+  st.assign(3, absl::UnknownError("unset"));
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_TRUE(st[0].ok() && st[1].ok() && st[2].ok());
+  c = (*d)->counters();
+  EXPECT_EQ(c.batched_images, 5u);
+  EXPECT_EQ(c.single_images, 3u);
+  EXPECT_EQ(c.batch_failures, 1u);
 
   // Spans of different sizes are the caller's error.
   st.resize(2);

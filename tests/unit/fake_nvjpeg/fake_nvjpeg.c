@@ -77,8 +77,8 @@ int nvjpegDecodeBatchedInitialize(void* handle, void* state, int batch_size,
 /* Fails the whole batch when any image is corrupt, as a batched decoder
  * may. */
 int nvjpegDecodeBatched(void* handle, void* state,
-                        const unsigned char* const* data,
-                        const size_t* lengths, void* images, void* stream) {
+                        const unsigned char* const* data, const size_t* lengths,
+                        void* images, void* stream) {
   (void)images;
   (void)stream;
   if (handle != &g_handle || state != &g_state) return 2;
