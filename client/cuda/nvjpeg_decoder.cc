@@ -3,6 +3,7 @@
 // an absl::Status naming the call.
 
 #include <dlfcn.h>
+#include <glob.h>
 
 #include <cstdlib>
 #include <memory>
@@ -94,6 +95,18 @@ std::vector<std::string> Candidates(const std::string& configured) {
     if (const char* v = std::getenv(var); v != nullptr && v[0] != '\0') {
       dirs.insert(dirs.begin(), absl::StrCat(v, "/lib64"));
     }
+  }
+  // Versioned toolkits (/usr/local/cuda-13.0) where /usr/local/cuda is
+  // missing or points elsewhere; newest first.
+  for (const char* pattern : {"/usr/local/cuda-*/targets/x86_64-linux/lib",
+                              "/usr/local/cuda-*/lib64"}) {
+    glob_t g{};
+    if (glob(pattern, 0, nullptr, &g) == 0) {
+      for (size_t i = g.gl_pathc; i > 0; --i) {
+        dirs.push_back(g.gl_pathv[i - 1]);
+      }
+    }
+    globfree(&g);
   }
   // Bare names first: the dynamic loader's own search, which also finds
   // a copy the process already loaded (e.g. torchvision's).
