@@ -67,6 +67,7 @@ absl::StatusOr<cu::JpegTransform> ToTransform(
   }
   t.seed = in.seed;
   t.epoch = in.epoch;
+  t.antialias = in.antialias != 0;
   return t;
 }
 
@@ -153,6 +154,7 @@ void dlc_cuda_jpeg_transform_init(dlc_cuda_jpeg_transform* t) {
   t->resize_size = 256;
   t->dtype = DLC_JPEG_UINT8;
   t->channels_last = 0;
+  t->antialias = 1;
   for (int c = 0; c < 3; ++c) {
     t->mean[c] = 0.0f;
     t->std[c] = 1.0f;

@@ -27,6 +27,62 @@ __device__ __forceinline__ float Convert<float>(float v) {
   return v;
 }
 
+// One axis of the antialiased filter: the first tap and the tap count
+// for centre c, half-width `half` (>= 1), pixels [lo, hi].
+__device__ __forceinline__ void Taps(float c, float half, float lo, float hi,
+                                     int* first, int* count) {
+  const int a = max(static_cast<int>(floorf(c - half)), static_cast<int>(lo));
+  const int b = min(static_cast<int>(ceilf(c + half)), static_cast<int>(hi));
+  *first = a;
+  *count = max(b - a + 1, 0);
+}
+
+__device__ __forceinline__ float Tent(int j, float c, float inv_half) {
+  return fmaxf(0.0f, 1.0f - fabsf((j + 0.5f - c) * inv_half));
+}
+
+// Antialiased sample of output pixel (cx, oy): rgb[c] before scale/bias.
+__device__ void FilterSample(const AugmentSample& s, int cx, int oy,
+                             float* rgb) {
+  const float cxs = s.x0 + (cx + 0.5f) * s.sx;
+  const float cys = s.y0 + (oy + 0.5f) * s.sy;
+  const float hx = fmaxf(s.sx, 1.0f);
+  const float hy = fmaxf(s.sy, 1.0f);
+  const float ihx = 1.0f / hx;
+  const float ihy = 1.0f / hy;
+  int x0, nx, y0, ny;
+  Taps(cxs, hx, s.lo_x, s.hi_x, &x0, &nx);
+  Taps(cys, hy, s.lo_y, s.hi_y, &y0, &ny);
+  float acc[3] = {0.0f, 0.0f, 0.0f};
+  float wsum_y = 0.0f;
+  float wsum_x = 0.0f;
+  for (int k = 0; k < nx; ++k) wsum_x += Tent(x0 + k, cxs, ihx);
+  for (int r = 0; r < ny; ++r) {
+    const float wy = Tent(y0 + r, cys, ihy);
+    if (wy == 0.0f) continue;
+    wsum_y += wy;
+    const uint8_t* row = s.src + static_cast<uint64_t>(y0 + r) * s.pitch;
+    float racc[3] = {0.0f, 0.0f, 0.0f};
+    for (int k = 0; k < nx; ++k) {
+      const float wx = Tent(x0 + k, cxs, ihx);
+      const uint8_t* px = row + (x0 + k) * 3;
+      racc[0] += wx * px[0];
+      racc[1] += wx * px[1];
+      racc[2] += wx * px[2];
+    }
+    acc[0] += wy * racc[0];
+    acc[1] += wy * racc[1];
+    acc[2] += wy * racc[2];
+  }
+  // Every window holds at least one pixel with a positive weight (the one
+  // whose centre is nearest c, clamped into [lo, hi]); guard anyway.
+  const float norm = wsum_x * wsum_y;
+  const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+  rgb[0] = acc[0] * inv;
+  rgb[1] = acc[1] * inv;
+  rgb[2] = acc[2] * inv;
+}
+
 template <typename T>
 __global__ void AugmentKernel(const AugmentSample* __restrict__ samples,
                               AugmentParams p) {
@@ -36,7 +92,12 @@ __global__ void AugmentKernel(const AugmentSample* __restrict__ samples,
   if (ox >= p.out_w || oy >= p.out_h || n >= p.count) return;
   const AugmentSample s = samples[n];
   float rgb[3] = {0.0f, 0.0f, 0.0f};
-  if (s.src != nullptr) {
+  if (s.src != nullptr && p.antialias) {
+    const int cx = s.flip ? (p.out_w - 1 - ox) : ox;
+    FilterSample(s, cx, oy, rgb);
+#pragma unroll
+    for (int c = 0; c < 3; ++c) rgb[c] = rgb[c] * p.scale[c] + p.bias[c];
+  } else if (s.src != nullptr) {
     // The flip mirrors the resized crop: output column ox shows column
     // out_w - 1 - ox of the unflipped one.
     const int cx = s.flip ? (p.out_w - 1 - ox) : ox;

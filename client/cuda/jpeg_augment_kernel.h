@@ -2,12 +2,18 @@
 #define DLCACHE_CLIENT_CUDA_JPEG_AUGMENT_KERNEL_H_
 
 // Internal to the JPEG pipeline (issue 37): the fused augmentation kernel.
-// One launch per batch: for every output pixel of every sample, a bilinear
-// sample of the sample's crop box in its decoded interleaved-RGB image
-// (half-pixel centres, as torch's interpolate with align_corners=False,
-// without antialiasing), the horizontal flip, v * scale[c] + bias[c]
-// (normalisation), conversion to the output dtype and the store in NCHW or
-// channels-last order.
+// One launch per batch: for every output pixel of every sample, a sample
+// of the sample's crop box in its decoded interleaved-RGB image, the
+// horizontal flip, v * scale[c] + bias[c] (normalisation), conversion to
+// the output dtype and the store in NCHW or channels-last order.
+//
+// Sampling (half-pixel centres: source pixel j covers [j, j + 1)): output
+// pixel i of an axis is centred at c = x0 + (i + 0.5) * sx. Bilinear
+// (antialias 0): the two pixels around c, the coordinate clamped to
+// [lo, hi] (torch's interpolate, align_corners=False). Antialias 1: a
+// triangle filter of half-width max(sx, 1) over the pixels in [lo, hi],
+// weights normalised (PIL's and torchvision's antialiased bilinear); the
+// same as bilinear when not shrinking.
 
 #include <cuda_runtime.h>
 
@@ -40,6 +46,7 @@ struct AugmentParams {
   int32_t out_h, out_w;
   int32_t dtype;          // AugmentDtype
   int32_t channels_last;  // 0: [N, 3, H, W]; 1: [N, H, W, 3] in memory
+  int32_t antialias;      // 1: triangle filter when shrinking
   float scale[3];
   float bias[3];
 };

@@ -220,6 +220,7 @@ class CudaJpegPipeline final : public JpegPipeline {
     p.out_h = t.out_h;
     p.out_w = t.out_w;
     p.channels_last = t.channels_last ? 1 : 0;
+    p.antialias = t.antialias ? 1 : 0;
     switch (t.dtype) {
       case JpegOutDtype::kUint8:
         p.dtype = internal::kAugmentU8;

@@ -52,6 +52,9 @@ struct JpegTransform {
   float std[3] = {1, 1, 1};
   JpegOutDtype dtype = JpegOutDtype::kUint8;
   bool channels_last = false;  // [N, H, W, 3] in memory, else [N, 3, H, W]
+  // Triangle filter of the scale's width when shrinking (PIL's and
+  // torchvision's antialiased resize); false: plain bilinear taps.
+  bool antialias = true;
   uint64_t seed = 0;
   uint64_t epoch = 0;
 };

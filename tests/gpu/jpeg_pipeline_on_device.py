@@ -18,7 +18,8 @@ reported and the next one runs.
      still right;
   4. the fused kernel against the torch reference of the same arithmetic
      (dlcache._jpeg.apply_crop) on the same decoded pixels, for
-     RandomResizedCrop + flip, every dtype, NCHW and channels_last;
+     RandomResizedCrop + flip, every dtype, NCHW and channels_last,
+     antialiased and plain bilinear;
   5. the same crops for the same (seed, epoch) across two runs, other
      crops for another epoch;
   6. GpuLoader(decode="nvjpeg") through a dlcached started here: (x, y)
@@ -344,12 +345,15 @@ def main():
         blobs = [imgs[n] for n in names]
         decoded = [p.identity(b) for b in blobs]
         worst = []
-        for dtype in (torch.float32, torch.bfloat16, torch.float16,
-                      torch.uint8):
-            for cl in (False, True):
+        cases = [(d, cl, True) for d in (torch.float32, torch.bfloat16,
+                                         torch.float16, torch.uint8)
+                 for cl in (False, True)]
+        cases += [(torch.float32, False, False), (torch.uint8, True, False)]
+        for dtype, cl, aa in cases:
+            if True:
                 norm = dtype != torch.uint8
                 t = JpegTransform(size=(224, 224), dtype=dtype,
-                                  channels_last=cl,
+                                  channels_last=cl, antialias=aa,
                                   mean=(0.485, 0.456, 0.406) if norm else None,
                                   std=(0.229, 0.224, 0.225) if norm else None)
                 x, items, msgs = p.run(blobs, t, seed=5, epoch=1)
@@ -362,8 +366,9 @@ def main():
                 d = float((x.float() - ref.float()).abs().max())
                 tol = {torch.float32: 1e-3, torch.bfloat16: 0.05,
                        torch.float16: 0.01, torch.uint8: 1.0}[dtype]
-                worst.append("%s%s %.4g" % (str(dtype)[6:],
-                                            "/cl" if cl else "", d))
+                worst.append("%s%s%s %.4g" % (str(dtype)[6:],
+                                              "/cl" if cl else "",
+                                              "" if aa else "/bilinear", d))
                 if d > tol:
                     raise AssertionError("%s channels_last=%s: max diff %g > "
                                          "%g" % (dtype, cl, d, tol))

@@ -227,6 +227,30 @@ class JpegFallbackTest(unittest.TestCase):
             seen.add((b.crop_x, b.crop_y, b.crop_w, b.crop_h))
         self.assertGreater(len(seen), 190)
 
+    def test_antialias_matches_torch_and_bilinear_when_enlarging(self):
+        # The kernel's arithmetic (apply_crop, the fallback and the GPU
+        # check's reference) against torch's own resize: antialiased when
+        # shrinking, plain bilinear when enlarging.
+        from dlcache._jpeg import _JpegItem, apply_crop
+        import torch.nn.functional as F
+        g = torch.Generator().manual_seed(0)
+        img = (torch.rand(3, 40, 50, generator=g) * 255).to(torch.uint8)
+        box = _JpegItem()
+        box.crop_w, box.crop_h, box.attempt = 50, 40, 0
+        for size in ((20, 25), (13, 17), (80, 100)):
+            out = torch.empty((3,) + size)
+            apply_crop(img, box, JpegTransform(size=size,
+                                               dtype=torch.float32), out)
+            ref = F.interpolate(img.float()[None], size=size,
+                                mode="bilinear", align_corners=False,
+                                antialias=size[0] < 40)[0] / 255
+            self.assertLess(float((out - ref).abs().max()), 1e-5, size)
+        out = torch.empty(3, 80, 100)
+        apply_crop(img, box, JpegTransform(size=(80, 100),
+                                           dtype=torch.float32,
+                                           antialias=False), out)
+        self.assertLess(float((out - ref).abs().max()), 1e-5)
+
     def test_bad_arguments(self):
         with self.assertRaises(ValueError):
             JpegTransform(dtype=torch.int32)

@@ -320,7 +320,8 @@ void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch);
  * from the client's shared memory, then one fused kernel does the crop
  * (RandomResizedCrop with torchvision's parameter sampling, seeded per
  * sample by (seed, epoch, index); or the eval resize + centre crop),
- * bilinear resize, horizontal flip, normalisation, dtype and layout.
+ * resize (antialiased bilinear), horizontal flip, normalisation, dtype and
+ * layout.
  *
  *   dlc_cuda_jpeg_options jo;
  *   dlc_cuda_jpeg_options_init(&jo);
@@ -392,6 +393,9 @@ typedef struct {
   float std[3];      /* default 0 and 1 (uint8: must stay so) */
   uint64_t seed;     /* crop/flip stream of sample i: (seed, epoch, */
   uint64_t epoch;    /* indices[i]) */
+  int antialias;     /* 1 (default): when shrinking, a triangle filter as
+                        wide as the scale (PIL's and torchvision's
+                        antialiased bilinear); 0: plain bilinear taps */
 } dlc_cuda_jpeg_transform;
 
 /* One item's outcome. */

@@ -42,7 +42,8 @@ class _JpegTransform(ctypes.Structure):
                 ("flip_p", c_double), ("resize_size", c_int),
                 ("dtype", c_int), ("channels_last", c_int),
                 ("mean", c_float * 3), ("std", c_float * 3),
-                ("seed", c_uint64), ("epoch", c_uint64)]
+                ("seed", c_uint64), ("epoch", c_uint64),
+                ("antialias", c_int)]
 
 
 class _JpegItem(ctypes.Structure):
@@ -92,7 +93,9 @@ class JpegTransform:
     own stream seeded by (loader seed, epoch, the sample's index in keys),
     so the same sample gets the same crop in the same epoch on every run.
     train=False: Resize(resize_size) (shorter side) + CenterCrop(size).
-    Then bilinear resampling (half-pixel centres, no antialiasing), and for
+    Then bilinear resampling (half-pixel centres; antialias=True, the
+    default, widens the filter to the scale when shrinking, as PIL and
+    torchvision's antialiased resize do), and for
     float dtypes (pixel / 255 - mean) / std (mean 0, std 1 by default:
     [0, 1]); uint8 keeps 0..255. channels_last=True yields tensors in
     torch.channels_last memory format (shape still [B, 3, H, W]).
@@ -105,7 +108,8 @@ class JpegTransform:
                  mean: Optional[Sequence[float]] = None,
                  std: Optional[Sequence[float]] = None,
                  dtype: torch.dtype = torch.uint8,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False,
+                 antialias: bool = True) -> None:
         if isinstance(size, int):
             size = (size, size)
         self.size = (int(size[0]), int(size[1]))
@@ -125,6 +129,7 @@ class JpegTransform:
             raise ValueError("mean and std: 3 values, std non-zero")
         self.dtype = dtype
         self.channels_last = bool(channels_last)
+        self.antialias = bool(antialias)
 
     @classmethod
     def imagenet(cls, train: bool = True, size=224,
@@ -150,6 +155,7 @@ class JpegTransform:
             t.std[c] = self.std[c]
         t.seed = int(seed) & (2 ** 64 - 1)
         t.epoch = int(epoch) & (2 ** 64 - 1)
+        t.antialias = 1 if self.antialias else 0
         return t
 
     def empty(self, n: int, device) -> torch.Tensor:
@@ -163,10 +169,10 @@ class JpegTransform:
     def __repr__(self):
         return ("JpegTransform(size=%r, train=%r, scale=%r, ratio=%r, "
                 "flip_p=%r, resize_size=%r, mean=%r, std=%r, dtype=%r, "
-                "channels_last=%r)" % (
+                "channels_last=%r, antialias=%r)" % (
                     self.size, self.train, self.scale, self.ratio,
                     self.flip_p, self.resize_size, self.mean, self.std,
-                    self.dtype, self.channels_last))
+                    self.dtype, self.channels_last, self.antialias))
 
 
 def nvjpeg_candidates():
@@ -245,42 +251,68 @@ def crop_box(fns, ct: _JpegTransform, width: int, height: int,
     return out
 
 
+def _filter_matrix(n_out, x0, scale, lo, hi, size, flip, dev):
+    """[n_out, size] weights of the antialiased filter along one axis:
+    output i centred at x0 + (i + 0.5) * scale, a triangle of half-width
+    max(scale, 1) over the pixels lo..hi (centres j + 0.5), rows
+    normalised; rows reversed for a flip."""
+    f32 = torch.float32
+    i = torch.arange(n_out, device=dev, dtype=f32)
+    if flip:
+        i = (n_out - 1) - i
+    c = x0 + (i + 0.5) * scale
+    half = max(scale, 1.0)
+    j = torch.arange(size, device=dev, dtype=f32)
+    w = (1.0 - ((j[None, :] + 0.5 - c[:, None]) / half).abs()).clamp(min=0)
+    inside = (j >= lo) & (j <= hi)
+    w = w * inside[None, :].to(f32)
+    return w / w.sum(dim=1, keepdim=True)
+
+
 def apply_crop(img: torch.Tensor, box: _JpegItem, t: JpegTransform,
                out: torch.Tensor) -> None:
     """Writes the pipeline's augmentation of `img` (uint8 [3, H, W], on
     out's device) for `box` into `out` ([3, h, w] view): the kernel's
-    arithmetic in torch ops (the fallback path)."""
+    arithmetic in torch ops (the fallback path, and the GPU check's
+    reference)."""
     img = img.to(out.device)
     _, H, W = img.shape
     oh, ow = t.size
     dev = out.device
     f32 = torch.float32
-    xs = torch.arange(ow, device=dev, dtype=f32)
-    if box.flip:
-        xs = (ow - 1) - xs
-    fx = box.crop_x + (xs + 0.5) * (box.crop_w / ow) - 0.5
-    fy = box.crop_y + (torch.arange(oh, device=dev, dtype=f32) + 0.5) * (
-        box.crop_h / oh) - 0.5
     if box.attempt == -2:  # eval: clamped to the image
         lox, loy, hix, hiy = 0.0, 0.0, float(W - 1), float(H - 1)
     else:  # train: clamped to the crop
         lox, loy = box.crop_x, box.crop_y
         hix = box.crop_x + box.crop_w - 1
         hiy = box.crop_y + box.crop_h - 1
-    fx = fx.clamp(lox, hix)
-    fy = fy.clamp(loy, hiy)
-    x0 = fx.floor().long()
-    y0 = fy.floor().long()
-    x1 = (x0 + 1).clamp(max=int(hix))
-    y1 = (y0 + 1).clamp(max=int(hiy))
-    ax = fx - x0
-    ay = (fy - y0)[:, None]
     f = img.to(f32)
-    r0 = f[:, y0]
-    r1 = f[:, y1]
-    top = r0[:, :, x0] + (r0[:, :, x1] - r0[:, :, x0]) * ax
-    bot = r1[:, :, x0] + (r1[:, :, x1] - r1[:, :, x0]) * ax
-    v = top + (bot - top) * ay
+    if t.antialias:
+        wx = _filter_matrix(ow, box.crop_x, box.crop_w / ow, lox, hix, W,
+                            bool(box.flip), dev)
+        wy = _filter_matrix(oh, box.crop_y, box.crop_h / oh, loy, hiy, H,
+                            False, dev)
+        v = torch.matmul(torch.matmul(wy, f), wx.t())
+    else:
+        xs = torch.arange(ow, device=dev, dtype=f32)
+        if box.flip:
+            xs = (ow - 1) - xs
+        fx = box.crop_x + (xs + 0.5) * (box.crop_w / ow) - 0.5
+        fy = box.crop_y + (torch.arange(oh, device=dev, dtype=f32) + 0.5) * (
+            box.crop_h / oh) - 0.5
+        fx = fx.clamp(lox, hix)
+        fy = fy.clamp(loy, hiy)
+        x0 = fx.floor().long()
+        y0 = fy.floor().long()
+        x1 = (x0 + 1).clamp(max=int(hix))
+        y1 = (y0 + 1).clamp(max=int(hiy))
+        ax = fx - x0
+        ay = (fy - y0)[:, None]
+        r0 = f[:, y0]
+        r1 = f[:, y1]
+        top = r0[:, :, x0] + (r0[:, :, x1] - r0[:, :, x0]) * ax
+        bot = r1[:, :, x0] + (r1[:, :, x1] - r1[:, :, x0]) * ax
+        v = top + (bot - top) * ay
     if t.dtype == torch.uint8:
         v = v.round().clamp(0, 255)
     else:
