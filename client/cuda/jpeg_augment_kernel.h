@@ -2,36 +2,18 @@
 #define DLCACHE_CLIENT_CUDA_JPEG_AUGMENT_KERNEL_H_
 
 // Internal to the JPEG pipeline (issue 37): the fused augmentation kernel.
-// One launch per batch: for every output pixel of every sample, a sample
-// of the sample's crop box in its decoded interleaved-RGB image, the
-// horizontal flip, v * scale[c] + bias[c] (normalisation), conversion to
-// the output dtype and the store in NCHW or channels-last order.
-//
-// Sampling (half-pixel centres: source pixel j covers [j, j + 1)): output
-// pixel i of an axis is centred at c = x0 + (i + 0.5) * sx. Bilinear
-// (antialias 0): the two pixels around c, the coordinate clamped to
-// [lo, hi] (torch's interpolate, align_corners=False). Antialias 1: a
-// triangle filter of half-width max(sx, 1) over the pixels in [lo, hi],
-// weights normalised (PIL's and torchvision's antialiased bilinear); the
-// same as bilinear when not shrinking.
+// One launch per batch: for every output pixel of every sample, the
+// sample of its crop box (jpeg_augment_math.h: bilinear or antialiased,
+// the flip), v * scale[c] + bias[c] (normalisation), conversion to the
+// output dtype and the store in NCHW or channels-last order.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace dlcache::cuda::internal {
+#include "client/cuda/jpeg_augment_math.h"
 
-// One sample. A null `src` writes zeros (a failed decode).
-struct AugmentSample {
-  const uint8_t* src;
-  uint64_t pitch;    // bytes between rows of src
-  float x0, y0;      // source coordinate of the output's (0, 0) pixel edge
-  float sx, sy;      // source pixels per output pixel
-  float lo_x, lo_y;  // taps clamped to [lo, hi] (inclusive pixel centres)
-  float hi_x, hi_y;
-  int32_t flip;
-  int32_t pad;
-};
+namespace dlcache::cuda::internal {
 
 enum AugmentDtype : int32_t {
   kAugmentU8 = 0,
