@@ -288,11 +288,15 @@ def apply_crop(img: torch.Tensor, box: _JpegItem, t: JpegTransform,
         hiy = box.crop_y + box.crop_h - 1
     f = img.to(f32)
     if t.antialias:
-        wx = _filter_matrix(ow, box.crop_x, box.crop_w / ow, lox, hix, W,
-                            bool(box.flip), dev)
-        wy = _filter_matrix(oh, box.crop_y, box.crop_h / oh, loy, hiy, H,
-                            False, dev)
-        v = torch.matmul(torch.matmul(wy, f), wx.t())
+        # Only the pixels that may be read: [lo, hi] on each axis.
+        xl, xh = int(lox), int(hix)
+        yl, yh = int(loy), int(hiy)
+        sub = f[:, yl:yh + 1, xl:xh + 1]
+        wx = _filter_matrix(ow, box.crop_x - xl, box.crop_w / ow, 0,
+                            xh - xl, xh - xl + 1, bool(box.flip), dev)
+        wy = _filter_matrix(oh, box.crop_y - yl, box.crop_h / oh, 0,
+                            yh - yl, yh - yl + 1, False, dev)
+        v = torch.matmul(torch.matmul(wy, sub), wx.t())
     else:
         xs = torch.arange(ow, device=dev, dtype=f32)
         if box.flip:
