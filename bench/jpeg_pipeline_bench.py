@@ -8,7 +8,8 @@ gradients + noise, ImageFolder layout train/cNNN/NNNNNN.jpg) served warm by
 a dlcached started here. ResNet-50, bf16 autocast, channels_last, SGD,
 batch 256, with:
 
-  compute-bound   the same batch already on the GPU, every step
+  compute-bound   the same batch already on the GPU, normalised bf16
+                  channels_last (the model's own speed), every step
   stock           torchvision ImageFolder + DataLoader: PIL decode +
                   RandomResizedCrop(224) + flip in `workers` processes
                   (cores - 2; 3 at 4 cores), pin_memory, prefetch 4
@@ -27,7 +28,8 @@ step. --cores runs the feeds once per CPU set: "all", or a list such as
 dlcached, a separate daemon, is not; default "all;0-3"). Then decode-only img/s of the
 pipeline (hardware and GPU backends) against
 torchvision.io.decode_jpeg(device="cuda") on the same files, and decode +
-RandomResizedCrop + normalise of each.
+RandomResizedCrop + normalise of each, with the GPU kernel time (SM time)
+per batch from torch.profiler.
 
   python3 bench/jpeg_pipeline_bench.py            # GPU machine, ~4 min
   python3 bench/jpeg_pipeline_bench.py --quick    # ~90 s
@@ -337,6 +339,33 @@ def timed(fn, total, batch, seconds):
     return n / (time.perf_counter() - t0)
 
 
+def kernel_ms(fn, batch, reps=4):
+    """GPU kernel time (all kernels, any library) per call of fn(0,
+    batch), from torch.profiler (CUPTI); None where it cannot tell."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn(0, batch)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn(0, batch)
+            torch.cuda.synchronize()
+        # The self device times sum to the GPU time (each kernel counted
+        # once, launched by torch or not); copies and fills are left out.
+        total_us = 0.0
+        for e in prof.key_averages():
+            if "Memcpy" in e.key or "Memset" in e.key:
+                continue
+            t = getattr(e, "self_device_time_total", None)
+            if t is None:
+                t = getattr(e, "self_cuda_time_total", 0.0)
+            total_us += t or 0.0
+        return total_us / 1e3 / reps if total_us > 0 else None
+    except Exception as e:  # no CUPTI, an older profiler API
+        log("kernel time not measured: %s" % e)
+        return None
+
+
 def decode_only(blobs, batch, seconds):
     from dlcache._jpeg import JpegTransform
     import torchvision.io as tio
@@ -349,7 +378,8 @@ def decode_only(blobs, batch, seconds):
         return tio.decode_jpeg(tensors[s:s + n], mode=tio.ImageReadMode.RGB,
                                device="cuda")
     tv = timed(tv_decode, total, batch, seconds)
-    rows.append(("torchvision.io.decode_jpeg(device='cuda'), list", tv, tv))
+    rows.append(("torchvision.io.decode_jpeg(device='cuda'), list", tv, tv,
+                 kernel_ms(tv_decode, batch)))
     log("decode-only torchvision %.0f img/s" % tv)
 
     def tv_full(s, n):
@@ -357,7 +387,7 @@ def decode_only(blobs, batch, seconds):
         return (x / 255.0 - 0.45) / 0.225
     tvf = timed(tv_full, total, batch, seconds)
     rows.append(("torchvision decode + roi_align RRC/flip + normalise",
-                 tvf, tv))
+                 tvf, tv, kernel_ms(tv_full, batch)))
     ident = JpegTransform(size=(tf.JPEG_H, tf.JPEG_W), train=False,
                           resize_size=min(tf.JPEG_H, tf.JPEG_W))
     full = JpegTransform.imagenet(dtype=torch.bfloat16, channels_last=True)
@@ -372,13 +402,15 @@ def decode_only(blobs, batch, seconds):
         v = timed(lambda s, n: p.run(s, n, ident, out), total, batch,
                   seconds)
         rows.append(("pipeline %s: decode only (%s)" % (
-            backend, p.backend.split(" (")[0]), v, tv))
+            backend, p.backend.split(" (")[0]), v, tv,
+            kernel_ms(lambda s, n: p.run(s, n, ident, out), batch)))
         log("decode-only pipeline %s %.0f img/s" % (backend, v))
         out2 = full.empty(batch, "cuda")
         v2 = timed(lambda s, n: p.run(s, n, full, out2), total, batch,
                    seconds)
         rows.append(("pipeline %s: decode + RRC/flip + normalise, bf16 "
-                     "channels_last" % backend, v2, tv))
+                     "channels_last" % backend, v2, tv,
+                     kernel_ms(lambda s, n: p.run(s, n, full, out2), batch)))
         p.close()
     return rows
 
@@ -455,14 +487,18 @@ def main():
         log("warm: %.0f MB in dlcached" % total_mb)
         model = make_model(device, smoke)
         prep_norm = normaliser(device)
-        x0 = torch.randint(0, 256, (args.batch, 3, 224, 224),
-                           dtype=torch.uint8, device=device)
+        # The batch as the model takes it (normalised bf16, channels_last),
+        # already on the GPU: the model's own speed.
+        x0 = prep_norm(torch.randint(0, 256, (args.batch, 3, 224, 224),
+                                     dtype=torch.uint8, device=device)).to(
+            torch.bfloat16).contiguous(memory_format=torch.channels_last)
         y0 = torch.randint(0, 1000, (args.batch,), device=device)
 
         def fixed():
             while True:
                 yield x0, y0
-        base = train("compute-bound", fixed(), prep_norm, args, device, model)
+        base = train("compute-bound", fixed(), lambda x: x, args, device,
+                     model)
         base["cores"] = "-"
         rows.append(base)
         all_cpus = sorted(os.sched_getaffinity(0))
@@ -555,9 +591,14 @@ def main():
     if dec_rows:
         out += ["", "## Decode only (%d files, batches of %d)" % (
             min(len(keys), 2048), min(args.batch, 2048)), "",
-            "| path | img/s | vs torchvision decode |", "|---|---:|---:|"]
-        for name, v, tv in dec_rows:
-            out.append("| %s | %.0f | %.2fx |" % (name, v, v / tv))
+            "| path | img/s | vs torchvision decode | GPU kernel ms per "
+            "batch (SM time) |", "|---|---:|---:|---:|"]
+        for name, v, tv, ms in dec_rows:
+            out.append("| %s | %.0f | %.2fx | %s |" % (
+                name, v, v / tv, "%.2f" % ms if ms is not None else "-"))
+        out += ["", "SM time: the summed duration of the CUDA kernels "
+                "(torch.profiler/CUPTI, every library) per batch; the "
+                "hardware JPEG engines' work is not kernels."]
     text = "\n".join(out) + "\n"
     print(text)
     dest = args.out or (os.path.join(os.environ["OUT"], "jpeg_bench.md")
