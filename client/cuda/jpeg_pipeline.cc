@@ -108,6 +108,15 @@ class CudaJpegPipeline final : public JpegPipeline {
       results[i].width = info->width;
       results[i].height = info->height;
       results[i].components = info->components;
+      if (info->components != 1 && info->components != 3) {
+        // CMYK/YCCK: nvJPEG's RGB output of those is not what libjpeg
+        // (PIL) makes of them; the caller decodes them on the CPU.
+        results[i].status = absl::InvalidArgumentError(
+            absl::StrCat(info->components,
+                         "-component JPEG (CMYK?): not decoded on the "
+                         "GPU"));
+        continue;
+      }
       offset[i] = total;
       total += AlignUp(static_cast<uint64_t>(info->width) * 3 * info->height,
                        kScratchAlign);

@@ -15,10 +15,10 @@
 // valid until the work queued on the stream by then has finished.
 //
 // Failures: an item that cannot be decoded (a PNG, a corrupt JPEG, a kind
-// nvJPEG does not take) gets its own status in the results and zeros in
-// the output, never a crash; Run itself fails only for errors that are not
-// an item's (bad arguments, CUDA). Codes: INVALID_ARGUMENT (arguments; an
-// item: not a JPEG nvJPEG reads), OUT_OF_RANGE (dst too small),
+// nvJPEG does not take, a CMYK JPEG) gets its own status in the results
+// and zeros in the output, never a crash; Run itself fails only for errors that
+// are not an item's (bad arguments, CUDA). Codes: INVALID_ARGUMENT (arguments;
+// an item: not a JPEG nvJPEG reads), OUT_OF_RANGE (dst too small),
 // RESOURCE_EXHAUSTED (device memory), UNAVAILABLE (no CUDA, no nvJPEG),
 // INTERNAL (other CUDA errors, naming the call).
 //

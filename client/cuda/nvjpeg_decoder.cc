@@ -322,6 +322,30 @@ class NvjpegDecoder final : public JpegDecoder {
                            << "); decoding that batch image by image (logged "
                               "once)";
         }
+        // Greyscale images may be what the engines refused: once more
+        // with the colour ones only, the others one by one.
+        std::vector<size_t> colour;
+        for (size_t i : batch) {
+          if (images[i].components == 3) {
+            colour.push_back(i);
+          } else {
+            alone.push_back(i);
+          }
+        }
+        if (!colour.empty() && colour.size() < batch.size()) {
+          batch.swap(colour);
+          if (DecodeBatched(images, targets, batch, stream).ok()) {
+            for (size_t i : batch) statuses[i] = absl::OkStatus();
+            counters_.batched_images += batch.size();
+            batch.clear();
+          } else {
+            ++counters_.batch_failures;
+          }
+        } else {
+          // Nothing to leave out: every image of `batch` goes alone
+          // (those just moved to `alone` are not in it twice).
+          batch.swap(colour);
+        }
       }
     }
     alone.insert(alone.end(), batch.begin(), batch.end());

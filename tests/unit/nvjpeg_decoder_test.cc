@@ -138,6 +138,19 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   EXPECT_EQ(c.single_images, 3u);
   EXPECT_EQ(c.batch_failures, 1u);
 
+  // A greyscale image the batched call refuses: the colour ones are
+  // batched again without it, it goes alone.
+  const uint8_t grey[] = {0xff, 0xd8, 0x01};
+  src = {{ok, 3, 3}, {grey, 3, 1}, {ok, 3, 3}};
+  dst.resize(3);
+  st.assign(3, absl::UnknownError("unset"));
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_TRUE(st[0].ok() && st[1].ok() && st[2].ok());
+  c = (*d)->counters();
+  EXPECT_EQ(c.batched_images, 7u);
+  EXPECT_EQ(c.single_images, 4u);
+  EXPECT_EQ(c.batch_failures, 2u);
+
   // Spans of different sizes are the caller's error.
   st.resize(2);
   EXPECT_EQ((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).code(),

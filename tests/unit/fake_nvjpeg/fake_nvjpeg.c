@@ -75,7 +75,7 @@ int nvjpegDecodeBatchedInitialize(void* handle, void* state, int batch_size,
 }
 
 /* Fails the whole batch when any image is corrupt, as a batched decoder
- * may. */
+ * may, and when one is greyscale (FF D8 01): engines that refuse those. */
 int nvjpegDecodeBatched(void* handle, void* state,
                         const unsigned char* const* data, const size_t* lengths,
                         void* images, void* stream) {
@@ -84,6 +84,7 @@ int nvjpegDecodeBatched(void* handle, void* state,
   if (handle != &g_handle || state != &g_state) return 2;
   for (int i = 0; i < g_batch; ++i) {
     if (lengths[i] > 2 && data[i][2] == 0xee) return 6; /* EXECUTION_FAILED */
+    if (lengths[i] > 2 && data[i][2] == 1) return 4;    /* JPEG_NOT_SUPPORTED */
   }
   return 0;
 }
