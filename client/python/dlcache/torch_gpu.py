@@ -383,8 +383,7 @@ class GpuLoader:
       transform: decode="jpeg"/"nvjpeg" only: applied to each decoded
         batch in the producer thread, on its stream.
       decode_workers: decode="jpeg"/"nvjpeg" only: producer threads (>= 1),
-        each
-        fetching and decoding every decode_workers-th batch on a CUDA
+        each fetching and decoding every decode_workers-th batch on a CUDA
         stream of its own, so that the CPU part of one batch's decode
         overlaps another's; batches still come out in order.
       numa_node: the NUMA node sent to dlcached when the session opens, so
