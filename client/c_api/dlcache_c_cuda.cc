@@ -59,7 +59,7 @@ namespace {
 
 // Messages of this file's calls: dlc_cuda_last_error(), apart from
 // dlc_last_error() (the client calls' channel).
-using Errors = dlcache::c_api::ErrorChannel<struct CudaCallsTag>;
+using Errors = dlcache::c_api::ErrorChannel<dlcache::c_api::CudaCallsTag>;
 
 // A failed call into dlcache_c.cc: its message, with some context.
 int FailFromClient(int code, absl::string_view what) {

@@ -21,6 +21,10 @@
 
 namespace dlcache::c_api {
 
+// The tag of the dlc_cuda_* family (dlc_cuda_last_error()), shared by the
+// files that implement it (dlcache_c_cuda.cc, dlcache_c_jpeg.cc).
+struct CudaCallsTag;
+
 template <typename Tag>
 class ErrorChannel {
  public:

@@ -311,6 +311,160 @@ int dlc_cuda_feed_batch_ready(dlc_cuda_feed_batch* batch, int* ready);
  * NULL is a no-op. */
 void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch);
 
+/* ---- JPEG pipeline: decode and augment on the GPU (issue 37) ---------
+ *
+ * Turns a batch of JPEG files into a ready training batch in device memory
+ * the caller owns: nvJPEG decodes them (the GPU's hardware JPEG engines
+ * where it has them, else nvJPEG's GPU backend; nvJPEG is loaded at run
+ * time, see docs/jpeg_pipeline.md), reading the compressed bytes in place
+ * from the client's shared memory, then one fused kernel does the crop
+ * (RandomResizedCrop with torchvision's parameter sampling, seeded per
+ * sample by (seed, epoch, index); or the eval resize + centre crop),
+ * resize (antialiased bilinear), horizontal flip, normalisation, dtype and
+ * layout.
+ *
+ *   dlc_cuda_jpeg_options jo;
+ *   dlc_cuda_jpeg_options_init(&jo);
+ *   dlc_cuda_jpeg* jpeg;
+ *   if (dlc_cuda_jpeg_create(&jo, &jpeg) != DLC_OK) ... // decode on the CPU
+ *   dlc_cuda_jpeg_transform t;
+ *   dlc_cuda_jpeg_transform_init(&t);   // 224x224 train, uint8, NCHW
+ *   t.epoch = epoch;
+ *   dlc_get_batch(client, "imagenet", keys, 256, &batch);
+ *   dlc_cuda_jpeg_decode_batch(jpeg, batch, keys, indices, &t, dev,
+ *                              256 * 3 * 224 * 224, stream, items, &failed);
+ *   // work queued on `stream` from now on sees the batch; free `batch`
+ *   // once that work is done (an event, or a stream synchronisation)
+ *
+ * Per-item failures (a PNG, a corrupt JPEG, a JPEG kind nvJPEG does not
+ * take, a key the cache could not serve) do not fail the call: the item's
+ * output is zeros, items[i].code says why and dlc_cuda_jpeg_item_error()
+ * gives "KEY: message"; the caller may decode those on the CPU with the
+ * same crop (items[i].crop_*). Greyscale JPEGs come out as 3 channels.
+ *
+ * Errors of the call (DLC_INVALID_ARGUMENT, DLC_OUT_OF_RANGE for a too
+ * small dst, DLC_RESOURCE_EXHAUSTED, DLC_INTERNAL for CUDA) go to
+ * dlc_cuda_last_error(). dlc_cuda_jpeg_create returns DLC_UNAVAILABLE,
+ * with every reason, without CUDA, a device or a loadable nvJPEG.
+ *
+ * Ordering and lifetime: the device work is queued on `stream` (NULL = the
+ * legacy default stream) after that of the handle's previous call (its
+ * scratch memory is reused), so successive calls may use different
+ * streams. The compressed bytes (the batch) must stay valid until the work
+ * queued on `stream` by the call has finished.
+ *
+ * Threads: one thread at a time per handle; make one handle per thread. */
+
+typedef struct dlc_cuda_jpeg dlc_cuda_jpeg;
+
+/* Output element types. */
+enum {
+  DLC_JPEG_UINT8 = 0, /* pixel values 0..255, no normalisation */
+  DLC_JPEG_FLOAT16 = 1,
+  DLC_JPEG_BFLOAT16 = 2,
+  DLC_JPEG_FLOAT32 = 3,
+};
+
+/* Fill with dlc_cuda_jpeg_options_init() first. */
+typedef struct {
+  int device;          /* CUDA device ordinal; default 0 */
+  const char* backend; /* "auto" (default), "hardware", "gpu" */
+  const char* library; /* libnvjpeg to load; NULL (default) =
+                          $DLCACHE_NVJPEG_LIB, else libnvjpeg.so.13/.12/.so
+                          on the loader's path and in /usr/local/cuda */
+} dlc_cuda_jpeg_options;
+
+/* Fill with dlc_cuda_jpeg_transform_init() first. */
+typedef struct {
+  int out_h, out_w; /* output size; default 224 x 224 */
+  int train;        /* 1 (default): RandomResizedCrop + flip; 0: eval
+                       (resize the shorter side to resize_size, centre
+                       crop out_h x out_w) */
+  double scale_min; /* RandomResizedCrop scale; default 0.08 .. 1 */
+  double scale_max;
+  double ratio_min; /* aspect ratio range; default 3/4 .. 4/3 */
+  double ratio_max;
+  double flip_p;     /* horizontal flip probability; default 0.5 */
+  int resize_size;   /* eval; default 256 */
+  int dtype;         /* DLC_JPEG_*; default DLC_JPEG_UINT8 */
+  int channels_last; /* 1: [N, H, W, 3] in memory (torch channels_last);
+                        0 (default): [N, 3, H, W] */
+  float mean[3];     /* float outputs: (pixel / 255 - mean) / std; */
+  float std[3];      /* default 0 and 1 (uint8: must stay so) */
+  uint64_t seed;     /* crop/flip stream of sample i: (seed, epoch, */
+  uint64_t epoch;    /* indices[i]) */
+  int antialias;     /* 1 (default): when shrinking, a triangle filter as
+                        wide as the scale (PIL's and torchvision's
+                        antialiased bilinear); 0: plain bilinear taps */
+} dlc_cuda_jpeg_transform;
+
+/* One item's outcome. */
+typedef struct {
+  int code;          /* DLC_OK, else why its output is zeros */
+  int width, height; /* the decoded image's size (0 if unknown) */
+  int components;    /* 1 grey, 3 colour, 4 CMYK */
+  double crop_x, crop_y, crop_w, crop_h; /* crop box in source pixels */
+  int flip;                              /* 1 if flipped */
+  int attempt; /* RandomResizedCrop try that fit (0-9), -1 the
+                  centre-crop fallback, -2 eval */
+} dlc_cuda_jpeg_item;
+
+typedef struct {
+  const char* backend; /* decoder and why; valid while the handle is */
+  uint64_t batches;
+  uint64_t images;
+  uint64_t failed_images;  /* items with a code other than DLC_OK */
+  uint64_t batched_images; /* decoded by nvJPEG's batched call */
+  uint64_t single_images;  /* decoded one by one (fallback) */
+  uint64_t batch_failures; /* batched calls that failed (then one by one) */
+} dlc_cuda_jpeg_stats;
+
+void dlc_cuda_jpeg_options_init(dlc_cuda_jpeg_options* options);
+void dlc_cuda_jpeg_transform_init(dlc_cuda_jpeg_transform* transform);
+
+/* Loads nvJPEG (once per process), picks the backend, makes the handle on
+ * the device. Blocks. */
+int dlc_cuda_jpeg_create(const dlc_cuda_jpeg_options* options,
+                         dlc_cuda_jpeg** out);
+/* Waits for the handle's device work, frees it. NULL: no-op. */
+void dlc_cuda_jpeg_destroy(dlc_cuda_jpeg* jpeg);
+int dlc_cuda_jpeg_get_stats(dlc_cuda_jpeg* jpeg, dlc_cuda_jpeg_stats* out);
+
+/* Decodes and augments the items of `batch` (from dlc_get_batch) into
+ * [dst, dst + dst_size): sample i at i * 3 * out_h * out_w * element size.
+ * `keys` (may be NULL) names the items in messages; `indices` (may be
+ * NULL: 0..n-1) are the samples' dataset indices, which seed their crops.
+ * `items` (may be NULL) receives n outcomes; *num_failed (may be NULL)
+ * how many failed. */
+int dlc_cuda_jpeg_decode_batch(dlc_cuda_jpeg* jpeg, const dlc_batch* batch,
+                               const char* const* keys, const uint64_t* indices,
+                               const dlc_cuda_jpeg_transform* transform,
+                               void* dst, uint64_t dst_size, void* stream,
+                               dlc_cuda_jpeg_item* items, size_t* num_failed);
+
+/* The same over n files in host memory (data[i], sizes[i] bytes), e.g.
+ * read from disk; they must stay valid as the batch above. */
+int dlc_cuda_jpeg_decode_host(dlc_cuda_jpeg* jpeg, const void* const* data,
+                              const size_t* sizes, size_t n,
+                              const uint64_t* indices,
+                              const dlc_cuda_jpeg_transform* transform,
+                              void* dst, uint64_t dst_size, void* stream,
+                              dlc_cuda_jpeg_item* items, size_t* num_failed);
+
+/* Item i's message from the handle's last decode call ("" if it is OK or
+ * out of range); valid until the next call on the handle. */
+const char* dlc_cuda_jpeg_item_error(const dlc_cuda_jpeg* jpeg, size_t i);
+
+/* Blocks until the handle's device work so far has finished. */
+int dlc_cuda_jpeg_wait(dlc_cuda_jpeg* jpeg);
+
+/* The crop (and flip) the pipeline takes for sample `index` of an image of
+ * width x height under `transform`, into out->crop_* / flip / attempt
+ * (out->code DLC_OK). Host arithmetic only: works without CUDA, e.g. for
+ * a CPU decode of an item the GPU could not decode. */
+int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
+                       int height, uint64_t index, dlc_cuda_jpeg_item* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

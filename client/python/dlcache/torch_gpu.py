@@ -44,6 +44,19 @@ Modes:
                        GPU crop/flip + stack) runs there too, on the decoded
                        list, so the consumer gets a ready batch and only
                        waits on its event.
+  decode="nvjpeg"      files are JPEGs, decoded and augmented by dlcache's
+                       GPU JPEG pipeline (docs/jpeg_pipeline.md): batched
+                       nvJPEG decode (the GPU's hardware JPEG engines where
+                       it has them) reading the bytes in place from the
+                       shared memory, then one fused kernel for the crop
+                       (jpeg=JpegTransform(...): RandomResizedCrop + flip
+                       seeded per sample, or the eval resize + centre
+                       crop), resize, normalisation, dtype and layout;
+                       yields a ready [B, 3, H, W] tensor. Items nvJPEG
+                       cannot decode (a PNG, a CMYK JPEG) are decoded on
+                       the CPU with the same crop; without nvJPEG the
+                       whole batch goes that way (torchvision or PIL
+                       decode), with one warning saying why.
 
 Without CUDA (torch.cuda.is_available() false, device="cpu", or the library
 built without CUDA: DLC_UNAVAILABLE) the same loader yields CPU tensors and
@@ -79,11 +92,13 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
-from . import _lib, _order
+from . import _jpeg, _lib, _order
+from ._jpeg import JpegTransform
 from ._listing import (Lister, Targets, list_dataset, refuse_renamed,
                        target_getter)
 
-__all__ = ["GpuLoader", "VarBatch", "cuda_upload_available"]
+__all__ = ["GpuLoader", "JpegTransform", "VarBatch",
+           "cuda_upload_available"]
 
 _OK = 0
 _INVALID_ARGUMENT = 3
@@ -233,6 +248,8 @@ def _load():
             "dlc_cuda_feed_batch_wait": (c_int, [c_void_p]),
             "dlc_cuda_feed_batch_free": (None, [c_void_p]),
         }
+        # The JPEG pipeline (dlc_cuda_jpeg_*); None in an older library.
+        sig.update(_jpeg.signatures())
         # A handle of our own to the same loaded library: its function
         # objects are declared here without touching _lib's.
         own = ctypes.CDLL(lib._name)
@@ -351,17 +368,22 @@ class GpuLoader:
       sample_shape, dtype: fixed-size mode (see the module doc); None =
         variable-size mode (VarBatch).
       prefetch: batches uploaded ahead of the consumer (>= 1).
-      decode: None or "jpeg" (GPU decode with torchvision where it exists).
+      decode: None, "jpeg" (GPU decode with torchvision where it exists)
+        or "nvjpeg" (dlcache's GPU JPEG pipeline; see jpeg).
+      jpeg: decode="nvjpeg" only: the JpegTransform (default
+        JpegTransform(): 224x224 RandomResizedCrop + flip, uint8, NCHW).
+      nvjpeg_backend: decode="nvjpeg" only: "auto" (hardware JPEG engines,
+        else nvJPEG's GPU backend), "hardware" or "gpu".
       rank, world_size: shard; default torch.distributed's, else 0, 1.
       method: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
         "kernel").
       producer: "auto"/"feed" (raw bytes through the C++ feed; "feed"
         fails if the library has none) or "thread" (the Python producer
         thread).
-      transform: decode="jpeg" only: applied to each decoded batch in the
-        producer thread, on its stream.
-      decode_workers: decode="jpeg" only: producer threads (>= 1), each
-        fetching and decoding every decode_workers-th batch on a CUDA
+      transform: decode="jpeg"/"nvjpeg" only: applied to each decoded
+        batch in the producer thread, on its stream.
+      decode_workers: decode="jpeg"/"nvjpeg" only: producer threads (>= 1),
+        each fetching and decoding every decode_workers-th batch on a CUDA
         stream of its own, so that the CPU part of one batch's decode
         overlaps another's; batches still come out in order.
       numa_node: the NUMA node sent to dlcached when the session opens, so
@@ -397,17 +419,29 @@ class GpuLoader:
                  target_transform: Optional[Callable] = None,
                  return_keys: bool = False, plan: bool = True,
                  job: Any = None, prefix: str = "",
-                 lister: Optional[Lister] = None, **renamed: Any) -> None:
+                 lister: Optional[Lister] = None,
+                 jpeg: Optional[JpegTransform] = None,
+                 nvjpeg_backend: str = "auto", **renamed: Any) -> None:
         refuse_renamed(renamed, "GpuLoader")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
             raise ValueError("prefetch must be >= 1")
-        if decode not in (None, "jpeg"):
-            raise ValueError("decode must be None or 'jpeg'")
+        if decode not in (None, "jpeg", "nvjpeg"):
+            raise ValueError("decode must be None, 'jpeg' or 'nvjpeg'")
         if int(decode_workers) < 1:
             raise ValueError("decode_workers must be >= 1")
-        self.decode_workers = int(decode_workers) if decode == "jpeg" else 1
+        if jpeg is not None and decode != "nvjpeg":
+            raise ValueError("jpeg= goes with decode='nvjpeg'")
+        if nvjpeg_backend not in ("auto", "hardware", "gpu"):
+            raise ValueError("nvjpeg_backend must be auto, hardware or gpu")
+        self.jpeg = (jpeg or JpegTransform()) if decode == "nvjpeg" else None
+        self.nvjpeg_backend = nvjpeg_backend
+        self._jpeg_handles = []
+        self.jpeg_fallback_reason = None
+        self.cpu_decoded = 0  # items decoded on the CPU (nvjpeg mode)
+        self.decode_workers = (int(decode_workers)
+                               if decode in ("jpeg", "nvjpeg") else 1)
         if producer not in ("auto", "feed", "thread"):
             raise ValueError("producer must be 'auto', 'feed' or 'thread'")
         if keys is None:
@@ -535,6 +569,13 @@ class GpuLoader:
             # on a stream of its own, `prefetch` batches ahead.
             self._decode_streams = [torch.cuda.Stream(device=dev)
                                     for _ in range(self.decode_workers)]
+        if decode == "nvjpeg" and dev.type == "cuda":
+            self._decode_streams = [torch.cuda.Stream(device=dev)
+                                    for _ in range(self.decode_workers)]
+            self._open_nvjpeg(dev)
+        elif decode == "nvjpeg":
+            self.jpeg_fallback_reason = "no CUDA (%s)" % (
+                self.fallback_reason or "device is cpu")
         # Raw bytes on the GPU: the C++ feed (dlc_cuda_feed_*) keeps
         # `prefetch` batches fetched and copying on a thread of its own.
         has_feed = self._fns.get("dlc_cuda_feed_create") is not None
@@ -565,6 +606,48 @@ class GpuLoader:
         self._tag = 0
         self._spec = None
         self._var_per_item = 0  # bytes per item to reserve (variable mode)
+
+    def _open_nvjpeg(self, dev):
+        """One pipeline handle per decode worker; on UNAVAILABLE the
+        loader decodes with torchvision/PIL instead (same crops)."""
+        fns = self._fns
+        if fns.get("dlc_cuda_jpeg_create") is None:
+            self.jpeg_fallback_reason = ("libdlcache_c.so has no JPEG "
+                                         "pipeline (too old)")
+        else:
+            for _ in range(self.decode_workers):
+                h, rc, msg = _jpeg.open_handle(fns, dev.index,
+                                               self.nvjpeg_backend)
+                if rc == _UNAVAILABLE:
+                    self.jpeg_fallback_reason = msg
+                    break
+                if rc != _OK:
+                    self.close()
+                    from ._client import DlcacheError
+                    raise DlcacheError(rc, "JPEG pipeline: %s" % msg)
+                self._jpeg_handles.append(h)
+        if self.jpeg_fallback_reason is not None:
+            for h in self._jpeg_handles:
+                fns["dlc_cuda_jpeg_destroy"](h)
+            self._jpeg_handles = []
+            _warn_once("dlcache GpuLoader: decode='nvjpeg' without nvJPEG "
+                       "(%s); decoding with torchvision/PIL and the same "
+                       "crops (slower)" % self.jpeg_fallback_reason)
+
+    def jpeg_stats(self):
+        """decode="nvjpeg": the pipeline's counters summed over the decode
+        workers, its backend, and the CPU-decoded items."""
+        out = {"backend": None, "fallback_reason": self.jpeg_fallback_reason,
+               "cpu_decoded": self.cpu_decoded}
+        for h in self._jpeg_handles:
+            s = _jpeg._JpegStats()
+            rc = self._fns["dlc_cuda_jpeg_get_stats"](h, ctypes.byref(s))
+            if rc != _OK:
+                raise _cuda_error(self._fns, rc, "JPEG stats")
+            out["backend"] = (s.backend or b"").decode(errors="replace")
+            for k, _ in _jpeg._JpegStats._fields_[1:]:
+                out[k] = out.get(k, 0) + getattr(s, k)
+        return out
 
     # ---- the epoch ----
 
@@ -719,7 +802,8 @@ class GpuLoader:
         if self.producer == "feed":
             inner = _FeedIter(self, epoch, first)
         else:
-            inner = _EpochIter(self, self._batches(epoch, first=first))
+            inner = _EpochIter(self, self._batches(epoch, first=first),
+                               self._batch_indices(epoch, first), epoch)
         it = _Labeled(self, inner, self._batch_indices(epoch, first), epoch,
                       first)
         self._iter = it
@@ -924,10 +1008,98 @@ class GpuLoader:
                 2, 0, 1))
         return out
 
-    def _produce_cpu(self, keys):
+    def _produce_nvjpeg(self, j, b, keys, idx, epoch, stream):
+        """decode="nvjpeg": the batch `b` of `keys` (dataset indices `idx`)
+        decoded and augmented into a new tensor, queued on `stream` (None
+        on the CPU). b must stay alive until that work is done."""
+        t = self.jpeg
+        fns = self._fns
+        n = len(keys)
+        ct = t.to_c(self.seed, epoch)
+        x = t.empty(n, self.device)
+        if not self._jpeg_handles:
+            self._fallback_decode(b, keys, idx, ct, x)
+            return x
+        h = self._jpeg_handles[j]
+        items = (_jpeg._JpegItem * n)()
+        failed = c_size_t()
+        enc, karr = _encode_keys(keys)
+        iarr = (c_uint64 * n)(*idx)
+        rc = fns["dlc_cuda_jpeg_decode_batch"](
+            h, b, karr, iarr, ctypes.byref(ct), c_void_p(x.data_ptr()),
+            x.numel() * x.element_size(), c_void_p(stream.cuda_stream),
+            items, ctypes.byref(failed))
+        if rc != _OK:
+            raise _cuda_error(fns, rc, "JPEG decode")
+        if failed.value:
+            for i in range(n):
+                if items[i].code != _OK:
+                    msg = (fns["dlc_cuda_jpeg_item_error"](h, i) or
+                           b"").decode(errors="replace")
+                    self._cpu_item(b, i, keys[i], idx[i], ct, x[i], msg)
+        return x
+
+    def _item_bytes(self, b, i, key):
+        """Item i of batch b as bytes; raises for an item the cache could
+        not serve."""
+        from ._client import DlcacheError
+        info = _ItemInfo()
+        rc = self._fns["dlc_batch_item"](b, i, ctypes.byref(info))
+        if rc != _OK:
+            raise _client_error(self._fns, rc, "batch item")
+        if info.code != _OK:
+            err = (self._fns["dlc_batch_item_error"](b, i) or b"").decode(
+                errors="replace")
+            raise DlcacheError(info.code, "%s: %s" % (key, err))
+        buf = ctypes.create_string_buffer(max(int(info.size), 1))
+        if info.size:
+            rc = self._fns["dlc_batch_copy_item"](
+                b, i, ctypes.cast(buf, c_void_p), info.size)
+            if rc != _OK:
+                raise _client_error(self._fns, rc, "copy item")
+        return buf.raw[:info.size]
+
+    def _cpu_item(self, b, i, key, index, ct, out, gpu_error=""):
+        """Item i decoded on the CPU (PIL), then the pipeline's crop for it
+        applied in torch ops into `out`; raises, naming the key, when the
+        CPU cannot decode it either."""
+        from ._client import DlcacheError
+        data = self._item_bytes(b, i, key)
+        try:
+            img = _jpeg.cpu_decode(data)
+        except Exception as e:  # PIL's many error types
+            raise DlcacheError(3, "%s: cannot decode (%s%s)" % (
+                key, ("GPU: %s; CPU: " % gpu_error) if gpu_error else "",
+                e)) from None
+        box = _jpeg.crop_box(self._fns, ct, img.shape[2], img.shape[1],
+                             index)
+        _jpeg.apply_crop(img, box, self.jpeg, out)
+        self.cpu_decoded += 1
+
+    def _fallback_decode(self, b, keys, idx, ct, x):
+        """No nvJPEG: the batch decoded by torchvision (on the GPU where it
+        can) or PIL, then the pipeline's crops in torch ops."""
+        tensors = self._host_tensors(b, keys)
+        imgs = None
+        try:
+            imgs = self._decode(tensors)
+        except Exception:  # a PNG or a corrupt file: one by one below
+            imgs = None
+        for i in range(len(keys)):
+            img = imgs[i] if imgs is not None else None
+            if img is None or img.shape[0] != 3:
+                self._cpu_item(b, i, keys[i], idx[i], ct, x[i])
+                continue
+            box = _jpeg.crop_box(self._fns, ct, img.shape[2], img.shape[1],
+                                 idx[i])
+            _jpeg.apply_crop(img, box, self.jpeg, x[i])
+
+    def _produce_cpu(self, keys, idx=None, epoch=0):
         n = len(keys)
         b = self._get_batch(keys)
         try:
+            if self.decode == "nvjpeg":
+                return self._produce_nvjpeg(0, b, keys, idx, epoch, None)
             if self.decode == "jpeg":
                 return self._decode(self._host_tensors(b, keys))
             sizes, _ = self._check_items(b, keys)
@@ -993,6 +1165,9 @@ class GpuLoader:
             self._stream.synchronize()
         for stream in self._decode_streams:
             stream.synchronize()
+        for h in self._jpeg_handles:
+            self._fns["dlc_cuda_jpeg_destroy"](h)
+        self._jpeg_handles = []
         if self._uploader:
             self._fns["dlc_cuda_uploader_destroy"](self._uploader)
             self._uploader = c_void_p()
@@ -1017,9 +1192,13 @@ class _EpochIter:
     makes batches j, j + k, ... into a queue of its own, and the consumer
     takes batch i from queue i % k, so the order stays the epoch's."""
 
-    def __init__(self, loader, batches):
+    def __init__(self, loader, batches, batch_idx=None, epoch=0):
         self._loader = loader
         self._n = len(batches)
+        self._epoch = epoch
+        if batch_idx is None:
+            batch_idx = [None] * len(batches)
+        work = list(zip(batches, batch_idx))
         k = max(1, min(loader.decode_workers, max(1, self._n)))
         depth = max(1, -(-loader.prefetch // k))  # ceil(prefetch / k)
         self._qs = [queue.Queue(maxsize=depth) for _ in range(k)]
@@ -1028,7 +1207,7 @@ class _EpochIter:
         self._taken = 0
         self.taken = 0
         self._threads = [
-            threading.Thread(target=self._run, args=(j, batches[j::k]),
+            threading.Thread(target=self._run, args=(j, work[j::k]),
                              name="dlcache-gpu-loader-%d" % j, daemon=True)
             for j in range(k)]
         for t in self._threads:
@@ -1049,7 +1228,7 @@ class _EpochIter:
                 continue
         raise _Stop()
 
-    def _run(self, j, batches):
+    def _run(self, j, work):
         ld = self._loader
         q = self._qs[j]
         pending = []  # (batch handle, event): host bytes a decode may read
@@ -1057,13 +1236,25 @@ class _EpochIter:
             if ld.on_gpu:
                 # JPEGs: decoded (and transformed) here, on a stream of
                 # this producer's own, `prefetch` batches ahead.
-                stream = (ld._decode_streams[j] if ld.decode == "jpeg" else
-                          ld._stream)
+                stream = (ld._decode_streams[j] if ld.decode in (
+                    "jpeg", "nvjpeg") else ld._stream)
                 with torch.cuda.device(ld.device), torch.cuda.stream(stream):
-                    for keys in batches:
+                    for keys, idx in work:
                         if self._stop.is_set():
                             raise _Stop()
-                        if ld.decode == "jpeg":
+                        if ld.decode == "nvjpeg":
+                            b = ld._get_batch(keys)
+                            try:
+                                out = ld._produce_nvjpeg(j, b, keys, idx,
+                                                         self._epoch, stream)
+                                if ld.transform is not None:
+                                    out = ld.transform(out)
+                            except BaseException:
+                                # The device work may still read b.
+                                stream.synchronize()
+                                ld._fns["dlc_batch_free"](b)
+                                raise
+                        elif ld.decode == "jpeg":
                             b = ld._get_batch(keys)
                             try:
                                 out = ld._decode(ld._host_tensors(b, keys))
@@ -1086,11 +1277,12 @@ class _EpochIter:
                     pending = self._free_done(pending, wait=True)
                     ld.release_finished()
             else:
-                for keys in batches:
+                for keys, idx in work:
                     if self._stop.is_set():
                         raise _Stop()
-                    out = ld._produce_cpu(keys)
-                    if ld.decode == "jpeg" and ld.transform is not None:
+                    out = ld._produce_cpu(keys, idx, self._epoch)
+                    if (ld.decode in ("jpeg", "nvjpeg")
+                            and ld.transform is not None):
                         out = ld.transform(out)
                     self._put(q, (out, None))
             self._put(q, None)

@@ -23,7 +23,8 @@ from .. import _order
 from .._listing import FileEntry, list_dataset, local_lister
 from ..planned_sampler import PlanIndex, PlannedSampler
 from ..torch_data import CacheDataset, CacheIterableDataset, collate
-from ..torch_gpu import GpuLoader, VarBatch, cuda_upload_available
+from ..torch_gpu import (GpuLoader, JpegTransform, VarBatch,
+                         cuda_upload_available)
 from ._folder import IMG_EXTENSIONS, ImageFolder, pil_loader
 from ._loader import DataLoader
 from ._tar import TarShardDataset, iter_tar_members
@@ -32,7 +33,8 @@ epoch_order = _order.rank_order
 
 __all__ = [
     "CacheDataset", "CacheIterableDataset", "DataLoader", "FileEntry",
-    "GpuLoader", "IMG_EXTENSIONS", "ImageFolder", "PlanIndex",
+    "GpuLoader", "IMG_EXTENSIONS", "ImageFolder", "JpegTransform",
+    "PlanIndex",
     "PlannedSampler", "TarShardDataset", "VarBatch", "collate",
     "cuda_upload_available", "epoch_order", "iter_tar_members",
     "list_dataset", "local_lister", "pil_loader",

@@ -1,0 +1,357 @@
+// JpegPipeline over the CUDA runtime, nvJPEG (through JpegDecoder) and the
+// fused augmentation kernel.
+
+#include "client/cuda/jpeg_pipeline.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cuda/jpeg_augment_kernel.h"
+
+namespace dlcache::cuda {
+namespace {
+
+using internal::AugmentParams;
+using internal::AugmentSample;
+using internal::JpegDecoder;
+using internal::JpegSource;
+using internal::JpegTarget;
+
+absl::Status FromCuda(cudaError_t err, absl::string_view what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // not sticky: do not report it again later
+  std::string msg = absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
+                                 cudaGetErrorString(err), ")");
+  switch (err) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(msg);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+#define DLC_CUDA_RETURN(expr, what)                               \
+  do {                                                            \
+    if (absl::Status _st = FromCuda((expr), (what)); !_st.ok()) { \
+      return _st;                                                 \
+    }                                                             \
+  } while (0)
+
+constexpr uint64_t kScratchAlign = 256;
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+class CudaJpegPipeline final : public JpegPipeline {
+ public:
+  CudaJpegPipeline(int device, std::unique_ptr<JpegDecoder> decoder)
+      : device_(device), decoder_(std::move(decoder)) {
+    stats_.backend = decoder_->Describe();
+  }
+
+  ~CudaJpegPipeline() override {
+    cudaSetDevice(device_);
+    if (last_done_ != nullptr) cudaEventSynchronize(last_done_);
+    if (desc_copied_ != nullptr) cudaEventSynchronize(desc_copied_);
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (dev_desc_ != nullptr) cudaFree(dev_desc_);
+    if (host_desc_ != nullptr) cudaFreeHost(host_desc_);
+    if (last_done_ != nullptr) cudaEventDestroy(last_done_);
+    if (desc_copied_ != nullptr) cudaEventDestroy(desc_copied_);
+    // The decoder (and nvJPEG's buffers) go after our memory, while the
+    // device is still selected.
+    decoder_.reset();
+  }
+
+  absl::Status Init() {
+    DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    DLC_CUDA_RETURN(
+        cudaEventCreateWithFlags(&last_done_, cudaEventDisableTiming),
+        "cudaEventCreate");
+    DLC_CUDA_RETURN(
+        cudaEventCreateWithFlags(&desc_copied_, cudaEventDisableTiming),
+        "cudaEventCreate");
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(absl::Span<const JpegItem> items, const JpegTransform& t,
+                   void* dst, uint64_t dst_size, CUstream_st* stream,
+                   absl::Span<JpegItemResult> results) override {
+    const size_t n = items.size();
+    if (absl::Status st = Check(items, t, dst, dst_size, results); !st.ok()) {
+      return st;
+    }
+    if (n == 0) return absl::OkStatus();
+    DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+
+    // Headers: sizes, and which items are JPEGs at all.
+    std::vector<uint64_t> offset(n, 0);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      results[i] = JpegItemResult{};
+      absl::StatusOr<internal::JpegInfo> info =
+          decoder_->Inspect(items[i].data, items[i].size);
+      if (!info.ok()) {
+        results[i].status = info.status();
+        continue;
+      }
+      results[i].width = info->width;
+      results[i].height = info->height;
+      results[i].components = info->components;
+      if (info->components != 1 && info->components != 3) {
+        // CMYK/YCCK: nvJPEG's RGB output of those is not what libjpeg
+        // (PIL) makes of them; the caller decodes them on the CPU.
+        results[i].status = absl::InvalidArgumentError(
+            absl::StrCat(info->components,
+                         "-component JPEG (CMYK?): not decoded on the "
+                         "GPU"));
+        continue;
+      }
+      offset[i] = total;
+      total += AlignUp(static_cast<uint64_t>(info->width) * 3 * info->height,
+                       kScratchAlign);
+    }
+
+    // The scratch buffer and the descriptors are reused: this Run's device
+    // work starts after the previous Run's.
+    DLC_CUDA_RETURN(cudaStreamWaitEvent(stream, last_done_, 0),
+                    "cudaStreamWaitEvent");
+    if (total > scratch_size_) {
+      DLC_CUDA_RETURN(cudaEventSynchronize(last_done_), "cudaEventSynchronize");
+      if (scratch_ != nullptr) cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_size_ = 0;
+      const uint64_t want = total + total / 4;
+      void* p = nullptr;
+      DLC_CUDA_RETURN(
+          cudaMalloc(&p, want),
+          absl::StrCat("cudaMalloc(", want, ") for decoded images"));
+      scratch_ = static_cast<uint8_t*>(p);
+      scratch_size_ = want;
+    }
+
+    // Decode what parsed.
+    std::vector<size_t> which;
+    std::vector<JpegSource> sources;
+    std::vector<JpegTarget> targets;
+    for (size_t i = 0; i < n; ++i) {
+      if (!results[i].status.ok()) continue;
+      which.push_back(i);
+      sources.push_back(
+          JpegSource{items[i].data, items[i].size, results[i].components});
+      targets.push_back(JpegTarget{scratch_ + offset[i],
+                                   static_cast<size_t>(results[i].width) * 3});
+    }
+    std::vector<absl::Status> decoded(which.size());
+    if (!which.empty()) {
+      if (absl::Status st = decoder_->Decode(sources, targets, stream,
+                                             absl::MakeSpan(decoded));
+          !st.ok()) {
+        return st;
+      }
+    }
+    for (size_t k = 0; k < which.size(); ++k) {
+      if (!decoded[k].ok()) results[which[k]].status = decoded[k];
+    }
+
+    // Descriptors, through a pinned buffer the previous copy has left.
+    DLC_CUDA_RETURN(cudaEventSynchronize(desc_copied_), "cudaEventSynchronize");
+    if (n > desc_capacity_) {
+      DLC_CUDA_RETURN(cudaEventSynchronize(last_done_), "cudaEventSynchronize");
+      if (host_desc_ != nullptr) cudaFreeHost(host_desc_);
+      if (dev_desc_ != nullptr) cudaFree(dev_desc_);
+      host_desc_ = nullptr;
+      dev_desc_ = nullptr;
+      desc_capacity_ = 0;
+      const size_t cap = std::max<size_t>(n, 64);
+      void* h = nullptr;
+      DLC_CUDA_RETURN(
+          cudaHostAlloc(&h, cap * sizeof(AugmentSample), cudaHostAllocDefault),
+          "cudaHostAlloc (descriptors)");
+      host_desc_ = static_cast<AugmentSample*>(h);
+      void* d = nullptr;
+      DLC_CUDA_RETURN(cudaMalloc(&d, cap * sizeof(AugmentSample)),
+                      "cudaMalloc (descriptors)");
+      dev_desc_ = static_cast<AugmentSample*>(d);
+      desc_capacity_ = cap;
+    }
+    uint64_t failed = 0;
+    for (size_t i = 0; i < n; ++i) {
+      AugmentSample& s = host_desc_[i];
+      s = AugmentSample{};
+      JpegItemResult& r = results[i];
+      if (!r.status.ok()) {
+        ++failed;
+        continue;
+      }
+      r.box = t.train ? SampleTrainCrop(r.width, r.height, t.crop, t.seed,
+                                        t.epoch, items[i].index)
+                      : EvalCrop(r.width, r.height, t.resize_size, t.out_h,
+                                 t.out_w);
+      s.src = scratch_ + offset[i];
+      s.pitch = static_cast<uint64_t>(r.width) * 3;
+      s.x0 = static_cast<float>(r.box.x);
+      s.y0 = static_cast<float>(r.box.y);
+      s.sx = static_cast<float>(r.box.w / t.out_w);
+      s.sy = static_cast<float>(r.box.h / t.out_h);
+      if (r.box.clamp_to_box) {
+        s.lo_x = static_cast<float>(r.box.x);
+        s.lo_y = static_cast<float>(r.box.y);
+        s.hi_x = static_cast<float>(r.box.x + r.box.w - 1);
+        s.hi_y = static_cast<float>(r.box.y + r.box.h - 1);
+      } else {
+        s.lo_x = 0;
+        s.lo_y = 0;
+        s.hi_x = static_cast<float>(r.width - 1);
+        s.hi_y = static_cast<float>(r.height - 1);
+      }
+      s.flip = r.box.flip ? 1 : 0;
+    }
+    DLC_CUDA_RETURN(
+        cudaMemcpyAsync(dev_desc_, host_desc_, n * sizeof(AugmentSample),
+                        cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (descriptors)");
+    DLC_CUDA_RETURN(cudaEventRecord(desc_copied_, stream), "cudaEventRecord");
+
+    AugmentParams p{};
+    p.dst = dst;
+    p.count = static_cast<int32_t>(n);
+    p.out_h = t.out_h;
+    p.out_w = t.out_w;
+    p.channels_last = t.channels_last ? 1 : 0;
+    p.antialias = t.antialias ? 1 : 0;
+    switch (t.dtype) {
+      case JpegOutDtype::kUint8:
+        p.dtype = internal::kAugmentU8;
+        break;
+      case JpegOutDtype::kFloat16:
+        p.dtype = internal::kAugmentF16;
+        break;
+      case JpegOutDtype::kBFloat16:
+        p.dtype = internal::kAugmentBF16;
+        break;
+      case JpegOutDtype::kFloat32:
+        p.dtype = internal::kAugmentF32;
+        break;
+    }
+    for (int c = 0; c < 3; ++c) {
+      if (t.dtype == JpegOutDtype::kUint8) {
+        p.scale[c] = 1.0f;
+        p.bias[c] = 0.0f;
+      } else {
+        p.scale[c] = 1.0f / (255.0f * t.std[c]);
+        p.bias[c] = -t.mean[c] / t.std[c];
+      }
+    }
+    DLC_CUDA_RETURN(internal::LaunchAugment(dev_desc_, p, stream),
+                    "augment kernel launch");
+    DLC_CUDA_RETURN(cudaEventRecord(last_done_, stream), "cudaEventRecord");
+    ++stats_.batches;
+    stats_.images += n;
+    stats_.failed_images += failed;
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitIdle() override {
+    DLC_CUDA_RETURN(cudaEventSynchronize(last_done_), "cudaEventSynchronize");
+    return absl::OkStatus();
+  }
+
+  JpegPipelineStats stats() const override {
+    JpegPipelineStats s = stats_;
+    s.decoder = decoder_->counters();
+    return s;
+  }
+
+ private:
+  static absl::Status Check(absl::Span<const JpegItem> items,
+                            const JpegTransform& t, void* dst,
+                            uint64_t dst_size,
+                            absl::Span<JpegItemResult> results) {
+    if (results.size() != items.size()) {
+      return absl::InvalidArgumentError("results must have one entry an item");
+    }
+    if (t.out_h < 1 || t.out_w < 1 || t.out_h > 16384 || t.out_w > 16384) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output size ", t.out_h, "x", t.out_w, " out of range"));
+    }
+    if (items.size() > 65535) {
+      return absl::InvalidArgumentError("at most 65535 items a batch");
+    }
+    for (int c = 0; c < 3; ++c) {
+      if (!(t.std[c] != 0) || !std::isfinite(t.std[c]) ||
+          !std::isfinite(t.mean[c])) {
+        return absl::InvalidArgumentError("std must be finite and non-zero");
+      }
+      if (t.dtype == JpegOutDtype::kUint8 &&
+          (t.mean[c] != 0 || t.std[c] != 1)) {
+        return absl::InvalidArgumentError(
+            "uint8 output takes no normalisation (mean 0, std 1)");
+      }
+    }
+    if (t.train &&
+        (!(t.crop.scale_min > 0) || t.crop.scale_max < t.crop.scale_min ||
+         !(t.crop.ratio_min > 0) || t.crop.ratio_max < t.crop.ratio_min)) {
+      return absl::InvalidArgumentError("bad scale or ratio range");
+    }
+    const uint64_t need = OutputBytes(t, items.size());
+    if (dst == nullptr && need > 0) {
+      return absl::InvalidArgumentError("dst is NULL");
+    }
+    if (dst_size < need) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "dst holds ", dst_size, " bytes, the batch needs ", need));
+    }
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  std::unique_ptr<JpegDecoder> decoder_;
+  uint8_t* scratch_ = nullptr;
+  uint64_t scratch_size_ = 0;
+  AugmentSample* host_desc_ = nullptr;
+  AugmentSample* dev_desc_ = nullptr;
+  size_t desc_capacity_ = 0;
+  cudaEvent_t last_done_ = nullptr;
+  cudaEvent_t desc_copied_ = nullptr;
+  JpegPipelineStats stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JpegPipeline>> JpegPipeline::Create(
+    int device, const internal::NvjpegOptions& options,
+    std::unique_ptr<internal::JpegDecoder> decoder) {
+  int count = 0;
+  if (absl::Status st =
+          FromCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+      !st.ok()) {
+    return absl::UnavailableError(st.message());
+  }
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device ", device, " (", count, " present)"));
+  }
+  DLC_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+  if (decoder == nullptr) {
+    absl::StatusOr<std::unique_ptr<internal::JpegDecoder>> d =
+        internal::OpenNvjpegDecoder(options);
+    if (!d.ok()) return d.status();
+    decoder = std::move(*d);
+  }
+  auto p = std::make_unique<CudaJpegPipeline>(device, std::move(decoder));
+  if (absl::Status st = p->Init(); !st.ok()) return st;
+  return std::unique_ptr<JpegPipeline>(std::move(p));
+}
+
+}  // namespace dlcache::cuda
