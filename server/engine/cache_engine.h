@@ -346,8 +346,14 @@ class CacheEngine {
   // UNIMPLEMENTED when plans are off, NOT_FOUND for an unknown dataset,
   // INVALID_ARGUMENT for a malformed key; else PlanRegistry::Register's
   // codes. `*state` (if set) gets what the plan holds afterwards.
+  // A session that closed meanwhile (while this ran on RunPlanWork's
+  // thread) is left attached to nothing.
   absl::Status RegisterPlan(uint64_t session, absl::string_view dataset,
                             const PlanRegistration& r, PlanState* state);
+  // Runs `fn` on the engine's plan thread (one, FIFO): registrations,
+  // whose keys take milliseconds to decode and index, off the callers'
+  // event loops. Never blocks.
+  void RunPlanWork(std::function<void()> fn) { plan_pool_.Schedule(fn); }
 
   // Where a batch stands in its session's plan, when the client says so.
   struct PlanPosition {
@@ -463,6 +469,8 @@ class CacheEngine {
   std::atomic<uint32_t> warmups_running_{0};
   // Per dataset id; null for a dataset without a source here.
   std::vector<std::unique_ptr<SourceListing>> listings_;
+  // Registrations (RunPlanWork); before list_pool_, stopped before it.
+  ThreadPool plan_pool_{1};
   // Last: its threads use the listings and stop first.
   ThreadPool list_pool_;
 };

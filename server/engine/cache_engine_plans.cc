@@ -45,8 +45,12 @@ absl::Status CacheEngine::RegisterPlan(uint64_t session,
   if (const size_t pod = owner.find(" pod"); pod != std::string::npos) {
     owner.resize(pod);
   }
-  return plans_->Register(session, *ds, r.name, r.epoch, r.offset, paths,
-                          r.reset, r.job, state, owner);
+  absl::Status s = plans_->Register(session, *ds, r.name, r.epoch, r.offset,
+                                    paths, r.reset, r.job, state, owner);
+  // The session's connection closed while this ran off its loop (its
+  // CloseSession found nothing to detach yet): no plan may outlive it.
+  if (!tier_->HasSession(session)) plans_->CloseSession(session);
+  return s;
 }
 
 std::optional<CacheEngine::PlanProgress> CacheEngine::PlanProgressOf(
