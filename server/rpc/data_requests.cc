@@ -366,9 +366,6 @@ void DataServer::Loop::HandleRegisterPlan(const std::shared_ptr<Conn>& c,
   // client library waits for the reply before it reads by the plan).
   ++c->inflight;
   shared_->inflight.Add(1);
-  // Attached even when a limit refuses the keys: its batches are the
-  // plans' progress from now on.
-  c->in_plan = shared_->engine->plans_enabled();
   auto payload = std::make_shared<std::string>(std::move(*frame));
   shared_->engine->RunPlanWork([self = shared_from_this(), c, payload,
                                 id = h.request_id, session = c->session] {
@@ -387,6 +384,9 @@ void DataServer::Loop::HandleRegisterPlan(const std::shared_ptr<Conn>& c,
     if (s.ok()) s = self->shared_->policy->CheckRead(c->creds, req.dataset);
     const bool job = (req.flags & local::kPlanJob) != 0;
     PlanState state;
+    // Attached even when a limit refuses the keys: its batches are the
+    // plans' progress from now on.
+    const bool attached = s.ok() && self->shared_->engine->plans_enabled();
     if (s.ok()) {
       CacheEngine::PlanRegistration r;
       r.name = req.plan;
@@ -412,7 +412,8 @@ void DataServer::Loop::HandleRegisterPlan(const std::shared_ptr<Conn>& c,
                         state.has_epoch, state.epoch, state.next_offset}))
               : local::MakeFrame(MsgType::kRegisterPlanReply, id,
                                  local::EncodeRegisterPlanFeatures(kFeatures));
-    self->RunOrPost([self, c, out = std::move(out)]() mutable {
+    self->RunOrPost([self, c, attached, out = std::move(out)]() mutable {
+      if (attached) c->in_plan = true;
       self->Complete(c, std::move(out));
     });
   });
