@@ -165,7 +165,7 @@ ABSL_FLAG(dlcache::ByteSize, plan_lookahead_bytes,
           dlcache::ByteSize{64ull << 20},
           "How far ahead of its consumers each epoch plan is filled (capped "
           "at a quarter of the arena; what it holds counts against the plan "
-          "owner's share of the arena: all of it alone, 1/n with n owners)");
+          "owner's share of the arena: all of it alone, 1/n with n uids)");
 ABSL_FLAG(uint32_t, plan_prefetch_in_flight, 8,
           "Epoch-plan fills in flight at once (all plans; they run on the "
           "fill pool)");

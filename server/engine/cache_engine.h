@@ -171,11 +171,11 @@ class CacheEngine {
   // numa_node: the session's GPU's node (MemoryTier::OpenSession); the
   // fills of its GetBatch and Prefetch calls prefer arena segments there.
   // tenant/admin: whose lease share the session counts against
-  // (MemoryTier::SetTenantLeaseShares; "" = none).
+  // (MemoryTier::SetTenantLeaseShares; "" = none); while the session is
+  // open its uid also counts among those the plans' look-ahead splits the
+  // arena between (PlanRegistry::TenantOpened).
   uint64_t OpenSession(int numa_node = kNoNumaNode,
-                       const std::string& tenant = "", bool admin = true) {
-    return tier_->OpenSession(numa_node, tenant, admin);
-  }
+                       const std::string& tenant = "", bool admin = true);
   // Every lease of the session goes; its epoch plans go with it once no
   // other session shares them.
   void CloseSession(uint64_t id);

@@ -249,6 +249,18 @@ bool PlanRegistry::OwnerBlockedLocked(const std::string& owner) const {
          lookahead_share_.Cap(owner);
 }
 
+void PlanRegistry::TenantOpened(const std::string& owner) {
+  if (limits_.lookahead_arena_bytes != 0 && !owner.empty()) {
+    lookahead_share_.Take(owner, 1);
+  }
+}
+
+void PlanRegistry::TenantClosed(const std::string& owner) {
+  if (limits_.lookahead_arena_bytes != 0 && !owner.empty()) {
+    lookahead_share_.Give(owner, 1);
+  }
+}
+
 bool PlanRegistry::ChargeLookahead(const Pending& pending, uint64_t bytes) {
   if (limits_.lookahead_arena_bytes == 0) return true;
   absl::MutexLock lock(&mu_);

@@ -37,8 +37,9 @@ struct PlanLimits {
   uint64_t max_bytes_per_owner = uint64_t{1} << 30;
   // The arena the look-ahead fills (issue 32): the bytes each owner's
   // look-ahead holds are its share of it (FairShare with this capacity
-  // and no headroom: all of it alone, 1/n of it with n owners looking
-  // ahead). 0: not counted (ChargeLookahead allows everything).
+  // and no headroom: all of it alone, 1/n of it with n owners connected
+  // (TenantOpened) or looking ahead). 0: not counted (ChargeLookahead
+  // allows everything).
   uint64_t lookahead_arena_bytes = 0;
   // EpochPlan: reordering among a plan's consumers it tolerates, and the
   // out-of-step reads after which it follows them.
@@ -199,6 +200,14 @@ class PlanRegistry : public NextUseOracle {
   // the owner's plans protect from eviction only the reads their
   // look-ahead holds (Distances). Always true without a share.
   bool ChargeLookahead(const Pending& p, uint64_t bytes);
+
+  // A session of `owner` ("uid N") opened / closed: while it has one, the
+  // owner counts among those the look-ahead share splits the arena
+  // between (it holds a byte of it), so that a tenant reading without a
+  // plan keeps its share against the others' look-ahead. Thread-safe;
+  // takes no lock of the registry.
+  void TenantOpened(const std::string& owner);
+  void TenantClosed(const std::string& owner);
 
   // The look-ahead found these paths of `dataset` cached whole while the
   // cache's removal generation was `cache_generation` (read before it

@@ -460,6 +460,9 @@ class TenantIsolationTest : public ::testing::Test {
     return r.output;
   }
 
+  // Finding 5's flood beside a victim (HostilePlansDoNotEvict*).
+  void PlanFlood(bool victim_plans);
+
   testing::TempDir tmp_, data_;
   testing::TempDir shm_{"/dev/shm"};
   testing::ReservedPort port_;
@@ -819,8 +822,9 @@ TEST_F(TenantIsolationTest, PlanOfAnotherUidCannotBeResetOrAdvanced) {
 // holds. The victim (root, a plan per epoch, 10 MB of 200 kB files in a
 // 32 MiB arena) reads 4 epochs alone, then 4 while uid 65534 floods plans
 // over its 20 MB dataset; its hit rate stays within 10% of its solo one.
-TEST_F(TenantIsolationTest, HostilePlansDoNotEvictAVictimsData) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+// `victim_plans`: the victim registers each epoch's order (else it reads
+// the same orders without a plan).
+void TenantIsolationTest::PlanFlood(bool victim_plans) {
   constexpr int kVictimFiles = 50, kHostileFiles = 100, kEpochs = 4;
   constexpr size_t kFileBytes = 200000;
   std::vector<std::string> victim_keys, hostile_keys;
@@ -868,8 +872,10 @@ TEST_F(TenantIsolationTest, HostilePlansDoNotEvictAVictimsData) {
     std::pair<double, double> before = hits();
     for (uint64_t e = first; e < first + kEpochs; ++e) {
       const std::vector<std::string> order = shuffled(victim_keys);
-      absl::Status s = (*victim)->RegisterPlan(kDataset, "victim", e, order);
-      EXPECT_TRUE(s.ok()) << s;
+      if (victim_plans) {
+        absl::Status s = (*victim)->RegisterPlan(kDataset, "victim", e, order);
+        EXPECT_TRUE(s.ok()) << s;
+      }
       for (size_t at = 0; at < order.size(); at += 10) {
         std::vector<std::string> batch(order.begin() + at,
                                        order.begin() + at + 10);
@@ -938,18 +944,41 @@ TEST_F(TenantIsolationTest, HostilePlansDoNotEvictAVictimsData) {
   const double flooded = run(kEpochs, /*skip_first=*/false);
   const double lookahead_fills =
       Metric(*metrics, "dlcache_lookahead_fills_total{dataset=\"hostile\"}");
+  const double over_share =
+      Metric(*metrics, "dlcache_plan_lookahead_over_share_total");
+  const double held = Metric(*metrics, "dlcache_plan_lookahead_bytes");
   hostile.Release();
   EXPECT_GT(lookahead_fills, 0) << "the flood filled nothing";
+  // The flood's look-ahead reached its share (half the arena, beside the
+  // victim's connected uid): the rest of its planned reads were not filled.
+  // What is held is that half and at most the victim's look-ahead.
+  EXPECT_GT(over_share, 0);
+  EXPECT_LE(held, (16 << 20) + 32 * kFileBytes + 2);
   EXPECT_GE(solo, 0.95);
   EXPECT_GE(flooded, solo - 0.1)
       << "solo " << solo << ", flooded " << flooded
       << ", hostile look-ahead fills " << lookahead_fills;
   std::printf(
-      "victim hit rate: solo %.3f, beside the plan flood %.3f; "
-      "hostile look-ahead fills %.0f\n",
-      solo, flooded, lookahead_fills);
+      "victim hit rate: solo %.3f, beside the plan flood %.3f; hostile "
+      "look-ahead fills %.0f, reads over its share %.0f; look-ahead bytes "
+      "held %.0f\n",
+      solo, flooded, lookahead_fills, over_share, held);
   victim->reset();
   EXPECT_EQ(server->Stop(), 0);
+}
+
+TEST_F(TenantIsolationTest, HostilePlansDoNotEvictAVictimsData) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  PlanFlood(/*victim_plans=*/true);
+}
+
+// The same victim reading without a plan: its data is unplanned, which
+// Belady's rule evicts before any planned entry; the flood still keeps no
+// more than its share (the victim's connected uid counts among those the
+// look-ahead splits the arena between).
+TEST_F(TenantIsolationTest, HostilePlansDoNotEvictAnUnplannedVictimsData) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
+  PlanFlood(/*victim_plans=*/false);
 }
 
 // Finding 7: one plan of 1M keys (sent frame after frame without waiting)

@@ -637,5 +637,34 @@ TEST(PlanRegistryTest, LookaheadCountsAgainstItsOwnersShareOfTheArena) {
   for (FileRecord* f : records) FileRecord::Destroy(f);
 }
 
+
+// A tenant connected without a plan has its share too: the other's
+// look-ahead stops at half the arena.
+TEST(PlanRegistryTest, AConnectedTenantWithoutAPlanKeepsItsShare) {
+  PlanLimits l;
+  l.lookahead_arena_bytes = 1000;
+  PlanRegistry r(l);
+  r.TenantOpened("uid 2");
+  std::vector<std::string> a;
+  for (int i = 0; i < 30; ++i) a.push_back("a" + std::to_string(i));
+  ASSERT_TRUE(r.Register(1, 0, "pa", 0, 0, Views(a), false, PlanJob(), nullptr,
+                         "uid 1")
+                  .ok());
+  int charged = 0;
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
+    if (r.ChargeLookahead(p, 40)) ++charged;
+  }
+  EXPECT_EQ(charged, 12);  // 480 of its 500
+  // The other one leaves: uid 1 may have it all.
+  r.TenantClosed("uid 2");
+  charged = 0;
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
+    if (r.ChargeLookahead(p, 40)) ++charged;
+  }
+  EXPECT_EQ(charged, 13);  // positions 12..24: 1000 bytes in all
+  r.CloseSession(1);
+  EXPECT_EQ(r.stats().lookahead_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace dlcache
