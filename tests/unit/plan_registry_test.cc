@@ -637,7 +637,6 @@ TEST(PlanRegistryTest, LookaheadCountsAgainstItsOwnersShareOfTheArena) {
   for (FileRecord* f : records) FileRecord::Destroy(f);
 }
 
-
 // A tenant connected without a plan has its share too: the other's
 // look-ahead stops at half the arena.
 TEST(PlanRegistryTest, AConnectedTenantWithoutAPlanKeepsItsShare) {
@@ -647,9 +646,9 @@ TEST(PlanRegistryTest, AConnectedTenantWithoutAPlanKeepsItsShare) {
   r.TenantOpened("uid 2");
   std::vector<std::string> a;
   for (int i = 0; i < 30; ++i) a.push_back("a" + std::to_string(i));
-  ASSERT_TRUE(r.Register(1, 0, "pa", 0, 0, Views(a), false, PlanJob(), nullptr,
-                         "uid 1")
-                  .ok());
+  ASSERT_TRUE(
+      r.Register(1, 0, "pa", 0, 0, Views(a), false, PlanJob(), nullptr, "uid 1")
+          .ok());
   int charged = 0;
   for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
     if (r.ChargeLookahead(p, 40)) ++charged;
