@@ -21,9 +21,9 @@ uint64_t FairShare::CapLocked(const std::string& identity) const {
 bool FairShare::AllowsLocked(const std::string& identity, bool admin,
                              uint64_t amount) const {
   const uint64_t c = options_.capacity;
-  if (admin) return total_ + amount <= c;
+  if (admin) return !options_.bound_total || total_ + amount <= c;
   const uint64_t s = c - std::min(options_.admin_reserve, c);
-  if (total_ + amount > s) return false;
+  if (options_.bound_total && total_ + amount > s) return false;
   auto it = held_.find(identity);
   const uint64_t u = it == held_.end() ? 0 : it->second;
   return u + amount <= CapLocked(identity);

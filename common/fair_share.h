@@ -26,6 +26,8 @@ namespace dlcache {
 // less than S * h / 2. Admins may take anything up to C, so the last R
 // units are theirs. Usage above a cap (left from when fewer were active) is
 // kept, not taken back: the tenant just cannot grow until it is under.
+// With bound_total off the first condition (total + amount <= S) is
+// dropped: each identity has its cap, however much the others hold.
 //
 // Thread-safe; every call takes one mutex (a few map operations).
 class FairShare {
@@ -34,6 +36,10 @@ class FairShare {
     uint64_t capacity = 0;
     uint64_t admin_reserve = 0;  // at most capacity
     double headroom = 0.25;      // in [0, 1)
+    // false: the pool's total is not bounded, only each identity's cap
+    // (usage the pool's owner takes back itself, e.g. look-ahead bytes,
+    // which eviction may drop: a newcomer may take its share at once).
+    bool bound_total = true;
   };
   explicit FairShare(Options options);
 

@@ -249,6 +249,9 @@ absl::Status CacheServer::Init() {
     limits.max_positions_per_plan = config_.max_plan_keys;
     limits.max_total_positions = 4 * config_.max_plan_keys;
     limits.max_plans_per_session = config_.max_plans_per_session;
+    limits.max_bytes_per_owner = config_.max_plan_bytes_per_uid;
+    // Look-ahead bytes are each owner's share of the arena (issue 32).
+    limits.lookahead_arena_bytes = tier_->Stats().arena_bytes;
     plans_ = std::make_unique<PlanRegistry>(limits);
     plans_->SetEntryPaths(tier_.get());
     tier_->SetEvictionPolicy([this](int classes) {
@@ -337,7 +340,12 @@ absl::Status CacheServer::Init() {
         [tier = tier_.get()](uint32_t ds, absl::string_view path) {
           return tier->FullyCached(ds, path);
         },
-        [tier = tier_.get()] { return tier->removal_generation(); });
+        [tier = tier_.get()] { return tier->removal_generation(); },
+        [tier = tier_.get(), chunk = config_.chunk_size](
+            uint32_t ds, absl::string_view path) -> uint64_t {
+          absl::optional<FileInfo> f = tier->LookupFile(ds, path);
+          return f.has_value() ? f->size : chunk;  // unknown: a chunk
+        });
     plans_->SetOnChange([p = plan_prefetcher_.get()] { p->Wake(); });
   }
   if (membership_) {

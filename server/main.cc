@@ -164,13 +164,19 @@ ABSL_FLAG(bool, epoch_plans, true,
 ABSL_FLAG(dlcache::ByteSize, plan_lookahead_bytes,
           dlcache::ByteSize{64ull << 20},
           "How far ahead of its consumers each epoch plan is filled (capped "
-          "at a quarter of the arena)");
+          "at a quarter of the arena; what it holds counts against the plan "
+          "owner's share of the arena: all of it alone, 1/n with n uids)");
 ABSL_FLAG(uint32_t, plan_prefetch_in_flight, 8,
           "Epoch-plan fills in flight at once (all plans; they run on the "
           "fill pool)");
 ABSL_FLAG(uint64_t, max_plan_keys, uint64_t{1} << 22,
           "Keys one epoch plan may hold (about 16 bytes each plus its "
           "paths; the node holds at most 4x this)");
+ABSL_FLAG(dlcache::ByteSize, max_plan_bytes_per_uid,
+          dlcache::ByteSize{uint64_t{1} << 30},
+          "Server memory the epoch plans of one uid may take together (their "
+          "key lists: about 130 bytes per key plus its path); a registration "
+          "over it is refused");
 ABSL_FLAG(uint32_t, max_plans_per_session, 8,
           "Epoch plans one client session may register or attach to");
 ABSL_FLAG(
@@ -310,6 +316,7 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.plan_prefetch_in_flight = absl::GetFlag(FLAGS_plan_prefetch_in_flight);
   c.max_plan_keys = absl::GetFlag(FLAGS_max_plan_keys);
   c.max_plans_per_session = absl::GetFlag(FLAGS_max_plans_per_session);
+  c.max_plan_bytes_per_uid = absl::GetFlag(FLAGS_max_plan_bytes_per_uid).bytes;
   c.peer_address = absl::GetFlag(FLAGS_peer_address);
   c.node_id = absl::GetFlag(FLAGS_node_id);
   c.peers = absl::GetFlag(FLAGS_peers);

@@ -143,6 +143,7 @@ struct ServerConfig {
   uint32_t plan_prefetch_in_flight = 8;
   uint64_t max_plan_keys = uint64_t{1} << 22;  // per plan
   uint32_t max_plans_per_session = 8;
+  uint64_t max_plan_bytes_per_uid = uint64_t{1} << 30;  // all its plans
 
   // Cluster (issue 5): empty peer list = single node.
   std::string node_id;             // default: hostname

@@ -171,11 +171,11 @@ class CacheEngine {
   // numa_node: the session's GPU's node (MemoryTier::OpenSession); the
   // fills of its GetBatch and Prefetch calls prefer arena segments there.
   // tenant/admin: whose lease share the session counts against
-  // (MemoryTier::SetTenantLeaseShares; "" = none).
+  // (MemoryTier::SetTenantLeaseShares; "" = none); while the session is
+  // open its uid also counts among those the plans' look-ahead splits the
+  // arena between (PlanRegistry::TenantOpened).
   uint64_t OpenSession(int numa_node = kNoNumaNode,
-                       const std::string& tenant = "", bool admin = true) {
-    return tier_->OpenSession(numa_node, tenant, admin);
-  }
+                       const std::string& tenant = "", bool admin = true);
   // Every lease of the session goes; its epoch plans go with it once no
   // other session shares them.
   void CloseSession(uint64_t id);
@@ -346,8 +346,14 @@ class CacheEngine {
   // UNIMPLEMENTED when plans are off, NOT_FOUND for an unknown dataset,
   // INVALID_ARGUMENT for a malformed key; else PlanRegistry::Register's
   // codes. `*state` (if set) gets what the plan holds afterwards.
+  // A session that closed meanwhile (while this ran on RunPlanWork's
+  // thread) is left attached to nothing.
   absl::Status RegisterPlan(uint64_t session, absl::string_view dataset,
                             const PlanRegistration& r, PlanState* state);
+  // Runs `fn` on the engine's plan thread (one, FIFO): registrations,
+  // whose keys take milliseconds to decode and index, off the callers'
+  // event loops. Never blocks.
+  void RunPlanWork(std::function<void()> fn) { plan_pool_.Schedule(fn); }
 
   // Where a batch stands in its session's plan, when the client says so.
   struct PlanPosition {
@@ -463,6 +469,8 @@ class CacheEngine {
   std::atomic<uint32_t> warmups_running_{0};
   // Per dataset id; null for a dataset without a source here.
   std::vector<std::unique_ptr<SourceListing>> listings_;
+  // Registrations (RunPlanWork); before list_pool_, stopped before it.
+  ThreadPool plan_pool_{1};
   // Last: its threads use the listings and stop first.
   ThreadPool list_pool_;
 };

@@ -13,9 +13,37 @@
 
 namespace dlcache {
 
+namespace {
+
+// The owner of a session's plans: its uid without its pod, since the
+// ranks of a job may run in pods of their own, under one uid (issue 32).
+std::string PlanOwner(std::string tenant) {
+  if (const size_t pod = tenant.find(" pod"); pod != std::string::npos) {
+    tenant.resize(pod);
+  }
+  return tenant;
+}
+
+}  // namespace
+
+uint64_t CacheEngine::OpenSession(int numa_node, const std::string& tenant,
+                                  bool admin) {
+  const uint64_t id = tier_->OpenSession(numa_node, tenant, admin);
+  // A tenant reading without a plan has its share of the arena too: the
+  // others' look-ahead must not take it.
+  if (plans_ != nullptr && !tenant.empty()) {
+    plans_->TenantOpened(PlanOwner(tenant));
+  }
+  return id;
+}
+
 void CacheEngine::CloseSession(uint64_t id) {
+  const std::string tenant = plans_ != nullptr ? tier_->SessionTenant(id) : "";
   tier_->CloseSession(id);
-  if (plans_ != nullptr) plans_->CloseSession(id);
+  if (plans_ != nullptr) {
+    plans_->CloseSession(id);
+    if (!tenant.empty()) plans_->TenantClosed(PlanOwner(tenant));
+  }
 }
 
 absl::Status CacheEngine::RegisterPlan(uint64_t session,
@@ -39,14 +67,13 @@ absl::Status CacheEngine::RegisterPlan(uint64_t session,
     }
     paths.push_back(p);
   }
-  // The owner is the session's uid without its pod: the ranks of a job
-  // may run in pods of their own, under one uid (issue 32).
-  std::string owner = tier_->SessionTenant(session);
-  if (const size_t pod = owner.find(" pod"); pod != std::string::npos) {
-    owner.resize(pod);
-  }
-  return plans_->Register(session, *ds, r.name, r.epoch, r.offset, paths,
-                          r.reset, r.job, state, owner);
+  const std::string owner = PlanOwner(tier_->SessionTenant(session));
+  absl::Status s = plans_->Register(session, *ds, r.name, r.epoch, r.offset,
+                                    paths, r.reset, r.job, state, owner);
+  // The session's connection closed while this ran off its loop (its
+  // CloseSession found nothing to detach yet): no plan may outlive it.
+  if (!tier_->HasSession(session)) plans_->CloseSession(session);
+  return s;
 }
 
 std::optional<CacheEngine::PlanProgress> CacheEngine::PlanProgressOf(

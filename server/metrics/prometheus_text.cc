@@ -153,6 +153,18 @@ void Plans(std::string* out, const v1::PlanStatus& p) {
           "Look-ahead fills that failed", p.lookahead_failed());
   IntGauge(out, "dlcache_plan_lookahead_in_flight",
            "Look-ahead fills running now", p.lookahead_in_flight());
+  IntGauge(out, "dlcache_plan_memory_bytes",
+           "Server memory the epoch plans' key lists take (estimated; "
+           "--max_plan_bytes_per_uid per owner)",
+           p.memory_bytes());
+  IntGauge(out, "dlcache_plan_lookahead_bytes",
+           "Arena bytes the plans' look-ahead holds, counted against each "
+           "owner's share of the arena",
+           p.lookahead_bytes());
+  Counter(out, "dlcache_plan_lookahead_over_share_total",
+          "Planned reads not filled: their plan's owner was over its share "
+          "of the arena",
+          p.lookahead_over_share());
   struct Family {
     const char* name;
     const char* help;

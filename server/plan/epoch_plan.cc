@@ -32,7 +32,8 @@ uint64_t EpochPlan::Add(uint64_t epoch, uint64_t offset,
                                 static_cast<uint64_t>(paths.size() - skip)});
   }
   for (size_t i = skip; i < paths.size(); ++i) {
-    auto it = keys_.try_emplace(std::string(paths[i])).first;
+    auto [it, inserted] = keys_.try_emplace(std::string(paths[i]));
+    if (inserted) key_bytes_ += kKeyBytes + paths[i].size();
     KeyUses& k = it->second;
     if (!k.positions.empty()) {
       // A live key's last position is never trimmed (that erases the key).
@@ -351,16 +352,35 @@ bool EpochPlan::Consume(absl::string_view path) {
   return true;
 }
 
-uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned) const {
+uint64_t EpochPlan::NextUse(absl::string_view path, bool* mentioned,
+                            uint64_t* at) const {
   auto it = keys_.find(path);
   if (mentioned != nullptr) *mentioned = it != keys_.end();
   if (it == keys_.end()) return kNever;
   const KeyUses& k = it->second;
-  if (world_size_ != 0) return NextUseOfJob(k);
+  if (world_size_ != 0) return NextUseOfJob(k, at);
   const size_t i = FirstLive(k);
   if (i == k.positions.size()) return kNever;
   const uint64_t pos = k.positions[i];
+  if (at != nullptr) *at = pos;
   return pos >= frontier_ ? pos - frontier_ : 0;
+}
+
+uint64_t EpochPlan::CostOfAdd(absl::Span<const absl::string_view> paths) const {
+  uint64_t cost =
+      paths.size() * (world_size_ == 0 ? kPositionBytes : kJobPositionBytes);
+  for (absl::string_view p : paths) {
+    if (!keys_.contains(p)) cost += kKeyBytes + p.size();
+  }
+  return cost;
+}
+
+void EpochPlan::RewindLookahead(uint64_t pos) {
+  if (world_size_ == 0 || pos < base_ || pos >= end()) return;
+  auto it = ranks_.find(lanes_[pos - base_] & ~kConsumed);
+  if (it != ranks_.end()) {
+    it->second.handed_out = std::min(it->second.handed_out, pos);
+  }
 }
 
 size_t EpochPlan::FirstAtOrAfter(const KeyUses& k, uint64_t floor) {
@@ -374,7 +394,7 @@ size_t EpochPlan::FirstAtOrAfter(const KeyUses& k, uint64_t floor) {
   return i;
 }
 
-uint64_t EpochPlan::NextUseOfJob(const KeyUses& k) const {
+uint64_t EpochPlan::NextUseOfJob(const KeyUses& k, uint64_t* at) const {
   for (size_t i = FirstHeld(k); i < k.positions.size(); ++i) {
     const uint64_t pos = k.positions[i];
     const uint32_t lane = lanes_[pos - base_];
@@ -387,6 +407,7 @@ uint64_t EpochPlan::NextUseOfJob(const KeyUses& k) const {
     // are world_size apart): the unit of a reader's plan, and a rank ahead
     // of the others reads its next items sooner than the plan's frontier
     // says.
+    if (at != nullptr) *at = pos;
     return pos >= f ? (pos - f) / world_size_ : 0;
   }
   return kNever;
@@ -417,7 +438,10 @@ void EpochPlan::TrimOrder() {
     order_.pop_front();
     if (world_size_ != 0) lanes_.pop_front();
     ++base_;
-    if ((entry & kLastUse) != 0) keys_.erase(Node(entry)->first);
+    if ((entry & kLastUse) != 0) {
+      key_bytes_ -= kKeyBytes + Node(entry)->first.size();
+      keys_.erase(Node(entry)->first);
+    }
   }
 }
 

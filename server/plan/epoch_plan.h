@@ -149,7 +149,29 @@ class EpochPlan {
   // that reads it next, from that rank's frontier); kNever if the plan has
   // no further use of it. `mentioned` (if set) tells whether the plan has the
   // path at all.
-  uint64_t NextUse(absl::string_view path, bool* mentioned = nullptr) const;
+  // `at` (if set) gets the position of that use (when not kNever).
+  uint64_t NextUse(absl::string_view path, bool* mentioned = nullptr,
+                   uint64_t* at = nullptr) const;
+
+  // The look-ahead hands out `pos` again (its fill was not allowed): a
+  // reader's plan from `pos` on; a job plan's rank that reads `pos`.
+  // `handed_out` is the reader plan's own mark (PlanRegistry keeps it).
+  void RewindLookahead(uint64_t pos);
+
+  // Server memory the plan takes, estimated from what it holds (issue 32:
+  // plan limits in bytes): kPositionBytes per position (kJobPositionBytes
+  // in a job plan) plus kKeyBytes and the path's bytes per distinct key.
+  static constexpr uint64_t kPositionBytes = 16;
+  static constexpr uint64_t kJobPositionBytes = 20;
+  static constexpr uint64_t kKeyBytes = 112;
+  uint64_t memory_bytes() const {
+    return order_.size() *
+               (world_size_ == 0 ? kPositionBytes : kJobPositionBytes) +
+           key_bytes_;
+  }
+  // What Add(epoch, offset, paths) would add to memory_bytes() at most
+  // (every key not held counted as new, even when it repeats).
+  uint64_t CostOfAdd(absl::Span<const absl::string_view> paths) const;
 
   // Positions added and not yet trimmed away, and the end of them.
   uint64_t live_positions() const { return order_.size(); }
@@ -210,7 +232,7 @@ class EpochPlan {
   // First index of k.positions, from k.next on, whose position is at or
   // after `floor` (a binary search once k.next is behind it).
   static size_t FirstAtOrAfter(const KeyUses& k, uint64_t floor);
-  uint64_t NextUseOfJob(const KeyUses& k) const;
+  uint64_t NextUseOfJob(const KeyUses& k, uint64_t* at) const;
   // The plan's frontier: the smallest of the attached ranks' (never back).
   void UpdateJobFrontier();
   // Drops positions (and keys) the frontier left far behind.
@@ -226,6 +248,7 @@ class EpochPlan {
   // Job plans: every rank that attached so far (at most world_size_).
   absl::flat_hash_map<uint32_t, RankState> ranks_;
   KeyMap keys_;
+  uint64_t key_bytes_ = 0;  // kKeyBytes + path bytes, summed over keys_
   // Position base_ + i: its key's node (stable in a node_hash_map), so
   // trimming needs no second lookup; kLastUse marked (see Node).
   std::deque<uintptr_t> order_;

@@ -9,11 +9,12 @@ namespace dlcache {
 
 PlanPrefetcher::PlanPrefetcher(PlanRegistry* plans, FetchFn fetch,
                                const Options& options, CachedFn cached,
-                               GenerationFn generation)
+                               GenerationFn generation, SizeFn size)
     : plans_(plans),
       fetch_(std::move(fetch)),
       cached_(std::move(cached)),
       generation_(std::move(generation)),
+      size_(std::move(size)),
       options_(options) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -78,6 +79,18 @@ bool PlanPrefetcher::TakeAndFetch(size_t room) {
   std::vector<PlanRegistry::Pending> next = plans_->TakeLookahead(
       options_.lookahead, room, generation, &known_cached);
   const size_t taken = next.size();
+  // Each read's bytes count against its plan owner's share of the arena
+  // (issue 32), cached or to be filled: one over it is neither filled nor
+  // noted cached (it is handed out again once the owner is under).
+  size_t over_share = 0;
+  if (size_) {
+    auto kept = std::stable_partition(
+        next.begin(), next.end(), [this](const PlanRegistry::Pending& p) {
+          return plans_->ChargeLookahead(p, size_(p.dataset, p.path));
+        });
+    over_share = next.end() - kept;
+    next.erase(kept, next.end());
+  }
   // A planned read of what is cached needs no fill: skipping it here
   // spares the fill pool a task (and a thread hand-off) per planned read,
   // most of them on a warm cache. Noted, so that the next epoch's reads of
@@ -108,7 +121,8 @@ bool PlanPrefetcher::TakeAndFetch(size_t room) {
   }
   {
     absl::MutexLock lock(&mu_);
-    cached_count_ += known_cached + (taken - next.size());
+    cached_count_ += known_cached + (taken - over_share - next.size());
+    over_share_ += over_share;
     in_flight_ += next.size();
     issued_ += next.size();
   }
@@ -141,8 +155,9 @@ void PlanPrefetcher::Done(const absl::Status& status) {
 
 PlanPrefetcher::Stats PlanPrefetcher::stats() const {
   absl::MutexLock lock(&mu_);
-  return Stats{cached_count_, issued_, skipped_.load(std::memory_order_relaxed),
-               failed_, in_flight_};
+  return Stats{
+      cached_count_, issued_,    skipped_.load(std::memory_order_relaxed),
+      failed_,       in_flight_, over_share_};
 }
 
 }  // namespace dlcache

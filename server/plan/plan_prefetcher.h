@@ -59,10 +59,17 @@ class PlanPrefetcher {
   // value is not asked about again while it stays. Must be cheap.
   using GenerationFn = std::function<uint64_t()>;
 
+  // The bytes a planned read of `path` takes in the arena (its size if
+  // known, else an estimate), for PlanRegistry::ChargeLookahead. Must be
+  // cheap, not block.
+  using SizeFn = std::function<uint64_t(uint32_t dataset, absl::string_view)>;
+
   // `cached` may be null (every planned read is fetched); `generation`
-  // may be null (`cached` is asked for every planned read).
+  // may be null (`cached` is asked for every planned read); `size` may be
+  // null (nothing is charged: every read is 0 bytes).
   PlanPrefetcher(PlanRegistry* plans, FetchFn fetch, const Options& options,
-                 CachedFn cached = nullptr, GenerationFn generation = nullptr);
+                 CachedFn cached = nullptr, GenerationFn generation = nullptr,
+                 SizeFn size = nullptr);
   ~PlanPrefetcher();
   PlanPrefetcher(const PlanPrefetcher&) = delete;
   PlanPrefetcher& operator=(const PlanPrefetcher&) = delete;
@@ -76,6 +83,8 @@ class PlanPrefetcher {
     uint64_t skipped = 0;  // of issued: `wanted` said no (overtaken)
     uint64_t failed = 0;
     uint32_t in_flight = 0;
+    // Planned reads not filled: over their plan owner's look-ahead share.
+    uint64_t over_share = 0;
   };
   Stats stats() const;
 
@@ -90,6 +99,7 @@ class PlanPrefetcher {
   const FetchFn fetch_;
   const CachedFn cached_;
   const GenerationFn generation_;
+  const SizeFn size_;
   const Options options_;
   // Bumped by Wake; the thread sleeps until it moves.
   std::atomic<uint32_t> wakes_{0};
@@ -99,6 +109,7 @@ class PlanPrefetcher {
   uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t cached_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t over_share_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped on fill threads without mu_ (the fill pool must not wait on it).
   std::atomic<uint64_t> skipped_{0};
   std::thread thread_;

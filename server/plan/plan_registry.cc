@@ -17,13 +17,34 @@ FairShare::Options PlanSlots(const PlanLimits& limits) {
   return o;
 }
 
+// No headroom and no bound on the total: a look-ahead holds no lease, so
+// what a newcomer needs is taken back by eviction (the reads of an owner
+// over its share are then unprotected), not kept free.
+FairShare::Options LookaheadShare(const PlanLimits& limits) {
+  FairShare::Options o;
+  o.capacity = limits.lookahead_arena_bytes;
+  o.headroom = 0;
+  o.bound_total = false;
+  return o;
+}
+
+// At most what Add of `paths` makes EpochPlan::memory_bytes grow by.
+uint64_t CostBound(absl::Span<const absl::string_view> paths) {
+  uint64_t cost = 0;
+  for (absl::string_view p : paths) {
+    cost += EpochPlan::kJobPositionBytes + EpochPlan::kKeyBytes + p.size();
+  }
+  return cost;
+}
+
 }  // namespace
 
 PlanRegistry::PlanRegistry(const PlanLimits& limits,
                            const ProgressQueueLimits& queue_limits)
     : limits_(limits),
       progress_(queue_limits),
-      plan_slots_(PlanSlots(limits)) {}
+      plan_slots_(PlanSlots(limits)),
+      lookahead_share_(LookaheadShare(limits)) {}
 
 PlanRegistry::PlanKey PlanRegistry::KeyOf(uint32_t dataset,
                                           absl::string_view owner,
@@ -50,6 +71,7 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", job.rank, " of a world of ", job.world_size));
   }
+  const uint64_t cost = owner.empty() ? 0 : CostBound(paths);
   {
     absl::MutexLock lock(&mu_);
     // What the session read before this registration (a reset above all)
@@ -106,6 +128,8 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
         auto owned = std::make_unique<Plan>(dataset, std::string(name),
                                             job.world_size, limits_);
         owned->owner = who;
+        owned->id = next_plan_id_++;
+        by_id_[owned->id] = owned.get();
         p = owned.get();
         plans_.emplace(std::move(key), std::move(owned));
         by_dataset_[dataset].push_back(p);
@@ -124,6 +148,10 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
         if (p->world_size > 0) p->plan->AttachRank(rank);
       }
       p->handed_out = 0;
+      ++p->generation;
+      BillLocked(p);
+      // The look-ahead's charges stay: what it filled is still in the
+      // arena (a reset must not make room for another look-ahead).
     }
     auto fill_state = [&] {
       if (state != nullptr) {
@@ -142,12 +170,115 @@ absl::Status PlanRegistry::Register(uint64_t session, uint32_t dataset,
           limits_.max_positions_per_plan, " and the node ",
           limits_.max_total_positions, " (register the next epoch later)"));
     }
-    p->plan->Add(epoch, offset, paths);
+    if (!owner.empty() && !paths.empty()) {
+      auto held = owner_bytes_.find(p->owner);
+      const uint64_t has = held == owner_bytes_.end() ? 0 : held->second;
+      if (has + cost > limits_.max_bytes_per_owner) {
+        ++refusals_;
+        fill_state();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            p->owner, "'s epoch plans take ", has,
+            " bytes of server memory; these ", paths.size(),
+            " keys need up to ", cost, " more; the limit is ",
+            limits_.max_bytes_per_owner,
+            " bytes per uid (--max_plan_bytes_per_uid; register the next "
+            "epoch later)"));
+      }
+    }
+    // The first slice now; the rest below, the lock dropped in between.
+    const size_t first = std::min(paths.size(), kRegisterSlice);
+    p->plan->Add(epoch, offset, paths.subspan(0, first));
     total_positions_ += p->plan->live_positions() - live;
-    fill_state();
+    BillLocked(p);
+    if (first == paths.size()) fill_state();
+  }
+  for (size_t begin = kRegisterSlice; begin < paths.size();
+       begin += kRegisterSlice) {
+    absl::MutexLock lock(&mu_);
+    auto it = plans_.find(KeyOf(dataset, owner, name));
+    // The session closed meanwhile (its connection went): nothing to add.
+    if (it == plans_.end() || !it->second->sessions.contains(session)) {
+      return absl::OkStatus();
+    }
+    Plan* p = it->second.get();
+    const size_t n = std::min(paths.size() - begin, kRegisterSlice);
+    const uint64_t live = p->plan->live_positions();
+    p->plan->Add(epoch, offset + begin, paths.subspan(begin, n));
+    total_positions_ += p->plan->live_positions() - live;
+    BillLocked(p);
+    if (begin + n == paths.size() && state != nullptr) {
+      *state = PlanState{p->plan->has_epoch(), p->plan->epoch(),
+                         p->plan->epoch_next_offset()};
+    }
   }
   Changed();
   return absl::OkStatus();
+}
+
+void PlanRegistry::BillLocked(Plan* p) {
+  const uint64_t now = p->plan->memory_bytes();
+  if (now == p->billed) return;
+  uint64_t& held = owner_bytes_[p->owner];
+  held = held + now - p->billed;
+  p->billed = now;
+  if (held == 0) owner_bytes_.erase(p->owner);
+}
+
+void PlanRegistry::ReleaseChargesLocked(Plan* p, bool all) {
+  uint64_t give = 0;
+  const uint64_t frontier = p->plan->frontier();
+  auto it = p->charges.begin();
+  for (; it != p->charges.end() && (all || it->first < frontier); ++it) {
+    give += it->second;
+  }
+  if (give == 0 && it == p->charges.begin()) return;
+  p->charges.erase(p->charges.begin(), it);
+  lookahead_share_.Give(p->owner, give);
+}
+
+void PlanRegistry::ProgressedLocked(Plan* p) {
+  ReleaseChargesLocked(p);
+  BillLocked(p);
+}
+
+bool PlanRegistry::OwnerBlockedLocked(const std::string& owner) const {
+  if (limits_.lookahead_arena_bytes == 0 || owner.empty()) return false;
+  auto it = refused_.find(owner);
+  if (it == refused_.end()) return false;
+  return lookahead_share_.held(owner) + it->second >
+         lookahead_share_.Cap(owner);
+}
+
+void PlanRegistry::TenantOpened(const std::string& owner) {
+  if (limits_.lookahead_arena_bytes != 0 && !owner.empty()) {
+    lookahead_share_.Take(owner, 1);
+  }
+}
+
+void PlanRegistry::TenantClosed(const std::string& owner) {
+  if (limits_.lookahead_arena_bytes != 0 && !owner.empty()) {
+    lookahead_share_.Give(owner, 1);
+  }
+}
+
+bool PlanRegistry::ChargeLookahead(const Pending& pending, uint64_t bytes) {
+  if (limits_.lookahead_arena_bytes == 0) return true;
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(pending.plan_id);
+  if (it == by_id_.end()) return false;
+  Plan* p = it->second;
+  if (p->generation != pending.plan_generation) return false;
+  if (!lookahead_share_.TryTake(p->owner, /*admin=*/p->owner.empty(), bytes)) {
+    refused_[p->owner] = bytes;
+    ++lookahead_refusals_;
+    // Handed out again once the owner is under its share.
+    p->handed_out = std::min(p->handed_out, pending.position);
+    p->plan->RewindLookahead(pending.position);
+    return false;
+  }
+  refused_.erase(p->owner);
+  p->charges[pending.position] += bytes;
+  return true;
 }
 
 void PlanRegistry::Observe(uint64_t session, uint32_t dataset,
@@ -224,6 +355,7 @@ bool PlanRegistry::ObserveLocked(uint64_t session, uint32_t dataset,
       }
     }
     total_positions_ -= before - p->plan->live_positions();
+    ProgressedLocked(p);
   }
   return progressed;
 }
@@ -253,6 +385,7 @@ bool PlanRegistry::ObservePositionLocked(const ProgressQueue::Report& r) {
                                        r.offset, r.count, r.first_hash,
                                        r.last_hash);
   total_positions_ -= before - only->plan->live_positions();
+  ProgressedLocked(only);
   if (got == EpochPlan::kMismatch) {
     ++position_mismatches_;
     return false;
@@ -278,6 +411,7 @@ void PlanRegistry::CloseSession(uint64_t session) {
       const uint64_t before = p->plan->live_positions();
       p->plan->DetachRank(rank);
       total_positions_ -= before - p->plan->live_positions();
+      ProgressedLocked(p);
     }
   }
   by_session_.erase(it);
@@ -289,6 +423,12 @@ void PlanRegistry::DropPlanLocked(Plan* p) {
   same.erase(std::find(same.begin(), same.end(), p));
   if (same.empty()) by_dataset_.erase(p->dataset);
   plan_slots_.Give(p->owner, 1);
+  ReleaseChargesLocked(p, /*all=*/true);
+  p->plan = std::make_unique<EpochPlan>(limits_.skew, limits_.resync_after,
+                                        p->world_size);
+  BillLocked(p);
+  by_id_.erase(p->id);
+  if (plan_slots_.held(p->owner) == 0) refused_.erase(p->owner);
   plans_.erase(KeyOf(p->dataset, p->owner, p->name));
   plan_count_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -300,7 +440,9 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
   absl::MutexLock lock(&mu_);
   std::vector<Plan*> all;
   all.reserve(plans_.size());
-  for (const auto& [key, p] : plans_) all.push_back(p.get());
+  for (const auto& [key, p] : plans_) {
+    if (!OwnerBlockedLocked(p->owner)) all.push_back(p.get());
+  }
   if (all.empty()) return out;
   bool more = true;
   while (out.size() < max && more) {
@@ -314,7 +456,8 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
                                     &pos)) {
           continue;
         }
-        out.push_back(Pending{p->dataset, std::string(p->plan->At(pos))});
+        out.push_back(Pending{p->dataset, std::string(p->plan->At(pos)), p->id,
+                              p->generation, pos});
         more = true;
         continue;
       }
@@ -329,7 +472,8 @@ std::vector<PlanRegistry::Pending> PlanRegistry::TakeLookahead(
       }
       p->handed_out = std::max(p->handed_out, start);
       if (start >= stop) continue;
-      out.push_back(Pending{p->dataset, std::string(plan.At(start))});
+      out.push_back(Pending{p->dataset, std::string(plan.At(start)), p->id,
+                            p->generation, start});
       p->handed_out = start + 1;
       more = true;
     }
@@ -356,15 +500,25 @@ uint64_t PlanRegistry::NextUse(uint32_t dataset, absl::string_view path) const {
   return NextUseLocked(dataset, path);
 }
 
-uint64_t PlanRegistry::NextUseLocked(uint32_t dataset,
-                                     absl::string_view path) const {
+uint64_t PlanRegistry::NextUseLocked(
+    uint32_t dataset, absl::string_view path,
+    const absl::flat_hash_set<const Plan*>* blocked) const {
   auto it = by_dataset_.find(dataset);
   if (it == by_dataset_.end()) return kUnplanned;
   bool any = false;
   uint64_t best = EpochPlan::kNever;
   for (const Plan* p : it->second) {
     bool mentioned = false;
-    best = std::min(best, p->plan->NextUse(path, &mentioned));
+    uint64_t at = 0;
+    const uint64_t d = p->plan->NextUse(path, &mentioned, &at);
+    // An owner over its look-ahead share: its plan protects only the
+    // reads its look-ahead holds; the rest of its order is as if unplanned
+    // (issue 32: its plans cannot keep more than its share).
+    if (blocked != nullptr && blocked->contains(p) &&
+        (d == EpochPlan::kNever || !p->charges.contains(at))) {
+      continue;
+    }
+    best = std::min(best, d);
     any |= mentioned;
   }
   if (!any) return kUnplanned;
@@ -374,12 +528,20 @@ uint64_t PlanRegistry::NextUseLocked(uint32_t dataset,
 void PlanRegistry::Distances(absl::Span<ChunkEntry* const> entries,
                              absl::Span<uint64_t> out) const {
   absl::ReaderMutexLock lock(&mu_);
+  // Once per pick, not per entry: the plans of owners over their share.
+  absl::flat_hash_set<const Plan*> blocked;
+  if (!refused_.empty()) {
+    for (const auto& [key, p] : plans_) {
+      if (OwnerBlockedLocked(p->owner)) blocked.insert(p.get());
+    }
+  }
   std::string scratch;
   for (size_t i = 0; i < entries.size(); ++i) {
     out[i] = paths_ == nullptr || FileOf(entries[i]) == nullptr
                  ? kUnplanned
                  : NextUseLocked(entries[i]->dataset,
-                                 paths_->PathOf(entries[i], &scratch));
+                                 paths_->PathOf(entries[i], &scratch),
+                                 blocked.empty() ? nullptr : &blocked);
   }
 }
 
@@ -393,8 +555,12 @@ PlanRegistry::Stats PlanRegistry::stats() {
   s.refusals = refusals_;
   s.progress_dropped = progress_.stats().dropped + position_mismatches_;
   s.position_mismatches = position_mismatches_;
-  for (const auto& [key, p] : plans_)
+  for (const auto& [key, p] : plans_) {
     s.distinct_keys += p->plan->distinct_keys();
+    s.memory_bytes += p->plan->memory_bytes();
+  }
+  s.lookahead_bytes = lookahead_share_.total();
+  s.lookahead_refusals = lookahead_refusals_;
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,16 @@ struct PlanLimits {
   uint64_t max_total_positions = uint64_t{1} << 24;
   uint32_t max_plans_per_session = 8;
   uint32_t max_plans = 256;
+  // The server memory one owner's plans may take together
+  // (EpochPlan::memory_bytes; --max_plan_bytes_per_uid). In-process
+  // callers (owner "") are not limited.
+  uint64_t max_bytes_per_owner = uint64_t{1} << 30;
+  // The arena the look-ahead fills (issue 32): the bytes each owner's
+  // look-ahead holds are its share of it (FairShare with this capacity
+  // and no headroom: all of it alone, 1/n of it with n owners connected
+  // (TenantOpened) or looking ahead). 0: not counted (ChargeLookahead
+  // allows everything).
+  uint64_t lookahead_arena_bytes = 0;
   // EpochPlan: reordering among a plan's consumers it tolerates, and the
   // out-of-step reads after which it follows them.
   uint64_t skew = 4096;
@@ -113,12 +124,20 @@ class PlanRegistry : public NextUseOracle {
   // fewer than an eighth; RESOURCE_EXHAUSTED). INVALID_ARGUMENT, too, for
   // an epoch more than kMaxEpochStep past the plan's newest one without a
   // reset (an epoch of 2^64-1 would end the plan's use).
+  // RESOURCE_EXHAUSTED, too, when the keys would take the owner's plans
+  // over max_bytes_per_owner of server memory (the message names the flag
+  // --max_plan_bytes_per_uid).
+  //
+  // Registration work is done in slices of kRegisterSlice keys, the lock
+  // dropped between them, so that the eviction's Distances (under the
+  // memory tier's lock) never wait for a whole large registration.
   absl::Status Register(uint64_t session, uint32_t dataset,
                         absl::string_view name, uint64_t epoch, uint64_t offset,
                         absl::Span<const absl::string_view> paths, bool reset,
                         PlanJob job = PlanJob(), PlanState* state = nullptr,
                         absl::string_view owner = "");
   static constexpr uint64_t kMaxEpochStep = 16;
+  static constexpr size_t kRegisterSlice = 4096;
 
   // `session` asked `dataset` for these paths: progress of its plans on
   // that dataset, applied now (after the progress queued before it). Cheap
@@ -159,10 +178,36 @@ class PlanRegistry : public NextUseOracle {
   struct Pending {
     uint32_t dataset = 0;
     std::string path;
+    // Which plan's read, for ChargeLookahead.
+    uint64_t plan_id = 0;
+    uint64_t plan_generation = 0;
+    uint64_t position = 0;
   };
+  // Plans whose owner is over its look-ahead share (ChargeLookahead) are
+  // passed over.
   std::vector<Pending> TakeLookahead(uint64_t lookahead, size_t max,
                                      uint64_t cache_generation = 0,
                                      uint64_t* known_cached = nullptr);
+
+  // The look-ahead's read `p` (TakeLookahead) holds `bytes` of the arena
+  // (the file's size, cached or to be filled): counted against the plan
+  // owner's share of the arena (lookahead_arena_bytes) until the plan's
+  // frontier passes it or the plan goes. A reset keeps the count (the
+  // bytes are still in the arena) until the new order's frontier passes
+  // the same positions. False when the share does not allow it (or the
+  // plan went or was reset since): the caller must not fill it; the read
+  // is handed out again once the owner is under its share, and until then
+  // the owner's plans protect from eviction only the reads their
+  // look-ahead holds (Distances). Always true without a share.
+  bool ChargeLookahead(const Pending& p, uint64_t bytes);
+
+  // A session of `owner` ("uid N") opened / closed: while it has one, the
+  // owner counts among those the look-ahead share splits the arena
+  // between (it holds a byte of it), so that a tenant reading without a
+  // plan keeps its share against the others' look-ahead. Thread-safe;
+  // takes no lock of the registry.
+  void TenantOpened(const std::string& owner);
+  void TenantClosed(const std::string& owner);
 
   // The look-ahead found these paths of `dataset` cached whole while the
   // cache's removal generation was `cache_generation` (read before it
@@ -193,7 +238,10 @@ class PlanRegistry : public NextUseOracle {
     // that did not match the plan (position_mismatches).
     uint64_t progress_dropped = 0;
     uint64_t position_mismatches = 0;
-    uint64_t distinct_keys = 0;  // paths held, summed over plans
+    uint64_t distinct_keys = 0;       // paths held, summed over plans
+    uint64_t memory_bytes = 0;        // EpochPlan::memory_bytes, summed
+    uint64_t lookahead_bytes = 0;     // held by look-aheads (ChargeLookahead)
+    uint64_t lookahead_refusals = 0;  // ChargeLookahead said no
   };
   Stats stats();
 
@@ -234,14 +282,33 @@ class PlanRegistry : public NextUseOracle {
     // Attached sessions and their ranks (0 in a reader's plan).
     absl::flat_hash_map<uint64_t, uint32_t> sessions;
     uint64_t handed_out = 0;  // look-ahead positions before this are issued
+    uint64_t id = 0;          // unique in the registry's life
+    uint64_t generation = 0;  // bumped by a reset
+    uint64_t billed = 0;      // memory_bytes counted in owner_bytes_
+    // Look-ahead bytes charged to the owner, by position (ChargeLookahead).
+    std::map<uint64_t, uint64_t> charges;
   };
   // (dataset, the owner's and the plan's names, unambiguously joined).
   using PlanKey = std::pair<uint32_t, std::string>;
   static PlanKey KeyOf(uint32_t dataset, absl::string_view owner,
                        absl::string_view name);
 
-  uint64_t NextUseLocked(uint32_t dataset, absl::string_view path) const
+  // `blocked`: plans whose owner is over its look-ahead share (null: none
+  // computed, every plan protects its reads).
+  uint64_t NextUseLocked(uint32_t dataset, absl::string_view path,
+                         const absl::flat_hash_set<const Plan*>* blocked =
+                             nullptr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether `owner` is over its look-ahead share: its last refused charge
+  // would not fit under its cap now.
+  bool OwnerBlockedLocked(const std::string& owner) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts p's memory_bytes against its owner anew.
+  void BillLocked(Plan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back the look-ahead charges the frontier passed (all: `all`).
+  void ReleaseChargesLocked(Plan* p, bool all = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After p's consumers progressed: charges and bill.
+  void ProgressedLocked(Plan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropPlanLocked(Plan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns whether a plan progressed.
   bool ObserveLocked(uint64_t session, uint32_t dataset,
@@ -276,6 +343,15 @@ class PlanRegistry : public NextUseOracle {
   uint64_t total_positions_ ABSL_GUARDED_BY(mu_) = 0;
   // Plans per owner (max_plans shared by owners); thread-safe itself.
   FairShare plan_slots_;
+  // Look-ahead bytes per owner (lookahead_arena_bytes); thread-safe itself.
+  FairShare lookahead_share_;
+  // Per owner: the charge last refused (OwnerBlockedLocked).
+  absl::flat_hash_map<std::string, uint64_t> refused_ ABSL_GUARDED_BY(mu_);
+  // Per owner: memory_bytes of its plans.
+  absl::flat_hash_map<std::string, uint64_t> owner_bytes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Plan*> by_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_plan_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t lookahead_refusals_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refusals_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t position_mismatches_ ABSL_GUARDED_BY(mu_) = 0;

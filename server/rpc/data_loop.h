@@ -279,9 +279,9 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   void HandleStat(const std::shared_ptr<Conn>& c, const local::FrameHeader& h,
                   const std::string& payload);
 
+  // Off the loop (CacheEngine::RunPlanWork); `frame` is taken.
   void HandleRegisterPlan(const std::shared_ptr<Conn>& c,
-                          const local::FrameHeader& h,
-                          const std::string& payload);
+                          const local::FrameHeader& h, std::string* frame);
 
   // Listing through the cache (issue 30): checked like a read, answered
   // by the engine on its listing threads.

@@ -56,7 +56,7 @@ void DataServer::Loop::Dispatch(const std::shared_ptr<Conn>& c,
       HandlePrefetch(c, h, payload);
       return;
     case MsgType::kRegisterPlan:
-      HandleRegisterPlan(c, h, payload);
+      HandleRegisterPlan(c, h, frame);
       return;
     case MsgType::kList:
       HandleList(c, h, payload);
@@ -387,46 +387,66 @@ void DataServer::Loop::HandleList(const std::shared_ptr<Conn>& c,
 
 void DataServer::Loop::HandleRegisterPlan(const std::shared_ptr<Conn>& c,
                                           const local::FrameHeader& h,
-                                          const std::string& payload) {
-  local::RegisterPlanRequest req;
-  if (absl::Status s = local::DecodeRegisterPlan(payload, kNoLimit, &req);
-      !s.ok()) {
-    Fatal(c, s);
-    return;
-  }
-  absl::Status s = CheckKeys(req.keys.size());
-  if (s.ok()) s = shared_->policy->CheckRead(c->creds, req.dataset);
-  const bool job = (req.flags & local::kPlanJob) != 0;
-  PlanState state;
-  if (s.ok()) {
-    CacheEngine::PlanRegistration r;
-    r.name = req.plan;
-    r.epoch = req.epoch;
-    r.offset = req.offset;
-    r.keys.reserve(req.keys.size());
-    for (size_t i = 0; i < req.keys.size(); ++i) {
-      r.keys.push_back(req.keys.at(i).path);
+                                          std::string* frame) {
+  // Decoding, normalising and indexing up to max_keys_per_batch keys takes
+  // milliseconds, and a client may send a million-key plan frame after
+  // frame: on the engine's plan thread, never this loop, whose other
+  // connections' reads would wait (issue 32). Later frames of this
+  // connection are served meanwhile, as for any request in flight (the
+  // client library waits for the reply before it reads by the plan).
+  ++c->inflight;
+  shared_->inflight.Add(1);
+  auto payload = std::make_shared<std::string>(std::move(*frame));
+  shared_->engine->RunPlanWork([self = shared_from_this(), c, payload,
+                                id = h.request_id, session = c->session] {
+    local::RegisterPlanRequest req;
+    if (absl::Status s = local::DecodeRegisterPlan(*payload, kNoLimit, &req);
+        !s.ok()) {
+      self->RunOrPost([self, c, s] {
+        self->shared_->inflight.Add(-uint64_t{1});
+        if (c->closed) return;
+        --c->inflight;
+        self->Fatal(c, s);
+      });
+      return;
     }
-    r.reset = (req.flags & local::kPlanReset) != 0;
-    r.job = PlanJob{req.job.world_size, req.job.rank};
+    absl::Status s = self->CheckKeys(req.keys.size());
+    if (s.ok()) s = self->shared_->policy->CheckRead(c->creds, req.dataset);
+    const bool job = (req.flags & local::kPlanJob) != 0;
+    PlanState state;
     // Attached even when a limit refuses the keys: its batches are the
     // plans' progress from now on.
-    c->in_plan = shared_->engine->plans_enabled();
-    s = shared_->engine->RegisterPlan(c->session, req.dataset, r, &state);
-  }
-  if (!s.ok()) {
-    ReplyError(c, h.request_id, s);
-    return;
-  }
-  // A rank attaching to its job's plan learns what is held already and
-  // sends only the rest.
-  // A reader's plan: what this server takes beyond the first protocol
-  // (old clients ignore this reply's payload; a job reply keeps its
-  // form, which they check).
-  Reply(c, MsgType::kRegisterPlanReply, h.request_id,
-        job ? local::EncodeRegisterPlanReply(local::RegisterPlanReply{
-                  state.has_epoch, state.epoch, state.next_offset})
-            : local::EncodeRegisterPlanFeatures(kFeatures));
+    const bool attached = s.ok() && self->shared_->engine->plans_enabled();
+    if (s.ok()) {
+      CacheEngine::PlanRegistration r;
+      r.name = req.plan;
+      r.epoch = req.epoch;
+      r.offset = req.offset;
+      r.keys.reserve(req.keys.size());
+      for (size_t i = 0; i < req.keys.size(); ++i) {
+        r.keys.push_back(req.keys.at(i).path);
+      }
+      r.reset = (req.flags & local::kPlanReset) != 0;
+      r.job = PlanJob{req.job.world_size, req.job.rank};
+      s = self->shared_->engine->RegisterPlan(session, req.dataset, r, &state);
+    }
+    // A rank attaching to its job's plan learns what is held already and
+    // sends only the rest. A reader's plan: what this server takes beyond
+    // the first protocol (old clients ignore this reply's payload; a job
+    // reply keeps its form, which they check).
+    std::string out =
+        !s.ok() ? local::MakeFrame(MsgType::kError, id, local::EncodeError(s))
+        : job   ? local::MakeFrame(
+                      MsgType::kRegisterPlanReply, id,
+                      local::EncodeRegisterPlanReply(local::RegisterPlanReply{
+                        state.has_epoch, state.epoch, state.next_offset}))
+              : local::MakeFrame(MsgType::kRegisterPlanReply, id,
+                                 local::EncodeRegisterPlanFeatures(kFeatures));
+    self->RunOrPost([self, c, attached, out = std::move(out)]() mutable {
+      if (attached) c->in_plan = true;
+      self->Complete(c, std::move(out));
+    });
+  });
 }
 
 void DataServer::Loop::HandlePrefetch(const std::shared_ptr<Conn>& c,

@@ -120,7 +120,10 @@ class DataServer {
   // Epoch plans are the engine's (CacheEngine::RegisterPlan; with plans
   // off kRegisterPlan is UNIMPLEMENTED): the GetBatch keys of a session in
   // a plan are its progress, and a connection's end closes its session
-  // and so detaches its plans (issue 14).
+  // and so detaches its plans (issue 14). A registration is decoded and
+  // applied on the engine's plan thread (CacheEngine::RunPlanWork), never
+  // on a loop; its session's batches count as progress once it is
+  // answered (issue 32).
   // Listens on options.socket_path (mode 0666: access is decided per
   // request by SO_PEERCRED and the policy) and starts the loops.
   // INVALID_ARGUMENT for bad options, UNAVAILABLE / FAILED_PRECONDITION if

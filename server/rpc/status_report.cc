@@ -80,6 +80,9 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
     out->set_lookahead_skipped(pl.lookahead.skipped);
     out->set_lookahead_failed(pl.lookahead.failed);
     out->set_lookahead_in_flight(pl.lookahead.in_flight);
+    out->set_memory_bytes(pl.registry.memory_bytes);
+    out->set_lookahead_bytes(pl.registry.lookahead_bytes);
+    out->set_lookahead_over_share(pl.lookahead.over_share);
     for (const StatusReport::Plans::Entry& e : pl.list) {
       v1::PlanInfo* p = out->add_plan_list();
       p->set_dataset(e.dataset);

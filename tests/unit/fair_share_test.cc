@@ -64,5 +64,25 @@ TEST(FairShareTest, OverTheCapKeepsWhatItHasButCannotGrow) {
   EXPECT_EQ(f.total(), 700u);
 }
 
+// A pool its owner takes back itself (look-ahead bytes, which eviction
+// drops): no headroom and no bound on the total, so one alone holds all of
+// it and a newcomer gets its share at once, however much the first holds.
+TEST(FairShareTest, WithoutATotalBoundANewcomerGetsItsShareAtOnce) {
+  FairShare::Options o;
+  o.capacity = 1000;
+  o.headroom = 0;
+  o.bound_total = false;
+  FairShare f(o);
+  EXPECT_EQ(Fill(f, "first"), 1000u);
+  EXPECT_EQ(Fill(f, "next"), 500u);  // its half, beside the first's 1000
+  EXPECT_FALSE(f.TryTake("first", false, 1));
+  EXPECT_TRUE(f.TryTake("in-process", /*admin=*/true, 10));
+  // Three hold some now: a third each.
+  f.Give("first", 600);
+  EXPECT_FALSE(f.TryTake("first", false, 1));  // 400 > 333
+  f.Give("first", 100);
+  EXPECT_TRUE(f.TryTake("first", false, 1));
+}
+
 }  // namespace
 }  // namespace dlcache

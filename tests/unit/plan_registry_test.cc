@@ -508,5 +508,162 @@ TEST(PlanRegistryTest, AnOwnerHoldsItsShareOfThePlanSlots) {
                   .ok());
 }
 
+// Issue 32, finding 7: plan memory is limited in bytes per owner (uid), the
+// refusal names the limit and its flag, and what an owner's plans hold
+// goes back with them.
+TEST(PlanRegistryTest, PlanMemoryIsLimitedInBytesPerOwner) {
+  PlanLimits l;
+  l.max_bytes_per_owner = 60 << 10;
+  PlanRegistry r(l);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) {
+    keys.push_back("some/folder/of/the/dataset/file" + std::to_string(i));
+  }
+  ASSERT_TRUE(r.Register(1, 0, "p1", 0, 0, Views(keys), false, PlanJob(),
+                         nullptr, "uid 7")
+                  .ok());
+  const uint64_t one = r.stats().memory_bytes;
+  EXPECT_GT(one, 200 * (EpochPlan::kPositionBytes + EpochPlan::kKeyBytes));
+  absl::Status s = r.Register(2, 0, "p2", 0, 0, Views(keys), false, PlanJob(),
+                              nullptr, "uid 7");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("--max_plan_bytes_per_uid"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("61440"), std::string::npos) << s;
+  EXPECT_EQ(r.stats().memory_bytes, one);  // nothing of it was added
+  // Another uid, and in-process callers, are not held to uid 7's bytes.
+  EXPECT_TRUE(r.Register(3, 0, "p2", 0, 0, Views(keys), false, PlanJob(),
+                         nullptr, "uid 8")
+                  .ok());
+  EXPECT_TRUE(r.Register(4, 0, "p3", 0, 0, Views(keys), false).ok());
+  // Consumed reads are trimmed and no longer count; a closed plan's go.
+  r.CloseSession(1);
+  EXPECT_TRUE(r.Register(2, 0, "p2", 0, 0, Views(keys), false, PlanJob(),
+                         nullptr, "uid 7")
+                  .ok());
+}
+
+// A registration larger than a slice is added whole, in order (the lock
+// is dropped between slices).
+TEST(PlanRegistryTest, LargeRegistrationsAreAddedInSlices) {
+  PlanRegistry r;
+  std::vector<std::string> keys;
+  const size_t n = 3 * PlanRegistry::kRegisterSlice + 17;
+  for (size_t i = 0; i < n; ++i) keys.push_back("k" + std::to_string(i));
+  PlanState state;
+  ASSERT_TRUE(r.Register(1, 0, "big", 5, 0, Views(keys), false, PlanJob(),
+                         &state, "uid 9")
+                  .ok());
+  EXPECT_EQ(r.stats().live_positions, n);
+  EXPECT_TRUE(state.has_epoch);
+  EXPECT_EQ(state.epoch, 5u);
+  EXPECT_EQ(state.next_offset, n);
+  EXPECT_EQ(r.NextUse(0, "k0"), 0u);
+  EXPECT_EQ(r.NextUse(0, keys.back()), n - 1);
+}
+
+// Issue 32, finding 5: the bytes a plan's look-ahead holds count against
+// its owner's share of the arena. Alone an owner may take all of it; with
+// another owner looking ahead each has half, the look-ahead of the one
+// over it stops, and its plan then protects from eviction only the reads
+// its look-ahead holds.
+TEST(PlanRegistryTest, LookaheadCountsAgainstItsOwnersShareOfTheArena) {
+  PlanLimits l;
+  l.lookahead_arena_bytes = 1000;
+  PlanRegistry r(l);
+  WholeNamePaths paths;
+  r.SetEntryPaths(&paths);
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 30; ++i) {
+    a.push_back("a" + std::to_string(i));
+    b.push_back("b" + std::to_string(i));
+  }
+  ASSERT_TRUE(
+      r.Register(1, 0, "pa", 0, 0, Views(a), false, PlanJob(), nullptr, "uid 1")
+          .ok());
+  // Alone: 25 reads of 40 bytes, the whole arena.
+  std::vector<PlanRegistry::Pending> got = r.TakeLookahead(30, 25);
+  ASSERT_EQ(got.size(), 25u);
+  for (const PlanRegistry::Pending& p : got) {
+    EXPECT_TRUE(r.ChargeLookahead(p, 40)) << p.path;
+  }
+  EXPECT_EQ(r.stats().lookahead_bytes, 1000u);
+  got = r.TakeLookahead(30, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(r.ChargeLookahead(got[0], 40));   // the arena is its
+  EXPECT_TRUE(r.TakeLookahead(30, 30).empty());  // stopped while over
+
+  // Another owner: half each. uid 2 gets its 500 bytes.
+  ASSERT_TRUE(
+      r.Register(2, 1, "pb", 0, 0, Views(b), false, PlanJob(), nullptr, "uid 2")
+          .ok());
+  int charged = 0;
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
+    EXPECT_EQ(p.dataset, 1u) << "uid 1 is over its share: " << p.path;
+    if (r.ChargeLookahead(p, 40)) ++charged;
+  }
+  EXPECT_EQ(charged, 12);
+  EXPECT_GE(r.stats().lookahead_refusals, 2u);
+
+  // Eviction: both reached their share, so each plan protects only the
+  // reads its look-ahead holds (a0..a24, b0..b11); the rest are as if
+  // unplanned.
+  std::vector<FileRecord*> records;
+  std::vector<ChunkEntry*> entries;
+  for (const char* name : {"a3", "a27", "b5", "b20"}) {
+    records.push_back(
+        FileRecord::Create(FolderTable::kNone, name, FileInfo{}, 1));
+    entries.push_back(records.back()->inline_entry());
+  }
+  entries[2]->dataset = 1;
+  entries[3]->dataset = 1;
+  std::vector<uint64_t> d(4);
+  r.Distances(entries, absl::MakeSpan(d));
+  EXPECT_EQ(d[0], 3u);
+  EXPECT_EQ(d[1], NextUseOracle::kUnplanned);
+  EXPECT_EQ(d[2], 5u);
+  EXPECT_EQ(d[3], NextUseOracle::kUnplanned);
+  // uid 1's reads pass its look-ahead: the charges go back, it is under
+  // its share again and protects its whole order.
+  std::vector<std::string> read(a.begin(), a.begin() + 20);
+  r.Observe(1, 0, Views(read));
+  r.Distances(entries, absl::MakeSpan(d));
+  EXPECT_EQ(d[1], 7u);
+  EXPECT_FALSE(r.TakeLookahead(30, 30).empty());
+  // A plan's end gives back all it held.
+  r.CloseSession(1);
+  r.CloseSession(2);
+  EXPECT_EQ(r.stats().lookahead_bytes, 0u);
+  for (FileRecord* f : records) FileRecord::Destroy(f);
+}
+
+// A tenant connected without a plan has its share too: the other's
+// look-ahead stops at half the arena.
+TEST(PlanRegistryTest, AConnectedTenantWithoutAPlanKeepsItsShare) {
+  PlanLimits l;
+  l.lookahead_arena_bytes = 1000;
+  PlanRegistry r(l);
+  r.TenantOpened("uid 2");
+  std::vector<std::string> a;
+  for (int i = 0; i < 30; ++i) a.push_back("a" + std::to_string(i));
+  ASSERT_TRUE(
+      r.Register(1, 0, "pa", 0, 0, Views(a), false, PlanJob(), nullptr, "uid 1")
+          .ok());
+  int charged = 0;
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
+    if (r.ChargeLookahead(p, 40)) ++charged;
+  }
+  EXPECT_EQ(charged, 12);  // 480 of its 500
+  // The other one leaves: uid 1 may have it all.
+  r.TenantClosed("uid 2");
+  charged = 0;
+  for (const PlanRegistry::Pending& p : r.TakeLookahead(30, 30)) {
+    if (r.ChargeLookahead(p, 40)) ++charged;
+  }
+  EXPECT_EQ(charged, 13);  // positions 12..24: 1000 bytes in all
+  r.CloseSession(1);
+  EXPECT_EQ(r.stats().lookahead_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace dlcache
