@@ -270,6 +270,55 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
   return absl::OkStatus();
 }
 
+absl::Status ClientCore::ReportStall(absl::string_view dataset,
+                                     absl::string_view plan,
+                                     absl::Duration wait, absl::Duration step,
+                                     uint64_t batches) {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
+  if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
+  if (plan.size() > 128) {
+    return absl::InvalidArgumentError("ReportStall: plan name over 128 bytes");
+  }
+  if (wait < absl::ZeroDuration() || step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ReportStall: negative time");
+  }
+  const uint64_t wait_ns =
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(wait));
+  const uint64_t step_ns =
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(step));
+  absl::MutexLock lock(&stall_mu_);
+  auto it =
+      std::find_if(stalls_.begin(), stalls_.end(), [&](const PendingStall& p) {
+        return p.dataset == dataset && p.plan == plan;
+      });
+  if (it == stalls_.end()) {
+    if (stalls_.size() >= kMaxPendingStalls) {
+      return absl::ResourceExhaustedError(
+          "ReportStall: 64 (dataset, plan) pairs pending already");
+    }
+    stalls_.push_back({std::string(dataset), std::string(plan)});
+    it = stalls_.end() - 1;
+  }
+  it->wait_ns += wait_ns;
+  it->step_ns += step_ns;
+  it->batches += batches;
+  PostStalls();
+  return absl::OkStatus();
+}
+
+void ClientCore::PostStalls() {
+  std::shared_ptr<Connection> conn = link_->Current();
+  if (conn == nullptr) return;
+  size_t sent = 0;
+  for (; sent < stalls_.size(); ++sent) {
+    const PendingStall& p = stalls_[sent];
+    const std::string payload = local::EncodeStallReport(
+        {p.dataset, p.plan, p.wait_ns, p.step_ns, p.batches});
+    if (!conn->Post(local::MsgType::kStallReport, payload).ok()) break;
+  }
+  stalls_.erase(stalls_.begin(), stalls_.begin() + sent);
+}
+
 absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
                                       absl::string_view plan, uint64_t epoch,
                                       absl::Span<const std::string> paths,

@@ -223,4 +223,20 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
   return std::move(call.frame);
 }
 
+absl::Status Connection::Post(local::MsgType type, absl::string_view payload) {
+  if (ended()) return absl::UnavailableError("the connection ended");
+  // Never queue behind a batch request being written: the report waits
+  // for the next try instead.
+  if (!write_mu_.TryLock()) {
+    return absl::UnavailableError("the connection is busy writing");
+  }
+  // An id like a request's, so that an older server's kError answer (it
+  // knows no such message) finds no call and is dropped.
+  const absl::Status sent = local::SendFrame(
+      sock_.get(), type, next_request_id_.fetch_add(1), payload);
+  write_mu_.Unlock();
+  if (!sent.ok()) Break();
+  return sent;
+}
+
 }  // namespace dlcache::internal

@@ -18,6 +18,20 @@ void CacheEngine::CloseSession(uint64_t id) {
   if (plans_ != nullptr) plans_->CloseSession(id);
 }
 
+namespace {
+
+// The owner is the session's uid without its pod: the ranks of a job
+// may run in pods of their own, under one uid (issue 32).
+std::string OwnerOf(const MemoryTier& tier, uint64_t session) {
+  std::string owner = tier.SessionTenant(session);
+  if (const size_t pod = owner.find(" pod"); pod != std::string::npos) {
+    owner.resize(pod);
+  }
+  return owner;
+}
+
+}  // namespace
+
 absl::Status CacheEngine::RegisterPlan(uint64_t session,
                                        absl::string_view dataset,
                                        const PlanRegistration& r,
@@ -39,14 +53,20 @@ absl::Status CacheEngine::RegisterPlan(uint64_t session,
     }
     paths.push_back(p);
   }
-  // The owner is the session's uid without its pod: the ranks of a job
-  // may run in pods of their own, under one uid (issue 32).
-  std::string owner = tier_->SessionTenant(session);
-  if (const size_t pod = owner.find(" pod"); pod != std::string::npos) {
-    owner.resize(pod);
-  }
   return plans_->Register(session, *ds, r.name, r.epoch, r.offset, paths,
-                          r.reset, r.job, state, owner);
+                          r.reset, r.job, state, OwnerOf(*tier_, session));
+}
+
+absl::Status CacheEngine::ReportStall(uint64_t session,
+                                      absl::string_view dataset,
+                                      absl::string_view plan, uint64_t wait_ns,
+                                      uint64_t step_ns, uint64_t batches) {
+  if (absl::StatusOr<uint32_t> ds = DatasetId(dataset); !ds.ok()) {
+    stalls_.CountDropped();
+    return ds.status();
+  }
+  return stalls_.Add(dataset, plan, OwnerOf(*tier_, session), wait_ns, step_ns,
+                     batches);
 }
 
 std::optional<CacheEngine::PlanProgress> CacheEngine::PlanProgressOf(
