@@ -153,8 +153,9 @@ absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
 
 absl::Status Client::ReportStall(absl::string_view dataset,
                                  absl::string_view plan, absl::Duration wait,
-                                 absl::Duration step, uint64_t batches) {
-  return core_->ReportStall(dataset, plan, wait, step, batches);
+                                 absl::Duration step, uint64_t batches,
+                                 bool final) {
+  return core_->ReportStall(dataset, plan, wait, step, batches, final);
 }
 
 absl::Status Client::Prefetch(absl::string_view dataset,

@@ -547,8 +547,8 @@ int dlc_prefetch(dlc_client* client, const char* dataset,
 }
 
 int dlc_report_stall(dlc_client* client, const char* dataset, const char* plan,
-                     double wait_seconds, double step_seconds,
-                     uint64_t batches) {
+                     double wait_seconds, double step_seconds, uint64_t batches,
+                     int final) {
   return Errors::Guard([&] {
     if (client == nullptr) return Errors::NullArg("client");
     if (dataset == nullptr) return Errors::NullArg("dataset");
@@ -562,7 +562,7 @@ int dlc_report_stall(dlc_client* client, const char* dataset, const char* plan,
     }
     absl::Status st = client->client->ReportStall(
         dataset, plan == nullptr ? "" : plan, absl::Seconds(wait_seconds),
-        absl::Seconds(step_seconds), batches);
+        absl::Seconds(step_seconds), batches, final != 0);
     if (!st.ok()) return Errors::Fail(st);
     return static_cast<int>(DLC_OK);
   });

@@ -75,6 +75,12 @@ ClientCore::~ClientCore() {
     (void)releases_.release();
     return;
   }
+  // Stall reports still pending are the loop's last ones (a pass's end):
+  // sent before the session ends, waiting for a writer if need be.
+  if (link_ != nullptr) {
+    absl::MutexLock lock(&stall_mu_);
+    if (!stalls_.empty()) PostStalls(/*wait_for_writer=*/true);
+  }
   // Closing the connection makes the server drop every lease of the
   // session, so pending releases need not be sent; it also ends a release
   // the flusher may be waiting for.
@@ -151,6 +157,8 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
   if (n == 0) return Batch();
+  // A stall report that found the connection busy goes now (never waits).
+  RetryStalls();
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   const Connection* lost = nullptr;
   while (true) {
@@ -273,7 +281,7 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
 absl::Status ClientCore::ReportStall(absl::string_view dataset,
                                      absl::string_view plan,
                                      absl::Duration wait, absl::Duration step,
-                                     uint64_t batches) {
+                                     uint64_t batches, bool final) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
   if (plan.size() > 128) {
@@ -302,21 +310,33 @@ absl::Status ClientCore::ReportStall(absl::string_view dataset,
   it->wait_ns += wait_ns;
   it->step_ns += step_ns;
   it->batches += batches;
-  PostStalls();
+  PostStalls(/*wait_for_writer=*/final);
   return absl::OkStatus();
 }
 
-void ClientCore::PostStalls() {
+void ClientCore::PostStalls(bool wait_for_writer) {
   std::shared_ptr<Connection> conn = link_->Current();
-  if (conn == nullptr) return;
   size_t sent = 0;
-  for (; sent < stalls_.size(); ++sent) {
-    const PendingStall& p = stalls_[sent];
-    const std::string payload = local::EncodeStallReport(
-        {p.dataset, p.plan, p.wait_ns, p.step_ns, p.batches});
-    if (!conn->Post(local::MsgType::kStallReport, payload).ok()) break;
+  if (conn != nullptr) {
+    for (; sent < stalls_.size(); ++sent) {
+      const PendingStall& p = stalls_[sent];
+      const std::string payload = local::EncodeStallReport(
+          {p.dataset, p.plan, p.wait_ns, p.step_ns, p.batches});
+      if (!conn->Post(local::MsgType::kStallReport, payload, wait_for_writer)
+               .ok()) {
+        break;
+      }
+    }
   }
   stalls_.erase(stalls_.begin(), stalls_.begin() + sent);
+  stalls_pending_.store(!stalls_.empty(), std::memory_order_relaxed);
+}
+
+void ClientCore::RetryStalls() {
+  if (!stalls_pending_.load(std::memory_order_relaxed)) return;
+  if (!stall_mu_.TryLock()) return;
+  PostStalls();
+  stall_mu_.Unlock();
 }
 
 absl::Status ClientCore::RegisterPlan(absl::string_view dataset,

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -118,7 +119,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Client::ReportStall. Never blocks: see PostStalls.
   absl::Status ReportStall(absl::string_view dataset, absl::string_view plan,
                            absl::Duration wait, absl::Duration step,
-                           uint64_t batches);
+                           uint64_t batches, bool final);
   // Sends every queued release now and waits for the server to take them.
   // Blocks. On failure the leases stay queued (releases are idempotent, so
   // a retry is harmless). OK with nothing sent while the session is lost
@@ -181,9 +182,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                              absl::string_view what);
 
   // Sends what is pending of stall reports on the current session, if it
-  // is up and nobody is writing to it (Connection::Post); what could not
-  // be sent stays pending.
-  void PostStalls() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_);
+  // is up and (unless `wait_for_writer`) nobody is writing to it
+  // (Connection::Post); what could not be sent stays pending, and is
+  // tried again by the next report, the next GetBatch and at destruction.
+  void PostStalls(bool wait_for_writer = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_);
+  // The next GetBatch's try: never waits for the lock or a writer.
+  void RetryStalls();
 
   // Wraps a failed call's status with the server address.
   absl::Status RpcError(absl::string_view what, absl::Status st) const;
@@ -218,6 +223,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   static constexpr size_t kMaxPendingStalls = 64;
   absl::Mutex stall_mu_;
   std::vector<PendingStall> stalls_ ABSL_GUARDED_BY(stall_mu_);
+  // stalls_ is not empty (read without the lock on the batch path).
+  std::atomic<bool> stalls_pending_{false};
 };
 
 }  // namespace internal

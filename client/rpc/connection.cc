@@ -223,11 +223,14 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
   return std::move(call.frame);
 }
 
-absl::Status Connection::Post(local::MsgType type, absl::string_view payload) {
+absl::Status Connection::Post(local::MsgType type, absl::string_view payload,
+                              bool wait_for_writer) {
   if (ended()) return absl::UnavailableError("the connection ended");
-  // Never queue behind a batch request being written: the report waits
-  // for the next try instead.
-  if (!write_mu_.TryLock()) {
+  // Never queue behind a request being written (unless told to): the
+  // report waits for the next try instead.
+  if (wait_for_writer) {
+    write_mu_.Lock();
+  } else if (!write_mu_.TryLock()) {
     return absl::UnavailableError("the connection is busy writing");
   }
   // An id like a request's, so that an older server's kError answer (it

@@ -115,12 +115,13 @@ class CacheDataset::State {
       stall_handed = now;
     }
     if (!batch || now - stall_last_report >= std::chrono::seconds(1)) {
-      StallReport();
+      StallReport(/*final=*/!batch);
     }
   }
   // Sends what was measured since the last report (never blocks; a
   // failed report is dropped: it must not fail the loop).
-  void StallReport() {
+  // `final`: a pass's last report (no batch waits for it).
+  void StallReport(bool final = true) {
     stall_last_report = StallClock::now();
     if (stall_batches == 0 && stall_wait == 0 && stall_step == 0) return;
     total_wait += stall_wait;
@@ -129,7 +130,7 @@ class CacheDataset::State {
     if (!stall_off && client != nullptr) {
       dlc_report_stall(client.get(), options.dataset.c_str(),
                        plan_off ? "" : plan_name.c_str(), stall_wait,
-                       stall_step, stall_batches);
+                       stall_step, stall_batches, final ? 1 : 0);
     }
     stall_wait = stall_step = 0;
     stall_batches = 0;

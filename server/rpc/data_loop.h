@@ -96,6 +96,9 @@ struct Conn {
   uint64_t session = 0;         // 0 until hello
   int numa_node = kNoNumaNode;  // the client's GPU's, from its hello
   bool closed = false;
+  // The client hung up: only its notifications (kStallReport) are taken
+  // from what it sent before.
+  bool peer_gone = false;
   bool processing = false;  // inside ProcessFrames (no re-entry)
   uint32_t events = 0;      // what epoll watches now
   uint32_t inflight = 0;

@@ -36,6 +36,7 @@ void DataServer::Loop::Dispatch(const std::shared_ptr<Conn>& c,
     HandleHello(c, h, payload);
     return;
   }
+  if (c->peer_gone && type != MsgType::kStallReport) return;
   switch (type) {
     case MsgType::kHello:
       Fatal(c, absl::FailedPreconditionError("kHello sent twice"));

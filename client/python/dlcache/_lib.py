@@ -190,7 +190,7 @@ def _declare(lib):
         # The stall each job sees (issue 34).
         "dlc_report_stall": (c_int, [c_void_p, c_char_p, c_char_p,
                                      ctypes.c_double, ctypes.c_double,
-                                     c_uint64]),
+                                     c_uint64, c_int]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -22,9 +22,11 @@ __all__ = ["StallMeter"]
 # Seconds between reports while batches flow.
 REPORT_EVERY_S = 1.0
 
-# report(wait_s, step_s, batches) -> None; may raise (a report that fails
-# is dropped with a warning once, never failing the loader).
-Reporter = Callable[[float, float, int], Any]
+# report(wait_s, step_s, batches, final) -> None; final: the pass's last
+# report (no batch waits: it may wait for the connection). May raise (a
+# report that fails is dropped with a warning once, never failing the
+# loader).
+Reporter = Callable[[float, float, int, bool], Any]
 
 
 class StallMeter:
@@ -80,9 +82,10 @@ class StallMeter:
             self._wait += now - self._asked
             self._asked = None
         self._handed = None
-        self.flush(now)
+        self.flush(now, final=True)
 
-    def flush(self, now: Optional[float] = None) -> None:
+    def flush(self, now: Optional[float] = None,
+              final: bool = False) -> None:
         self._last_report = self._clock() if now is None else now
         wait, step, batches = self._wait, self._step, self._batches
         if not batches and not wait and not step:
@@ -95,7 +98,7 @@ class StallMeter:
         if self._reporter is None:
             return
         try:
-            self._reporter(wait, step, batches)
+            self._reporter(wait, step, batches, final)
         except Exception as e:  # never fail the training loop for it
             if not self._warned:
                 self._warned = True
@@ -126,7 +129,8 @@ def client_reporter(get_client: Callable[[], Any], dataset: str,
     process's Client (opened on first report), `plan()` the name of the
     epoch plan the loader reads as, if any."""
 
-    def report(wait: float, step: float, batches: int) -> None:
-        get_client().report_stall(dataset, plan() or "", wait, step, batches)
+    def report(wait: float, step: float, batches: int, final: bool) -> None:
+        get_client().report_stall(dataset, plan() or "", wait, step, batches,
+                                  final)
 
     return report

@@ -211,7 +211,7 @@ def _load():
             "dlc_sessions_opened": (c_int, [c_void_p, P(c_uint64)]),
             "dlc_report_stall": (c_int, [c_void_p, c_char_p, c_char_p,
                                          ctypes.c_double, ctypes.c_double,
-                                         c_uint64]),
+                                         c_uint64, c_int]),
             "dlc_register_job_plan": (c_int, [
                 c_void_p, c_char_p, c_char_p, ctypes.c_uint32,
                 ctypes.c_uint32, c_uint64, c_uint64, P(c_char_p), c_size_t,
@@ -823,12 +823,13 @@ class GpuLoader:
             return None
         dataset = self._dataset_b
 
-        def report(wait, step, batches):
+        def report(wait, step, batches, final):
             if not self._conn.ptr or self._conn.pid != os.getpid():
                 return
             plan = self._plan_name if self.plan else None
             rc = fn(self._conn.ptr, dataset, (plan or "").encode(),
-                    float(wait), float(step), int(batches))
+                    float(wait), float(step), int(batches),
+                    1 if final else 0)
             if rc != _OK:
                 raise _client_error(self._fns, rc, "report stall")
 

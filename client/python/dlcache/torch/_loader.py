@@ -134,9 +134,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 return "%s/rank%d" % (t._plan_owner, t._rank()[0])
             return None
 
-        def report(wait, step, batches):
+        def report(wait, step, batches, final):
             get_client().report_stall(name, plan() or "", wait, step,
-                                      batches)
+                                      batches, final)
 
         return report
 
