@@ -188,7 +188,7 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--compute", choices=("sleep", "busy"), default="sleep")
-    ap.add_argument("--warm-step-ms", type=float, default=50.0)
+    ap.add_argument("--warm-step-ms", type=float, default=200.0)
     ap.add_argument("--targets", default="0.3,0.5,0.7,0.9",
                     help="stall fractions the cold settings aim at")
     ap.add_argument("--max-diff-points", type=float, default=2.0)
