@@ -116,7 +116,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                  absl::string_view page_token,
                                                  uint32_t max_entries,
                                                  bool refresh);
-  // Client::ReportStall. Never blocks: see PostStalls.
+  // Client::ReportStall. Never waits for an answer: see PostStalls.
   absl::Status ReportStall(absl::string_view dataset, absl::string_view plan,
                            absl::Duration wait, absl::Duration step,
                            uint64_t batches, bool final);

@@ -10,7 +10,8 @@ reports them through a callback about once a second and when the pass
 ends; dlcached exports them per dataset and plan (docs/monitoring.md).
 
 Measuring costs two perf_counter() calls per batch; a report is one C call
-that never blocks (dlc_report_stall). Not thread-safe: one meter per
+(dlc_report_stall) that waits for no answer and, but for a pass's last
+one, for no other writer of the connection. Not thread-safe: one meter per
 iterator, used by the thread that iterates.
 """
 
@@ -65,13 +66,17 @@ class StallMeter:
 
     def handed(self) -> None:
         now = self._clock()
+        if now - self._last_report >= self._every:
+            # Reported before this batch is counted, so that the report's
+            # own time is the loop's wait (it is inside next()), as the
+            # loop itself sees it.
+            self.flush(now)
+            now = self._clock()
         if self._asked is not None:
             self._wait += now - self._asked
             self._asked = None
         self._batches += 1
         self._handed = now
-        if now - self._last_report >= self._every:
-            self.flush(now)
 
     def end(self) -> None:
         """The pass ended (StopIteration) or was abandoned: the wait of a
