@@ -76,6 +76,11 @@ loader's own session, which does the reads: dlcached evicts by Belady's
 rule and fills ahead. Under torchrun (TORCHELASTIC_RUN_ID) or with job=,
 the ranks of a node share one job plan.
 
+Stall (docs/metrics.md): each pass measures how long the training loop
+waits in next() and how long it spends between batches, and reports them
+on the loader's session as its plan (dlcache_job_wait_seconds_total,
+`dlcachectl status`); the pass iterator's `stall` has the totals.
+
 Resume: state_dict() is {"epoch", "next_batch"}; load_state_dict() makes
 the next pass start at that batch of that epoch.
 """

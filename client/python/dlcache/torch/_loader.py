@@ -28,6 +28,12 @@ class DataLoader(torch.utils.data.DataLoader):
 
     With CacheIterableDataset in per-sample mode, batch_size must be a
     multiple of the dataset's fetch_size (the blocks the workers read).
+
+    The stall the training loop sees (docs/metrics.md): each pass measures
+    the time the loop waits in next() and the time it spends between
+    batches, and reports them to dlcached through this process's Client
+    as the sampler's or the dataset's epoch plan (`stall`: the last pass's
+    StallMeter, with total_wait / total_step seconds).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
