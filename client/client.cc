@@ -151,6 +151,13 @@ absl::StatusOr<Batch> Client::GetBatch(absl::string_view dataset,
   return core_->GetBatch(dataset, paths, &at);
 }
 
+absl::Status Client::ReportStall(absl::string_view dataset,
+                                 absl::string_view plan, absl::Duration wait,
+                                 absl::Duration step, uint64_t batches,
+                                 bool final) {
+  return core_->ReportStall(dataset, plan, wait, step, batches, final);
+}
+
 absl::Status Client::Prefetch(absl::string_view dataset,
                               absl::Span<const std::string> paths) {
   return core_->Prefetch(dataset, paths);

@@ -596,6 +596,27 @@ absl::Status DecodeFeatures(absl::string_view payload, uint32_t* features) {
 
 // ---- List -----------------------------------------------------------------
 
+std::string EncodeStallReport(const StallReport& report) {
+  std::string out;
+  Writer w(&out);
+  w.Bytes(report.dataset);
+  w.Bytes(report.plan);
+  w.U64(report.wait_ns);
+  w.U64(report.step_ns);
+  w.U64(report.batches);
+  return out;
+}
+
+absl::Status DecodeStallReport(absl::string_view payload, StallReport* out) {
+  Reader r(payload);
+  if (!r.Bytes(&out->dataset) || !r.Bytes(&out->plan) ||
+      !r.U64(&out->wait_ns) || !r.U64(&out->step_ns) || !r.U64(&out->batches) ||
+      !r.done()) {
+    return Malformed("stall report");
+  }
+  return absl::OkStatus();
+}
+
 std::string EncodeList(const ListRequest& request) {
   std::string out;
   Writer w(&out);

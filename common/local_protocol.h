@@ -97,6 +97,9 @@
 //                column<i64>[n] mtime_ns, bytes names, bytes
 //                next_page_token ("" = the last page); entry i's name is
 //                names[name_end[i-1], name_end[i])
+//   kStallReport: bytes dataset, bytes plan, u64 wait_ns, u64 step_ns,
+//                u64 batches (issue 34: a notification, never answered;
+//                see StallReport)
 //   kError:      i32 code, bytes message
 // keys: u32 n, u32 flags (bit 0: ranges present), column<u32>[n] path_end,
 //   [column<u32>[n] first_chunk, column<u32>[n] max_chunks], bytes paths;
@@ -142,6 +145,7 @@ enum class MsgType : uint16_t {
   kFeatures = 17,
   kList = 18,
   kListReply = 19,
+  kStallReport = 20,
 };
 
 struct FrameHeader {
@@ -572,6 +576,8 @@ inline constexpr uint32_t kFeaturePlanPositions = 1;
 inline constexpr uint32_t kFeatureJobPlanPositions = 2;
 // kList is served (kFeatures only; issue 30).
 inline constexpr uint32_t kFeatureList = 4;
+// kStallReport is counted (kFeatures only; issue 34).
+inline constexpr uint32_t kFeatureStallReports = 8;
 std::string EncodeRegisterPlanFeatures(uint32_t features);
 // 0 for an empty payload (a server before features); DATA_LOSS when
 // malformed.
@@ -659,6 +665,32 @@ class ListReply {
 // DATA_LOSS for a malformed payload (name ends not monotonic or past the
 // names).
 absl::Status DecodeListReply(absl::string_view payload, ListReply* out);
+
+// ---- StallReport (issue 34: the stall each job sees) --------------------
+
+// What a loader measured since its last report: the training loop waited
+// `wait_ns` inside next() for batches and spent `step_ns` between handing
+// a batch over and asking for the next one (its own work), over `batches`
+// batches, reading `dataset` as plan `plan` ("" = no plan). Deltas, not
+// totals: a report the client could not send is added to its next one.
+//
+// The one message that gets no answer (it is a notification: a loader
+// sends it without waiting, so that reporting never holds up a batch). A
+// server counts it or drops it (a dataset it does not know or the caller
+// may not read, a bad plan name) without a word; a malformed one closes
+// the connection as any malformed frame does. A server before it answers
+// kError UNIMPLEMENTED, which the client drops as an answer nobody waits
+// for.
+struct StallReport {
+  absl::string_view dataset;
+  absl::string_view plan;
+  uint64_t wait_ns = 0;
+  uint64_t step_ns = 0;
+  uint64_t batches = 0;
+};
+std::string EncodeStallReport(const StallReport& report);
+// INVALID_ARGUMENT when malformed.
+absl::Status DecodeStallReport(absl::string_view payload, StallReport* out);
 
 // ---- Error ----------------------------------------------------------------
 

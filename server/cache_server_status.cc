@@ -108,6 +108,10 @@ StatusReport CacheServer::Status() const {
       p.list.push_back({std::move(name), std::move(info)});
     }
   }
+  if (engine_) {
+    r.stall_stats = engine_->stalls().stats();
+    r.stalls = engine_->stalls().Snapshot();
+  }
   for (const DatasetConfig& d : config_.datasets) {
     r.datasets.push_back({d.name, d.source_root});
   }

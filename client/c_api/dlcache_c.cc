@@ -546,6 +546,28 @@ int dlc_prefetch(dlc_client* client, const char* dataset,
   });
 }
 
+int dlc_report_stall(dlc_client* client, const char* dataset, const char* plan,
+                     double wait_seconds, double step_seconds, uint64_t batches,
+                     int final) {
+  return Errors::Guard([&] {
+    if (client == nullptr) return Errors::NullArg("client");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    // Past a day per report is no loop's; also keeps the conversion to
+    // nanoseconds exact.
+    constexpr double kMaxSeconds = 86400;
+    if (!(wait_seconds >= 0 && wait_seconds <= kMaxSeconds) ||
+        !(step_seconds >= 0 && step_seconds <= kMaxSeconds)) {
+      return Errors::Fail(absl::InvalidArgumentError(
+          "dlc_report_stall: times must be within [0, 86400] seconds"));
+    }
+    absl::Status st = client->client->ReportStall(
+        dataset, plan == nullptr ? "" : plan, absl::Seconds(wait_seconds),
+        absl::Seconds(step_seconds), batches, final != 0);
+    if (!st.ok()) return Errors::Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
 int dlc_register_plan(dlc_client* client, const char* dataset, const char* plan,
                       uint64_t epoch, uint64_t offset, const char* const* paths,
                       size_t num_paths, int reset) {

@@ -379,6 +379,25 @@ int RunStatus(const Context& ctx, AdminClient& admin) {
     }
     ctx.out() << "\n" << pl.Render();
   }
+  if (s.stalls().jobs_size() > 0) {
+    // The stall each job sees (issue 34), as its loaders measured it.
+    using A = Table::Align;
+    Table st({"  JOB (PLAN)", "DATASET", "OWNER", "BATCHES", "WAIT", "STEP",
+              "STALL"},
+             {A::kLeft, A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight,
+              A::kRight});
+    for (const v1::JobStall& j : s.stalls().jobs()) {
+      const double total = j.wait_s() + j.step_s();
+      st.AddRow(
+          {absl::StrCat("  ", j.plan().empty() ? "-" : TerminalSafe(j.plan())),
+           TerminalSafe(j.dataset()), TerminalSafe(j.owner()),
+           FormatCount(j.batches()), absl::StrFormat("%.1fs", j.wait_s()),
+           absl::StrFormat("%.1fs", j.step_s()),
+           total > 0 ? absl::StrFormat("%.1f%%", 100 * j.wait_s() / total)
+                     : "-"});
+    }
+    ctx.out() << "\n" << st.Render();
+  }
   return kExitOk;
 }
 

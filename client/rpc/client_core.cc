@@ -75,6 +75,12 @@ ClientCore::~ClientCore() {
     (void)releases_.release();
     return;
   }
+  // Stall reports still pending are the loop's last ones (a pass's end):
+  // sent before the session ends, waiting for a writer if need be.
+  if (link_ != nullptr) {
+    absl::MutexLock lock(&stall_mu_);
+    if (!stalls_.empty()) PostStalls(/*wait_for_writer=*/true);
+  }
   // Closing the connection makes the server drop every lease of the
   // session, so pending releases need not be sent; it also ends a release
   // the flusher may be waiting for.
@@ -151,6 +157,8 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
   if (n == 0) return Batch();
+  // A stall report that found the connection busy goes now (never waits).
+  RetryStalls();
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   const Connection* lost = nullptr;
   while (true) {
@@ -268,6 +276,67 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
     if (!st.ok()) return RpcError("Prefetch", st);
   }
   return absl::OkStatus();
+}
+
+absl::Status ClientCore::ReportStall(absl::string_view dataset,
+                                     absl::string_view plan,
+                                     absl::Duration wait, absl::Duration step,
+                                     uint64_t batches, bool final) {
+  if (absl::Status st = CheckProcess(); !st.ok()) return st;
+  if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
+  if (plan.size() > 128) {
+    return absl::InvalidArgumentError("ReportStall: plan name over 128 bytes");
+  }
+  if (wait < absl::ZeroDuration() || step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ReportStall: negative time");
+  }
+  const uint64_t wait_ns =
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(wait));
+  const uint64_t step_ns =
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(step));
+  absl::MutexLock lock(&stall_mu_);
+  auto it =
+      std::find_if(stalls_.begin(), stalls_.end(), [&](const PendingStall& p) {
+        return p.dataset == dataset && p.plan == plan;
+      });
+  if (it == stalls_.end()) {
+    if (stalls_.size() >= kMaxPendingStalls) {
+      return absl::ResourceExhaustedError(
+          "ReportStall: 64 (dataset, plan) pairs pending already");
+    }
+    stalls_.push_back({std::string(dataset), std::string(plan)});
+    it = stalls_.end() - 1;
+  }
+  it->wait_ns += wait_ns;
+  it->step_ns += step_ns;
+  it->batches += batches;
+  PostStalls(/*wait_for_writer=*/final);
+  return absl::OkStatus();
+}
+
+void ClientCore::PostStalls(bool wait_for_writer) {
+  std::shared_ptr<Connection> conn = link_->Current();
+  size_t sent = 0;
+  if (conn != nullptr) {
+    for (; sent < stalls_.size(); ++sent) {
+      const PendingStall& p = stalls_[sent];
+      const std::string payload = local::EncodeStallReport(
+          {p.dataset, p.plan, p.wait_ns, p.step_ns, p.batches});
+      if (!conn->Post(local::MsgType::kStallReport, payload, wait_for_writer)
+               .ok()) {
+        break;
+      }
+    }
+  }
+  stalls_.erase(stalls_.begin(), stalls_.begin() + sent);
+  stalls_pending_.store(!stalls_.empty(), std::memory_order_relaxed);
+}
+
+void ClientCore::RetryStalls() {
+  if (!stalls_pending_.load(std::memory_order_relaxed)) return;
+  if (!stall_mu_.TryLock()) return;
+  PostStalls();
+  stall_mu_.Unlock();
 }
 
 absl::Status ClientCore::RegisterPlan(absl::string_view dataset,

@@ -3,14 +3,17 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/mapping/segment_map.h"
@@ -113,6 +116,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                  absl::string_view page_token,
                                                  uint32_t max_entries,
                                                  bool refresh);
+  // Client::ReportStall. Never waits for an answer: see PostStalls.
+  absl::Status ReportStall(absl::string_view dataset, absl::string_view plan,
+                           absl::Duration wait, absl::Duration step,
+                           uint64_t batches, bool final);
   // Sends every queued release now and waits for the server to take them.
   // Blocks. On failure the leases stay queued (releases are idempotent, so
   // a retry is harmless). OK with nothing sent while the session is lost
@@ -174,6 +181,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   absl::Status LearnFeatures(Connection& conn, absl::Time deadline,
                              absl::string_view what);
 
+  // Sends what is pending of stall reports on the current session, if it
+  // is up and (unless `wait_for_writer`) nobody is writing to it
+  // (Connection::Post); what could not be sent stays pending, and is
+  // tried again by the next report, the next GetBatch and at destruction.
+  void PostStalls(bool wait_for_writer = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_);
+  // The next GetBatch's try: never waits for the lock or a writer.
+  void RetryStalls();
+
   // Wraps a failed call's status with the server address.
   absl::Status RpcError(absl::string_view what, absl::Status st) const;
   // Keys per request: the server's announced limit, else all.
@@ -195,6 +211,20 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Leaked in a fork()ed child.
   std::unique_ptr<ReleaseQueue> releases_;
   std::unique_ptr<SessionLink> link_;
+
+  // Stall reports not sent yet, per (dataset, plan): deltas, summed.
+  struct PendingStall {
+    std::string dataset;
+    std::string plan;
+    uint64_t wait_ns = 0;
+    uint64_t step_ns = 0;
+    uint64_t batches = 0;
+  };
+  static constexpr size_t kMaxPendingStalls = 64;
+  absl::Mutex stall_mu_;
+  std::vector<PendingStall> stalls_ ABSL_GUARDED_BY(stall_mu_);
+  // stalls_ is not empty (read without the lock on the batch path).
+  std::atomic<bool> stalls_pending_{false};
 };
 
 }  // namespace internal

@@ -223,4 +223,23 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
   return std::move(call.frame);
 }
 
+absl::Status Connection::Post(local::MsgType type, absl::string_view payload,
+                              bool wait_for_writer) {
+  if (ended()) return absl::UnavailableError("the connection ended");
+  // Never queue behind a request being written (unless told to): the
+  // report waits for the next try instead.
+  if (wait_for_writer) {
+    write_mu_.Lock();
+  } else if (!write_mu_.TryLock()) {
+    return absl::UnavailableError("the connection is busy writing");
+  }
+  // An id like a request's, so that an older server's kError answer (it
+  // knows no such message) finds no call and is dropped.
+  const absl::Status sent = local::SendFrame(
+      sock_.get(), type, next_request_id_.fetch_add(1), payload);
+  write_mu_.Unlock();
+  if (!sent.ok()) Break();
+  return sent;
+}
+
 }  // namespace dlcache::internal

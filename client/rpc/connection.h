@@ -81,6 +81,15 @@ class Connection {
                                     absl::string_view payload,
                                     absl::Time deadline);
 
+  // Sends one frame that gets no answer (kStallReport) without waiting
+  // for one: UNAVAILABLE when the connection ended, and also, sending
+  // nothing, when another thread is writing a frame right now unless
+  // `wait_for_writer` (the caller keeps what it meant to send for its next
+  // try). A frame that could not be written whole breaks the connection,
+  // as in Call().
+  absl::Status Post(local::MsgType type, absl::string_view payload,
+                    bool wait_for_writer = false);
+
   // Ends the connection from this side: the reader sees the end at once.
   // shutdown(), not close(): the fd stays valid for everyone still using
   // it. Never blocks.

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "common/epoch_order.h"
@@ -82,8 +84,56 @@ class CacheDataset::State {
     }
   }
   ~State() {
+    StallReport();
     feed.reset();  // before the uploader it uses
     if (uploader != nullptr) dlc_cuda_uploader_destroy(uploader);
+  }
+
+  // The stall the training loop sees (issue 34): `wait` is the time
+  // inside get_batch, `step` the time from its return to the next call
+  // (the loop's own work). Meaningful when the loop's own thread calls
+  // get_batch (torch's loader with workers = 0, the adapter's way: the
+  // GPU producer reads ahead itself); calls from several threads (loader
+  // workers) turn it off, as they measure no loop.
+  using StallClock = std::chrono::steady_clock;
+  void StallBegin(StallClock::time_point now) {
+    const std::thread::id self = std::this_thread::get_id();
+    if (stall_caller != std::thread::id() && stall_caller != self) {
+      stall_off = true;
+    }
+    stall_caller = self;
+    if (stall_handed.has_value()) {
+      stall_step += std::chrono::duration<double>(now - *stall_handed).count();
+      stall_handed.reset();
+    }
+  }
+  void StallEnd(StallClock::time_point began, bool batch) {
+    const StallClock::time_point now = StallClock::now();
+    stall_wait += std::chrono::duration<double>(now - began).count();
+    if (batch) {
+      ++stall_batches;
+      stall_handed = now;
+    }
+    if (!batch || now - stall_last_report >= std::chrono::seconds(1)) {
+      StallReport(/*final=*/!batch);
+    }
+  }
+  // Sends what was measured since the last report (never blocks; a
+  // failed report is dropped: it must not fail the loop).
+  // `final`: a pass's last report (no batch waits for it).
+  void StallReport(bool final = true) {
+    stall_last_report = StallClock::now();
+    if (stall_batches == 0 && stall_wait == 0 && stall_step == 0) return;
+    total_wait += stall_wait;
+    total_step += stall_step;
+    total_batches += stall_batches;
+    if (!stall_off && client != nullptr) {
+      dlc_report_stall(client.get(), options.dataset.c_str(),
+                       plan_off ? "" : plan_name.c_str(), stall_wait,
+                       stall_step, stall_batches, final ? 1 : 0);
+    }
+    stall_wait = stall_step = 0;
+    stall_batches = 0;
   }
 
   // This rank's keys (indices into options.keys) in epoch `epoch`'s order
@@ -233,6 +283,17 @@ class CacheDataset::State {
   uint64_t plan_sessions = 0;  // dlc_sessions_opened when registered
   bool plan_ok = false;
   bool plan_off = false;
+  // StallBegin / StallEnd / StallReport.
+  std::optional<StallClock::time_point> stall_handed;
+  StallClock::time_point stall_last_report = StallClock::now();
+  std::thread::id stall_caller;
+  bool stall_off = false;
+  double stall_wait = 0;
+  double stall_step = 0;
+  uint64_t stall_batches = 0;
+  double total_wait = 0;
+  double total_step = 0;
+  uint64_t total_batches = 0;
 };
 
 CacheDataset::CacheDataset(ClientHandle client, CacheDatasetOptions options) {
@@ -269,15 +330,28 @@ CacheDataset::~CacheDataset() = default;
 
 torch::optional<CacheBatch> CacheDataset::get_batch(size_t batch_size) {
   Check(batch_size > 0, "batch size 0");
+  const State::StallClock::time_point began = State::StallClock::now();
   std::lock_guard<std::mutex> lock(state_->mu);
+  state_->StallBegin(began);
   state_->started = true;
   // The epoch's plan, when it starts (or resumes) here.
   state_->RegisterPlan();
   std::optional<CacheBatch> b = state_->uploader != nullptr
                                     ? state_->NextGpu(batch_size)
                                     : state_->NextCpu(batch_size);
+  state_->StallEnd(began, b.has_value());
   if (!b.has_value()) return torch::nullopt;
   return std::move(*b);
+}
+
+double CacheDataset::stall_wait_seconds() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->total_wait + state_->stall_wait;
+}
+
+double CacheDataset::stall_step_seconds() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->total_step + state_->stall_step;
 }
 
 torch::optional<size_t> CacheDataset::size() const {
@@ -288,6 +362,9 @@ torch::optional<size_t> CacheDataset::size() const {
 void CacheDataset::reset() {
   std::lock_guard<std::mutex> lock(state_->mu);
   State& s = *state_;
+  // Between passes the loop does no batch's step.
+  s.stall_handed.reset();
+  s.StallReport();
   s.StopFeed();
   if (s.next_epoch.has_value()) {
     s.epoch = *s.next_epoch;

@@ -18,6 +18,7 @@
 #include "common/latency_histogram.h"
 #include "common/striped_counter.h"
 #include "server/backend/chunk_backend.h"
+#include "server/engine/stall_registry.h"
 #include "server/fill/job_progress.h"
 #include "server/fill/thread_pool.h"
 #include "server/fill/warmup_spec.h"
@@ -355,6 +356,19 @@ class CacheEngine {
   // event loops. Never blocks.
   void RunPlanWork(std::function<void()> fn) { plan_pool_.Schedule(fn); }
 
+  // The stall a loader of `session` measured (issue 34;
+  // local::StallReport), added to the series of `dataset`, `plan` and
+  // the session's owner (its uid, as for plans: a client cannot add to
+  // another uid's series). NOT_FOUND / INVALID_ARGUMENT for the dataset
+  // (DatasetId), else StallRegistry::Add's codes. Never blocks on I/O.
+  absl::Status ReportStall(uint64_t session, absl::string_view dataset,
+                           absl::string_view plan, uint64_t wait_ns,
+                           uint64_t step_ns, uint64_t batches);
+  // A report refused before ReportStall (the caller may not read the
+  // dataset): counted as dropped.
+  void DropStallReport() { stalls_.CountDropped(); }
+  const StallRegistry& stalls() const { return stalls_; }
+
   // Where a batch stands in its session's plan, when the client says so.
   struct PlanPosition {
     uint64_t epoch = 0;
@@ -466,6 +480,7 @@ class CacheEngine {
   ChunkFilter owned_;
   ClusterWarmupFn cluster_warmup_;
   PlanRegistry* plans_ = nullptr;
+  StallRegistry stalls_;
   std::atomic<uint32_t> warmups_running_{0};
   // Per dataset id; null for a dataset without a source here.
   std::vector<std::unique_ptr<SourceListing>> listings_;

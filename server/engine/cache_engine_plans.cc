@@ -46,6 +46,7 @@ void CacheEngine::CloseSession(uint64_t id) {
   }
 }
 
+
 absl::Status CacheEngine::RegisterPlan(uint64_t session,
                                        absl::string_view dataset,
                                        const PlanRegistration& r,
@@ -74,6 +75,18 @@ absl::Status CacheEngine::RegisterPlan(uint64_t session,
   // CloseSession found nothing to detach yet): no plan may outlive it.
   if (!tier_->HasSession(session)) plans_->CloseSession(session);
   return s;
+}
+
+absl::Status CacheEngine::ReportStall(uint64_t session,
+                                      absl::string_view dataset,
+                                      absl::string_view plan, uint64_t wait_ns,
+                                      uint64_t step_ns, uint64_t batches) {
+  if (absl::StatusOr<uint32_t> ds = DatasetId(dataset); !ds.ok()) {
+    stalls_.CountDropped();
+    return ds.status();
+  }
+  return stalls_.Add(dataset, plan, PlanOwner(tier_->SessionTenant(session)),
+                     wait_ns, step_ns, batches);
 }
 
 std::optional<CacheEngine::PlanProgress> CacheEngine::PlanProgressOf(

@@ -9,6 +9,7 @@
 #include "absl/types/optional.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/peer_service.h"
+#include "server/engine/stall_registry.h"
 #include "server/plan/plan_prefetcher.h"
 #include "server/plan/plan_registry.h"
 #include "server/ssd/ssd_tier.h"
@@ -51,6 +52,9 @@ struct StatusReport {
     std::vector<Entry> list;
   };
   absl::optional<Plans> plans;  // absent with --epoch_plans=false
+  // Loaders' stall reports (issue 34).
+  StallRegistry::Stats stall_stats;
+  std::vector<StallRegistry::Entry> stalls;
   struct Dataset {
     std::string name;
     std::string source;

@@ -197,6 +197,54 @@ void Plans(std::string* out, const v1::PlanStatus& p) {
   }
 }
 
+// The stall each job sees (issue 34): per dataset, plan and owner,
+// bounded by the registry (256 series).
+void Stalls(std::string* out, const v1::StallStatus& st) {
+  Counter(out, "dlcache_stall_reports_total", "Loaders' stall reports counted",
+          st.reports());
+  Counter(
+      out, "dlcache_stall_reports_dropped_total",
+      "Loaders' stall reports refused (a dataset unknown or not readable by "
+      "the caller, a bad plan name, implausible times)",
+      st.dropped());
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const v1::JobStall&);
+  };
+  const Family families[] = {
+      {"dlcache_job_wait_seconds_total", "counter",
+       "Seconds the job's training loop waited inside next() for a batch "
+       "(reported by its loaders)",
+       [](const v1::JobStall& j) { return j.wait_s(); }},
+      {"dlcache_job_step_seconds_total", "counter",
+       "Seconds the job's training loop spent between batches (its own "
+       "work, reported by its loaders)",
+       [](const v1::JobStall& j) { return j.step_s(); }},
+      {"dlcache_job_batches_total", "counter",
+       "Batches the job's loaders handed to the training loop",
+       [](const v1::JobStall& j) { return static_cast<double>(j.batches()); }},
+      {"dlcache_job_stall_ratio", "gauge",
+       "Share of the job's loop time spent waiting for data since the "
+       "server started: wait / (wait + step); for a window use "
+       "rate(dlcache_job_wait_seconds_total) over the sum of both rates",
+       [](const v1::JobStall& j) {
+         const double total = j.wait_s() + j.step_s();
+         return total > 0 ? j.wait_s() / total : 0.0;
+       }},
+  };
+  for (const Family& f : families) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " ", f.type, "\n");
+    for (const v1::JobStall& j : st.jobs()) {
+      absl::StrAppend(out, f.name, "{dataset=\"", Escape(j.dataset()),
+                      "\",plan=\"", Escape(j.plan()), "\",owner=\"",
+                      Escape(j.owner()), "\"} ", Number(f.get(j)), "\n");
+    }
+  }
+}
+
 void PerDataset(std::string* out, const v1::StatsResponse& stats,
                 const char* name, const char* type, const char* help,
                 const std::function<uint64_t(const v1::DatasetStats&)>& get) {
@@ -274,6 +322,7 @@ std::string RenderPrometheus(const v1::StatusResponse& status,
              [](const D& d) { return d.leased_bytes(); });
   if (status.cluster().enabled()) Cluster(&out, status.cluster());
   if (status.plans().enabled()) Plans(&out, status.plans());
+  Stalls(&out, status.stalls());
   return out;
 }
 

@@ -96,6 +96,9 @@ struct Conn {
   uint64_t session = 0;         // 0 until hello
   int numa_node = kNoNumaNode;  // the client's GPU's, from its hello
   bool closed = false;
+  // The client hung up: only its notifications (kStallReport) are taken
+  // from what it sent before.
+  bool peer_gone = false;
   bool processing = false;  // inside ProcessFrames (no re-entry)
   uint32_t events = 0;      // what epoll watches now
   uint32_t inflight = 0;
@@ -256,10 +259,10 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   // What this server takes beyond the first protocol of plans (in a
   // reader's registration reply, and kFeatures): plan positions from
   // sessions in readers' plans and in job plans.
-  // kList too (issue 30).
-  static constexpr uint32_t kFeatures = local::kFeaturePlanPositions |
-                                        local::kFeatureJobPlanPositions |
-                                        local::kFeatureList;
+  // kList too (issue 30), and loaders' stall reports (issue 34).
+  static constexpr uint32_t kFeatures =
+      local::kFeaturePlanPositions | local::kFeatureJobPlanPositions |
+      local::kFeatureList | local::kFeatureStallReports;
 
   absl::Status CheckKeys(size_t n) const;
   absl::Status CheckRelease(size_t n) const;
@@ -290,6 +293,11 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
 
   void HandlePrefetch(const std::shared_ptr<Conn>& c,
                       const local::FrameHeader& h, const std::string& payload);
+
+  // A loader's stall report (issue 34): no answer. Counted for the
+  // session's owner when the caller may read the dataset, else dropped.
+  void HandleStallReport(const std::shared_ptr<Conn>& c,
+                         const std::string& payload);
 
   const std::shared_ptr<Shared> shared_;
   UniqueFd epoll_;

@@ -36,6 +36,7 @@ void DataServer::Loop::Dispatch(const std::shared_ptr<Conn>& c,
     HandleHello(c, h, payload);
     return;
   }
+  if (c->peer_gone && type != MsgType::kStallReport) return;
   switch (type) {
     case MsgType::kHello:
       Fatal(c, absl::FailedPreconditionError("kHello sent twice"));
@@ -60,6 +61,9 @@ void DataServer::Loop::Dispatch(const std::shared_ptr<Conn>& c,
       return;
     case MsgType::kList:
       HandleList(c, h, payload);
+      return;
+    case MsgType::kStallReport:
+      HandleStallReport(c, payload);
       return;
     case MsgType::kGetFeatures:
       if (absl::Status s = local::DecodeGetFeatures(payload); !s.ok()) {
@@ -473,6 +477,26 @@ void DataServer::Loop::HandlePrefetch(const std::shared_ptr<Conn>& c,
   }
   Reply(c, MsgType::kPrefetchReply, h.request_id,
         local::EncodePrefetchReply(*accepted));
+}
+
+void DataServer::Loop::HandleStallReport(const std::shared_ptr<Conn>& c,
+                                         const std::string& payload) {
+  local::StallReport report;
+  if (absl::Status s = local::DecodeStallReport(payload, &report); !s.ok()) {
+    Fatal(c, s);
+    return;
+  }
+  // No answer either way: the loader does not wait for one. A report for
+  // a dataset the caller may not read is dropped, like a malformed plan
+  // name (the registry counts those).
+  if (!shared_->policy->CheckRead(c->creds, report.dataset).ok()) {
+    shared_->engine->DropStallReport();
+    return;
+  }
+  shared_->engine
+      ->ReportStall(c->session, report.dataset, report.plan, report.wait_ns,
+                    report.step_ns, report.batches)
+      .IgnoreError();
 }
 
 }  // namespace dlcache

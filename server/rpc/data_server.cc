@@ -161,8 +161,15 @@ void DataServer::Loop::Run() {
       std::shared_ptr<Conn> c = it->second;
       const uint32_t ev = events[i].events;
       if ((ev & (EPOLLHUP | EPOLLERR)) != 0) {
-        // The client is gone: nothing more can be answered.
-        CloseConn(c);
+        // The client is gone: nothing more can be answered. What it sent
+        // before it went is still read for its notifications (a loader's
+        // last stall report, sent just before it closed); requests are
+        // skipped (Dispatch).
+        if ((ev & (EPOLLIN | EPOLLERR)) == EPOLLIN && c->session != 0) {
+          c->peer_gone = true;
+          OnReadable(c);
+        }
+        if (!c->closed) CloseConn(c);
         continue;
       }
       if ((ev & EPOLLOUT) != 0) {

@@ -101,6 +101,22 @@ v1::StatusResponse StatusReportToProto(const StatusReport& report) {
       }
     }
   }
+  {
+    v1::StallStatus* out = r.mutable_stalls();
+    out->set_reports(report.stall_stats.reports);
+    out->set_dropped(report.stall_stats.dropped);
+    out->set_evicted(report.stall_stats.evicted);
+    for (const StallRegistry::Entry& e : report.stalls) {
+      v1::JobStall* j = out->add_jobs();
+      j->set_dataset(e.dataset);
+      j->set_plan(e.plan);
+      j->set_owner(e.owner);
+      j->set_wait_s(static_cast<double>(e.wait_ns) * 1e-9);
+      j->set_step_s(static_cast<double>(e.step_ns) * 1e-9);
+      j->set_batches(e.batches);
+      j->set_reports(e.reports);
+    }
+  }
   for (const StatusReport::Dataset& d : report.datasets) {
     v1::DatasetInfo* info = r.add_datasets();
     info->set_name(d.name);

@@ -122,6 +122,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           sink = sink + e.size + static_cast<uint64_t>(e.mtime_ns);
         }
       }
+      // kStallReport (issue 34), in the same shared case.
+      lp::StallReport stall;
+      if (lp::DecodeStallReport(payload, &stall).ok()) {
+        Touch(stall.dataset);
+        Touch(stall.plan);
+        sink = sink + stall.wait_ns + stall.step_ns + stall.batches;
+      }
     }
   }
   return 0;

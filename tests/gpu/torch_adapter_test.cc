@@ -491,6 +491,36 @@ void OrderIsTheOneEpochOrderWithAPlan(Fixture& f) {
   }
 }
 
+// The stall the loop sees (issue 34): get_batch measures the loop's wait
+// and step and reports them as the plan; dlcached's status has them.
+void CpuStallIsReported(Fixture& f) {
+  dt::CacheDatasetOptions o = f.Options();
+  o.plan_name = "adapter-stall-test";
+  dt::CacheDataset ds(f.Connect(), o);
+  size_t batches = 0;
+  while (auto b = ds.get_batch(4)) {
+    ++batches;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK_THAT(batches == (o.keys.size() + 3) / 4);
+  // Every step but the last one's (it ended in the call that found the
+  // epoch's end).
+  CHECK_THAT(ds.stall_step_seconds() >= 0.005 * static_cast<double>(batches));
+  CHECK_THAT(ds.stall_wait_seconds() > 0);
+  if (!f.server.CanCountLeases()) return;
+  // Reports are notifications: the sums arrive when they arrive.
+  CHECK_THAT(Eventually([&] {
+    const std::string st = f.server.StatusJson();
+    const size_t at = st.find("\"plan\":\"adapter-stall-test\"");
+    if (at == std::string::npos) return false;
+    size_t b = st.find("\"batches\":", at);
+    if (b == std::string::npos) return false;
+    b += 10;
+    if (b < st.size() && st[b] == '"') ++b;
+    return std::strtoull(st.c_str() + b, nullptr, 10) == batches;
+  }));
+}
+
 void GpuEpochs(Fixture& f) { RunEpochs(f, c10::Device(c10::kCUDA, 0)); }
 
 void GpuPrefetchAndLeases(Fixture& f) {
@@ -710,6 +740,7 @@ int main(int argc, char** argv) {
       [](Fixture& f) { RestartMidEpoch(f, c10::Device(c10::kCPU)); });
   run("OrderIsTheOneEpochOrderWithAPlan", false,
       OrderIsTheOneEpochOrderWithAPlan);
+  run("CpuStallIsReported", false, CpuStallIsReported);
   run("ServerGoneIsThrown", false, ServerGoneIsThrown);
   run("GpuEpochsEqualSourceBytes", true, GpuEpochs);
   run("GpuPrefetchAndLeases", true, GpuPrefetchAndLeases);

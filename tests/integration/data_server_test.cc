@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "common/local_protocol.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
+#include "server/engine/stall_registry.h"
 #include "server/tier/memory_tier.h"
 #include "tests/testing/counting_source.h"
 #include "tests/testing/temp_dir.h"
@@ -391,7 +393,7 @@ TEST_F(DataServerTest, HelloSegmentsBatchReleaseStatPrefetch) {
   ASSERT_TRUE(local::DecodeFeatures(ft->payload, &features).ok());
   EXPECT_EQ(features, local::kFeaturePlanPositions |
                           local::kFeatureJobPlanPositions |
-                          local::kFeatureList);
+                          local::kFeatureList | local::kFeatureStallReports);
   ExpectServesA(*c);
   for (size_t i = 0; i < maps.size(); ++i) {
     ::munmap(const_cast<char*>(maps[i]), hello->segment_sizes[i]);
@@ -441,6 +443,54 @@ TEST_F(DataServerTest, ConnectionCloseReleasesLeases) {
   EXPECT_EQ(tier().Stats().leased_bytes, 0u);
   EXPECT_TRUE(
       Eventually([&] { return tier().Stats().sessions == sessions_before; }));
+}
+
+// Issue 34: a loader's stall report is a notification (no answer), summed
+// under the session's uid; one sent just before the client hangs up still
+// counts.
+TEST_F(DataServerTest, StallReportsAreSummedUnansweredEvenAfterHangUp) {
+  Start();
+  const StallRegistry& stalls = server_->server().engine().stalls();
+  const std::string owner = absl::StrCat("uid ", ::getuid());
+  auto find =
+      [&](absl::string_view plan) -> std::optional<StallRegistry::Entry> {
+    for (const StallRegistry::Entry& e : stalls.Snapshot()) {
+      if (e.plan == plan && e.owner == owner) return e;
+    }
+    return std::nullopt;
+  };
+  std::unique_ptr<RawClient> c = Connected();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Send(MsgType::kStallReport, 11,
+                      local::EncodeStallReport({"ds", "job/t", 100, 300, 2}))
+                  .ok());
+  ASSERT_TRUE(c->Send(MsgType::kStallReport, 12,
+                      local::EncodeStallReport({"ds", "job/t", 1, 2, 1}))
+                  .ok());
+  // Unknown dataset: dropped, counted.
+  ASSERT_TRUE(c->Send(MsgType::kStallReport, 13,
+                      local::EncodeStallReport({"nope", "job/t", 1, 1, 1}))
+                  .ok());
+  // The next frame that comes is the batch's: the reports got no answer.
+  ExpectServesA(*c);
+  std::optional<StallRegistry::Entry> e = find("job/t");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->dataset, "ds");
+  EXPECT_EQ(e->wait_ns, 101u);
+  EXPECT_EQ(e->step_ns, 302u);
+  EXPECT_EQ(e->batches, 3u);
+  EXPECT_EQ(e->reports, 2u);
+  EXPECT_EQ(stalls.stats().dropped, 1u);
+
+  // A report written just before the client goes.
+  std::unique_ptr<RawClient> last = Connected();
+  ASSERT_NE(last, nullptr);
+  ASSERT_TRUE(last->Send(MsgType::kStallReport, 2,
+                         local::EncodeStallReport({"ds", "job/last", 5, 6, 7}))
+                  .ok());
+  last.reset();
+  EXPECT_TRUE(Eventually([&] { return find("job/last").has_value(); }));
+  ExpectServesA(*c);
 }
 
 TEST_F(DataServerTest, ConnectCloseCyclesKeepThreadCountConstant) {

@@ -718,5 +718,31 @@ TEST(LocalProtocolListTest, MalformedReplyIsDataLoss) {
   EXPECT_EQ(r.size(), 0u);
 }
 
+TEST(LocalProtocolStallTest, ReportRoundTripsAndRefusesMalformed) {
+  StallReport in;
+  in.dataset = "ds";
+  in.plan = "job/a";
+  in.wait_ns = 123456789;
+  in.step_ns = 987654321;
+  in.batches = 42;
+  const std::string payload = EncodeStallReport(in);  // got views into it
+  StallReport got;
+  ASSERT_TRUE(DecodeStallReport(payload, &got).ok());
+  EXPECT_EQ(got.dataset, "ds");
+  EXPECT_EQ(got.plan, "job/a");
+  EXPECT_EQ(got.wait_ns, 123456789u);
+  EXPECT_EQ(got.step_ns, 987654321u);
+  EXPECT_EQ(got.batches, 42u);
+  std::string cut = payload;
+  cut.pop_back();
+  EXPECT_EQ(DecodeStallReport(cut, &got).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeStallReport(payload + "x", &got).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(kFeatureStallReports & (kFeaturePlanPositions |
+                                    kFeatureJobPlanPositions | kFeatureList),
+            kFeatureStallReports);
+}
+
 }  // namespace
 }  // namespace dlcache::local

@@ -367,6 +367,26 @@ class Client {
   absl::StatusOr<std::vector<FileStatus>> Stat(
       absl::string_view dataset, absl::Span<const std::string> paths);
 
+  // The stall a loader measured (issue 34; docs/monitoring.md): since its
+  // last report, the training loop waited `wait` inside next() for its
+  // batches and spent `step` between batches (its own work), over
+  // `batches` batches, reading `dataset` as epoch plan `plan` ("" = no
+  // plan). dlcached sums these per dataset, plan and the caller's uid and
+  // exports them (dlcache_job_wait_seconds_total, ..._step_seconds_total,
+  // `dlcachectl status`). Never waits for an answer (none comes). The
+  // report is added to what is pending and sent at once when the session
+  // is up and no other thread is writing to it, else with the next report
+  // or GetBatch, or when the Client goes. `final` (a pass's last report,
+  // when no batch waits): waits for another writer (microseconds) instead
+  // of leaving the report pending. INVALID_ARGUMENT for negative times, a
+  // bad dataset name or a plan name over 128 bytes; RESOURCE_EXHAUSTED
+  // when 64 (dataset, plan) pairs are pending already (the report is
+  // dropped); FAILED_PRECONDITION after fork(). A server that predates
+  // reports ignores them.
+  absl::Status ReportStall(absl::string_view dataset, absl::string_view plan,
+                           absl::Duration wait, absl::Duration step,
+                           uint64_t batches, bool final = false);
+
   // The dataset's files through the cache (issue 30; docs/listing.md):
   // what dlcached's listing of the source holds under `prefix` ("" = all;
   // else a directory or a file, dataset-relative), sorted by name. The

@@ -132,6 +132,18 @@ int dlc_read_range(dlc_client* client, const char* dataset, const char* path,
                    uint64_t dst_size, uint64_t* copied);
 int dlc_prefetch(dlc_client* client, const char* dataset,
                  const char* const* paths, size_t num_paths);
+/* The stall a loader measured (issue 34, dlcache::Client::ReportStall):
+ * since its last report the training loop waited wait_seconds inside
+ * next() for batches and spent step_seconds between them (its own work),
+ * over `batches` batches, reading `dataset` as epoch plan `plan` (NULL or
+ * "" = no plan). Nothing is answered; what cannot be sent now (another
+ * thread is writing) goes with the next report or batch, or at
+ * dlc_close. final != 0 (a pass's last report): waits for that writer
+ * instead. DLC_INVALID_ARGUMENT for negative or non-finite times, a bad
+ * dataset or a plan name over 128 bytes. */
+int dlc_report_stall(dlc_client* client, const char* dataset, const char* plan,
+                     double wait_seconds, double step_seconds, uint64_t batches,
+                     int final);
 /* Epoch plans (issue 14, dlcache::Client::RegisterPlan): keys
  * [offset, offset + num_paths) of epoch `epoch`'s read order, added to the
  * plan named `plan` shared by every session that registers or attaches to

@@ -785,6 +785,29 @@ class Client:
         _, arr = _encode_keys(keys)
         _check(self._lib.dlc_prefetch(ptr, dataset.encode(), arr, len(keys)))
 
+    def report_stall(self, dataset, plan, wait_s, step_s, batches,
+                     final=False):
+        """The stall a loader measured (issue 34; docs/monitoring.md):
+        since its last report the training loop waited `wait_s` seconds
+        inside next() for `batches` batches and spent `step_s` seconds
+        between them (its own work), reading `dataset` as epoch plan `plan`
+        (None or "" = no plan). dlcached sums the reports per dataset, plan
+        and the caller's uid (dlcache_job_wait_seconds_total,
+        dlcache_job_step_seconds_total, `dlcachectl status`). Never blocks
+        and gets no answer: what cannot be sent now goes with the next
+        report, the next batch or close(); final=True (a pass's last report)
+        waits for another thread's write instead. Returns False when the
+        library or the Client cannot report
+        (an older libdlcache_c.so, a Client inherited through fork);
+        raises DlcacheError for bad arguments."""
+        fn = getattr(self._lib, "dlc_report_stall", None)
+        if fn is None or self.inherited or not self._ptr:
+            return False
+        _check(fn(self._ptr, dataset.encode(), (plan or "").encode(),
+                  float(wait_s), float(step_s), int(batches),
+                  1 if final else 0))
+        return True
+
     def register_plan(self, dataset, plan, epoch, keys, offset=0,
                       reset=False):
         """Epoch plans (docs/epoch_plans.md): tells the server that this

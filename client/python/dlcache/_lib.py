@@ -187,6 +187,10 @@ def _declare(lib):
                                     P(c_void_p), P(c_void_p), P(c_size_t)]),
         "dlc_list_next_page_token": (c_char_p, [c_void_p]),
         "dlc_list_free": (None, [c_void_p]),
+        # The stall each job sees (issue 34).
+        "dlc_report_stall": (c_int, [c_void_p, c_char_p, c_char_p,
+                                     ctypes.c_double, ctypes.c_double,
+                                     c_uint64, c_int]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

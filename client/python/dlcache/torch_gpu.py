@@ -76,6 +76,11 @@ loader's own session, which does the reads: dlcached evicts by Belady's
 rule and fills ahead. Under torchrun (TORCHELASTIC_RUN_ID) or with job=,
 the ranks of a node share one job plan.
 
+Stall (docs/metrics.md): each pass measures how long the training loop
+waits in next() and how long it spends between batches, and reports them
+on the loader's session as its plan (dlcache_job_wait_seconds_total,
+`dlcachectl status`); the pass iterator's `stall` has the totals.
+
 Resume: state_dict() is {"epoch", "next_batch"}; load_state_dict() makes
 the next pass start at that batch of that epoch.
 """
@@ -94,6 +99,7 @@ import torch
 
 from . import _jpeg, _lib, _order
 from ._jpeg import JpegTransform
+from ._stall import StallMeter
 from ._listing import (Lister, Targets, list_dataset, refuse_renamed,
                        target_getter)
 
@@ -208,6 +214,9 @@ def _load():
                                           c_uint64, c_uint64, P(c_char_p),
                                           c_size_t, c_int]),
             "dlc_sessions_opened": (c_int, [c_void_p, P(c_uint64)]),
+            "dlc_report_stall": (c_int, [c_void_p, c_char_p, c_char_p,
+                                         ctypes.c_double, ctypes.c_double,
+                                         c_uint64, c_int]),
             "dlc_register_job_plan": (c_int, [
                 c_void_p, c_char_p, c_char_p, ctypes.c_uint32,
                 ctypes.c_uint32, c_uint64, c_uint64, P(c_char_p), c_size_t,
@@ -806,9 +815,30 @@ class GpuLoader:
                                self._batch_indices(epoch, first), epoch)
         it = _Labeled(self, inner, self._batch_indices(epoch, first), epoch,
                       first)
+        it.stall = StallMeter(self._stall_reporter())
         self._iter = it
         self._pass = (epoch, first, it)
         return it
+
+    def _stall_reporter(self):
+        """The pass's stall reports (issue 34) on this loader's session,
+        as its plan, if it has one; None from a library without them."""
+        fn = self._fns.get("dlc_report_stall")
+        if fn is None:
+            return None
+        dataset = self._dataset_b
+
+        def report(wait, step, batches, final):
+            if not self._conn.ptr or self._conn.pid != os.getpid():
+                return
+            plan = self._plan_name if self.plan else None
+            rc = fn(self._conn.ptr, dataset, (plan or "").encode(),
+                    float(wait), float(step), int(batches),
+                    1 if final else 0)
+            if rc != _OK:
+                raise _client_error(self._fns, rc, "report stall")
+
+        return report
 
     def _labels(self, idx):
         ys = []
@@ -1490,6 +1520,8 @@ class _Labeled:
         self._epoch = epoch
         self._first = first
         self.taken = 0
+        # The loop's wait and step (issue 34), set by GpuLoader.__iter__.
+        self.stall = None
 
     def __len__(self):
         return len(self._inner)
@@ -1498,7 +1530,15 @@ class _Labeled:
         return self
 
     def __next__(self):
-        x = next(self._inner)
+        stall = self.stall
+        if stall is not None:
+            stall.begin()
+        try:
+            x = next(self._inner)
+        except StopIteration:
+            if stall is not None:
+                stall.end()
+            raise
         ld = self._loader
         idx = self._idx[self.taken]
         self.taken += 1
@@ -1513,7 +1553,11 @@ class _Labeled:
             out = (x, ld._labels(idx))
         if ld.return_keys:
             out = ([ld.keys[i] for i in idx],) + out
+        if stall is not None:
+            stall.handed()
         return out[0] if len(out) == 1 else out
 
     def close(self):
+        if self.stall is not None:
+            self.stall.end()
         self._inner.close()

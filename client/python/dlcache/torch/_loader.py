@@ -6,6 +6,8 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.utils.data
 
+from .._stall import StallMeter
+
 __all__ = ["DataLoader"]
 
 
@@ -26,12 +28,20 @@ class DataLoader(torch.utils.data.DataLoader):
 
     With CacheIterableDataset in per-sample mode, batch_size must be a
     multiple of the dataset's fetch_size (the blocks the workers read).
+
+    The stall the training loop sees (docs/metrics.md): each pass measures
+    the time the loop waits in next() and the time it spends between
+    batches, and reports them to dlcached through this process's Client
+    as the sampler's or the dataset's epoch plan (`stall`: the last pass's
+    StallMeter, with total_wait / total_step seconds).
     """
 
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._dlc_epoch: Optional[int] = None
         self._dlc_batches = 0
+        # The last pass's StallMeter (its totals: wait and step seconds).
+        self.stall: Optional[StallMeter] = None
         from ..torch_data import CacheIterableDataset
         if (isinstance(dataset, CacheIterableDataset) and
                 dataset.batch_size is None and self.batch_size is not None
@@ -94,9 +104,47 @@ class DataLoader(torch.utils.data.DataLoader):
         return self._dlc_count(it)
 
     def _dlc_count(self, it):
-        for batch in it:
-            self._dlc_batches += 1
-            yield batch
+        # The loop's wait and step (issue 34), reported on this process's
+        # Client as the pass's plan.
+        meter = StallMeter(self._dlc_stall_reporter())
+        self.stall = meter
+        try:
+            while True:
+                meter.begin()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                meter.handed()
+                self._dlc_batches += 1
+                yield batch
+        finally:
+            meter.end()
+
+    def _dlc_stall_reporter(self):
+        """Reports through the dataset's Client in this process (opened
+        on the first report if the workers do the reading), as the plan
+        the sampler or the dataset registers; None if the dataset has no
+        Client."""
+        kind, t = self._dlc_target()
+        ds = self.dataset
+        name = getattr(ds, "dataset", None)
+        get_client = getattr(ds, "_get_client", None)
+        if not isinstance(name, str) or get_client is None:
+            return None
+
+        def plan():
+            if kind == "sampler":
+                return ds.__dict__.get("_plan_name")
+            if kind == "iterable" and getattr(t, "plan", False):
+                return "%s/rank%d" % (t._plan_owner, t._rank()[0])
+            return None
+
+        def report(wait, step, batches, final):
+            get_client().report_stall(name, plan() or "", wait, step,
+                                      batches, final)
+
+        return report
 
     def state_dict(self) -> Dict[str, Any]:
         if self._dlc_epoch is None:

@@ -137,6 +137,13 @@ class CacheDataset
   // registration was accepted.
   std::string plan_name() const;
   bool plan_registered() const;
+  // The stall the training loop saw (issue 34), since construction: the
+  // seconds it spent inside get_batch, and between a get_batch's return
+  // and the next call (its own work). Reported to dlcached about once a
+  // second, at reset() and at destruction (dlc_report_stall, as the plan),
+  // when the loop's thread calls get_batch (not from loader workers).
+  double stall_wait_seconds() const;
+  double stall_step_seconds() const;
   // GPU: batches uploaded so far and bytes copied; 0 on the CPU.
   uint64_t uploaded_batches() const;
   uint64_t uploaded_bytes() const;
