@@ -124,11 +124,14 @@ absl::StatusOr<Measurement> Measure(Owner& owner, Arena& asker_arena,
   absl::StatusOr<std::unique_ptr<PeerDataServer>> server =
       PeerDataServer::Start(
           o, "127.0.0.1", 0,
-          [&owner, size](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
+          [&owner, size](const ChunkId& id)
+              -> absl::StatusOr<PeerDataServer::PinnedChunk> {
             const size_t i = id.chunk % owner.slots.size();
-            return sink(FileInfo{size, kMtime},
-                        absl::MakeConstSpan(owner.slots[i], size),
-                        owner.sums[i]);
+            PeerDataServer::PinnedChunk p;
+            p.info = FileInfo{size, kMtime};
+            p.bytes = absl::MakeConstSpan(owner.slots[i], size);
+            p.checksum = owner.sums[i];
+            return p;
           },
           [size](absl::string_view, absl::string_view) {
             return absl::StatusOr<FileInfo>(FileInfo{size, kMtime});

@@ -133,7 +133,7 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
     PeerDataServer::Options d;
     d.token = config_.peer_token;
     d.use_sendfile = config_.peer_sendfile;
-    // read_local hands over arena slots: sent from their segment files.
+    // pin_local hands over arena slots: sent from their segment files.
     d.locate_file = [arena = arena_.get()](absl::Span<const char> bytes,
                                            int* fd, uint64_t* offset) {
       uint32_t segment = 0;
@@ -150,9 +150,21 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
             colon == std::string::npos ? ""
                                        : config_.peer_address.substr(0, colon),
             config_.peer_data_port,
-            [engine, local](const ChunkId& id,
-                            PeerServiceImpl::ChunkSink sink) {
-              return engine->ReadLocal(id, local, sink);
+            [engine, local](const ChunkId& id)
+                -> absl::StatusOr<PeerDataServer::PinnedChunk> {
+              absl::StatusOr<CacheEngine::LocalChunk> c =
+                  engine->PinLocal(id, local);
+              if (!c.ok()) return c.status();
+              PeerDataServer::PinnedChunk p;
+              p.info = c->info;
+              p.bytes = c->bytes;
+              p.checksum = c->checksum;
+              // The server keeps the pin past this call (until the asker
+              // has read bytes sent by reference) and runs this once.
+              p.unpin = [engine, entry = c->entry] {
+                engine->tier().Unpin(entry);
+              };
+              return p;
             },
             [engine, local](absl::string_view dataset, absl::string_view path) {
               return engine->StatVia(dataset, path, local);

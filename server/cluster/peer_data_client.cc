@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -43,6 +44,11 @@ PeerDataClient::~PeerDataClient() = default;
 uint64_t PeerDataClient::connections_opened() const {
   absl::MutexLock lock(&mu_);
   return opened_;
+}
+
+size_t PeerDataClient::connections_idle() const {
+  absl::MutexLock lock(&mu_);
+  return idle_.size();
 }
 
 absl::Status PeerDataClient::Error(const absl::Status& s) const {
@@ -196,14 +202,23 @@ absl::Status PeerDataClient::Exchange(const char* request,
   for (int attempt = 0;; ++attempt) {
     UniqueFd fd;
     bool pooled = false;
+    std::vector<UniqueFd> stale;  // closed outside the lock
     {
       absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      while (!idle_.empty() &&
+             idle_.front().second + options_.idle_timeout <= now) {
+        stale.push_back(std::move(idle_.front().first));
+        idle_.pop_front();
+      }
+      // The most recently used: the others may age out.
       if (!idle_.empty()) {
-        fd = std::move(idle_.back());
+        fd = std::move(idle_.back().first);
         idle_.pop_back();
         pooled = true;
       }
     }
+    stale.clear();
     if (!pooled) {
       absl::StatusOr<UniqueFd> dialed = Dial(deadline);
       if (!dialed.ok()) return dialed.status();
@@ -214,7 +229,9 @@ absl::Status PeerDataClient::Exchange(const char* request,
                                 response, &answered);
     if (s.ok()) {
       absl::MutexLock lock(&mu_);
-      if (idle_.size() < options_.max_idle) idle_.push_back(std::move(fd));
+      if (idle_.size() < options_.max_idle) {
+        idle_.emplace_back(std::move(fd), absl::Now());
+      }
       return s;
     }
     // A pooled connection the peer closed while it sat idle fails before

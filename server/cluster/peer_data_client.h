@@ -2,7 +2,9 @@
 #define DLCACHE_SERVER_CLUSTER_PEER_DATA_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -22,7 +24,10 @@ namespace dlcache {
 // at host:port. Keeps a pool of idle authenticated connections: a call
 // takes one (or opens one) for its single request, so as many requests are
 // in flight to the peer as threads call at once, and gives it back after a
-// complete answer. A connection that failed is closed, never reused.
+// complete answer. A connection that failed is closed, never reused. At
+// most max_idle are kept, and one idle for idle_timeout is closed (at the
+// next call), so that the connections into a peer follow the fetches in
+// progress to it, not the number of nodes that ever asked it.
 //
 // Fetch reads the chunk's bytes straight into dst and verifies length and
 // XXH3-64. Codes as Peer::FetchChunk: UNAVAILABLE (cannot connect, the
@@ -37,7 +42,10 @@ class PeerDataClient {
  public:
   struct Options {
     std::string token;
-    size_t max_idle = 32;  // idle connections kept
+    size_t max_idle = 16;  // idle connections kept
+    // Idle connections older than this are closed (the peer closes its
+    // side after its own idle timeout, 90 s by default).
+    absl::Duration idle_timeout = absl::Seconds(30);
   };
 
   // `host` as in the peer address (a name, an IPv4 or a [bracketed] IPv6
@@ -52,8 +60,9 @@ class PeerDataClient {
                                 absl::string_view path, absl::Duration timeout);
 
   const std::string& target() const { return target_; }
-  // Connections opened so far (for tests).
+  // Connections opened so far, and idle in the pool now (for tests).
   uint64_t connections_opened() const;
+  size_t connections_idle() const;
 
  private:
   struct Response;
@@ -75,7 +84,8 @@ class PeerDataClient {
   const std::string target_;  // host:port, for messages
 
   mutable absl::Mutex mu_;
-  std::vector<UniqueFd> idle_ ABSL_GUARDED_BY(mu_);
+  // Oldest first; each with when it went idle.
+  std::deque<std::pair<UniqueFd, absl::Time>> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

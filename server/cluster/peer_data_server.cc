@@ -6,11 +6,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,37 +66,16 @@ bool SendCode(int fd, const absl::Status& s) {
          static_cast<ssize_t>(sizeof(answer));
 }
 
-// Writes a response header and its message; no data.
-bool SendError(int fd, const absl::Status& s, const FileInfo* info,
-               absl::Time deadline) {
-  DataResponseHeader h;
-  h.code = static_cast<uint32_t>(s.code());
-  const absl::string_view msg =
-      s.message().substr(0, std::min(s.message().size(), kMaxDataMessage));
-  h.message_len = msg.size();
-  if (info != nullptr) {
-    h.file_size = info->size;
-    h.mtime_ns = info->mtime_ns;
-  }
-  char header[kDataResponseBytes];
-  EncodeDataResponse(h, header);
-  iovec iov[2] = {{header, sizeof(header)},
-                  {const_cast<char*>(msg.data()), msg.size()}};
-  return DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok();
-}
-
 }  // namespace
 
-PeerDataServer::PeerDataServer(Options options,
-                               PeerServiceImpl::ReadLocalFn read_local,
+PeerDataServer::PeerDataServer(Options options, PinLocalFn pin_local,
                                PeerServiceImpl::StatLocalFn stat_local)
     : options_(std::move(options)),
-      read_local_(std::move(read_local)),
+      pin_local_(std::move(pin_local)),
       stat_local_(std::move(stat_local)) {}
 
 absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
-    Options options, const std::string& host, int port,
-    PeerServiceImpl::ReadLocalFn read_local,
+    Options options, const std::string& host, int port, PinLocalFn pin_local,
     PeerServiceImpl::StatLocalFn stat_local) {
   std::string h = host;
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
@@ -117,7 +94,24 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
         "peer data stream: cannot resolve '", host, "': ", gai_strerror(rc)));
   }
   std::unique_ptr<PeerDataServer> server(new PeerDataServer(
-      std::move(options), std::move(read_local), std::move(stat_local)));
+      std::move(options), std::move(pin_local), std::move(stat_local)));
+  server->max_connections_ = server->options_.max_connections;
+  if (server->max_connections_ <= 0) {
+    // Each connection is an fd: half of what the fd limit leaves after a
+    // reserve for the rest of the process (dlcached lifts the soft limit
+    // to the hard one first).
+    int64_t soft = 1024;
+    if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      soft = rl.rlim_cur == RLIM_INFINITY
+                 ? int64_t{1} << 20
+                 : static_cast<int64_t>(rl.rlim_cur);
+    }
+    server->max_connections_ =
+        static_cast<int>(std::clamp<int64_t>((soft - 1024) / 2, 256, 65536));
+    DLC_LOG(INFO) << "peer data stream: max_connections "
+                  << server->max_connections_ << " (RLIMIT_NOFILE " << soft
+                  << ")";
+  }
   std::string error = "no address";
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0));
@@ -165,8 +159,18 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
           absl::StrCat("peer data stream: epoll_ctl: ", std::strerror(errno)));
     }
   }
+  {
+    // One worker now, so that a server that could never serve fails here;
+    // the others start as requests need them.
+    absl::MutexLock lock(&server->mu_);
+    server->MaybeAddWorkerLocked();
+    if (server->workers_.empty()) {
+      return absl::UnavailableError(
+          "peer data stream: cannot start a worker thread");
+    }
+  }
   try {
-    server->acceptor_ = std::thread([s = server.get()] { s->EventLoop(); });
+    server->loop_ = std::thread([s = server.get()] { s->EventLoop(); });
   } catch (const std::system_error& e) {
     return absl::UnavailableError(
         absl::StrCat("peer data stream: cannot start a thread: ", e.what()));
@@ -176,58 +180,73 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
 
 PeerDataServer::~PeerDataServer() { Shutdown(); }
 
+PeerDataServer::Connection::~Connection() { ReleasePin(&held); }
+
+void PeerDataServer::ReleasePin(std::optional<PinnedChunk>* held) {
+  if (!held->has_value()) return;
+  std::function<void()> unpin = std::move((*held)->unpin);
+  held->reset();
+  if (unpin) unpin();
+}
+
 void PeerDataServer::Shutdown() {
-  std::list<std::unique_ptr<Connection>> connections;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    // Wakes every connection's poll(); the fds stay open (and their numbers
-    // reserved) until the threads are joined.
-    for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
+    // Wakes workers blocked on a connection; the fds stay open (and their
+    // numbers reserved) until the connections are destroyed below.
+    for (auto& [id, c] : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
+    work_cv_.SignalAll();
   }
-  if (wake_.valid()) {
-    uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof(one));
-  }
-  // The acceptor hands off no more once it has seen shut_down_; after the
-  // join connections_ is complete.
-  if (acceptor_.joinable()) acceptor_.join();
+  WakeLoop();
+  if (loop_.joinable()) loop_.join();
   // Closed now: askers get ECONNREFUSED at once, and the port can be bound
   // again; hellos in progress are closed.
   listen_fd_.reset();
   pending_.clear();
+  std::vector<std::thread> workers;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& c : connections_) ::shutdown(c->fd.get(), SHUT_RDWR);
-    connections = std::move(connections_);
+    workers = std::move(workers_);
   }
-  for (auto& c : connections) c->thread.join();
+  // A worker finishes its request (its writes fail now) and closes it.
+  for (std::thread& t : workers) t.join();
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Connection>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    conns = std::move(conns_);
+    conns_.clear();
+    idle_.clear();
+    ready_.clear();
+  }
+  // Releases the pins still held and closes the fds, outside mu_.
+  conns.clear();
 }
 
-void PeerDataServer::ReapFinished() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    if ((*it)->done.load(std::memory_order_acquire)) {
-      (*it)->thread.join();
-      it = connections_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+void PeerDataServer::WakeLoop() {
+  if (!wake_.valid()) return;
+  uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
 }
 
 bool PeerDataServer::Admit(const std::string& address) {
+  Dropped drop;  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);
-  if (open_total_ >= options_.max_connections) {
+  // Over a limit, an idle connection goes before a new one is refused: its
+  // asker has it pooled but unused, and redials when it needs one.
+  if (open_total_ >= max_connections_ && !CloseOldestIdleLocked("", &drop)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  int& n = per_address_[address];
-  if (n >= options_.max_connections_per_address) {
+  auto it = per_address_.find(address);
+  if (it != per_address_.end() &&
+      it->second >= options_.max_connections_per_address &&
+      !CloseOldestIdleLocked(address, &drop)) {
     refused_per_address_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  ++n;
+  ++per_address_[address];
   ++open_total_;
   return true;
 }
@@ -269,10 +288,11 @@ void PeerDataServer::EventLoop() {
     absl::Time wake_at = absl::InfiniteFuture();
     if (!expiries_.empty()) wake_at = expiries_.front().first;
     if (listener_paused_) wake_at = std::min(wake_at, listener_resume_);
+    wake_at = RunTimers(now, wake_at);
     int timeout_ms = -1;
     if (wake_at != absl::InfiniteFuture()) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 60000));
+          absl::ToInt64Milliseconds(wake_at - absl::Now()) + 1, 0, 60000));
     }
     const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
     if (n < 0) {
@@ -284,20 +304,64 @@ void PeerDataServer::EventLoop() {
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == kWakeTag) {
+        uint64_t count;
+        (void)!::read(wake_.get(), &count, sizeof(count));
         absl::MutexLock lock(&mu_);
         if (shut_down_) return;
-        continue;
-      }
-      if (tag == kListenTag) {
+      } else if (tag == kListenTag) {
         AcceptSome();
-        continue;
+      } else if ((tag & kConnBit) != 0) {
+        Dispatch(tag & ~kConnBit);
+      } else {
+        OnPendingReadable(static_cast<int>(tag));
       }
-      OnPendingReadable(static_cast<int>(tag));
     }
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
-    ReapFinished();
   }
+}
+
+absl::Time PeerDataServer::RunTimers(absl::Time now, absl::Time loop_next) {
+  Dropped drop;  // destroyed after the lock is released
+  std::vector<std::optional<PinnedChunk>> unpin;
+  absl::Time next;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!timers_.empty() && timers_.top().at <= now) {
+      const Timer t = timers_.top();
+      timers_.pop();
+      auto it = conns_.find(t.id);
+      if (it == conns_.end()) continue;
+      Connection* c = it->second.get();
+      if (!c->parked || c->gen != t.gen) continue;  // served since
+      if (!t.release) {
+        request_timeouts_.fetch_add(1, std::memory_order_relaxed);
+        CloseLocked(c, &drop);
+        continue;
+      }
+      if (c->held.has_value()) {
+        // The asker has not asked again within release_wait: released
+        // anyway (see the header).
+        early_releases_.fetch_add(1, std::memory_order_relaxed);
+        unpin.push_back(std::move(c->held));
+        c->held.reset();
+      }
+      if (c->got == 0) MakeIdleLocked(c, now);
+    }
+    while (!idle_.empty() &&
+           idle_.front()->idle_since + options_.idle_timeout <= now) {
+      idle_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      CloseLocked(idle_.front(), &drop);
+    }
+    next = loop_next;
+    if (!timers_.empty()) next = std::min(next, timers_.top().at);
+    if (!idle_.empty()) {
+      next = std::min(next, idle_.front()->idle_since + options_.idle_timeout);
+    }
+    loop_wake_at_ = next;
+  }
+  for (auto& held : unpin) ReleasePin(&held);
+  return next;
 }
 
 void PeerDataServer::AcceptSome() {
@@ -412,190 +476,69 @@ void PeerDataServer::HandOff(Pending p) {
   c->fd = std::move(p.fd);
   c->address = std::move(p.address);
   Connection* raw = c.get();
-  absl::MutexLock lock(&mu_);
-  if (shut_down_) {
-    ReleaseLocked(raw->address);
-    return;
-  }
-  try {
-    raw->thread = std::thread([this, raw] { Serve(raw); });
-  } catch (const std::system_error& e) {
-    // No thread to be had (RLIMIT_NPROC, a pids cgroup): this connection
-    // closes, the asker reads the chunk over gRPC or elsewhere.
-    if (thread_failures_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0) {
-      DLC_LOG(WARNING) << "peer data stream: cannot start a connection "
-                          "thread ("
-                       << e.what() << "); connection closed";
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      ReleaseLocked(raw->address);
+      return;
     }
-    ReleaseLocked(raw->address);
-    return;
+    raw->id = next_id_++;
+    conns_[raw->id] = std::move(c);
   }
-  connections_.push_back(std::move(c));
+  // Waits for its first request in epoll (a request already sent with the
+  // hello makes it readable at once).
+  Park(raw);
 }
 
-void PeerDataServer::Serve(Connection* c) {
-  // sendfile to a socket the asker closed raises SIGPIPE in this thread
-  // (it has no MSG_NOSIGNAL); blocked, it stays pending here and harmless,
-  // and the call fails with EPIPE.
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-  while (ServeOne(c->fd.get())) {
+void PeerDataServer::Dispatch(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = conns_.find(id);
+  if (it == conns_.end() || !it->second->parked) return;
+  Connection* c = it->second.get();
+  c->parked = false;
+  if (c->idle) {
+    idle_.erase(c->idle_it);
+    c->idle = false;
   }
-  // Shuts the socket now (the fd closes at the join); the slot is free.
-  ::shutdown(c->fd.get(), SHUT_RDWR);
-  Release(c->address);
-  c->done.store(true, std::memory_order_release);
+  ready_.push_back(c);
+  MaybeAddWorkerLocked();
+  work_cv_.Signal();
 }
 
-bool PeerDataServer::ServeOne(int fd) {
-  char header[kDataRequestBytes];
-  // An idle pooled connection waits here for its next request.
-  if (!DataReadAll(fd, header, sizeof(header), absl::InfiniteFuture()).ok()) {
-    return false;
-  }
-  DataRequestHeader req;
-  if (!DecodeDataRequest(header, &req).ok()) return false;
-  std::string names(req.dataset_len + req.path_len, '\0');
-  // The names follow the header at once.
-  if (!DataReadAll(fd, names.data(), names.size(),
-                   absl::Now() + options_.handshake_timeout)
-           .ok()) {
-    return false;
-  }
-  const absl::Time deadline = absl::Now() + options_.send_timeout;
-  const absl::string_view dataset =
-      absl::string_view(names).substr(0, req.dataset_len);
-  absl::Status valid = ValidateDatasetName(dataset);
-  absl::StatusOr<std::string> path =
-      valid.ok()
-          ? NormalizeKeyPath(absl::string_view(names).substr(req.dataset_len))
-          : absl::StatusOr<std::string>(valid);
-  if (!path.ok()) return SendError(fd, path.status(), nullptr, deadline);
-
-  if (req.op == DataOp::kStat) {
-    stats_.fetch_add(1, std::memory_order_relaxed);
-    absl::StatusOr<FileInfo> info = stat_local_(dataset, *path);
-    if (!info.ok()) return SendError(fd, info.status(), nullptr, deadline);
-    DataResponseHeader h;
-    h.file_size = info->size;
-    h.mtime_ns = info->mtime_ns;
-    char out[kDataResponseBytes];
-    EncodeDataResponse(h, out);
-    iovec iov[1] = {{out, sizeof(out)}};
-    return DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok();
-  }
-
-  ChunkId id;
-  id.dataset = dataset;
-  id.path = *path;
-  id.chunk = req.chunk;
-  bool sent = false;     // the sink ran
-  bool broken = false;   // the connection failed mid-response
-  bool counted = false;  // the chunk went out and fetches_ counts it
-  absl::Status status =
-      read_local_(id,
-                  [&](const FileInfo& info, absl::Span<const char> bytes,
-                      uint64_t checksum) -> absl::Status {
-                    sent = true;
-                    if (info.size != req.expected_size ||
-                        info.mtime_ns != req.expected_mtime_ns) {
-                      // Checked here, before any data: the asker's version is
-                      // gone, and the bytes of this one are of no use to it.
-                      if (!SendError(fd,
-                                     absl::FailedPreconditionError(
-                                         "the owner has another version"),
-                                     &info, deadline)) {
-                        broken = true;
-                        return absl::CancelledError("asker went away");
-                      }
-                      return absl::OkStatus();
-                    }
-                    DataResponseHeader h;
-                    h.file_size = info.size;
-                    h.mtime_ns = info.mtime_ns;
-                    h.checksum = checksum;
-                    h.data_len = bytes.size();
-                    char out[kDataResponseBytes];
-                    EncodeDataResponse(h, out);
-                    bool by_reference = false;
-                    if (!SendChunk(fd, out, bytes, deadline, &by_reference)) {
-                      broken = true;
-                      return absl::CancelledError("asker went away");
-                    }
-                    // Counted now: the asker may have it before the pin goes.
-                    fetches_.fetch_add(1, std::memory_order_relaxed);
-                    counted = true;
-                    if (by_reference) AwaitAskerRead(fd);
-                    return absl::OkStatus();
-                  });
-  if (broken) {
-    fetch_errors_.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  if (status.ok() && !sent) {
-    status = absl::InternalError("read_local returned OK without data");
-  }
-  if (!status.ok()) {
-    fetch_errors_.fetch_add(1, std::memory_order_relaxed);
-    return SendError(fd, status, nullptr, deadline);
-  }
-  if (!counted) fetches_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+void PeerDataServer::MakeIdleLocked(Connection* c, absl::Time now) {
+  c->idle = true;
+  c->idle_since = now;
+  c->idle_it = idle_.insert(idle_.end(), c);
 }
 
-bool PeerDataServer::SendChunk(int fd, const char* header,
-                               absl::Span<const char> bytes,
-                               absl::Time deadline, bool* by_reference) {
-  int file_fd = -1;
-  uint64_t offset = 0;
-  const bool by_file = options_.use_sendfile && options_.locate_file &&
-                       bytes.size() >= options_.sendfile_min_bytes &&
-                       options_.locate_file(bytes, &file_fd, &offset);
-  if (!by_file) {
-    // The bytes go from the pinned slot to the socket buffer.
-    iovec iov[2] = {{const_cast<char*>(header), kDataResponseBytes},
-                    {const_cast<char*>(bytes.data()), bytes.size()}};
-    if (!DataWriteAll(fd, absl::MakeSpan(iov), deadline).ok()) return false;
-    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
-    return true;
+void PeerDataServer::CloseLocked(Connection* c, Dropped* drop) {
+  if (c->idle) {
+    idle_.erase(c->idle_it);
+    c->idle = false;
   }
-  // MSG_MORE: the header waits for the first data segment (TCP_NODELAY
-  // would send it alone).
-  iovec iov[1] = {{const_cast<char*>(header), kDataResponseBytes}};
-  if (!DataWriteAll(fd, absl::MakeSpan(iov), deadline, MSG_MORE).ok()) {
-    return false;
-  }
-  size_t sent = 0;
-  absl::Status s =
-      DataSendFile(fd, file_fd, offset, bytes.size(), deadline, &sent);
-  sendfile_bytes_.fetch_add(sent, std::memory_order_relaxed);
-  if (absl::IsUnimplemented(s)) {
-    sendfile_fallbacks_.fetch_add(1, std::memory_order_relaxed);
-    iovec rest[1] = {
-        {const_cast<char*>(bytes.data()) + sent, bytes.size() - sent}};
-    s = DataWriteAll(fd, absl::MakeSpan(rest), deadline);
-  }
-  if (!s.ok()) return false;
-  bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  // All copied (a fallback from the start): nothing references the slot.
-  *by_reference = sent > 0;
-  return true;
+  ReleaseLocked(c->address);
+  auto it = conns_.find(c->id);
+  if (it == conns_.end()) return;
+  drop->push_back(std::move(it->second));
+  conns_.erase(it);
 }
 
-void PeerDataServer::AwaitAskerRead(int fd) {
-  // The socket (and, on loopback, the asker's receive queue) still holds
-  // references to the slot's pages. The asker's next request or its close
-  // shows it has read them; either is left for ServeOne to read.
-  const int wait_ms = static_cast<int>(
-      std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.release_wait)));
-  pollfd p{fd, POLLIN, 0};
-  int r;
-  do {
-    r = ::poll(&p, 1, wait_ms);
-  } while (r < 0 && errno == EINTR);
-  if (r == 0) early_releases_.fetch_add(1, std::memory_order_relaxed);
+void PeerDataServer::Close(Connection* c) {
+  Dropped drop;
+  absl::MutexLock lock(&mu_);
+  CloseLocked(c, &drop);
+}
+
+bool PeerDataServer::CloseOldestIdleLocked(const std::string& address,
+                                           Dropped* drop) {
+  for (Connection* c : idle_) {
+    if (address.empty() || c->address == address) {
+      idle_closed_.fetch_add(1, std::memory_order_relaxed);
+      CloseLocked(c, drop);
+      return true;
+    }
+  }
+  return false;
 }
 
 PeerDataServer::Stats PeerDataServer::stats() const {
@@ -607,6 +550,7 @@ PeerDataServer::Stats PeerDataServer::stats() const {
   {
     absl::MutexLock lock(&mu_);
     s.connections = static_cast<uint64_t>(open_total_);
+    s.threads = workers_.size();
   }
   s.refused_per_address = refused_per_address_.load(std::memory_order_relaxed);
   s.handshake_timeouts = handshake_timeouts_.load(std::memory_order_relaxed);
@@ -616,6 +560,9 @@ PeerDataServer::Stats PeerDataServer::stats() const {
   s.sendfile_bytes = sendfile_bytes_.load(std::memory_order_relaxed);
   s.sendfile_fallbacks = sendfile_fallbacks_.load(std::memory_order_relaxed);
   s.early_releases = early_releases_.load(std::memory_order_relaxed);
+  s.idle_closed = idle_closed_.load(std::memory_order_relaxed);
+  s.idle_timeouts = idle_timeouts_.load(std::memory_order_relaxed);
+  s.request_timeouts = request_timeouts_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -620,6 +620,15 @@ absl::Status CacheEngine::ReadLocal(
     absl::FunctionRef<absl::Status(const FileInfo&, absl::Span<const char>,
                                    uint64_t)>
         fn) {
+  absl::StatusOr<LocalChunk> c = PinLocal(id, backend);
+  if (!c.ok()) return c.status();
+  absl::Status s = fn(c->info, c->bytes, c->checksum);
+  tier_->Unpin(c->entry);
+  return s;
+}
+
+absl::StatusOr<CacheEngine::LocalChunk> CacheEngine::PinLocal(
+    const ChunkId& id, ChunkBackend* backend) {
   absl::StatusOr<uint32_t> ds = DatasetId(id.dataset);
   if (!ds.ok()) return ds.status();
   absl::StatusOr<std::string> path = NormalizeKeyPath(id.path);
@@ -628,12 +637,13 @@ absl::Status CacheEngine::ReadLocal(
   absl::Status s =
       PinChunks(*ds, *path, id.chunk, 1, backend, Purpose::kPeer, &pinned);
   if (!s.ok()) return s;
-  ChunkEntry* e = pinned.entries.front();
-  LeasedChunk where = tier_->Locate(e);
-  s = fn(pinned.info, absl::MakeConstSpan(tier_->Data(e), where.length),
-         where.checksum);
-  tier_->Unpin(e);
-  return s;
+  LocalChunk c;
+  c.entry = pinned.entries.front();
+  const LeasedChunk where = tier_->Locate(c.entry);
+  c.info = pinned.info;
+  c.bytes = absl::MakeConstSpan(tier_->Data(c.entry), where.length);
+  c.checksum = where.checksum;
+  return c;
 }
 
 }  // namespace dlcache

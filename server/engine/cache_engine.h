@@ -326,6 +326,19 @@ class CacheEngine {
                          absl::FunctionRef<absl::Status(
                              const FileInfo&, absl::Span<const char>, uint64_t)>
                              fn);
+  // ReadLocal for a caller that keeps the pin past the call (the chunk
+  // stream holds it until the asker has read bytes sent by reference): on
+  // OK the chunk's bytes stay valid and unchanged until
+  // tier().Unpin(chunk.entry), which the caller must call exactly once
+  // (from any thread) before the engine is destroyed.
+  struct LocalChunk {
+    FileInfo info;
+    absl::Span<const char> bytes;
+    uint64_t checksum = 0;
+    ChunkEntry* entry = nullptr;
+  };
+  absl::StatusOr<LocalChunk> PinLocal(const ChunkId& id,
+                                      ChunkBackend* backend);
 
   // --- epoch plans (server/plan/): registration and progress ---
   //

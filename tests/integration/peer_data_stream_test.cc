@@ -1,5 +1,5 @@
 // The raw chunk stream between nodes (server/cluster/peer_data_*): a
-// PeerDataServer on 127.0.0.1:<ephemeral> whose read_local the test
+// PeerDataServer on 127.0.0.1:<ephemeral> whose pin_local the test
 // controls, PeerDataClient against it, and PeerClient choosing the stream
 // over gRPC when the peer announces one.
 
@@ -7,12 +7,14 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,8 +62,18 @@ class Owner {
   void Start(PeerDataServer::Options o, int port) {
     auto server = PeerDataServer::Start(
         o, "127.0.0.1", port,
-        [this](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
-          return ReadLocal(id, sink);
+        [this](const ChunkId& id)
+            -> absl::StatusOr<PeerDataServer::PinnedChunk> {
+          read_calls_.fetch_add(1);
+          if (before_read) before_read();
+          auto it = files_.find(std::string(id.path));
+          if (it == files_.end()) return absl::NotFoundError(id.path);
+          const std::string& bytes = it->second;
+          PeerDataServer::PinnedChunk c;
+          c.info = FileInfo{bytes.size(), kMtime};
+          c.bytes = bytes;
+          c.checksum = Checksum(bytes.data(), bytes.size()) ^ corrupt_sum;
+          return c;
         },
         [this](absl::string_view ds,
                absl::string_view path) -> absl::StatusOr<FileInfo> {
@@ -305,7 +317,7 @@ TEST(PeerDataStreamTest, ConnectionsOverTheLimitAreClosed) {
 // An owner whose chunks lie in a real arena (segment files in /dev/shm),
 // located for sendfile as dlcached's are. Chunk i is kChunkBytes at
 // i * kChunkBytes in segment 0, its 64-bit words all (i << 32 | version).
-// read_local pins the slot for its sink, as the memory tier does;
+// pin_local pins the slot and hands the pin over, as the memory tier does;
 // after_release runs when a slot's last pin is dropped: by default it frees
 // and refills the slot at once with the next version, the worst an
 // eviction could do.
@@ -336,20 +348,22 @@ class ArenaOwner {
     }
     auto server = PeerDataServer::Start(
         o, "127.0.0.1", 0,
-        [this](const ChunkId& id, PeerServiceImpl::ChunkSink sink) {
+        [this](const ChunkId& id)
+            -> absl::StatusOr<PeerDataServer::PinnedChunk> {
           const uint32_t i = id.chunk % kChunks;
-          {
-            absl::MutexLock lock(&mu_);
-            ++pins_[i];
-          }
-          absl::Status s = sink(FileInfo{chunk_bytes_, kMtime},
-                                absl::MakeConstSpan(slot(i), chunk_bytes_),
-                                Checksum(slot(i), chunk_bytes_));
           absl::MutexLock lock(&mu_);
-          // Unpinned: from here on the slot is the arena's again.
-          if (--pins_[i] == 0 && after_release) after_release(i);
-          released_.fetch_add(1);
-          return s;
+          ++pins_[i];
+          PeerDataServer::PinnedChunk c;
+          c.info = FileInfo{chunk_bytes_, kMtime};
+          c.bytes = absl::MakeConstSpan(slot(i), chunk_bytes_);
+          c.checksum = Checksum(slot(i), chunk_bytes_);
+          c.unpin = [this, i] {
+            absl::MutexLock lock(&mu_);
+            // Unpinned: from here on the slot is the arena's again.
+            if (--pins_[i] == 0 && after_release) after_release(i);
+            released_.fetch_add(1);
+          };
+          return c;
         },
         [this](absl::string_view, absl::string_view) {
           return absl::StatusOr<FileInfo>(FileInfo{chunk_bytes_, kMtime});
@@ -535,16 +549,20 @@ class RawAsker {
     EXPECT_EQ(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
   }
-  void Request(uint32_t chunk, uint64_t size) {
+  void Request(uint32_t chunk, uint64_t size, absl::string_view path = "f") {
+    Send(RequestBytes(chunk, size, path));
+  }
+  static std::string RequestBytes(uint32_t chunk, uint64_t size,
+                                  absl::string_view path = "f") {
     DataRequestHeader h;
     h.chunk = chunk;
     h.expected_size = size;
     h.expected_mtime_ns = kMtime;
     h.dataset_len = 2;
-    h.path_len = 1;
+    h.path_len = path.size();
     char out[kDataRequestBytes];
     EncodeDataRequest(h, out);
-    Send(absl::StrCat(absl::string_view(out, sizeof(out)), "ds", "f"));
+    return absl::StrCat(absl::string_view(out, sizeof(out)), "ds", path);
   }
   std::string Read(size_t n) {
     std::string out(n, '\0');
@@ -567,6 +585,13 @@ class RawAsker {
     return h;
   }
   void Close() { fd_ = UniqueFd(); }
+  // True once the server closed the connection (EOF or reset).
+  bool ClosedByServer() {
+    char b;
+    const ssize_t r = ::recv(fd_.get(), &b, 1, MSG_DONTWAIT);
+    if (r == 0) return true;
+    return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+  }
 
  private:
   UniqueFd fd_;
@@ -708,6 +733,246 @@ TEST(PeerDataSendfileTest, AnAskerClosingMidChunkDropsOnlyItsConnection) {
   std::string got;
   ASSERT_TRUE(FetchChunk(client, 0, kBig, &got).ok());
   EXPECT_TRUE(ArenaOwner::OneVersionOf(0, got));
+}
+
+// Threads of this process now (each is a /proc/self/task entry).
+int ProcessThreads() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+TEST(PeerDataPoolTest, ThreadsStayFlatWhileTwoThousandConnectionsAreServed) {
+  constexpr int kConnections = 2000;
+  // Both ends of each connection are fds of this process.
+  rlimit rl{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  const rlim_t want = 2 * kConnections + 512;
+  if (rl.rlim_cur < want) {
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+      GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << rl.rlim_max << " < "
+                   << want;
+    }
+    rl.rlim_cur = want;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &rl), 0);
+  }
+  Owner owner;
+  owner.Stop();
+  const int before = ProcessThreads();
+  PeerDataServer::Options o;
+  o.token = kToken;
+  o.threads = 4;
+  o.max_connections = 2 * kConnections;
+  o.max_connections_per_address = 2 * kConnections;
+  owner.Start(o, 0);
+  // The event loop and at most `threads` workers, however many connect.
+  const int most = before + 1 + o.threads;
+  int seen = ProcessThreads();
+  std::vector<std::unique_ptr<RawAsker>> askers;
+  for (int i = 0; i < kConnections; ++i) {
+    askers.push_back(std::make_unique<RawAsker>(owner.port()));
+    if (i % 100 == 0) seen = std::max(seen, ProcessThreads());
+  }
+  EXPECT_EQ(owner.server().stats().connections, uint64_t{kConnections});
+  const std::string& want_bytes = owner.file("b/two.bin");
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    // Every connection readable at once: the workers take them in turn.
+    for (auto& a : askers) a->Request(0, want_bytes.size(), "b/two.bin");
+    for (int i = 0; i < kConnections; ++i) {
+      const DataResponseHeader h = askers[i]->ReadHeader();
+      ASSERT_EQ(h.code, 0u) << "connection " << i;
+      ASSERT_EQ(askers[i]->Read(h.data_len), want_bytes) << "connection " << i;
+      if (i % 100 == 0) seen = std::max(seen, ProcessThreads());
+    }
+  }
+  // Counted once the answer is on its way (the asker may be faster).
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        return owner.server().stats().fetches == uint64_t{2 * kConnections};
+      },
+      absl::Seconds(10)));
+  const PeerDataServer::Stats st = owner.server().stats();
+  EXPECT_LE(seen, most);
+  EXPECT_LE(st.threads, 4u);
+  EXPECT_EQ(st.refused + st.refused_per_address + st.idle_closed, 0u);
+  std::printf("%d connections, 2 requests each: %d threads at most (%d "
+              "before the server), %llu workers\n",
+              kConnections, seen, before,
+              static_cast<unsigned long long>(st.threads));
+}
+
+TEST(PeerDataPoolTest, APinIsHeldByItsConnectionNotByAWorker) {
+  // One worker: two askers each hold a chunk sent by sendfile, unread-ack'd
+  // (release_wait is a minute); the worker served both all the same.
+  PeerDataServer::Options o = ArenaOwner::Defaults();
+  o.threads = 1;
+  ArenaOwner owner(o);
+  RawAsker a(owner.port()), b(owner.port());
+  for (auto [asker, chunk] : {std::pair{&a, 2u}, std::pair{&b, 3u}}) {
+    asker->Request(chunk, owner.chunk_bytes());
+    const DataResponseHeader h = asker->ReadHeader();
+    ASSERT_EQ(h.data_len, owner.chunk_bytes());
+    EXPECT_TRUE(ArenaOwner::OneVersionOf(chunk, asker->Read(h.data_len)));
+  }
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        return owner.server().stats().sendfile_bytes ==
+               2 * owner.chunk_bytes();
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(owner.released(), 0);
+  EXPECT_EQ(owner.server().stats().threads, 1u);
+  a.Close();
+  EXPECT_TRUE(testing::Eventually([&] { return owner.released() == 1; },
+                                  absl::Seconds(10)));
+  b.Close();
+  EXPECT_TRUE(testing::Eventually([&] { return owner.released() == 2; },
+                                  absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().early_releases, 0u);
+}
+
+TEST(PeerDataPoolTest, AConnectionIdlePastReleaseWaitReleasesItsPin) {
+  PeerDataServer::Options o = ArenaOwner::Defaults();
+  o.release_wait = absl::Milliseconds(300);
+  o.threads = 1;
+  ArenaOwner owner(o);
+  RawAsker asker(owner.port());
+  asker.Request(4, owner.chunk_bytes());
+  const DataResponseHeader h = asker.ReadHeader();
+  ASSERT_EQ(h.data_len, owner.chunk_bytes());
+  EXPECT_TRUE(ArenaOwner::OneVersionOf(4, asker.Read(h.data_len)));
+  // No next request, no close: the event loop releases the pin at
+  // release_wait, and the connection stays usable.
+  ASSERT_TRUE(testing::Eventually([&] { return owner.released() == 1; },
+                                  absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().early_releases, 1u);
+  EXPECT_FALSE(asker.ClosedByServer());
+  asker.Request(4, owner.chunk_bytes());
+  const DataResponseHeader h2 = asker.ReadHeader();
+  ASSERT_EQ(h2.data_len, owner.chunk_bytes());
+  const std::string data = asker.Read(h2.data_len);
+  EXPECT_TRUE(ArenaOwner::OneVersionOf(4, data));
+  EXPECT_EQ(Checksum(data.data(), data.size()), h2.checksum);
+  ASSERT_TRUE(testing::Eventually([&] { return owner.released() == 2; },
+                                  absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().early_releases, 2u);
+}
+
+TEST(PeerDataPoolTest, AHalfSentRequestHoldsNoWorker) {
+  Owner owner;
+  PeerDataServer::Options o;
+  o.token = kToken;
+  o.threads = 1;  // the hostile asker would hold the only one
+  o.handshake_timeout = absl::Seconds(1);
+  owner.Stop();
+  owner.Start(o, 0);
+  RawAsker hostile(owner.port());
+  hostile.Send(RawAsker::RequestBytes(0, 17, "b/two.bin").substr(0, 10));
+  // Its bytes are there before the client below has even connected, so
+  // the one worker meets them first (and must not wait for the rest).
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  for (int i = 0; i < 5; ++i) {
+    std::string got;
+    ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+    EXPECT_EQ(got, owner.file("b/two.bin"));
+  }
+  EXPECT_FALSE(hostile.ClosedByServer());
+  // handshake_timeout after its first byte the half request is dropped.
+  EXPECT_TRUE(testing::Eventually([&] { return hostile.ClosedByServer(); },
+                                  absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().request_timeouts, 1u);
+  std::string got;
+  EXPECT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+}
+
+TEST(PeerDataPoolTest, OverTheCapTheOldestIdleConnectionMakesRoom) {
+  Owner owner;
+  PeerDataServer::Options o;
+  o.token = kToken;
+  o.max_connections = 2;
+  owner.Stop();
+  owner.Start(o, 0);
+  RawAsker oldest(owner.port());
+  RawAsker newer(owner.port());
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  std::string got;
+  ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+  EXPECT_EQ(owner.server().stats().idle_closed, 1u);
+  EXPECT_EQ(owner.server().stats().refused, 0u);
+  EXPECT_TRUE(testing::Eventually([&] { return oldest.ClosedByServer(); },
+                                  absl::Seconds(10)));
+  EXPECT_FALSE(newer.ClosedByServer());
+}
+
+TEST(PeerDataPoolTest, IdleConnectionsAreClosedAfterIdleTimeout) {
+  Owner owner;
+  PeerDataServer::Options o;
+  o.token = kToken;
+  o.idle_timeout = absl::Milliseconds(300);
+  owner.Stop();
+  owner.Start(o, 0);
+  PeerDataClient client("127.0.0.1", owner.port(), ClientOptions());
+  std::string got;
+  ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return owner.server().stats().idle_timeouts == 1; },
+      absl::Seconds(10)));
+  EXPECT_EQ(owner.server().stats().connections, 0u);
+  // The asker's pooled connection is found closed and redialled.
+  ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+  EXPECT_EQ(client.connections_opened(), 2u);
+}
+
+TEST(PeerDataPoolTest, AnAskersPoolDropsConnectionsIdlePastItsTimeout) {
+  Owner owner;
+  PeerDataClient::Options co = ClientOptions();
+  co.idle_timeout = absl::Milliseconds(100);
+  PeerDataClient client("127.0.0.1", owner.port(), co);
+  std::string got;
+  ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+  EXPECT_EQ(client.connections_idle(), 1u);
+  absl::SleepFor(absl::Milliseconds(150));  // the timeout itself is tested
+  ASSERT_TRUE(Fetch(client, owner, "b/two.bin", &got).ok());
+  EXPECT_EQ(client.connections_opened(), 2u);
+  // The server sees the old one closed.
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return owner.server().stats().connections == 1; },
+      absl::Seconds(10)));
+}
+
+TEST(PeerDataPoolTest, ShutdownWithConnectionsParkedInEpollJoinsCleanly) {
+  const int before = ProcessThreads();
+  PeerDataServer::Options o = ArenaOwner::Defaults();
+  o.threads = 4;
+  auto owner = std::make_unique<ArenaOwner>(o);
+  std::vector<std::unique_ptr<RawAsker>> askers;
+  // Ten holding a pin, ten idle, one half way through a request.
+  for (uint32_t i = 0; i < 10; ++i) {
+    askers.push_back(std::make_unique<RawAsker>(owner->port()));
+    askers.back()->Request(i % ArenaOwner::kChunks, owner->chunk_bytes());
+    const DataResponseHeader h = askers.back()->ReadHeader();
+    ASSERT_EQ(h.data_len, owner->chunk_bytes());
+    askers.back()->Read(h.data_len);
+  }
+  for (int i = 0; i < 10; ++i) {
+    askers.push_back(std::make_unique<RawAsker>(owner->port()));
+  }
+  askers.push_back(std::make_unique<RawAsker>(owner->port()));
+  askers.back()->Send(RawAsker::RequestBytes(0, 1).substr(0, 7));
+  EXPECT_EQ(owner->server().stats().connections, 21u);
+  EXPECT_EQ(owner->released(), 0);
+  const absl::Time start = absl::Now();
+  owner->server().Shutdown();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(owner->released(), 10);  // every pin released
+  EXPECT_EQ(owner->server().stats().early_releases, 0u);
+  for (auto& a : askers) EXPECT_TRUE(a->ClosedByServer());
+  EXPECT_EQ(ProcessThreads(), before);  // every thread joined
+  owner.reset();
 }
 
 // PeerClient: with a DataPlane port announced over gRPC, chunk data goes
