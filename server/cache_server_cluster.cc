@@ -133,6 +133,7 @@ absl::Status CacheServer::StartPeerService(ChunkBackend* local) {
     PeerDataServer::Options d;
     d.token = config_.peer_token;
     d.use_sendfile = config_.peer_sendfile;
+    d.threads = config_.peer_data_threads;
     // pin_local hands over arena slots: sent from their segment files.
     d.locate_file = [arena = arena_.get()](absl::Span<const char> bytes,
                                            int* fd, uint64_t* offset) {

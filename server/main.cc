@@ -199,6 +199,10 @@ ABSL_FLAG(int32_t, peer_data_port, 0,
           "TCP port of the raw chunk stream to peers, on the host of "
           "--peer_address (0 = any free port, announced to peers over the "
           "peer port; -1 = off: chunk data over gRPC). Off with TLS");
+ABSL_FLAG(uint32_t, peer_data_threads, 32,
+          "Most threads serving the chunk stream to peers (started as "
+          "requests need them; connections wait in epoll without one): the "
+          "most peer fetches, source fills included, served at once");
 ABSL_FLAG(bool, peer_sendfile, true,
           "Send chunks to peers' chunk stream with sendfile(2) straight from "
           "the arena's segment files (false: write() them, one more copy)");
@@ -324,6 +328,8 @@ absl::StatusOr<dlcache::ServerConfig> ConfigFromFlags() {
   c.peer_timeout = absl::GetFlag(FLAGS_peer_timeout);
   c.peer_data_port = absl::GetFlag(FLAGS_peer_data_port);
   c.peer_sendfile = absl::GetFlag(FLAGS_peer_sendfile);
+  c.peer_data_threads =
+      static_cast<int>(std::max(1u, absl::GetFlag(FLAGS_peer_data_threads)));
   if (std::string f = absl::GetFlag(FLAGS_peer_token_file); !f.empty()) {
     absl::StatusOr<std::string> token =
         dlcache::ReadTokenFile(f, "--peer_token_file");

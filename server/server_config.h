@@ -160,6 +160,8 @@ struct ServerConfig {
   // Chunks of the arena go to the chunk stream with sendfile(2) from their
   // segment file (no copy on this side); false = write() them (a copy).
   bool peer_sendfile = true;
+  // Most worker threads of the chunk stream (PeerDataServer::Options).
+  int peer_data_threads = 32;
 
   // Test hooks. source_factory makes each dataset's Source (default:
   // OpenSource(source_root), server/source/source_factory.h); clock

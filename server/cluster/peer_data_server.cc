@@ -102,9 +102,8 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
     // to the hard one first).
     int64_t soft = 1024;
     if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-      soft = rl.rlim_cur == RLIM_INFINITY
-                 ? int64_t{1} << 20
-                 : static_cast<int64_t>(rl.rlim_cur);
+      soft = rl.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20
+                                          : static_cast<int64_t>(rl.rlim_cur);
     }
     server->max_connections_ =
         static_cast<int>(std::clamp<int64_t>((soft - 1024) / 2, 256, 65536));

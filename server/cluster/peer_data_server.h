@@ -141,8 +141,8 @@ class PeerDataServer {
   // Binds host:port (port 0 = any free port; host "" or "0.0.0.0" = all
   // IPv4, "::" or "[::]" = all). UNAVAILABLE if it cannot listen.
   static absl::StatusOr<std::unique_ptr<PeerDataServer>> Start(
-      Options options, const std::string& host, int port,
-      PinLocalFn pin_local, PeerServiceImpl::StatLocalFn stat_local);
+      Options options, const std::string& host, int port, PinLocalFn pin_local,
+      PeerServiceImpl::StatLocalFn stat_local);
 
   ~PeerDataServer();
   PeerDataServer(const PeerDataServer&) = delete;
@@ -162,13 +162,13 @@ class PeerDataServer {
     uint64_t refused = 0;              // over max_connections
     uint64_t refused_per_address = 0;  // over max_connections_per_address
     uint64_t handshake_timeouts = 0;   // closed without a hello in time
-    uint64_t thread_failures = 0;  // workers that could not be started
-    uint64_t threads = 0;          // workers running
+    uint64_t thread_failures = 0;      // workers that could not be started
+    uint64_t threads = 0;              // workers running
     // Idle authenticated connections closed to make room for a new one.
     uint64_t idle_closed = 0;
     uint64_t idle_timeouts = 0;     // closed after idle_timeout
     uint64_t request_timeouts = 0;  // a request not complete in time
-    uint64_t sendfile_bytes = 0;   // of bytes_sent, sent by sendfile
+    uint64_t sendfile_bytes = 0;    // of bytes_sent, sent by sendfile
     // Chunks sendfile could not send (EINVAL, ENOSYS, ...): written instead.
     uint64_t sendfile_fallbacks = 0;
     // Sent chunks whose pin was released at release_wait, before the
@@ -186,11 +186,11 @@ class PeerDataServer {
     ~Connection();
     uint64_t id = 0;
     UniqueFd fd;
-    std::string address;  // source address, for the per-address count
-    bool parked = false;  // in epoll, armed
+    std::string address;    // source address, for the per-address count
+    bool parked = false;    // in epoll, armed
     bool in_epoll = false;  // added to epoll (then re-armed with MOD)
-    uint64_t gen = 0;     // parkings so far: tells stale timers apart
-    bool idle = false;    // in idle_ (parked, no pin, no partial request)
+    uint64_t gen = 0;       // parkings so far: tells stale timers apart
+    bool idle = false;      // in idle_ (parked, no pin, no partial request)
     absl::Time idle_since;
     std::list<Connection*>::iterator idle_it;
     // Sent by sendfile and not known to be read yet.

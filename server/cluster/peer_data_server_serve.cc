@@ -45,8 +45,8 @@ bool SendError(int fd, const absl::Status& s, const FileInfo* info,
 }  // namespace
 
 void PeerDataServer::MaybeAddWorkerLocked() {
-  const bool wanted = workers_.empty() ||
-                      ready_.size() > static_cast<size_t>(idle_workers_);
+  const bool wanted =
+      workers_.empty() || ready_.size() > static_cast<size_t>(idle_workers_);
   if (!wanted || shut_down_ ||
       static_cast<int>(workers_.size()) >= std::max(1, options_.threads)) {
     return;
@@ -173,10 +173,9 @@ bool PeerDataServer::Answer(Connection* c) {
     // Checked before any data: the asker's version is gone, and the bytes
     // of this one are of no use to it.
     ReleasePin(&pin);
-    if (!SendError(fd,
-                   absl::FailedPreconditionError(
-                       "the owner has another version"),
-                   &info, deadline)) {
+    if (!SendError(
+            fd, absl::FailedPreconditionError("the owner has another version"),
+            &info, deadline)) {
       fetch_errors_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -221,7 +220,8 @@ void PeerDataServer::Park(Connection* c) {
       c->parked = true;
       ++c->gen;
       absl::Time first = absl::InfiniteFuture();
-      if (c->held.has_value() && options_.release_wait <= absl::ZeroDuration()) {
+      if (c->held.has_value() &&
+          options_.release_wait <= absl::ZeroDuration()) {
         early_releases_.fetch_add(1, std::memory_order_relaxed);
         unpin = std::move(c->held);
         c->held.reset();

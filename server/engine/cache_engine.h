@@ -337,8 +337,7 @@ class CacheEngine {
     uint64_t checksum = 0;
     ChunkEntry* entry = nullptr;
   };
-  absl::StatusOr<LocalChunk> PinLocal(const ChunkId& id,
-                                      ChunkBackend* backend);
+  absl::StatusOr<LocalChunk> PinLocal(const ChunkId& id, ChunkBackend* backend);
 
   // --- epoch plans (server/plan/): registration and progress ---
   //

@@ -62,8 +62,8 @@ class Owner {
   void Start(PeerDataServer::Options o, int port) {
     auto server = PeerDataServer::Start(
         o, "127.0.0.1", port,
-        [this](const ChunkId& id)
-            -> absl::StatusOr<PeerDataServer::PinnedChunk> {
+        [this](
+            const ChunkId& id) -> absl::StatusOr<PeerDataServer::PinnedChunk> {
           read_calls_.fetch_add(1);
           if (before_read) before_read();
           auto it = files_.find(std::string(id.path));
@@ -348,8 +348,8 @@ class ArenaOwner {
     }
     auto server = PeerDataServer::Start(
         o, "127.0.0.1", 0,
-        [this](const ChunkId& id)
-            -> absl::StatusOr<PeerDataServer::PinnedChunk> {
+        [this](
+            const ChunkId& id) -> absl::StatusOr<PeerDataServer::PinnedChunk> {
           const uint32_t i = id.chunk % kChunks;
           absl::MutexLock lock(&mu_);
           ++pins_[i];
@@ -799,10 +799,10 @@ TEST(PeerDataPoolTest, ThreadsStayFlatWhileTwoThousandConnectionsAreServed) {
   EXPECT_LE(seen, most);
   EXPECT_LE(st.threads, 4u);
   EXPECT_EQ(st.refused + st.refused_per_address + st.idle_closed, 0u);
-  std::printf("%d connections, 2 requests each: %d threads at most (%d "
-              "before the server), %llu workers\n",
-              kConnections, seen, before,
-              static_cast<unsigned long long>(st.threads));
+  std::printf(
+      "%d connections, 2 requests each: %d threads at most (%d "
+      "before the server), %llu workers\n",
+      kConnections, seen, before, static_cast<unsigned long long>(st.threads));
 }
 
 TEST(PeerDataPoolTest, APinIsHeldByItsConnectionNotByAWorker) {
@@ -820,8 +820,7 @@ TEST(PeerDataPoolTest, APinIsHeldByItsConnectionNotByAWorker) {
   }
   EXPECT_TRUE(testing::Eventually(
       [&] {
-        return owner.server().stats().sendfile_bytes ==
-               2 * owner.chunk_bytes();
+        return owner.server().stats().sendfile_bytes == 2 * owner.chunk_bytes();
       },
       absl::Seconds(10)));
   EXPECT_EQ(owner.released(), 0);
