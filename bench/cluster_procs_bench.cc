@@ -11,6 +11,7 @@
 //                       [--dlcached=<build>/server/dlcached] [--out=...]
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +118,8 @@ int Main(int argc, char** argv) {
   }
   const std::string token_file = work.path() + "/token";
   testing::WriteFileOrDie(token_file, "procs-bench-token\n");
+  // dlcached refuses a token file others may read.
+  ::chmod(token_file.c_str(), 0600);
   std::vector<std::unique_ptr<DlcachedProcess>> nodes;
   const absl::Time start_all = absl::Now();
   for (int i = 0; i < n; ++i) {

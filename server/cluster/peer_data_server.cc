@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -141,19 +142,25 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
         "peer data stream: cannot listen on ", host, ":", port, ": ", error));
   }
   server->epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  server->conn_epoll_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   server->wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!server->epoll_.valid() || !server->wake_.valid()) {
+  server->stop_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!server->epoll_.valid() || !server->conn_epoll_.valid() ||
+      !server->wake_.valid() || !server->stop_.valid()) {
     return absl::UnavailableError(absl::StrCat(
         "peer data stream: epoll/eventfd: ", std::strerror(errno)));
   }
   SetNonBlocking(server->listen_fd_.get());
-  for (const auto& [fd, tag] :
-       {std::pair{server->wake_.get(), kWakeTag},
-        std::pair{server->listen_fd_.get(), kListenTag}}) {
+  for (const auto& [ep, fd, tag] :
+       {std::tuple{server->epoll_.get(), server->wake_.get(), kWakeTag},
+        std::tuple{server->epoll_.get(), server->listen_fd_.get(), kListenTag},
+        // Level-triggered and never read: once written, every worker's
+        // epoll_wait returns it.
+        std::tuple{server->conn_epoll_.get(), server->stop_.get(), kStopTag}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
-    if (::epoll_ctl(server->epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
       return absl::UnavailableError(
           absl::StrCat("peer data stream: epoll_ctl: ", std::strerror(errno)));
     }
@@ -196,9 +203,12 @@ void PeerDataServer::Shutdown() {
     // Wakes workers blocked on a connection; the fds stay open (and their
     // numbers reserved) until the connections are destroyed below.
     for (auto& [id, c] : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
-    work_cv_.SignalAll();
   }
   WakeLoop();
+  if (stop_.valid()) {
+    uint64_t one = 1;
+    (void)!::write(stop_.get(), &one, sizeof(one));
+  }
   if (loop_.joinable()) loop_.join();
   // Closed now: askers get ECONNREFUSED at once, and the port can be bound
   // again; hellos in progress are closed.
@@ -217,7 +227,6 @@ void PeerDataServer::Shutdown() {
     conns = std::move(conns_);
     conns_.clear();
     idle_.clear();
-    ready_.clear();
   }
   // Releases the pins still held and closes the fds, outside mu_.
   conns.clear();
@@ -309,8 +318,6 @@ void PeerDataServer::EventLoop() {
         if (shut_down_) return;
       } else if (tag == kListenTag) {
         AcceptSome();
-      } else if ((tag & kConnBit) != 0) {
-        Dispatch(tag & ~kConnBit);
       } else {
         OnPendingReadable(static_cast<int>(tag));
       }
@@ -487,21 +494,6 @@ void PeerDataServer::HandOff(Pending p) {
   // Waits for its first request in epoll (a request already sent with the
   // hello makes it readable at once).
   Park(raw);
-}
-
-void PeerDataServer::Dispatch(uint64_t id) {
-  absl::MutexLock lock(&mu_);
-  auto it = conns_.find(id);
-  if (it == conns_.end() || !it->second->parked) return;
-  Connection* c = it->second.get();
-  c->parked = false;
-  if (c->idle) {
-    idle_.erase(c->idle_it);
-    c->idle = false;
-  }
-  ready_.push_back(c);
-  MaybeAddWorkerLocked();
-  work_cv_.Signal();
 }
 
 void PeerDataServer::MakeIdleLocked(Connection* c, absl::Time now) {

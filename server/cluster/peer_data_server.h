@@ -67,14 +67,16 @@ namespace dlcache {
 //    per-address limit) is closed to make room (counted in idle_closed;
 //    its asker redials on its next call); with none idle the new one is
 //    refused (the asker then uses gRPC for that call);
-//  * after the token checked out: the connection waits in the same epoll
-//    (one-shot) and costs no thread while idle. When a request's bytes
-//    arrive, one of at most `threads` worker threads (started as needed)
-//    reads what is there without blocking; a request not complete within
-//    handshake_timeout of its first byte closes the connection, so a
-//    half-sent header holds no worker. A complete request is answered by
-//    that worker, which then hands the connection back to epoll. A
-//    connection idle for idle_timeout is closed. When a worker cannot be
+//  * after the token checked out: the connection waits in a second epoll
+//    set (one-shot) and costs no thread while idle. At most `threads`
+//    worker threads (one more started whenever the last idle one takes a
+//    connection) wait on that set themselves; the one woken by a
+//    request's bytes reads what is there without blocking. A request not
+//    complete within handshake_timeout of its first byte closes the
+//    connection (the event loop keeps the timers), so a half-sent header
+//    holds no worker. A complete request is answered by that worker,
+//    which then re-arms the connection in epoll. A connection idle for
+//    idle_timeout is closed. When a worker cannot be
 //    started (RLIMIT_NPROC, a pids cgroup) the ones running serve
 //    (counted in thread_failures; with none, Start fails); nothing escapes.
 // The pin of a chunk sent by sendfile (above) is held by its connection
@@ -180,8 +182,8 @@ class PeerDataServer {
  private:
   // An authenticated connection. `parked` to `idle_it` are guarded by mu_;
   // the rest belongs to whoever holds the connection: the event loop while
-  // it is parked in epoll, one worker while it is queued or served (handed
-  // over under mu_). The destructor releases a held pin.
+  // it is parked in epoll, the worker that took it while it is served
+  // (handed over under mu_). The destructor releases a held pin.
   struct Connection {
     ~Connection();
     uint64_t id = 0;
@@ -225,8 +227,8 @@ class PeerDataServer {
 
   PeerDataServer(Options options, PinLocalFn pin_local,
                  PeerServiceImpl::StatLocalFn stat_local);
-  // The event loop thread: accepts, reads hellos, expires them and the
-  // timers, hands readable connections to the workers.
+  // The event loop thread: accepts, reads hellos, expires them, hands
+  // authenticated connections to the workers' epoll set, runs the timers.
   void EventLoop();
   // Fires due timers and idle timeouts; returns when the loop next must
   // wake (loop_next: its own hello expiries), also kept in loop_wake_at_.
@@ -239,10 +241,8 @@ class PeerDataServer {
   void DropPending(int fd);
   // Parks an authenticated connection in epoll (or closes it).
   void HandOff(Pending p);
-  // A parked connection became readable: queued for a worker.
-  void Dispatch(uint64_t id);
   void Worker();
-  // Starts a worker when all are busy and fewer than options_.threads run.
+  // Starts a worker when none is idle and fewer than options_.threads run.
   void MaybeAddWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Serves the readable connection c (owned by this worker until it is
   // parked or closed): at most one request.
@@ -257,6 +257,7 @@ class PeerDataServer {
   // Epoll tags of authenticated connections: their id with this bit
   // (pending ones are tagged with their fd).
   static constexpr uint64_t kConnBit = uint64_t{1} << 62;
+  static constexpr uint64_t kStopTag = 0;  // stop_ in conn_epoll_
   using Dropped = std::vector<std::unique_ptr<Connection>>;
   // Closes c: it moves to *drop, which the caller destroys outside mu_
   // (that releases its pin and fd).
@@ -289,7 +290,9 @@ class PeerDataServer {
   const PeerServiceImpl::StatLocalFn stat_local_;
   int max_connections_ = 0;
   UniqueFd listen_fd_;
-  UniqueFd epoll_;
+  UniqueFd epoll_;       // the event loop's: listener, hellos, wake_
+  UniqueFd conn_epoll_;  // the workers': authenticated connections, stop_
+  UniqueFd stop_;        // eventfd: Shutdown() stops the workers
   UniqueFd wake_;  // eventfd: wakes the event loop (shutdown, an early timer)
   int port_ = 0;
   std::thread loop_;
@@ -313,8 +316,6 @@ class PeerDataServer {
       ABSL_GUARDED_BY(mu_);
   // When the event loop wakes next (a timer due earlier must wake it).
   absl::Time loop_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::deque<Connection*> ready_ ABSL_GUARDED_BY(mu_);  // for the workers
-  absl::CondVar work_cv_;  // ready_ or shut_down_ changed
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
   int idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
   // Open connections (pending and served) per source address, and in all.

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -45,8 +46,8 @@ bool SendError(int fd, const absl::Status& s, const FileInfo* info,
 }  // namespace
 
 void PeerDataServer::MaybeAddWorkerLocked() {
-  const bool wanted =
-      workers_.empty() || ready_.size() > static_cast<size_t>(idle_workers_);
+  // One more when the last idle one took a connection (and one at Start).
+  const bool wanted = workers_.empty() || idle_workers_ == 0;
   if (!wanted || shut_down_ ||
       static_cast<int>(workers_.size()) >= std::max(1, options_.threads)) {
     return;
@@ -73,14 +74,33 @@ void PeerDataServer::Worker() {
   sigaddset(&pipe, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   for (;;) {
+    // The workers wait in epoll_wait themselves: a readable connection
+    // wakes one of them (one-shot: no other gets it until it is parked
+    // again), with no hand-off through another thread.
+    epoll_event ev;
+    const int n = ::epoll_wait(conn_epoll_.get(), &ev, 1, -1);
+    if (n < 0 && errno != EINTR) {
+      DLC_LOG(ERROR) << "peer data stream: epoll_wait: "
+                     << std::strerror(errno);
+      return;
+    }
+    if (n <= 0) continue;
+    if (ev.data.u64 == kStopTag) return;  // stop_: shutting down
     Connection* c;
     {
       absl::MutexLock lock(&mu_);
-      while (!shut_down_ && ready_.empty()) work_cv_.Wait(&mu_);
       if (shut_down_) return;
-      c = ready_.front();
-      ready_.pop_front();
+      auto it = conns_.find(ev.data.u64 & ~kConnBit);
+      // Closed meanwhile (by a timer or to make room), or not armed.
+      if (it == conns_.end() || !it->second->parked) continue;
+      c = it->second.get();
+      c->parked = false;
+      if (c->idle) {
+        idle_.erase(c->idle_it);
+        c->idle = false;
+      }
       --idle_workers_;
+      MaybeAddWorkerLocked();
     }
     ServeReady(c);
     absl::MutexLock lock(&mu_);
@@ -245,7 +265,7 @@ void PeerDataServer::Park(Connection* c) {
       ev.events = EPOLLIN | EPOLLONESHOT;
       ev.data.u64 = kConnBit | c->id;
       const int op = c->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-      if (::epoll_ctl(epoll_.get(), op, c->fd.get(), &ev) != 0) {
+      if (::epoll_ctl(conn_epoll_.get(), op, c->fd.get(), &ev) != 0) {
         CloseLocked(c, &drop);
         wake = false;
       } else {
