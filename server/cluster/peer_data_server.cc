@@ -332,8 +332,14 @@ absl::Time PeerDataServer::RunTimers(absl::Time now, absl::Time loop_next) {
   std::vector<std::optional<PinnedChunk>> unpin;
   absl::Time next;
   {
+    // Timers due within a slack of now fire together: every sendfile
+    // answer sets one (release_wait after it), and one wake-up per timer
+    // would cost the loop a wake-up per answer. A pin then goes up to the
+    // slack before release_wait, never after it.
+    const absl::Time horizon =
+        now + std::min(options_.release_wait / 8, absl::Milliseconds(25));
     absl::MutexLock lock(&mu_);
-    while (!timers_.empty() && timers_.top().at <= now) {
+    while (!timers_.empty() && timers_.top().at <= horizon) {
       const Timer t = timers_.top();
       timers_.pop();
       auto it = conns_.find(t.id);
