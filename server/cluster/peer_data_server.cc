@@ -165,11 +165,19 @@ absl::StatusOr<std::unique_ptr<PeerDataServer>> PeerDataServer::Start(
           absl::StrCat("peer data stream: epoll_ctl: ", std::strerror(errno)));
     }
   }
+  // A few workers now (a server that could never serve fails here); the
+  // others start as requests need them.
+  for (int i = 0; i < std::min(kInitialWorkers, server->options_.threads);
+       ++i) {
+    bool reserved;
+    {
+      absl::MutexLock lock(&server->mu_);
+      reserved = server->ReserveWorkerLocked();
+    }
+    if (reserved) server->StartWorker();
+  }
   {
-    // One worker now, so that a server that could never serve fails here;
-    // the others start as requests need them.
     absl::MutexLock lock(&server->mu_);
-    server->MaybeAddWorkerLocked();
     if (server->workers_.empty()) {
       return absl::UnavailableError(
           "peer data stream: cannot start a worker thread");
@@ -216,7 +224,10 @@ void PeerDataServer::Shutdown() {
   pending_.clear();
   std::vector<std::thread> workers;
   {
+    // A worker being started is in workers_ once starting_ is back to 0.
     absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* starting) { return *starting == 0; }, &starting_));
     workers = std::move(workers_);
   }
   // A worker finishes its request (its writes fail now) and closes it.

@@ -69,8 +69,8 @@ namespace dlcache {
 //    refused (the asker then uses gRPC for that call);
 //  * after the token checked out: the connection waits in a second epoll
 //    set (one-shot) and costs no thread while idle. At most `threads`
-//    worker threads (one more started whenever the last idle one takes a
-//    connection) wait on that set themselves; the one woken by a
+//    worker threads (4 at start, one more whenever fewer than 2 are idle)
+//    wait on that set themselves; the one woken by a
 //    request's bytes reads what is there without blocking. A request not
 //    complete within handshake_timeout of its first byte closes the
 //    connection (the event loop keeps the timers), so a half-sent header
@@ -117,9 +117,9 @@ class PeerDataServer {
     // Open at once from one source address (a node's askers keep about
     // their fill threads each).
     int max_connections_per_address = 64;
-    // Worker threads serving authenticated connections, started as
-    // requests need them: the most requests (and pin_local calls, which
-    // may read the source) in progress at once.
+    // Worker threads serving authenticated connections: the most requests
+    // (and pin_local calls, which may read the source) in progress at once.
+    // A few start with the server, more while fewer than two are idle.
     int threads = 32;
     absl::Duration handshake_timeout = absl::Seconds(5);
     absl::Duration send_timeout = absl::Seconds(30);
@@ -242,8 +242,13 @@ class PeerDataServer {
   // Parks an authenticated connection in epoll (or closes it).
   void HandOff(Pending p);
   void Worker();
-  // Starts a worker when none is idle and fewer than options_.threads run.
-  void MaybeAddWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a worker should start (fewer than kSpareWorkers idle, fewer
+  // than options_.threads in all): reserved, the caller must call
+  // StartWorker() (after releasing mu_).
+  bool ReserveWorkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartWorker() ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr int kInitialWorkers = 4;
+  static constexpr int kSpareWorkers = 2;
   // Serves the readable connection c (owned by this worker until it is
   // parked or closed): at most one request.
   void ServeReady(Connection* c);
@@ -317,7 +322,8 @@ class PeerDataServer {
   // When the event loop wakes next (a timer due earlier must wake it).
   absl::Time loop_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
-  int idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  int idle_workers_ ABSL_GUARDED_BY(mu_) = 0;  // in epoll_wait, or starting
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;      // reserved, not yet in workers_
   // Open connections (pending and served) per source address, and in all.
   absl::flat_hash_map<std::string, int> per_address_ ABSL_GUARDED_BY(mu_);
   int open_total_ ABSL_GUARDED_BY(mu_) = 0;

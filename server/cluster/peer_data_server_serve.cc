@@ -45,23 +45,41 @@ bool SendError(int fd, const absl::Status& s, const FileInfo* info,
 
 }  // namespace
 
-void PeerDataServer::MaybeAddWorkerLocked() {
-  // One more when the last idle one took a connection (and one at Start).
-  const bool wanted = workers_.empty() || idle_workers_ == 0;
-  if (!wanted || shut_down_ ||
-      static_cast<int>(workers_.size()) >= std::max(1, options_.threads)) {
+bool PeerDataServer::ReserveWorkerLocked() {
+  // A spare idle worker or two, so that a request rarely waits for a
+  // thread to start; never more than options_.threads in all.
+  if (shut_down_ || idle_workers_ >= kSpareWorkers ||
+      static_cast<int>(workers_.size()) + starting_ >=
+          std::max(1, options_.threads)) {
+    return false;
+  }
+  ++starting_;
+  ++idle_workers_;  // counted idle already: no second reservation for it
+  return true;
+}
+
+void PeerDataServer::StartWorker() {
+  // Started outside mu_: creating a thread takes long enough that the
+  // workers parking connections meanwhile should not wait for it.
+  std::thread t;
+  std::string error;
+  try {
+    t = std::thread([this] { Worker(); });
+  } catch (const std::system_error& e) {
+    error = e.what();
+  }
+  absl::MutexLock lock(&mu_);
+  --starting_;
+  if (t.joinable()) {
+    workers_.push_back(std::move(t));
     return;
   }
-  try {
-    workers_.emplace_back([this] { Worker(); });
-    ++idle_workers_;
-  } catch (const std::system_error& e) {
-    // No thread to be had (RLIMIT_NPROC, a pids cgroup): the running
-    // workers serve; requests wait longer.
-    if (thread_failures_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0) {
-      DLC_LOG(WARNING) << "peer data stream: cannot start a worker thread ("
-                       << e.what() << "); " << workers_.size() << " serve";
-    }
+  // No thread to be had (RLIMIT_NPROC, a pids cgroup): the running
+  // workers serve; requests wait longer.
+  --idle_workers_;
+  if (thread_failures_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0) {
+    DLC_LOG(WARNING) << "peer data stream: cannot start a worker thread ("
+                     << error << "); " << workers_.size() << " serve";
   }
 }
 
@@ -87,6 +105,7 @@ void PeerDataServer::Worker() {
     if (n <= 0) continue;
     if (ev.data.u64 == kStopTag) return;  // stop_: shutting down
     Connection* c;
+    bool spawn = false;
     {
       absl::MutexLock lock(&mu_);
       if (shut_down_) return;
@@ -100,8 +119,9 @@ void PeerDataServer::Worker() {
         c->idle = false;
       }
       --idle_workers_;
-      MaybeAddWorkerLocked();
+      spawn = ReserveWorkerLocked();
     }
+    if (spawn) StartWorker();
     ServeReady(c);
     absl::MutexLock lock(&mu_);
     ++idle_workers_;
