@@ -200,9 +200,10 @@ ABSL_FLAG(int32_t, peer_data_port, 0,
           "--peer_address (0 = any free port, announced to peers over the "
           "peer port; -1 = off: chunk data over gRPC). Off with TLS");
 ABSL_FLAG(uint32_t, peer_data_threads, 32,
-          "Most threads serving the chunk stream to peers (started as "
-          "requests need them; connections wait in epoll without one): the "
-          "most peer fetches, source fills included, served at once");
+          "Most threads serving the chunk stream to peers (4 at start, "
+          "more while fewer than 2 are idle; connections wait in epoll "
+          "without one): the most peer fetches, source fills included, "
+          "served at once");
 ABSL_FLAG(bool, peer_sendfile, true,
           "Send chunks to peers' chunk stream with sendfile(2) straight from "
           "the arena's segment files (false: write() them, one more copy)");
