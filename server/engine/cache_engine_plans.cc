@@ -46,7 +46,6 @@ void CacheEngine::CloseSession(uint64_t id) {
   }
 }
 
-
 absl::Status CacheEngine::RegisterPlan(uint64_t session,
                                        absl::string_view dataset,
                                        const PlanRegistration& r,

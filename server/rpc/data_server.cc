@@ -544,48 +544,6 @@ void DataServer::Loop::Complete(const std::shared_ptr<Conn>& c,
   }
 }
 
-std::string DataServer::Loop::EncodeBatch(uint64_t id,
-                                          absl::StatusOr<BatchResult> r,
-                                          CacheEngine* engine, uint64_t session,
-                                          uint32_t max_frame, Shared* shared) {
-  if (!r.ok()) {
-    return local::MakeFrame(
-        MsgType::kBatch, id,
-        local::EncodeBatchFailure(Code(r.status()), r.status().message()));
-  }
-  local::BatchReplyBuilder b(r->items.size());
-  std::vector<local::Handle> handles;
-  for (const BatchItem& item : r->items) {
-    if (!item.status.ok()) {
-      b.AddError(Code(item.status), item.status.message());
-      continue;
-    }
-    handles.clear();
-    for (const LeasedChunk& lc : item.chunks) {
-      handles.push_back(
-          {lc.segment, lc.offset, lc.length, lc.lease, lc.checksum, lc.index});
-    }
-    b.AddItem(item.file_size, item.chunk_count, item.hit, handles);
-  }
-  std::string frame = b.FinishFrame(MsgType::kBatch, id);
-  if (frame.size() - local::kHeaderSize > max_frame) {
-    // The client could not take it: give the leases back and say why.
-    std::vector<uint64_t> leases;
-    for (const BatchItem& item : r->items) {
-      for (const LeasedChunk& lc : item.chunks) leases.push_back(lc.lease);
-    }
-    engine->Release(session, leases);
-    shared->reply_limit_refusals.fetch_add(1, std::memory_order_relaxed);
-    absl::Status s = absl::ResourceExhaustedError(
-        absl::StrCat("the reply would be ", frame.size() - local::kHeaderSize,
-                     " bytes, over the limit of ", max_frame,
-                     " (--max_frame_bytes); ask for fewer keys or chunks"));
-    return local::MakeFrame(MsgType::kBatch, id,
-                            local::EncodeBatchFailure(Code(s), s.message()));
-  }
-  return frame;
-}
-
 DataServer::DataServer(std::shared_ptr<Shared> shared)
     : shared_(std::move(shared)) {}
 
