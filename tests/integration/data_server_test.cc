@@ -812,30 +812,42 @@ TEST_F(DataServerTest, ClientThatDoesNotReadIsDisconnected) {
 
 // What a client that is not among the dataset's readers gets, as exit codes
 // of a forked child that dropped to `uid` (0 = as expected).
-int DeniedChildChecks(const std::string& socket_path, uint32_t uid) {
+// In a forked child: drops to `uid`, connects to `socket_path` and says
+// hello as `name`. 0, or the exit code of the step that failed (10-13).
+int ChildHello(const std::string& socket_path, uint32_t uid, const char* name,
+               UniqueFd* fd, local::FrameReceiver* rx) {
   if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
       ::setuid(uid) != 0) {
     return 10;
   }
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  *fd = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
+  if (::connect(fd->get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
       0) {
     return 11;
   }
   timeval tv{20, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  local::FrameReceiver rx;
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   local::Hello h;
-  h.client_name = "denied";
-  if (!local::SendFrame(fd.get(), MsgType::kHello, 1, local::EncodeHello(h))
+  h.client_name = name;
+  if (!local::SendFrame(fd->get(), MsgType::kHello, 1, local::EncodeHello(h))
            .ok()) {
     return 12;
   }
-  absl::StatusOr<local::Frame> f = rx.Next(fd.get());
+  absl::StatusOr<local::Frame> f = rx->Next(fd->get());
   if (!f.ok() || f->type() != MsgType::kHelloReply) return 13;
+  return 0;
+}
+
+int DeniedChildChecks(const std::string& socket_path, uint32_t uid) {
+  UniqueFd fd;
+  local::FrameReceiver rx;
+  if (int rc = ChildHello(socket_path, uid, "denied", &fd, &rx); rc != 0) {
+    return rc;
+  }
+  absl::StatusOr<local::Frame> f;
   const int32_t denied =
       static_cast<int32_t>(absl::StatusCode::kPermissionDenied);
   const std::vector<std::string> keys = {"a"};
@@ -922,29 +934,12 @@ TEST_F(DataServerTest, ReadersOutsideThePolicyArePermissionDenied) {
 // Three listing refreshes of `ds` as `uid`, as exit codes of a forked child
 // (0 = every one answered with the file "a").
 int RefreshingChildChecks(const std::string& socket_path, uint32_t uid) {
-  if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 ||
-      ::setuid(uid) != 0) {
-    return 10;
-  }
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
-      0) {
-    return 11;
-  }
-  timeval tv{20, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  UniqueFd fd;
   local::FrameReceiver rx;
-  local::Hello h;
-  h.client_name = "refresher";
-  if (!local::SendFrame(fd.get(), MsgType::kHello, 1, local::EncodeHello(h))
-           .ok()) {
-    return 12;
+  if (int rc = ChildHello(socket_path, uid, "refresher", &fd, &rx); rc != 0) {
+    return rc;
   }
-  absl::StatusOr<local::Frame> f = rx.Next(fd.get());
-  if (!f.ok() || f->type() != MsgType::kHelloReply) return 13;
+  absl::StatusOr<local::Frame> f;
   for (uint64_t id = 2; id < 5; ++id) {
     local::ListRequest list;
     list.dataset = "ds";

@@ -81,15 +81,7 @@ class LargeFileTest : public ::testing::Test {
     c.keep_arena = false;
     c.ssd_dir = tmp_.path() + "/ssd";
     c.datasets = {{"default", data_.path()}};
-    c.source_factory =
-        [counting](
-            const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
-      auto posix = PosixSource::Open(d.source_root);
-      if (!posix.ok()) return posix.status();
-      *counting = std::make_shared<testing::CountingSource>(
-          std::shared_ptr<Source>(*std::move(posix)));
-      return *counting;
-    };
+    c.source_factory = testing::CountingSource::PosixFactory(counting);
     return c;
   }
 

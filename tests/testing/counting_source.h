@@ -2,6 +2,7 @@
 #define DLCACHE_TESTS_TESTING_COUNTING_SOURCE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/backend/source.h"
+#include "server/server_config.h"
+#include "server/source/posix_source.h"
 
 namespace dlcache::testing {
 
@@ -39,6 +42,23 @@ class CountingSource : public Source {
   }
   std::string Describe() const override {
     return "counting:" + inner_->Describe();
+  }
+
+  // A ServerConfig::source_factory that opens each dataset's root as a
+  // PosixSource wrapped in a CountingSource, stored in *out (the last one
+  // made; *out must outlive the server).
+  static std::function<
+      absl::StatusOr<std::shared_ptr<Source>>(const DatasetConfig&)>
+  PosixFactory(std::shared_ptr<CountingSource>* out) {
+    return
+        [out](
+            const DatasetConfig& d) -> absl::StatusOr<std::shared_ptr<Source>> {
+          auto posix = PosixSource::Open(d.source_root);
+          if (!posix.ok()) return posix.status();
+          *out = std::make_shared<CountingSource>(
+              std::shared_ptr<Source>(*std::move(posix)));
+          return *out;
+        };
   }
 
   uint64_t reads() const { return reads_.load(); }

@@ -932,19 +932,25 @@ class GpuLoader:
             raise _client_error(self._fns, rc, "get_batch")
         return b
 
-    def _check_items(self, b, keys):
-        """Per-item sizes and chunk counts; raises for a failed item."""
+    def _item_info(self, b, i, key):
+        """Item i of batch b's dlc_item_info; raises for an item the cache
+        could not serve (the message names the key)."""
         from ._client import DlcacheError
         info = _ItemInfo()
+        rc = self._fns["dlc_batch_item"](b, i, ctypes.byref(info))
+        if rc != _OK:
+            raise _client_error(self._fns, rc, "batch item")
+        if info.code != _OK:
+            err = (self._fns["dlc_batch_item_error"](b, i) or b"").decode(
+                errors="replace")
+            raise DlcacheError(info.code, "%s: %s" % (key, err))
+        return info
+
+    def _check_items(self, b, keys):
+        """Per-item sizes and chunk counts; raises for a failed item."""
         sizes, nchunks = [], []
         for i, key in enumerate(keys):
-            rc = self._fns["dlc_batch_item"](b, i, ctypes.byref(info))
-            if rc != _OK:
-                raise _client_error(self._fns, rc, "batch item")
-            if info.code != _OK:
-                err = (self._fns["dlc_batch_item_error"](b, i) or b"").decode(
-                    errors="replace")
-                raise DlcacheError(info.code, "%s: %s" % (key, err))
+            info = self._item_info(b, i, key)
             sizes.append(info.size)
             nchunks.append(info.num_chunks)
         return sizes, nchunks
@@ -1072,15 +1078,7 @@ class GpuLoader:
     def _item_bytes(self, b, i, key):
         """Item i of batch b as bytes; raises for an item the cache could
         not serve."""
-        from ._client import DlcacheError
-        info = _ItemInfo()
-        rc = self._fns["dlc_batch_item"](b, i, ctypes.byref(info))
-        if rc != _OK:
-            raise _client_error(self._fns, rc, "batch item")
-        if info.code != _OK:
-            err = (self._fns["dlc_batch_item_error"](b, i) or b"").decode(
-                errors="replace")
-            raise DlcacheError(info.code, "%s: %s" % (key, err))
+        info = self._item_info(b, i, key)
         buf = ctypes.create_string_buffer(max(int(info.size), 1))
         if info.size:
             rc = self._fns["dlc_batch_copy_item"](
