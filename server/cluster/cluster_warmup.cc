@@ -30,6 +30,8 @@ JobProgress Merge(const std::vector<Share>& shares) {
   JobProgress out;
   bool all_done = true, all_listed = true, first = true;
   uint64_t failed = 0, skipped_sum = 0, answered = 0;
+  // The fewest files a failed node finished (of the whole listing).
+  uint64_t failed_node_done = UINT64_MAX;
   for (const Share& sh : shares) {
     const JobProgress& p = sh.last;
     out.files_total = std::max(out.files_total, p.files_total);
@@ -37,9 +39,10 @@ JobProgress Merge(const std::vector<Share>& shares) {
     out.bytes_done += p.bytes_done;
     all_done = all_done && sh.finished;
     if (!sh.status.ok()) {
-      // A node that failed leaves its share of every file not done.
-      failed = std::max<uint64_t>(
-          failed, std::max<uint64_t>(1, p.files_total - p.files_done));
+      // A node that failed leaves its share of every file it had not
+      // finished not done, also those it had not listed yet (counted
+      // against the whole listing below).
+      failed_node_done = std::min(failed_node_done, p.files_done);
       out.AddFailure(
           absl::StrCat("node ", sh.node->id, ": ", sh.status.ToString()));
       continue;
@@ -60,6 +63,12 @@ JobProgress Merge(const std::vector<Share>& shares) {
     for (const std::string& f : p.failures) {
       if (!out.AddFailure(absl::StrCat("node ", sh.node->id, ": ", f))) break;
     }
+  }
+  if (failed_node_done != UINT64_MAX) {
+    failed = std::max<uint64_t>(
+        failed, std::max<uint64_t>(1, out.files_total > failed_node_done
+                                          ? out.files_total - failed_node_done
+                                          : 0));
   }
   const uint64_t slack = answered > 0 ? (answered - 1) * out.files_total : 0;
   out.files_skipped = skipped_sum > slack ? skipped_sum - slack : 0;

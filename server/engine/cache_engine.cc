@@ -549,13 +549,20 @@ absl::Status CacheEngine::Warmup(const WarmupSpec& spec,
     plan.bytes = info.size;
     if (plan.status.ok() && by_owner) {
       plan.bytes = 0;
+      bool owns_any = false;
       const uint32_t count = tier_->ChunkCount(info.size);
       for (uint32_t c = 0; c < count; ++c) {
         if (owned_(ChunkId{datasets_[*ds], path, c})) {
+          owns_any = true;
           plan.bytes += std::min<uint64_t>(tier_->chunk_size(),
                                            info.size - c * tier_->chunk_size());
         }
       }
+      // A file none of whose chunks this node owns is done (skipped) on
+      // the listing thread: no worker, and no record in the tier, which
+      // on 1.3M files would cost every node the whole listing's metadata
+      // (issue 35).
+      if (!owns_any) plan.parts = 0;
     }
     return plan;
   };

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/fill/job_progress.h"
+#include "server/fill/warmup_spec.h"
 #include "tests/testing/temp_dir.h"
 
 namespace dlcache::testing {
@@ -172,6 +174,107 @@ TEST_F(ClusterSimTest, SlowNodeIsSkipped) {
   EXPECT_LE(on_p99, 2 * source_on[0]);
   EXPECT_GT(sim_->counters().slow_marks, 0u);
   EXPECT_EQ(sim_->counters().failed_items, 0u);
+}
+
+// `dlcachectl warmup --cluster` (issue 35 item 3) through the real path
+// (the admin API's Warmup with spec.cluster, RunClusterWarmup, each
+// node's owned-only share over the peers' WarmupShare) on 32 nodes and
+// 20,000 files in ImageNet's layout. A node dies mid-way: the report
+// names its failure; after its restart a second warm-up completes the
+// rest, and the source is read exactly once per file over both.
+TEST(ClusterSimWarmupTest, WarmsEveryShareOnceAndResumesAfterARestart) {
+  TempDir dir("/dev/shm");
+  ClusterSim::Options o;
+  o.nodes = kNodes;
+  o.files_per_node = 625;
+  o.chunk_bytes = 512;
+  o.arena_shares = 2;
+  o.lease_headroom_chunks = 16;
+  o.shm_dir = dir.Sub("arenas");
+  absl::StatusOr<std::unique_ptr<ClusterSim>> created = ClusterSim::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ClusterSim& sim = **created;
+  const uint64_t files = sim.dataset_chunks();
+  ASSERT_EQ(files, 20000u);
+
+  constexpr int kAsker = 0;
+  constexpr int kVictim = 7;
+  // The victim dies after filling about half its share.
+  sim.HoldFillsAfter(kVictim, o.files_per_node / 2);
+  WarmupSpec spec;
+  spec.parallelism = 4;
+  std::vector<JobProgress> seen;
+  bool stopped = false;
+  absl::Status s = sim.WarmupCluster(kAsker, spec, [&](const JobProgress& p) {
+    seen.push_back(p);
+    if (!stopped && sim.Held(kVictim)) {
+      sim.StopNode(kVictim);
+      stopped = true;
+    }
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(stopped);
+  ASSERT_GE(seen.size(), 2u);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GE(seen[i].files_done, seen[i - 1].files_done);
+    EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done);
+    EXPECT_FALSE(seen[i - 1].done);
+  }
+  const JobProgress& first = seen.back();
+  EXPECT_TRUE(first.done);
+  EXPECT_TRUE(first.listing_done);
+  EXPECT_EQ(first.files_total, files);
+  // The victim's share was listed only in part before it died.
+  EXPECT_LE(first.bytes_total, files * o.chunk_bytes);
+  EXPECT_EQ(first.files_done, files);
+  // Files whose share on the victim was not done, listed by it or not:
+  // at least its owned files missing.
+  EXPECT_GE(first.files_failed, sim.OwnedMissing(kAsker));
+  EXPECT_GT(sim.OwnedMissing(kAsker), 0u);
+  EXPECT_LT(first.bytes_done, files * o.chunk_bytes);
+  ASSERT_FALSE(first.failures.empty());
+  bool names_victim = false;
+  for (const std::string& f : first.failures) {
+    names_victim =
+        names_victim || (f.find(sim.address(kVictim)) != std::string::npos &&
+                         f.find("UNAVAILABLE") != std::string::npos);
+  }
+  EXPECT_TRUE(names_victim) << first.failures[0];
+  // Every read so far filled a share; the report counts them as done
+  // but for the victim's last ones (its progress stopped with it).
+  const uint64_t reads_first = sim.counters().source_reads;
+  EXPECT_LE(first.bytes_done, reads_first * o.chunk_bytes);
+  EXPECT_GE(first.bytes_done,
+            (reads_first - o.files_per_node / 2) * o.chunk_bytes);
+  EXPECT_LT(reads_first, files);
+
+  // The victim comes back with its arena; everyone has seen it by the
+  // next DNS refresh. The second warm-up reads only what is missing.
+  ASSERT_TRUE(sim.StartNode(kVictim).ok());
+  sim.AdvanceTo(sim.now() + absl::Seconds(11));
+  seen.clear();
+  s = sim.WarmupCluster(kAsker, spec, [&](const JobProgress& p) {
+    seen.push_back(p);
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_FALSE(seen.empty());
+  const JobProgress& second = seen.back();
+  EXPECT_TRUE(second.done);
+  EXPECT_EQ(second.files_total, files);
+  EXPECT_EQ(second.files_done, files);
+  EXPECT_EQ(second.files_failed, 0u);
+  EXPECT_TRUE(second.failures.empty());
+  EXPECT_EQ(second.bytes_total, files * o.chunk_bytes);
+  EXPECT_EQ(second.bytes_done, second.bytes_total);
+  // Files cached before (every node's share of them): all but the
+  // victim's missing ones.
+  EXPECT_EQ(second.files_skipped, reads_first);
+  EXPECT_EQ(sim.counters().source_reads, files);
+  EXPECT_EQ(sim.OwnedMissing(kAsker), 0u);
+  EXPECT_EQ(sim.CachedChunks(), files);
+  RecordProperty("progress_reports", std::to_string(seen.size()));
 }
 
 }  // namespace

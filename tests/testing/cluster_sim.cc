@@ -7,16 +7,20 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/key.h"
 #include "common/logging.h"
+#include "server/cluster/cluster_warmup.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/peer.h"
 #include "server/engine/cache_engine.h"
 #include "server/memory/arena.h"
+#include "server/memory/size_classes.h"
 #include "server/source/source_backend.h"
 #include "server/tier/memory_tier.h"
 
@@ -29,6 +33,12 @@ constexpr int kPort = 7070;
 constexpr int64_t kMtime = 1700000000000000000;
 
 thread_local int64_t charged_ns = 0;
+
+// A chunk's slot in the arena: size classes start at a page
+// (server/memory/size_classes.h), so small chunks take a page each.
+uint64_t SlotBytes(uint64_t chunk_bytes) {
+  return std::max<uint64_t>(chunk_bytes, SizeClasses::kPage);
+}
 
 std::string NodeIp(int i) {
   return absl::StrCat("10.", (i >> 16) & 255, ".", (i >> 8) & 255, ".",
@@ -76,10 +86,27 @@ class ClusterSim::SimSource : public Source {
     }
     return absl::OkStatus();
   }
+  // Class directory by class directory, each in name order, as a
+  // sorted listing of ImageNet's train/ would come.
   absl::Status List(
-      absl::string_view,
-      absl::FunctionRef<bool(absl::string_view, const FileInfo&)>) override {
-    return absl::UnimplementedError("List");
+      absl::string_view prefix,
+      absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) override {
+    const std::vector<std::string>& files = sim_->files_;
+    const size_t dirs = std::min<size_t>(1000, files.size());
+    bool any = false;
+    for (size_t d = 0; d < dirs; ++d) {
+      for (size_t f = d; f < files.size(); f += 1000) {
+        const std::string& path = files[f];
+        if (!prefix.empty() && path != prefix &&
+            !absl::StartsWith(path, absl::StrCat(prefix, "/"))) {
+          break;  // a whole directory is in or out
+        }
+        any = true;
+        if (!fn(path, FileInfo{chunk_, kMtime})) return absl::OkStatus();
+      }
+    }
+    if (!any && !prefix.empty()) return absl::NotFoundError(prefix);
+    return absl::OkStatus();
   }
   std::string Describe() const override { return "sim"; }
   uint64_t reads() const { return reads_.load(); }
@@ -115,10 +142,17 @@ struct ClusterSim::Node {
   double slow = 1;
   uint64_t seen_version = 0;
   absl::Duration next_refresh;
+  std::atomic<int64_t> busy_ns{0};    // simulated time charged to fills
+  std::atomic<bool> stopping{false};  // cancels the warm-up shares
 
   absl::Mutex mu;
   absl::flat_hash_map<int, PairState> pairs ABSL_GUARDED_BY(mu);
   int64_t batch_max_ns ABSL_GUARDED_BY(mu) = 0;
+  int warmups ABSL_GUARDED_BY(mu) = 0;  // WarmupShare calls running
+  // HoldFillsAfter: fills past `gate` wait until the node stops.
+  int64_t gate ABSL_GUARDED_BY(mu) = -1;
+  int64_t fills ABSL_GUARDED_BY(mu) = 0;
+  int held ABSL_GUARDED_BY(mu) = 0;
 };
 
 class ClusterSim::SimPeer : public Peer {
@@ -197,6 +231,39 @@ class ClusterSim::SimPeer : public Peer {
     return t->engine->StatVia(dataset, path, t->sources.get());
   }
 
+  // As PeerService runs it: the owner's owned-only warm-up, its progress
+  // streamed back. A node stopped meanwhile cancels it; the asker sees
+  // what a broken stream gives, UNAVAILABLE.
+  absl::Status WarmupShare(const WarmupSpec& spec,
+                           const JobProgressFn& on_progress,
+                           absl::Duration) override {
+    Node* t = target_ < 0 ? nullptr : sim_->nodes_[target_].get();
+    SimClock::Charge(sim_->options_.hop);
+    if (t == nullptr) return absl::UnavailableError("no such node");
+    {
+      absl::MutexLock lock(&t->mu);
+      if (!t->up || t->stopping.load()) {
+        sim_->fetch_down_.fetch_add(1, std::memory_order_relaxed);
+        return absl::UnavailableError("node down");
+      }
+      ++t->warmups;
+    }
+    absl::Cleanup done = [t] {
+      absl::MutexLock lock(&t->mu);
+      --t->warmups;
+    };
+    absl::Status s = t->engine->Warmup(
+        spec,
+        [&](const JobProgress& p) {
+          return !t->stopping.load() && (!on_progress || on_progress(p));
+        },
+        absl::Milliseconds(200), /*owned_only=*/true);
+    if (t->stopping.load()) {
+      return absl::UnavailableError("node restarted during the warm-up");
+    }
+    return s;
+  }
+
  private:
   ClusterSim* const sim_;
   const int asker_;
@@ -246,8 +313,20 @@ class ClusterSim::TimedBackend : public ChunkBackend {
   absl::Status ReadChunk(const ChunkId& id, const FileInfo& info,
                          absl::Span<char> dst, uint64_t* checksum,
                          ChunkOrigin* origin) override {
+    {
+      absl::MutexLock lock(&node_->mu);
+      if (node_->gate >= 0 && ++node_->fills > node_->gate) {
+        // A node dying mid-fill: nothing more is read.
+        ++node_->held;
+        node_->mu.Await(absl::Condition(
+            +[](Node* n) { return n->stopping.load(); }, node_));
+        --node_->held;
+        return absl::UnavailableError("node stopped");
+      }
+    }
     absl::Status s = next_->ReadChunk(id, info, dst, checksum, origin);
     const int64_t ns = absl::ToInt64Nanoseconds(SimClock::TakeCharged());
+    node_->busy_ns.fetch_add(ns, std::memory_order_relaxed);
     absl::MutexLock lock(&node_->mu);
     node_->batch_max_ns = std::max(node_->batch_max_ns, ns);
     return s;
@@ -316,7 +395,7 @@ absl::Status ClusterSim::BuildNode(int i) {
   a.total_bytes = (static_cast<uint64_t>(std::ceil(options_.arena_shares *
                                                    options_.files_per_node)) +
                    options_.lease_headroom_chunks) *
-                  options_.chunk_bytes;
+                  SlotBytes(options_.chunk_bytes);
   a.segment_bytes = a.total_bytes;
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(a);
   if (!arena.ok()) return arena.status();
@@ -394,14 +473,48 @@ absl::Status ClusterSim::StartServing(Node& n) {
   n.engine = std::make_unique<CacheEngine>(std::vector<std::string>{kDataset},
                                            n.tier.get(), n.timed.get(),
                                            n.sources.get(), e);
+  // The warm-up hooks as CacheServer sets them on a multi-node server.
+  Node* np = &n;
+  n.engine->SetWarmupHooks(
+      [np](const ChunkId& id) {
+        const ClusterNode* owner = np->membership->placement()->Owner(id);
+        return owner == nullptr || owner->id == np->self.id;
+      },
+      [np](const WarmupSpec& spec, const JobProgressFn& emit) {
+        absl::StatusOr<std::string> prefix = NormalizePrefix(spec.prefix);
+        if (!prefix.ok()) return prefix.status();
+        ClusterWarmupTargets targets;
+        targets.membership = np->membership.get();
+        targets.connector = np->connector.get();
+        targets.self_id = np->self.id;
+        targets.warm_local = [np](const WarmupSpec& share,
+                                  const JobProgressFn& on_progress) {
+          return np->engine->Warmup(share, on_progress, absl::Milliseconds(200),
+                                    /*owned_only=*/true);
+        };
+        return RunClusterWarmup(targets, spec, *prefix, emit);
+      });
   n.session = n.engine->OpenSession();
+  n.stopping.store(false);
+  absl::MutexLock lock(&n.mu);
+  n.gate = -1;
   n.up = true;
   return absl::OkStatus();
 }
 
 void ClusterSim::StopServing(Node& n) {
   if (!n.up) return;
-  n.up = false;
+  {
+    // Shares of a warm-up running here see `stopping` at their next
+    // progress report and end; the engine goes only after them.
+    n.stopping.store(true);
+    absl::MutexLock lock(&n.mu);
+    n.mu.Await(absl::Condition(
+        +[](Node* node)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return node->warmups == 0; },
+        &n));
+    n.up = false;
+  }
   n.engine->CloseSession(n.session);
   n.engine.reset();
   const PeerRouter::Stats s = n.router->stats();
@@ -608,6 +721,55 @@ std::string ClusterSim::OwnerOf(int node, uint32_t f) const {
   const ClusterNode* owner =
       n.membership->placement()->Owner(ChunkId{kDataset, files_[f], 0});
   return owner == nullptr ? "" : owner->id;
+}
+
+absl::Status ClusterSim::WarmupCluster(int node, WarmupSpec spec,
+                                       const JobProgressFn& emit) {
+  Node& n = *nodes_[node];
+  if (!n.up) return absl::FailedPreconditionError("node is down");
+  spec.dataset = kDataset;
+  spec.cluster = true;
+  return n.engine->Warmup(spec, emit);
+}
+
+uint64_t ClusterSim::OwnedMissing(int node) const {
+  const std::shared_ptr<const Placement> p =
+      nodes_[node]->membership->placement();
+  const uint32_t ds = *nodes_[node]->engine->DatasetId(kDataset);
+  uint64_t missing = 0;
+  for (const std::string& f : files_) {
+    const ClusterNode* owner = p->Owner(ChunkId{kDataset, f, 0});
+    if (owner == nullptr) {
+      ++missing;
+      continue;
+    }
+    const Node& o = *nodes_[by_address_.at(owner->address)];
+    if (o.tier->CachedChunks(ds, f) == 0) ++missing;
+  }
+  return missing;
+}
+
+uint64_t ClusterSim::CachedChunks() const {
+  uint64_t used = 0;
+  for (const auto& n : nodes_) used += n->tier->Stats().used_bytes;
+  return used / SlotBytes(options_.chunk_bytes);
+}
+
+absl::Duration ClusterSim::BusyTime(int node) const {
+  return absl::Nanoseconds(nodes_[node]->busy_ns.load());
+}
+
+void ClusterSim::HoldFillsAfter(int node, int64_t fills) {
+  Node& n = *nodes_[node];
+  absl::MutexLock lock(&n.mu);
+  n.fills = 0;
+  n.gate = fills;
+}
+
+bool ClusterSim::Held(int node) const {
+  Node& n = *nodes_[node];
+  absl::MutexLock lock(&n.mu);
+  return n.held > 0;
 }
 
 bool ClusterSim::up(int node) const { return nodes_[node]->up; }

@@ -15,6 +15,8 @@
 #include "common/clock.h"
 #include "server/cluster/peer_router.h"
 #include "server/cluster/placement.h"
+#include "server/fill/job_progress.h"
+#include "server/fill/warmup_spec.h"
 
 namespace dlcache::testing {
 
@@ -48,8 +50,10 @@ class SimClock : public Clock {
 // Membership fed by a simulated DNS name through the real Resolver seam,
 // over an in-memory Peer transport that calls the owner's
 // CacheEngine::ReadLocal on the asker's thread. The source is one shared
-// in-memory dataset of one-chunk files whose reads are counted per chunk
-// and charged a simulated latency.
+// synthetic dataset of one-chunk files in ImageNet's layout (1,000 class
+// directories; bytes made from the file's index and the offset, so 1.3M
+// files cost only their names), listable, whose reads are counted per
+// chunk and charged a simulated latency.
 //
 // One driver thread (the caller) moves simulated time, refreshes each
 // node's membership on its own refresh schedule, restarts nodes and issues
@@ -124,6 +128,31 @@ class ClusterSim {
   absl::Status StartNode(int node, bool keep_arena = true);
   bool up(int node) const;
 
+  // `dlcachectl warmup --cluster` asked of node `node` (must be up): the
+  // admin API's path, CacheEngine::Warmup with spec.cluster, whose cluster
+  // hook (as CacheServer sets it) runs RunClusterWarmup over this node's
+  // placement, the other nodes' shares through the in-memory Peer's
+  // WarmupShare (the owner's CacheEngine::Warmup, owned chunks only, as
+  // PeerService runs it). StopNode of a node whose share runs cancels it
+  // and its share answers UNAVAILABLE, as a broken stream would. `emit`
+  // runs on the calling thread and may call StopNode / StartNode.
+  absl::Status WarmupCluster(int node, WarmupSpec spec,
+                             const JobProgressFn& emit);
+  // Files whose owner (by node `node`'s placement) does not hold them,
+  // and chunks held over all nodes (a warm cluster: 0 and the dataset).
+  uint64_t OwnedMissing(int node) const;
+  // A node that dies mid-way: after `fills` more chunk fills of node
+  // `node` (not counting any source read), its fills wait until StopNode
+  // and then fail UNAVAILABLE. Held: a fill is waiting. Cleared by
+  // StartNode.
+  void HoldFillsAfter(int node, int64_t fills);
+  bool Held(int node) const;
+  uint64_t CachedChunks() const;
+  // Simulated time charged to node `node`'s fills (source reads, peer
+  // hops) since it was built; a warm-up with P workers per node takes
+  // about the largest delta / P.
+  absl::Duration BusyTime(int node) const;
+
   // Restarts every node's engine and router with new router options
   // (tiers kept), e.g. to compare skip rules in one run.
   absl::Status RestartAll(const PeerRouter::Options& router);
@@ -163,6 +192,7 @@ class ClusterSim {
   // The owner of file `f` by node `node`'s current placement.
   std::string OwnerOf(int node, uint32_t f) const;
   const std::string& address(int node) const;
+  const std::string& file(uint32_t f) const { return files_[f]; }
 
  private:
   struct Node;
