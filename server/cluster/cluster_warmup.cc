@@ -43,6 +43,10 @@ JobProgress Merge(const std::vector<Share>& shares) {
       // finished not done, also those it had not listed yet (counted
       // against the whole listing below).
       failed_node_done = std::min(failed_node_done, p.files_done);
+      // Its share of a file is cached only where it said so: leaving it
+      // out would count the files only it owns as cached everywhere.
+      skipped_sum += p.files_skipped;
+      ++answered;
       out.AddFailure(
           absl::StrCat("node ", sh.node->id, ": ", sh.status.ToString()));
       continue;

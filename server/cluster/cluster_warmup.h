@@ -33,13 +33,14 @@ struct ClusterWarmupTargets {
 // of it is, already cached once every node's share of it was (counted from the
 // nodes' totals: exact for a cold or a warm cluster, else a lower bound),
 // bytes add up, failures are capped at JobProgress::kMaxFailures. A
-// node that fails is reported in the progress (failures, files_failed),
-// not as the call's status, except this node's own error (other than
-// CANCELLED), which is returned. emit returning false cancels every share
-// and the call returns CANCELLED after the final progress, as every listed
-// job does. `spec` must already be checked (dataset, prefix); `prefix` is
-// its normalised prefix, for the log. Blocks until every share has
-// finished.
+// node that fails is reported in the progress (failures, and in
+// files_failed every file whose share on it was not finished, listed by it
+// yet or not; its share counts as not cached), not as the call's status, except
+// this node's own error (other than CANCELLED), which is returned. emit
+// returning false cancels every share and the call returns CANCELLED after the
+// final progress, as every listed job does. `spec` must already be checked
+// (dataset, prefix); `prefix` is its normalised prefix, for the log. Blocks
+// until every share has finished.
 absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
                               const WarmupSpec& spec, absl::string_view prefix,
                               const JobProgressFn& emit);

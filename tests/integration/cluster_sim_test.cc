@@ -232,6 +232,9 @@ TEST(ClusterSimWarmupTest, WarmsEveryShareOnceAndResumesAfterARestart) {
   // at least its owned files missing.
   EXPECT_GE(first.files_failed, sim.OwnedMissing(kAsker));
   EXPECT_GT(sim.OwnedMissing(kAsker), 0u);
+  // A cold cluster: nothing was cached before, the dead node's files
+  // included.
+  EXPECT_EQ(first.files_skipped, 0u);
   EXPECT_LT(first.bytes_done, files * o.chunk_bytes);
   ASSERT_FALSE(first.failures.empty());
   bool names_victim = false;
