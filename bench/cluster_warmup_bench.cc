@@ -146,10 +146,12 @@ absl::StatusOr<Row> RunSize(int n, const std::string& dir) {
   return row;
 }
 
-std::string Report(const std::vector<Row>& rows) {
+std::string Report(const std::vector<Row>& rows, const std::string& load) {
   std::string out = absl::StrCat(
-      "# cluster_warmup_bench (issue 35, item 3)\n\n", DescribeMachine(), ", ",
-      absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
+      "# cluster_warmup_bench (issue 35, item 3)\n\n", DescribeMachine(),
+      ", load before ", load, " / after ", LoadAverage(),
+      " (the bench's own threads count), ",
+      absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()),
       ". `cluster_warmup_bench --sizes=", absl::GetFlag(FLAGS_sizes),
       " --files=", absl::GetFlag(FLAGS_files),
       " --file_bytes=", absl::GetFlag(FLAGS_file_bytes),
@@ -201,6 +203,7 @@ int Main(int argc, char** argv) {
     absl::FPrintF(stderr, "%s\n", dir.status().ToString());
     return 1;
   }
+  const std::string load = LoadAverage();
   std::vector<Row> rows;
   for (int n : sizes) {
     absl::StatusOr<Row> r = RunSize(n, (*dir)->path());
@@ -212,7 +215,7 @@ int Main(int argc, char** argv) {
     absl::PrintF("%d nodes: first %.1f s, resume %.1f s\n", n, r->first.wall_s,
                  r->resume.wall_s);
   }
-  const std::string out = Report(rows);
+  const std::string out = Report(rows, load);
   absl::PrintF("%s", out);
   if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
     std::ofstream(path) << out;

@@ -2,7 +2,8 @@
 // cluster code (placement, membership, peer router, admission, the fill
 // path) in one process over an in-memory transport and simulated time
 // (tests/testing/cluster_sim.h). bench/cluster_scale_bench runs the same
-// at 10 / 100 / 1,000 nodes.
+// at 10 / 100 / 1,000 nodes, bench/cluster_warmup_bench the cluster
+// warm-up at 100+ nodes and 1.3M files.
 
 #include "tests/testing/cluster_sim.h"
 

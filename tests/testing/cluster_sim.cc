@@ -99,7 +99,7 @@ class ClusterSim::SimSource : public Source {
         const std::string& path = files[f];
         if (!prefix.empty() && path != prefix &&
             !absl::StartsWith(path, absl::StrCat(prefix, "/"))) {
-          break;  // a whole directory is in or out
+          continue;
         }
         any = true;
         if (!fn(path, FileInfo{chunk_, kMtime})) return absl::OkStatus();
