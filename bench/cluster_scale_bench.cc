@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/temp_dir.h"
 #include "common/logging.h"
 #include "tests/testing/cluster_sim.h"
@@ -177,11 +178,7 @@ absl::StatusOr<Row> RunSize(int n, const std::string& dir) {
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   SetMinLogLevel(LogLevel::kError);
-  std::vector<int> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    int n = 0;
-    if (absl::SimpleAtoi(s, &n) && n > 0) sizes.push_back(n);
-  }
+  const std::vector<int> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
   absl::StatusOr<std::unique_ptr<ScopedTempDir>> dir =
       ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "cluster-scale-");
   if (!dir.ok()) {

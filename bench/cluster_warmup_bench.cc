@@ -37,6 +37,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "bench/temp_dir.h"
 #include "common/logging.h"
 #include "tests/testing/cluster_sim.h"
@@ -192,11 +193,7 @@ std::string Report(const std::vector<Row>& rows, const std::string& load) {
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   SetMinLogLevel(LogLevel::kError);
-  std::vector<int> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    int n = 0;
-    if (absl::SimpleAtoi(s, &n) && n > 0) sizes.push_back(n);
-  }
+  const std::vector<int> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
   absl::StatusOr<std::unique_ptr<ScopedTempDir>> dir =
       ScopedTempDir::Create(absl::GetFlag(FLAGS_dir), "cluster-warmup-");
   if (!dir.ok()) {
@@ -215,10 +212,11 @@ int Main(int argc, char** argv) {
     absl::PrintF("%d nodes: first %.1f s, resume %.1f s\n", n, r->first.wall_s,
                  r->resume.wall_s);
   }
-  const std::string out = Report(rows, load);
-  absl::PrintF("%s", out);
-  if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
-    std::ofstream(path) << out;
+  if (absl::Status s =
+          PrintReport(Report(rows, load), absl::GetFlag(FLAGS_out));
+      !s.ok()) {
+    absl::FPrintF(stderr, "%s\n", s.ToString());
+    return 1;
   }
   return 0;
 }

@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/machine_info.h"
+#include "bench/report.h"
 #include "server/cluster/placement.h"
 
 ABSL_FLAG(uint32_t, keys, 200000, "distinct chunk keys looked up");
@@ -119,11 +120,7 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const uint32_t reps = std::max<uint32_t>(1, absl::GetFlag(FLAGS_reps));
   const Keys keys = MakeKeys(absl::GetFlag(FLAGS_keys));
-  std::vector<int> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    int n = 0;
-    if (absl::SimpleAtoi(s, &n) && n > 0) sizes.push_back(n);
-  }
+  const std::vector<int> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
   std::string out = absl::StrCat(
       "# placement_bench (issue 35)\n\n", DescribeMachine(), ", load ",
       LoadAverage(), ", ",

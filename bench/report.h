@@ -2,8 +2,10 @@
 #define DLCACHE_BENCH_REPORT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dlcache::bench {
 
@@ -13,6 +15,10 @@ namespace dlcache::bench {
 // not look like a success.
 absl::Status PrintReport(const std::string& report,
                          const std::string& out_path);
+
+// The benches' --sizes: the positive integers of a comma-separated list
+// (anything else in it is skipped).
+std::vector<int> ParseSizes(absl::string_view list);
 
 }  // namespace dlcache::bench
 
