@@ -15,6 +15,8 @@ generated files for every loader:
       workers and transform (CPU decode, the cache as the source);
   (c) dlcache.torch.GpuLoader(decode="jpeg", targets=...): nvjpeg decode
       on the GPU, (x, y) device tensors.
+  (d) dlcache.torch.GpuLoader(decode="nvjpeg", jpeg=JpegTransform(...)):
+      dlcache's own JPEG pipeline (issue 37), its evaluation transform.
 
 Every loader reads the same epoch order (dlcache.torch.epoch_order, given
 to torchvision's DataLoader as its sampler), the model starts from the
@@ -346,6 +348,24 @@ def main():
             gl.set_epoch(epoch)
             return gl
 
+        # (d) dlcache's own JPEG pipeline (issue 37): nvJPEG decode and the
+        # fused kernel's evaluation transform (resize to the image's own
+        # size: no resampling; normalise; channels_last), the same
+        # arithmetic as (a)'s ToTensor + Normalize.
+        pl = dt.GpuLoader(ours.keys, dataset="ds", socket=server.socket,
+                          batch_size=args.batch, device=device, seed=seed,
+                          decode="nvjpeg",
+                          jpeg=dt.JpegTransform(
+                              size=args.size, train=False,
+                              resize_size=args.size, mean=MEAN, std=STD,
+                              dtype=torch.float32, channels_last=True),
+                          targets=ours.targets, prefetch=4,
+                          decode_workers=2)
+
+        def pipeline_batches(epoch):
+            pl.set_epoch(epoch)
+            return pl
+
         results = [
             run("(a) torchvision ImageFolder + DataLoader", tv_batches,
                 args.epochs, args.classes, device, evaluate, args.lr),
@@ -355,8 +375,14 @@ def main():
                 "nvjpeg" if device.type == "cuda" else "PIL, CPU"),
                 gpu_batches,
                 args.epochs, args.classes, device, evaluate, args.lr),
+            run("(d) dlcache.torch.GpuLoader(decode=\"nvjpeg\") (%s)" % (
+                pl.jpeg_stats()["backend"] or "CPU: %s" %
+                pl.jpeg_stats()["fallback_reason"]),
+                pipeline_batches,
+                args.epochs, args.classes, device, evaluate, args.lr),
         ]
         gl.close()
+        pl.close()
         base = results[0]
         lines += [
             "## ResNet-50 on class-coloured JPEGs: dlcache loaders vs "
