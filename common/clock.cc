@@ -1,5 +1,7 @@
 #include "common/clock.h"
 
+#include <time.h>
+
 #include "absl/time/clock.h"
 
 namespace dlcache {
@@ -7,11 +9,18 @@ namespace {
 
 class RealClock : public Clock {
  public:
-  absl::Time Now() const override { return absl::Now(); }
+  absl::Time Now() const override { return MonotonicNow(); }
   void SleepFor(absl::Duration d) const override { absl::SleepFor(d); }
 };
 
 }  // namespace
+
+absl::Time MonotonicNow() {
+  timespec ts;
+  // CLOCK_MONOTONIC cannot fail with a valid pointer.
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return absl::TimeFromTimespec(ts);
+}
 
 const Clock* Clock::Real() {
   static const RealClock* clock = new RealClock();

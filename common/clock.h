@@ -5,15 +5,30 @@
 
 namespace dlcache {
 
+// Monotonic time (CLOCK_MONOTONIC) as an absl::Time, for durations and
+// deadlines: a step of the wall clock (an NTP step, `date -s`) does not
+// move it. Its values mean nothing as dates (their epoch is the machine's
+// boot), so they are only compared with or subtracted from other values
+// of MonotonicNow() in this process; never formatted as a date, stored,
+// sent to another process, or passed where Abseil or gRPC expects a wall
+// deadline (absl::Mutex::AwaitWithDeadline, absl::CondVar::WaitWithDeadline,
+// absl::Notification::WaitForNotificationWithDeadline, set_deadline): use
+// the *WithTimeout forms with `deadline - MonotonicNow()` instead. Wall
+// time (absl::Now()) stays for timestamps: log lines, file names, what is
+// shown as a date. Thread-safe; never fails.
+absl::Time MonotonicNow();
+
 // Time source, injectable so tests can control deadlines and backoff.
-// Implementations must be thread-safe.
+// Now() is for durations and deadlines only (Real() is MonotonicNow(),
+// with MonotonicNow()'s contract). Implementations must be thread-safe.
 class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() const = 0;
   virtual void SleepFor(absl::Duration d) const = 0;
 
-  // A process-wide real clock; never deleted.
+  // A process-wide clock on MonotonicNow() and absl::SleepFor; never
+  // deleted.
   static const Clock* Real();
 };
 

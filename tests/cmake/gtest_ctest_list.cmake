@@ -3,7 +3,8 @@
 # dlcache_add_test in tests/CMakeLists.txt).
 #
 #   cmake -D EXE=<binary> -D OUT=<file> -D NAME=<target> -D LABELS=<a,b>
-#         -D TIMEOUT=<s> -D WORKDIR=<dir> -P gtest_ctest_list.cmake
+#         -D TIMEOUT=<s> -D WORKDIR=<dir> [-D ENVIRONMENT=<A=1|B=2>]
+#         -P gtest_ctest_list.cmake
 #
 # Unlike CMake's gtest_discover_tests, no SKIP_REGULAR_EXPRESSION: ctest
 # lets an output regex win over the exit code, so a test that printed
@@ -17,6 +18,11 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${EXE} --gtest_list_tests failed (${rc}): ${err}")
 endif()
 string(REPLACE "," ";" LABELS "${LABELS}")
+set(env_property "")
+if(NOT "${ENVIRONMENT}" STREQUAL "")
+  string(REPLACE "|" ";" ENVIRONMENT "${ENVIRONMENT}")
+  set(env_property " ENVIRONMENT [=[${ENVIRONMENT}]=]")
+endif()
 string(REPLACE ";" "\\;" listing "${listing}")
 string(REPLACE "\n" ";" lines "${listing}")
 set(script "")
@@ -36,7 +42,7 @@ foreach(line IN LISTS lines)
       "--gtest_also_run_disabled_tests)\n"
       "set_tests_properties([=[${full}]=] PROPERTIES SKIP_RETURN_CODE 77 "
       "TIMEOUT ${TIMEOUT} WORKING_DIRECTORY [=[${WORKDIR}]=] "
-      "LABELS [=[${LABELS}]=])\n")
+      "LABELS [=[${LABELS}]=]${env_property})\n")
     if(full MATCHES "(^|\\.)DISABLED_")
       string(APPEND script
         "set_tests_properties([=[${full}]=] PROPERTIES DISABLED TRUE)\n")

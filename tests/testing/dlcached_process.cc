@@ -54,9 +54,9 @@ absl::Status DlcachedProcess::Start(absl::Duration timeout) {
     ::execv(binary_.c_str(), argv.data());
     ::_exit(127);
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   // Both sockets must be up: the fd socket is created before gRPC's.
-  while (absl::Now() < deadline) {
+  while (MonotonicNow() < deadline) {
     int status;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
@@ -75,7 +75,7 @@ absl::StatusOr<std::string> DlcachedProcess::WaitForOutput(
     return absl::FailedPreconditionError("no output path set before Start()");
   }
   const std::regex re(regex);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   for (;;) {
     std::ifstream in(output_path_);
     std::stringstream text;
@@ -89,7 +89,7 @@ absl::StatusOr<std::string> DlcachedProcess::WaitForOutput(
       return absl::InternalError(absl::StrCat(
           "dlcached exited before printing /", regex, "/; output:\n", s));
     }
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("dlcached did not print /", regex, "/; output:\n", s));
     }
@@ -122,10 +122,10 @@ int DlcachedProcess::Stop() {
   int status = 0;
   // A dlcached that does not stop on SIGTERM within a minute is a failure
   // to report (exit 128 + SIGKILL), not a test that hangs in waitpid.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const absl::Time deadline = MonotonicNow() + absl::Seconds(60);
   pid_t r = 0;
   while ((r = ::waitpid(pid_, &status, WNOHANG)) == 0 &&
-         absl::Now() < deadline) {
+         MonotonicNow() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));  // no fd to wait on for a child
   }
   if (r == 0) {

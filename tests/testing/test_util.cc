@@ -39,9 +39,9 @@ std::string PathContent(absl::string_view path, uint64_t size) {
 }
 
 bool Eventually(const std::function<bool()>& cond, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   while (!cond()) {
-    if (absl::Now() > deadline) return false;
+    if (MonotonicNow() > deadline) return false;
     absl::SleepFor(absl::Milliseconds(1));  // poll interval
   }
   return true;
@@ -104,10 +104,10 @@ absl::StatusOr<std::string> HttpGet(int port, absl::string_view path,
   const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
   (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string resp;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   char buf[4096];
   for (;;) {
-    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    const int64_t left = absl::ToInt64Milliseconds(deadline - MonotonicNow());
     pollfd p{fd, POLLIN, 0};
     if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
       ::close(fd);
