@@ -22,6 +22,24 @@ absl::Time MonotonicNow() {
   return absl::TimeFromTimespec(ts);
 }
 
+bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond,
+                absl::Time deadline) {
+  for (;;) {
+    if (mu.AwaitWithTimeout(cond, deadline - MonotonicNow())) return true;
+    if (MonotonicNow() >= deadline) return false;
+  }
+}
+
+bool WaitForNotificationUntil(const absl::Notification& n,
+                              absl::Time deadline) {
+  for (;;) {
+    if (n.WaitForNotificationWithTimeout(deadline - MonotonicNow())) {
+      return true;
+    }
+    if (MonotonicNow() >= deadline) return false;
+  }
+}
+
 const Clock* Clock::Real() {
   static const RealClock* clock = new RealClock();
   return clock;

@@ -1,6 +1,9 @@
 #ifndef DLCACHE_COMMON_CLOCK_H_
 #define DLCACHE_COMMON_CLOCK_H_
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 namespace dlcache {
@@ -17,6 +20,17 @@ namespace dlcache {
 // time (absl::Now()) stays for timestamps: log lines, file names, what is
 // shown as a date. Thread-safe; never fails.
 absl::Time MonotonicNow();
+
+// Waits until `cond` holds (true) or MonotonicNow() reaches `deadline`
+// (false): Mutex::AwaitWithTimeout and Notification::
+// WaitForNotificationWithTimeout on a MonotonicNow() deadline. Abseil
+// turns a timeout into a wall deadline, so one wait ends early when the
+// wall clock steps forward meanwhile; these wait again for what is left.
+// (A step back during a wait still lengthens that wait by the step:
+// Abseil's waits are on the kernel's wall clock.) Block; thread-safe.
+bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond,
+                absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+bool WaitForNotificationUntil(const absl::Notification& n, absl::Time deadline);
 
 // Time source, injectable so tests can control deadlines and backoff.
 // Now() is for durations and deadlines only (Real() is MonotonicNow(),

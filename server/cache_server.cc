@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/fd_passing.h"
 #include "common/heap_trim.h"
 #include "common/key.h"
@@ -120,7 +121,7 @@ absl::Status ClaimSocket(const std::string& path) {
 }  // namespace
 
 CacheServer::CacheServer(ServerConfig config)
-    : config_(std::move(config)), start_time_(absl::Now()) {}
+    : config_(std::move(config)), start_time_(MonotonicNow()) {}
 
 absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
     ServerConfig config) {
@@ -187,9 +188,9 @@ absl::Status CacheServer::Init() {
   }
   // Start-up stages are timed and logged: restarts at a million items
   // must stay in seconds (issue 17, docs/scale_benchmark.md).
-  absl::Time stage = absl::Now();
+  absl::Time stage = MonotonicNow();
   auto lap = [&stage] {
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     const double s = absl::ToDoubleSeconds(now - stage);
     stage = now;
     return s;
@@ -530,7 +531,7 @@ void CacheServer::StartReadoptVerifiers() {
   const unsigned threads =
       std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u);
   auto left = std::make_shared<std::atomic<unsigned>>(threads);
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   for (unsigned t = 0; t < threads; ++t) {
     readopt_verifiers_.emplace_back([this, left, start] {
       // Tests hold the background check here.
@@ -542,7 +543,7 @@ void CacheServer::StartReadoptVerifiers() {
       if (left->fetch_sub(1) == 1) {
         const TierStats st = tier_->Stats();
         DLC_LOG(INFO) << "re-adopted chunks checked in "
-                      << absl::FormatDuration(absl::Now() - start) << "; "
+                      << absl::FormatDuration(MonotonicNow() - start) << "; "
                       << st.readopt_corrupt << " failed their checksum"
                       << (st.readopt_unverified > 0 ? " (stopped early)" : "");
         readopt_verified_.Notify();
@@ -552,10 +553,10 @@ void CacheServer::StartReadoptVerifiers() {
 }
 
 bool CacheServer::WaitRecovered(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  if (!recovered_.WaitForNotificationWithDeadline(deadline)) return false;
+  const absl::Time deadline = MonotonicNow() + timeout;
+  if (!WaitForNotificationUntil(recovered_, deadline)) return false;
   SsdTier* ssd = ssd_ptr_.load(std::memory_order_acquire);
-  return ssd == nullptr || ssd->WaitRecovered(deadline - absl::Now());
+  return ssd == nullptr || ssd->WaitRecovered(deadline - MonotonicNow());
 }
 
 absl::StatusOr<ChunkBackend*> CacheServer::InitSsd(ChunkBackend* next) {

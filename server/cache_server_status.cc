@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/fd_passing.h"
 #include "common/heap_trim.h"
 #include "common/key.h"
@@ -65,7 +66,7 @@ StatusReport CacheServer::Status() const {
             : !recovered_.HasBeenNotified() ? "RECOVERING"
                                             : "SERVING";
   r.version = DLCACHE_VERSION_STRING;
-  r.uptime_s = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  r.uptime_s = absl::ToDoubleSeconds(MonotonicNow() - start_time_);
   r.socket_path = config_.socket_path;
   r.shm_dir = config_.shm_dir;
   r.chunk_size = config_.chunk_size;

@@ -11,6 +11,7 @@
 #include "client/rpc/fork_guard.h"
 #include "client/rpc/handshake.h"
 #include "client/rpc/item_decoder.h"
+#include "common/clock.h"
 #include "common/key.h"
 
 namespace dlcache {
@@ -159,7 +160,7 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
   if (n == 0) return Batch();
   // A stall report that found the connection busy goes now (never waits).
   RetryStalls();
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   const Connection* lost = nullptr;
   while (true) {
     absl::StatusOr<std::shared_ptr<Connection>> conn =
@@ -189,7 +190,8 @@ absl::StatusOr<Batch> ClientCore::DoGetBatch(absl::string_view dataset,
     Batch(std::move(items)).Release();
     // A session lost under the call took its leases along, so asking the
     // next session is safe (and what a caller would do anyway).
-    if (!options_.reconnect || !c.ended() || absl::Now() >= deadline) return st;
+    if (!options_.reconnect || !c.ended() || MonotonicNow() >= deadline)
+      return st;
     lost = conn->get();
   }
 }
@@ -255,7 +257,7 @@ absl::Status ClientCore::Prefetch(absl::string_view dataset,
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
   if (paths.empty()) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Connection>> conn =
       link_->AwaitConn(deadline, "Prefetch");
   if (!conn.ok()) return conn.status();
@@ -345,7 +347,7 @@ absl::Status ClientCore::RegisterPlan(absl::string_view dataset,
                                       uint64_t offset, bool reset) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Connection>> conn =
       link_->AwaitConn(deadline, "RegisterPlan");
   if (!conn.ok()) return conn.status();
@@ -385,7 +387,7 @@ absl::StatusOr<JobPlanState> ClientCore::RegisterJobPlan(
     return absl::InvalidArgumentError(absl::StrCat(
         "RegisterJobPlan: rank ", job.rank, " of a world of ", job.world_size));
   }
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Connection>> conn =
       link_->AwaitConn(deadline, "RegisterJobPlan");
   if (!conn.ok()) return conn.status();
@@ -468,7 +470,7 @@ absl::StatusOr<std::vector<FileStatus>> ClientCore::Stat(
     absl::string_view dataset, absl::Span<const std::string> paths) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Connection>> conn =
       link_->AwaitConn(deadline, "Stat");
   if (!conn.ok()) return conn.status();
@@ -518,7 +520,7 @@ absl::StatusOr<dlcache::FileListPage> ClientCore::ListPage(
     absl::string_view page_token, uint32_t max_entries, bool refresh) {
   if (absl::Status st = CheckProcess(); !st.ok()) return st;
   if (absl::Status st = ValidateDatasetName(dataset); !st.ok()) return st;
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   absl::StatusOr<std::shared_ptr<Connection>> conn =
       link_->AwaitConn(deadline, "List");
   if (!conn.ok()) return conn.status();
@@ -564,7 +566,7 @@ absl::Status ClientCore::FlushReleases() {
   // A lost session took its leases along.
   std::shared_ptr<Connection> conn = link_->Current();
   if (conn == nullptr) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.rpc_timeout;
   while (true) {
     std::vector<uint64_t> leases = releases_->Take(conn->generation());
     if (leases.empty()) return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/rpc/item_decoder.h"
+#include "common/clock.h"
 
 namespace dlcache::internal {
 
@@ -36,9 +37,9 @@ bool SameGeometry(const std::vector<SegmentSpec>& a,
 bool SpinUntilNotified(const absl::Notification& n, absl::Duration spin,
                        absl::Time deadline) {
   if (spin <= absl::ZeroDuration()) return false;
-  const absl::Time until = std::min(absl::Now() + spin, deadline);
+  const absl::Time until = std::min(MonotonicNow() + spin, deadline);
   while (!n.HasBeenNotified()) {
-    if (absl::Now() >= until) return false;
+    if (MonotonicNow() >= until) return false;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -194,7 +195,7 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
   if (!sent.ok()) Break();
   const bool answered =
       sent.ok() && (SpinUntilNotified(call.done, reply_spin_, deadline) ||
-                    call.done.WaitForNotificationWithDeadline(deadline));
+                    WaitForNotificationUntil(call.done, deadline));
   if (!answered) {
     bool mine;
     {
@@ -212,7 +213,7 @@ absl::StatusOr<local::Frame> Connection::Call(local::MsgType type,
       // raced the reader and gave up on a reconnect that was under way
       // (DataLoader workers across a dlcached restart, under load).
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithDeadline(absl::Condition(&ended_), deadline);
+      AwaitUntil(mu_, absl::Condition(&ended_), deadline);
       return absl::UnavailableError(sent.message());
     }
     // The reader took the call: its answer (or the connection's end) is

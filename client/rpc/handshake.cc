@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/fd_passing.h"
 
 namespace dlcache::internal {
@@ -60,7 +61,7 @@ absl::StatusOr<UniqueFd> ConnectDataSocket(const std::string& path,
     // either.
     if (!wait_for_server || !seen ||
         last.code() != absl::StatusCode::kUnavailable ||
-        absl::Now() + absl::Milliseconds(20) >= deadline) {
+        MonotonicNow() + absl::Milliseconds(20) >= deadline) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(20));  // polling a socket file
@@ -81,7 +82,7 @@ void SetReceiveDeadline(int sock, absl::Time deadline) {
   if (deadline != absl::InfiniteFuture()) {
     // A zero timeval would mean "no bound": at least a microsecond.
     tv = absl::ToTimeval(
-        std::max(deadline - absl::Now(), absl::Microseconds(1)));
+        std::max(deadline - MonotonicNow(), absl::Microseconds(1)));
   }
   ::setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
@@ -107,7 +108,8 @@ absl::StatusOr<SessionInfo> SayHello(int sock, local::FrameReceiver& rx,
   local::Hello hello;
   hello.client_name = client_name;
   hello.numa_node = numa_node >= 0 ? numa_node : -1;
-  SetSendTimeout(sock, std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+  SetSendTimeout(sock,
+                 std::max(deadline - MonotonicNow(), absl::Milliseconds(1)));
   if (absl::Status st = local::SendFrame(sock, local::MsgType::kHello, 1,
                                          local::EncodeHello(hello));
       !st.ok()) {

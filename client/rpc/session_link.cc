@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/rpc/handshake.h"
+#include "common/clock.h"
 #include "common/logging.h"
 
 namespace dlcache::internal {
@@ -26,7 +27,7 @@ SessionLink::~SessionLink() {
 
 absl::Status SessionLink::Start() {
   absl::StatusOr<std::shared_ptr<Connection>> conn =
-      OpenConn(absl::Now() + options_.connect_timeout, nullptr,
+      OpenConn(MonotonicNow() + options_.connect_timeout, nullptr,
                /*wait_for_server=*/true);
   if (!conn.ok()) return conn.status();
   if (!Install(*conn, /*new_mapping=*/true)) {
@@ -166,13 +167,13 @@ bool SessionLink::Reconnect(const std::shared_ptr<Connection>& lost) {
   auto stopping = [this]()
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; };
   absl::BitGen rng;
-  const absl::Time lost_at = absl::Now();
+  const absl::Time lost_at = MonotonicNow();
   absl::Duration backoff = options_.reconnect_initial_backoff;
   int attempts = 0;
   while (true) {
     ++attempts;
     absl::StatusOr<std::shared_ptr<Connection>> next =
-        OpenConn(absl::Now() + options_.connect_timeout, lost.get(),
+        OpenConn(MonotonicNow() + options_.connect_timeout, lost.get(),
                  /*wait_for_server=*/false);
     if (next.ok()) {
       const bool new_mapping = (*next)->map() != lost->map();
@@ -191,7 +192,7 @@ bool SessionLink::Reconnect(const std::shared_ptr<Connection>& lost) {
       if (Install(*next, new_mapping)) {
         DLC_LOG(INFO) << "reconnected to dlcached at " << target_ << " after "
                       << attempts << " attempt(s) in "
-                      << absl::FormatDuration(absl::Now() - lost_at)
+                      << absl::FormatDuration(MonotonicNow() - lost_at)
                       << ": session " << (*next)->info().session_id << ", "
                       << (new_mapping ? "segments mapped again"
                                       : "same arena, mappings kept");
@@ -232,7 +233,7 @@ absl::StatusOr<std::shared_ptr<Connection>> SessionLink::AwaitConn(
       return (up_ && conn_.get() != lost) || shutdown_ || gave_up_ ||
              !options_.reconnect;
     };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    AwaitUntil(mu_, absl::Condition(&ready), deadline);
     if (up_ && conn_.get() != lost) return conn_;
   }
   return LostError(what);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/cluster/placement.h"
@@ -93,7 +94,7 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
       targets.membership->placement();
   WarmupSpec share_spec = spec;
   share_spec.cluster = false;
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::Mutex mu;
   std::vector<Share> shares;  // guarded by mu (after the threads start)
   bool cancelled = false;     // guarded by mu
@@ -125,7 +126,7 @@ absl::Status RunClusterWarmup(const ClusterWarmupTargets& targets,
   }
   auto snapshot = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     JobProgress p = Merge(shares);
-    p.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start);
+    p.elapsed_s = absl::ToDoubleSeconds(MonotonicNow() - start);
     return p;
   };
   JobProgress progress = ReportJobProgress(

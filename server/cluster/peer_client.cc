@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/rpc/grpc_status.h"
 #include "dlcache/v1/peer.grpc.pb.h"
 #include "server/cluster/chunk_wire.h"
@@ -72,9 +73,9 @@ struct PeerClient::Impl {
     {
       absl::MutexLock lock(&mu);
       if (data != nullptr) return data;
-      if (absl::Now() < next_ask) return nullptr;
+      if (MonotonicNow() < next_ask) return nullptr;
       // One asker at a time; the others use gRPC meanwhile.
-      next_ask = absl::Now() + kAskTimeout;
+      next_ask = MonotonicNow() + kAskTimeout;
     }
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token, std::min(timeout, kAskTimeout));
@@ -92,11 +93,11 @@ struct PeerClient::Impl {
     // No stream offered (mTLS, turned off, an older peer): gRPC for a
     // while.
     if (status.ok() || status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-      next_ask = absl::Now() + kNoStreamRetry;
+      next_ask = MonotonicNow() + kNoStreamRetry;
       return nullptr;
     }
     // The peer down or refusing: ask again soon, it may come back.
-    next_ask = absl::Now() + kAskFailedRetry;
+    next_ask = MonotonicNow() + kAskFailedRetry;
     return PeerError(address, status);
   }
 
@@ -113,7 +114,7 @@ struct PeerClient::Impl {
     stream_failures_seen.store(true, std::memory_order_relaxed);
     next_ask = stream_failures < 2
                    ? absl::InfinitePast()
-                   : absl::Now() +
+                   : MonotonicNow() +
                          std::min(kNoStreamRetry,
                                   kAskFailedRetry *
                                       (1 << std::min(stream_failures - 2, 8)));
@@ -181,13 +182,13 @@ PeerClient::~PeerClient() = default;
 absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
                                     absl::Span<char> dst, uint64_t* checksum,
                                     absl::Duration timeout) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::StatusOr<std::shared_ptr<PeerDataClient>> data_stream =
       impl_->DataStream(address_, timeout);
   if (!data_stream.ok()) return data_stream.status();
   if (std::shared_ptr<PeerDataClient> stream = *data_stream) {
     absl::Status s = stream->Fetch(id, expected, dst, checksum,
-                                   timeout - (absl::Now() - start));
+                                   timeout - (MonotonicNow() - start));
     impl_->used_stream.store(true, std::memory_order_relaxed);
     // Only a stream that could not be reached falls through to gRPC;
     // every other answer is the peer's.
@@ -199,7 +200,7 @@ absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
   } else {
     impl_->used_stream.store(false, std::memory_order_relaxed);
   }
-  timeout -= absl::Now() - start;
+  timeout -= MonotonicNow() - start;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
   v1::FetchChunkRequest request;
@@ -268,17 +269,17 @@ absl::Status PeerClient::FetchChunk(const ChunkId& id, const FileInfo& expected,
 absl::StatusOr<FileInfo> PeerClient::StatFile(absl::string_view dataset,
                                               absl::string_view path,
                                               absl::Duration timeout) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::StatusOr<std::shared_ptr<PeerDataClient>> data_stream =
       impl_->DataStream(address_, timeout);
   if (!data_stream.ok()) return data_stream.status();
   if (std::shared_ptr<PeerDataClient> stream = *data_stream) {
     absl::StatusOr<FileInfo> info =
-        stream->Stat(dataset, path, timeout - (absl::Now() - start));
+        stream->Stat(dataset, path, timeout - (MonotonicNow() - start));
     if (!absl::IsUnavailable(info.status())) return info;
     impl_->ForgetDataStream(stream);
   }
-  timeout -= absl::Now() - start;
+  timeout -= MonotonicNow() - start;
   grpc::ClientContext ctx;
   PrepareContext(&ctx, impl_->token, timeout);
   v1::StatFileRequest request;

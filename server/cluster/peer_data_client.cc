@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "server/cluster/peer_data_wire.h"
 
 namespace dlcache {
@@ -90,10 +91,10 @@ absl::StatusOr<UniqueFd> PeerDataClient::Dial(absl::Time deadline) {
       // A connect that gets no answer at all (a filtered port) gives up
       // early, as UNAVAILABLE: the caller still has time for gRPC.
       const absl::Time connect_by =
-          std::min(deadline, absl::Now() + kConnectTimeout);
+          std::min(deadline, MonotonicNow() + kConnectTimeout);
       pollfd p{s.get(), POLLOUT, 0};
       const int timeout_ms = static_cast<int>(std::max<int64_t>(
-          0, absl::ToInt64Milliseconds(connect_by - absl::Now()) + 1));
+          0, absl::ToInt64Milliseconds(connect_by - MonotonicNow()) + 1));
       int r;
       do {
         r = ::poll(&p, 1, timeout_ms);
@@ -205,7 +206,7 @@ absl::Status PeerDataClient::Exchange(const char* request,
     std::vector<UniqueFd> stale;  // closed outside the lock
     {
       absl::MutexLock lock(&mu_);
-      const absl::Time now = absl::Now();
+      const absl::Time now = MonotonicNow();
       while (!idle_.empty() &&
              idle_.front().second + options_.idle_timeout <= now) {
         stale.push_back(std::move(idle_.front().first));
@@ -230,7 +231,7 @@ absl::Status PeerDataClient::Exchange(const char* request,
     if (s.ok()) {
       absl::MutexLock lock(&mu_);
       if (idle_.size() < options_.max_idle) {
-        idle_.emplace_back(std::move(fd), absl::Now());
+        idle_.emplace_back(std::move(fd), MonotonicNow());
       }
       return s;
     }
@@ -246,7 +247,7 @@ absl::Status PeerDataClient::Exchange(const char* request,
 absl::Status PeerDataClient::Fetch(const ChunkId& id, const FileInfo& expected,
                                    absl::Span<char> dst, uint64_t* checksum,
                                    absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   DataRequestHeader h;
   h.op = DataOp::kFetch;
   h.chunk = id.chunk;
@@ -293,7 +294,7 @@ absl::Status PeerDataClient::Fetch(const ChunkId& id, const FileInfo& expected,
 absl::StatusOr<FileInfo> PeerDataClient::Stat(absl::string_view dataset,
                                               absl::string_view path,
                                               absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   DataRequestHeader h;
   h.op = DataOp::kStat;
   h.dataset_len = dataset.size();

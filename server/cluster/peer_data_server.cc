@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/logging.h"
 #include "server/auth/tls_credentials.h"
@@ -284,7 +285,7 @@ void PeerDataServer::ReleaseLocked(const std::string& address) {
 void PeerDataServer::EventLoop() {
   epoll_event events[kMaxEvents];
   for (;;) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     // Hellos past their deadline (expiries_ is in deadline order: every
     // connection gets the same timeout).
     while (!expiries_.empty() && expiries_.front().first <= now) {
@@ -311,7 +312,7 @@ void PeerDataServer::EventLoop() {
     int timeout_ms = -1;
     if (wake_at != absl::InfiniteFuture()) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(wake_at - absl::Now()) + 1, 0, 60000));
+          absl::ToInt64Milliseconds(wake_at - MonotonicNow()) + 1, 0, 60000));
     }
     const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
     if (n < 0) {
@@ -405,7 +406,7 @@ void PeerDataServer::AcceptSome() {
                          << "; pausing accepts";
         ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
         listener_paused_ = true;
-        listener_resume_ = absl::Now() + absl::Milliseconds(100);
+        listener_resume_ = MonotonicNow() + absl::Milliseconds(100);
       }
       return;  // EAGAIN: none left
     }
@@ -422,7 +423,7 @@ void PeerDataServer::AcceptSome() {
     Pending& p = pending_[fd];
     p.fd = std::move(conn);
     p.address = std::move(address);
-    p.deadline = absl::Now() + options_.handshake_timeout;
+    p.deadline = MonotonicNow() + options_.handshake_timeout;
     p.seq = next_seq_++;
     p.got = 0;
     p.have_hello = false;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/logging.h"
 #include "server/cluster/peer_data_server.h"
@@ -165,7 +166,7 @@ int PeerDataServer::ReadRequest(Connection* c) {
     }
     // A request has handshake_timeout from its first byte to its last.
     if (c->got == 0) {
-      c->request_deadline = absl::Now() + options_.handshake_timeout;
+      c->request_deadline = MonotonicNow() + options_.handshake_timeout;
     }
     c->got += static_cast<size_t>(r);
   }
@@ -174,7 +175,7 @@ int PeerDataServer::ReadRequest(Connection* c) {
 bool PeerDataServer::Answer(Connection* c) {
   const int fd = c->fd.get();
   const DataRequestHeader& req = c->header;
-  const absl::Time deadline = absl::Now() + options_.send_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.send_timeout;
   const absl::string_view names =
       absl::string_view(c->request).substr(kDataRequestBytes);
   const absl::string_view dataset = names.substr(0, req.dataset_len);
@@ -256,7 +257,7 @@ void PeerDataServer::Park(Connection* c) {
     if (shut_down_) {
       CloseLocked(c, &drop);
     } else {
-      const absl::Time now = absl::Now();
+      const absl::Time now = MonotonicNow();
       c->parked = true;
       ++c->gen;
       absl::Time first = absl::InfiniteFuture();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace dlcache {
 namespace {
@@ -39,7 +40,7 @@ absl::Status Wait(int fd, short events, absl::Time deadline) {
   for (;;) {
     int timeout_ms = -1;
     if (deadline != absl::InfiniteFuture()) {
-      const absl::Duration left = deadline - absl::Now();
+      const absl::Duration left = deadline - MonotonicNow();
       if (left <= absl::ZeroDuration()) {
         return absl::DeadlineExceededError("peer data stream: deadline");
       }

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/logging.h"
 #include "common/rpc/grpc_status.h"
@@ -236,7 +237,7 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
 
     // A failed write means the stream is dead: nothing more is sent.
     if (!status.ok()) return status;
-    const absl::Time give_up = absl::Now() + kSliceReleaseGuard;
+    const absl::Time give_up = MonotonicNow() + kSliceReleaseGuard;
     for (;;) {
       {
         absl::MutexLock lock(&refs->mu);
@@ -248,7 +249,7 @@ class PeerServiceImpl::GrpcService final : public v1::PeerService::Service {
       }
       // Outside refs->mu: gRPC may release slices under its own locks.
       if (ctx->IsCancelled()) break;
-      if (absl::Now() > give_up) {
+      if (MonotonicNow() > give_up) {
         DLC_LOG(ERROR) << "peer service: gRPC kept chunk slices past "
                        << kSliceReleaseGuard << "; unpinning anyway";
         break;

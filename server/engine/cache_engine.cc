@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
@@ -105,7 +106,7 @@ absl::Status CacheEngine::ReadIntoSlot(
   }
   // Bytes go from the backend straight into the arena slot.
   ChunkId id{dataset, path, entry->chunk};
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::Status s = backend->ReadChunk(
       id, info, absl::MakeSpan(tier_->Data(entry), entry->length), checksum,
       origin);
@@ -114,7 +115,7 @@ absl::Status CacheEngine::ReadIntoSlot(
         *origin == ChunkOrigin::kPeer  ? options_.fill_peer_latency
         : *origin == ChunkOrigin::kSsd ? options_.fill_ssd_latency
                                        : options_.fill_source_latency;
-    if (h != nullptr) h->Observe(absl::Now() - start);
+    if (h != nullptr) h->Observe(MonotonicNow() - start);
   }
   return s;
 }
@@ -278,7 +279,7 @@ struct PendingBatch {
 };
 
 void Observe(LatencyHistogram* h, absl::Time start) {
-  if (h != nullptr) h->Observe(absl::Now() - start);
+  if (h != nullptr) h->Observe(MonotonicNow() - start);
 }
 
 }  // namespace
@@ -286,7 +287,7 @@ void Observe(LatencyHistogram* h, absl::Time start) {
 void CacheEngine::GetBatchAsync(uint64_t session, absl::string_view dataset,
                                 absl::Span<const BatchKey> keys,
                                 BatchCallback done) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   absl::StatusOr<uint32_t> ds = DatasetId(dataset);
   if (!ds.ok()) {
     done(ds.status());

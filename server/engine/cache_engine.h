@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/latency_histogram.h"
 #include "common/striped_counter.h"
 #include "server/backend/chunk_backend.h"
@@ -419,9 +420,10 @@ class CacheEngine {
   // (none when null).
   class ObserveOnExit {
    public:
-    explicit ObserveOnExit(LatencyHistogram* h) : h_(h), start_(absl::Now()) {}
+    explicit ObserveOnExit(LatencyHistogram* h)
+        : h_(h), start_(MonotonicNow()) {}
     ~ObserveOnExit() {
-      if (h_ != nullptr) h_->Observe(absl::Now() - start_);
+      if (h_ != nullptr) h_->Observe(MonotonicNow() - start_);
     }
     ObserveOnExit(const ObserveOnExit&) = delete;
     ObserveOnExit& operator=(const ObserveOnExit&) = delete;

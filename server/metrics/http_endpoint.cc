@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "server/metrics/http_request.h"
 
@@ -140,7 +141,7 @@ void HttpEndpoint::Loop() {
   std::vector<std::list<Conn>::iterator> polled;
   char buf[4096];
   for (;;) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     // Deadlines first: what is past it is closed, whatever its state.
     absl::Time next = absl::InfiniteFuture();
     for (auto it = conns.begin(); it != conns.end();) {
@@ -237,7 +238,7 @@ void HttpEndpoint::Loop() {
         }
         Conn conn;
         conn.fd = UniqueFd(c);
-        conn.deadline = absl::Now() + options_.deadline;
+        conn.deadline = MonotonicNow() + options_.deadline;
         conns.push_back(std::move(conn));
       }
     }

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace dlcache {
 
 PlanPrefetcher::PlanPrefetcher(PlanRegistry* plans, FetchFn fetch,
@@ -44,7 +46,7 @@ void PlanPrefetcher::Loop() {
     // one that finds the queue empty does).
     bool applied = false;
     if (plans_->progress_pending()) {
-      const absl::Time now = absl::Now();
+      const absl::Time now = MonotonicNow();
       if (now >= next_apply) {
         plans_->ApplyProgress();
         next_apply = now + options_.progress_interval;
@@ -62,7 +64,7 @@ void PlanPrefetcher::Loop() {
       // it is due (a Wake meanwhile is seen after it) costs one wake-up
       // per interval, where waiting for the next report's Wake would cost
       // two.
-      absl::SleepFor(next_apply - absl::Now());
+      absl::SleepFor(next_apply - MonotonicNow());
       continue;
     }
     // Nothing to do until a plan changes, progress is queued or a fill

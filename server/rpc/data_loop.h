@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/fair_share.h"
 #include "common/fd_passing.h"
 #include "common/frame_socket.h"
@@ -311,7 +312,7 @@ class DataServer::Loop : public std::enable_shared_from_this<DataServer::Loop> {
   absl::flat_hash_map<int, std::shared_ptr<Conn>> conns_;
   bool listener_paused_ = false;
   size_t last_full_ = 0;
-  absl::Time next_sweep_ = absl::Now();
+  absl::Time next_sweep_ = MonotonicNow();
   // Rate limits of two warnings a flood could repeat.
   uint64_t refusal_logs_ = 0;
   uint64_t stall_logs_ = 0;

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/local_protocol.h"
 #include "common/logging.h"
@@ -321,7 +322,7 @@ bool DataServer::Shared::ClaimListRefresh(const std::string& tenant,
                                           absl::string_view dataset) {
   const absl::Duration interval = options.list_refresh_interval;
   if (interval <= absl::ZeroDuration()) return true;
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   absl::MutexLock lock(&refresh_mu);
   // Bounded: entries past the interval decide nothing and go once the map
   // holds many (tenants x datasets).

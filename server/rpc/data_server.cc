@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/fd_passing.h"
 #include "common/frame_socket.h"
 #include "common/local_protocol.h"
@@ -131,7 +132,7 @@ void DataServer::Loop::Run() {
     // there are connections.
     if (!conns_.empty()) {
       const int sweep_ms = static_cast<int>(std::max<int64_t>(
-          1, absl::ToInt64Milliseconds(next_sweep_ - absl::Now()) + 1));
+          1, absl::ToInt64Milliseconds(next_sweep_ - MonotonicNow()) + 1));
       timeout = timeout < 0 ? sweep_ms : std::min(timeout, sweep_ms);
     }
     int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
@@ -183,7 +184,7 @@ void DataServer::Loop::Run() {
       if ((ev & EPOLLIN) != 0 && !c->closed) OnReadable(c);
       if (!c->closed) UpdateInterest(c);
     }
-    if (absl::Now() >= next_sweep_) Sweep();
+    if (MonotonicNow() >= next_sweep_) Sweep();
     // Once the answers are written: waking the plans' applier earlier
     // would let it take this loop's core before they are.
     if (plan_wake_) {
@@ -245,7 +246,7 @@ void DataServer::Loop::Accept() {
     c->creds = *creds;
     c->tenant = tenant;
     c->admin = admin;
-    c->accepted_at = c->last_progress = absl::Now();
+    c->accepted_at = c->last_progress = MonotonicNow();
     c->raw_fd = fd;
     c->fd = std::move(owned);
     epoll_event ev{};
@@ -306,7 +307,7 @@ void DataServer::Loop::Account(Conn& c) {
 
 void DataServer::Loop::Sweep() {
   const DataServer::Options& o = shared_->options;
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   next_sweep_ = now + kSweepEvery;
   std::vector<std::shared_ptr<Conn>> expired, retry;
   for (auto& [fd, c] : conns_) {
@@ -410,7 +411,7 @@ void DataServer::Loop::ProcessFrames(const std::shared_ptr<Conn>& c) {
       break;
     }
     shared_->frames_received.Add(1);
-    c->last_progress = absl::Now();
+    c->last_progress = MonotonicNow();
     Dispatch(c, h, &payload);
   }
   c->processing = false;
@@ -453,7 +454,7 @@ void DataServer::Loop::Enqueue(const std::shared_ptr<Conn>& c,
     return;
   }
   shared_->frames_sent.Add(1);
-  if (c->out.empty()) c->last_progress = absl::Now();  // nothing was due
+  if (c->out.empty()) c->last_progress = MonotonicNow();  // nothing was due
   c->out_bytes += frame.size();
   c->out.push_back(OutFrame{std::move(frame), std::move(fds), 0});
   Account(*c);
@@ -496,7 +497,7 @@ void DataServer::Loop::Flush(const std::shared_ptr<Conn>& c) {
     size_t left = static_cast<size_t>(n);
     shared_->bytes_sent.Add(left);
     c->out_bytes -= left;
-    c->last_progress = absl::Now();
+    c->last_progress = MonotonicNow();
     while (left > 0) {
       OutFrame& f = c->out.front();
       size_t take = std::min(left, f.bytes.size() - f.sent);

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "server/rpc/job_progress_proto.h"
 
 namespace dlcache {
@@ -20,14 +21,14 @@ AdminServiceImpl::SsdOps MakeSsdAdminOps(const SsdAdminTargets& t) {
     }
     absl::StatusOr<Source*> source = t.sources->Find(req.dataset());
     if (!source.ok()) return source.status();
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     absl::Status s = ssd->Sync(
         req.dataset(), req.prefix(), *source,
         std::min(req.parallelism() > 0 ? req.parallelism() : t.parallelism,
                  t.max_parallelism),
         [&](const JobProgress& p) { return emit(JobProgressToProto(p)); });
     if (t.sync_duration != nullptr) {
-      t.sync_duration->Observe(absl::Now() - start);
+      t.sync_duration->Observe(MonotonicNow() - start);
     }
     return s;
   };

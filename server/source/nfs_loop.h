@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/source/source_errno.h"
@@ -100,11 +101,11 @@ inline void Complete(Call* call, int err, std::string text) {
   call->done = true;
 }
 
-// Waits for the reply until `deadline`; false (and the call is abandoned)
-// if none came.
+// Waits for the reply until `deadline` (MonotonicNow()); false (and the
+// call is abandoned) if none came.
 inline bool Await(Call* call, absl::Time deadline) {
   absl::MutexLock lock(&call->mu);
-  if (call->mu.AwaitWithDeadline(absl::Condition(&call->done), deadline)) {
+  if (AwaitUntil(call->mu, absl::Condition(&call->done), deadline)) {
     return true;
   }
   call->abandoned = true;

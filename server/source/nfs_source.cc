@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
 #include "server/source/nfs_loop.h"
@@ -59,7 +60,7 @@ std::shared_ptr<Call> RunCall(
   loop.Submit([call, issue = std::move(issue), serial](NfsSource::Loop* l) {
     l->Issue(call, 0, issue, serial);
   });
-  if (!Await(call.get(), absl::Now() + 2 * timeout + absl::Seconds(1))) {
+  if (!Await(call.get(), MonotonicNow() + 2 * timeout + absl::Seconds(1))) {
     loop.Submit([](NfsSource::Loop* l) { l->MarkBroken(); });
     Complete(call.get(), -ETIMEDOUT, "no reply in time");
   }
@@ -184,7 +185,7 @@ absl::StatusOr<std::unique_ptr<NfsSource>> NfsSource::Open(
       }
     });
     if (!Await(call.get(),
-               absl::Now() + 2 * options.timeout + absl::Seconds(1))) {
+               MonotonicNow() + 2 * options.timeout + absl::Seconds(1))) {
       return absl::UnavailableError(
           absl::StrCat(source->describe_, ": no answer to the mount"));
     }
@@ -345,7 +346,7 @@ absl::Status NfsSource::ReadAt(absl::string_view path, uint64_t offset,
       }
       if (calls.empty()) break;
       const absl::Time deadline =
-          absl::Now() + 2 * options_.timeout + absl::Seconds(1);
+          MonotonicNow() + 2 * options_.timeout + absl::Seconds(1);
       for (auto& [part, call] : calls) {
         if (!Await(call.get(), deadline)) {
           loop.Submit([](Loop* l) { l->MarkBroken(); });

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/byte_size.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/key.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
@@ -94,7 +95,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
     return absl::FailedPreconditionError(absl::StrCat(
         "ssd tier: cannot use ", options.dir, ": ", std::strerror(errno)));
   }
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   if (!FreeUpBeforeOpen(options, options.min_free_bytes / 4)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ssd tier: ", options.dir, " has only ",
@@ -164,7 +165,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
   }
   tier->recovered_.Notify();
   DLC_LOG(INFO) << "ssd tier " << options.dir << ": opened in "
-                << absl::FormatDuration(absl::Now() - start)
+                << absl::FormatDuration(MonotonicNow() - start)
                 << (options.verify_on_open ? " (checksums verified)" : "");
   return tier;
 }
@@ -172,7 +173,7 @@ absl::StatusOr<std::unique_ptr<SsdTier>> SsdTier::Open(
 void SsdTier::RecoverInBackground(absl::Notification* locked) {
   absl::MutexLock lock(&mu_);
   locked->Notify();
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   // A test seam: with the tier's mutex held, before the scan (a test
   // blocks it to act while the tier recovers).
   DLCACHE_TEST_SYNC_POINT("SsdTier::RecoveryScan:Start");
@@ -184,7 +185,7 @@ void SsdTier::RecoverInBackground(absl::Notification* locked) {
                    << ": cannot read its index: " << LogEscape(s.message());
   }
   DLC_LOG(INFO) << "ssd tier " << options_.dir << ": accounting recovered in "
-                << absl::FormatDuration(absl::Now() - start)
+                << absl::FormatDuration(MonotonicNow() - start)
                 << " in the background";
   recovered_.Notify();
 }

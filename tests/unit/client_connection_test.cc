@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "client/rpc/connection.h"
 #include "client/rpc/handshake.h"
+#include "common/clock.h"
 #include "common/local_protocol.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -87,7 +88,7 @@ class ConnectionTest : public ::testing::Test {
 
   std::shared_ptr<Connection> Open(uint64_t generation,
                                    const Connection* previous = nullptr) {
-    const absl::Time deadline = absl::Now() + kWait;
+    const absl::Time deadline = MonotonicNow() + kWait;
     absl::StatusOr<UniqueFd> sock =
         ConnectDataSocket(options_.socket_path, deadline, true);
     EXPECT_TRUE(sock.ok()) << sock.status();
@@ -142,11 +143,11 @@ TEST_F(ConnectionTest, CallsAreAnsweredByRequestId) {
   absl::StatusOr<local::Frame> slow;
   std::thread t([&] {
     slow = conn->Call(local::MsgType::kGetBatch, GetBatch("slow"),
-                      absl::Now() + kWait);
+                      MonotonicNow() + kWait);
   });
   // Two calls in flight at once on one connection, each gets its own.
-  absl::StatusOr<local::Frame> fast =
-      conn->Call(local::MsgType::kGetBatch, GetBatch("f"), absl::Now() + kWait);
+  absl::StatusOr<local::Frame> fast = conn->Call(
+      local::MsgType::kGetBatch, GetBatch("f"), MonotonicNow() + kWait);
   t.join();
   ASSERT_TRUE(fast.ok()) << fast.status();
   ASSERT_TRUE(slow.ok()) << slow.status();
@@ -162,7 +163,7 @@ TEST_F(ConnectionTest, ALateAnswersLeasesGoToOrphanLeases) {
   ASSERT_NE(conn, nullptr);
   absl::StatusOr<local::Frame> frame =
       conn->Call(local::MsgType::kGetBatch, GetBatch("slow"),
-                 absl::Now() + absl::Milliseconds(10));
+                 MonotonicNow() + absl::Milliseconds(10));
   EXPECT_EQ(frame.status().code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(observer_.AwaitOrphans(1));
   EXPECT_EQ(observer_.orphan_generation(), 5u);
@@ -182,7 +183,7 @@ TEST_F(ConnectionTest, TheEndFailsWaitingAndLaterCalls) {
   threads.OnStop([&] { conn->Break(); });
   threads.Spawn([&] {
     waiting = conn->Call(local::MsgType::kGetBatch, GetBatch("never"),
-                         absl::Now() + kWait);
+                         MonotonicNow() + kWait);
   });
   server_.DropSessions();
   ASSERT_TRUE(observer_.AwaitEnded());
@@ -191,7 +192,7 @@ TEST_F(ConnectionTest, TheEndFailsWaitingAndLaterCalls) {
   EXPECT_TRUE(conn->ended());
   EXPECT_FALSE(conn->end_status().ok());
   absl::StatusOr<local::Frame> later = conn->Call(
-      local::MsgType::kGetBatch, GetBatch("never"), absl::Now() + kWait);
+      local::MsgType::kGetBatch, GetBatch("never"), MonotonicNow() + kWait);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -202,11 +203,11 @@ TEST_F(ConnectionTest, BreakEndsTheConnectionFromThisSide) {
   ASSERT_TRUE(observer_.AwaitEnded());
   conn->Join();
   EXPECT_TRUE(conn->ended());
-  EXPECT_EQ(
-      conn->Call(local::MsgType::kGetBatch, GetBatch("f"), absl::Now() + kWait)
-          .status()
-          .code(),
-      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(conn->Call(local::MsgType::kGetBatch, GetBatch("f"),
+                       MonotonicNow() + kWait)
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
