@@ -5,8 +5,10 @@
 // (common/local_protocol.h): connect, Hello / HelloReply, then the segment
 // fds with GetSegments / Segments. All blocking, on the calling thread,
 // before the connection's reader thread exists; each step is bounded by a
-// deadline (SO_RCVTIMEO / SO_SNDTIMEO on the socket). Stateless functions,
-// thread-safe as long as one thread uses a given socket.
+// deadline (SO_RCVTIMEO / SO_SNDTIMEO on the socket). Deadlines here and in
+// the rest of client/rpc are MonotonicNow() times (common/clock.h).
+// Stateless functions, thread-safe as long as one thread uses a given
+// socket.
 
 #include <cstdint>
 #include <string>

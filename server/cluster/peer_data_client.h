@@ -29,6 +29,7 @@ namespace dlcache {
 // next call), so that the connections into a peer follow the fetches in
 // progress to it, not the number of nodes that ever asked it.
 //
+// Deadlines are MonotonicNow() times (common/clock.h).
 // Fetch reads the chunk's bytes straight into dst and verifies length and
 // XXH3-64. Codes as Peer::FetchChunk: UNAVAILABLE (cannot connect, the
 // connection broke), DEADLINE_EXCEEDED, DATA_LOSS, FAILED_PRECONDITION

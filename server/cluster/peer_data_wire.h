@@ -77,12 +77,12 @@ absl::Status DecodeDataRequest(const char* in, DataRequestHeader* h);
 void EncodeDataResponse(const DataResponseHeader& h, char* out);
 absl::Status DecodeDataResponse(const char* in, DataResponseHeader* h);
 
-// Blocking I/O with a deadline on a non-blocking socket (InfiniteFuture =
-// none). Write sends every byte of iov (MSG_NOSIGNAL, plus `flags`, e.g.
-// MSG_MORE for a header whose data follows); Read fills dst.
-// DEADLINE_EXCEEDED past the deadline, UNAVAILABLE on a closed or broken
-// connection (Read: *got says how many bytes came before), INTERNAL on
-// other errors. Modifies iov.
+// Blocking I/O with a deadline on a non-blocking socket (a MonotonicNow()
+// time, common/clock.h; InfiniteFuture = none). Write sends every byte of iov
+// (MSG_NOSIGNAL, plus `flags`, e.g. MSG_MORE for a header whose data follows);
+// Read fills dst. DEADLINE_EXCEEDED past the deadline, UNAVAILABLE on a closed
+// or broken connection (Read: *got says how many bytes came before), INTERNAL
+// on other errors. Modifies iov.
 absl::Status DataWriteAll(int fd, absl::Span<iovec> iov, absl::Time deadline,
                           int flags = 0);
 

@@ -115,9 +115,8 @@ class ClockStepTest : public ::testing::Test {
 
   v1::AdminService::Stub& Admin() {
     if (admin_ == nullptr) {
-      admin_ = v1::AdminService::NewStub(
-          grpc::CreateChannel("unix:" + Socket() + ".admin",
-                              grpc::InsecureChannelCredentials()));
+      admin_ = v1::AdminService::NewStub(grpc::CreateChannel(
+          "unix:" + Socket() + ".admin", grpc::InsecureChannelCredentials()));
     }
     return *admin_;
   }
@@ -158,10 +157,10 @@ class ClockStepTest : public ::testing::Test {
       ASSERT_TRUE(item.ok()) << paths_[first + i] << ": " << item.status();
       ASSERT_EQ(item.size(), kFileBytes);
       std::string bytes(item.size(), '\0');
-      ASSERT_TRUE(item.CopyTo(absl::MakeSpan(
-                                  reinterpret_cast<std::byte*>(bytes.data()),
-                                  bytes.size()))
-                      .ok());
+      ASSERT_TRUE(
+          item.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
+                                     bytes.size()))
+              .ok());
       EXPECT_EQ(Checksum(bytes.data(), bytes.size()), checksums_[first + i])
           << paths_[first + i];
     }
@@ -170,7 +169,8 @@ class ClockStepTest : public ::testing::Test {
   void ReadAllIdentical(Client& client) {
     for (int start = 0; start < kFiles; start += 32) {
       std::vector<std::string> keys(
-          paths_.begin() + start, paths_.begin() + std::min(kFiles, start + 32));
+          paths_.begin() + start,
+          paths_.begin() + std::min(kFiles, start + 32));
       absl::StatusOr<Batch> b = client.GetBatch(kDataset, keys);
       ASSERT_TRUE(b.ok()) << b.status();
       ExpectIdentical(*b, start);
@@ -275,8 +275,8 @@ TEST_F(ClockStepTest, StepsChangeOnlyTimestamps) {
     absl::StatusOr<std::string> metrics = testing::HttpGet(*port, "/metrics");
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     for (const char* limit : {"client_hello_timeout", "client_stall_timeout"}) {
-      EXPECT_NE(metrics->find(absl::StrCat("dlcache_data_refusals_total{limit=\"",
-                                           limit, "\"} 0\n")),
+      EXPECT_NE(metrics->find(absl::StrCat(
+                    "dlcache_data_refusals_total{limit=\"", limit, "\"} 0\n")),
                 std::string::npos)
           << limit;
     }
