@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,16 +81,40 @@ absl::StatusOr<CephFsOptions> CephFsOptionsFromUrl(const SourceUrl& url) {
   return o;
 }
 
+namespace {
+
+DeadlineRunner::Options RunnerOptions(const CephFsOptions& o,
+                                      const std::string& describe) {
+  DeadlineRunner::Options r;
+  r.name = std::string(kScheme);
+  r.describe = describe;
+  r.timeout = o.timeout;
+  r.margin = o.deadline_margin;
+  r.max_stuck = o.max_stuck_calls;
+  return r;
+}
+
+std::string DescribeOf(const CephFsOptions& o) {
+  return absl::StrCat(
+      "cephfs://",
+      o.client_id.empty() ? "" : absl::StrCat("client.", o.client_id, "@"),
+      o.fs_name, o.root);
+}
+
+// A stat's outcome, owned by the call (it may outlive the caller).
+struct StatResult {
+  int64_t rc = 0;
+  CephFsClient::Stat st;
+};
+
+}  // namespace
+
 CephFsSource::CephFsSource(CephFsOptions options,
-                           std::unique_ptr<CephFsClient> client)
+                           std::shared_ptr<CephFsClient> client)
     : options_(std::move(options)),
-      describe_(
-          absl::StrCat("cephfs://",
-                       options_.client_id.empty()
-                           ? ""
-                           : absl::StrCat("client.", options_.client_id, "@"),
-                       options_.fs_name, options_.root)),
-      client_(std::move(client)) {}
+      describe_(DescribeOf(options_)),
+      client_(std::move(client)),
+      runner_(RunnerOptions(options_, describe_)) {}
 
 absl::StatusOr<std::unique_ptr<CephFsSource>> CephFsSource::Open(
     const CephFsOptions& options, std::unique_ptr<CephFsClient> client) {
@@ -101,10 +127,25 @@ absl::StatusOr<std::unique_ptr<CephFsSource>> CephFsSource::Open(
   }
   std::unique_ptr<CephFsSource> source(
       new CephFsSource(options, std::move(client)));
-  std::string error;
-  if (int rc = source->client_->Mount(options, &error); rc < 0) {
+  struct MountResult {
+    int rc = 0;
+    std::string error;
+  };
+  auto result = std::make_shared<MountResult>();
+  // The monitors and then the MDS each have the timeout.
+  absl::Status ran = source->runner_.Run(
+      "mount", options.root,
+      [client = source->client_, result, options] {
+        result->rc = client->Mount(options, &result->error);
+      },
+      2 * options.timeout);
+  if (!ran.ok()) {
+    return absl::Status(ran.code(),
+                        absl::StrCat(source->describe_, ": ", ran.message()));
+  }
+  if (int rc = result->rc; rc < 0) {
     SourceFailure f =
-        SourceErrnoFailure(rc, kScheme, "mount", options.root, error);
+        SourceErrnoFailure(rc, kScheme, "mount", options.root, result->error);
     // A missing root is the caller's mistake; anything else about the
     // cluster (no monitor, bad key, no such fs) makes it unavailable.
     absl::StatusCode code =
@@ -123,15 +164,21 @@ std::string CephFsSource::CephPath(absl::string_view key) {
 }
 
 absl::StatusOr<FileInfo> CephFsSource::Stat(absl::string_view path) {
-  const std::string p = CephPath(path);
-  CephFsClient::Stat st;
-  int64_t rc = WithOneRetry([&] { return client_->StatPath(p, &st); });
-  if (rc < 0) {
-    return SourceErrnoFailure(static_cast<int>(rc), kScheme, "stat", path)
+  auto result = std::make_shared<StatResult>();
+  absl::Status ran =
+      runner_.Run("stat", path, [client = client_, result, p = CephPath(path)] {
+        result->rc =
+            WithOneRetry([&] { return client->StatPath(p, &result->st); });
+      });
+  if (!ran.ok()) return ran;
+  if (result->rc < 0) {
+    return SourceErrnoFailure(static_cast<int>(result->rc), kScheme, "stat",
+                              path)
         .status;
   }
-  if (!S_ISREG(st.mode)) return NotRegularFileStatus(st.mode, path);
-  return InfoOf(st);
+  if (!S_ISREG(result->st.mode))
+    return NotRegularFileStatus(result->st.mode, path);
+  return InfoOf(result->st);
 }
 
 absl::Status CephFsSource::ReadAt(absl::string_view path, uint64_t offset,
@@ -142,81 +189,113 @@ absl::Status CephFsSource::ReadAt(absl::string_view path, uint64_t offset,
         absl::StrCat("read of ", dst.size(), " bytes at ", offset, " of ",
                      LogEscape(path), " is past the largest file offset"));
   }
-  const std::string p = CephPath(path);
-  absl::Status status;
-  int64_t rc = WithOneRetry([&]() -> int64_t {
-    status = absl::OkStatus();
-    CephFsClient::Stat st;
-    int fd = client_->OpenRead(p, &st);
-    if (fd < 0) return fd;
-    if (!S_ISREG(st.mode)) {
-      client_->Close(fd);
-      status = NotRegularFileStatus(st.mode, path);
-      return 0;
-    }
-    uint64_t done = 0;
-    int64_t result = 0;
-    while (done < dst.size()) {
-      // ceph_read takes an int64 but returns an int: at most 1 GiB a call.
-      const uint64_t want = std::min<uint64_t>(dst.size() - done, 1u << 30);
-      int64_t n = client_->ReadAt(fd, dst.data() + done, want, offset + done);
-      if (n < 0) {
-        result = n;
-        break;
-      }
-      if (n == 0) {
-        status = absl::OutOfRangeError(absl::StrCat(
-            LogEscape(path), " is shorter than expected: ended at ",
-            offset + done, ", wanted ", offset + dst.size()));
-        break;
-      }
-      done += static_cast<uint64_t>(n);
-    }
-    client_->Close(fd);
-    return result;
-  });
-  if (rc < 0) {
-    SourceFailure f =
-        SourceErrnoFailure(static_cast<int>(rc), kScheme, "read", path);
-    return f.status;
+  // The call reads into its own buffer, not into dst: abandoned at the
+  // deadline, it may still write long after this returns.
+  struct ReadResult {
+    explicit ReadResult(size_t n) : buf(new char[n]) {}
+    std::unique_ptr<char[]> buf;
+    int64_t rc = 0;
+    absl::Status status;
+  };
+  auto result = std::make_shared<ReadResult>(dst.size());
+  const uint64_t size = dst.size();
+  absl::Status ran = runner_.Run(
+      "read", path,
+      [client = client_, result, p = CephPath(path), key = std::string(path),
+       offset, size] {
+        result->rc = WithOneRetry([&]() -> int64_t {
+          result->status = absl::OkStatus();
+          CephFsClient::Stat st;
+          int fd = client->OpenRead(p, &st);
+          if (fd < 0) return fd;
+          if (!S_ISREG(st.mode)) {
+            client->Close(fd);
+            result->status = NotRegularFileStatus(st.mode, key);
+            return 0;
+          }
+          uint64_t done = 0;
+          int64_t rc = 0;
+          while (done < size) {
+            // ceph_read takes an int64 but returns an int: at most 1 GiB a
+            // call.
+            const uint64_t want = std::min<uint64_t>(size - done, 1u << 30);
+            int64_t n = client->ReadAt(fd, result->buf.get() + done, want,
+                                       offset + done);
+            if (n < 0) {
+              rc = n;
+              break;
+            }
+            if (n == 0) {
+              result->status = absl::OutOfRangeError(absl::StrCat(
+                  LogEscape(key), " is shorter than expected: ended at ",
+                  offset + done, ", wanted ", offset + size));
+              break;
+            }
+            done += static_cast<uint64_t>(n);
+          }
+          client->Close(fd);
+          return rc;
+        });
+      });
+  if (!ran.ok()) return ran;
+  if (result->rc < 0) {
+    return SourceErrnoFailure(static_cast<int>(result->rc), kScheme, "read",
+                              path)
+        .status;
   }
-  return status;
+  if (!result->status.ok()) return result->status;
+  if (size > 0) std::memcpy(dst.data(), result->buf.get(), size);
+  return absl::OkStatus();
 }
 
 absl::Status CephFsSource::List(
     absl::string_view prefix,
     absl::FunctionRef<bool(absl::string_view, const FileInfo&)> fn) {
   if (!prefix.empty()) {
-    CephFsClient::Stat st;
-    const std::string p = CephPath(prefix);
-    int64_t rc = WithOneRetry([&] { return client_->StatPath(p, &st); });
-    if (rc < 0) {
-      return SourceErrnoFailure(static_cast<int>(rc), kScheme, "stat", prefix)
+    auto result = std::make_shared<StatResult>();
+    absl::Status ran = runner_.Run(
+        "stat", prefix, [client = client_, result, p = CephPath(prefix)] {
+          result->rc =
+              WithOneRetry([&] { return client->StatPath(p, &result->st); });
+        });
+    if (!ran.ok()) return ran;
+    if (result->rc < 0) {
+      return SourceErrnoFailure(static_cast<int>(result->rc), kScheme, "stat",
+                                prefix)
           .status;
     }
-    if (S_ISREG(st.mode)) {
-      fn(prefix, InfoOf(st));
+    if (S_ISREG(result->st.mode)) {
+      fn(prefix, InfoOf(result->st));
       return absl::OkStatus();
     }
-    if (!S_ISDIR(st.mode)) return NotRegularFileStatus(st.mode, prefix);
+    if (!S_ISDIR(result->st.mode)) {
+      return NotRegularFileStatus(result->st.mode, prefix);
+    }
   }
   return WalkTree(
       describe_, prefix,
       [&](const std::string& dir, std::vector<TreeEntry>* entries) {
-        std::vector<CephFsClient::DirEntry> got;
-        const std::string p = CephPath(dir);
-        int64_t rc = WithOneRetry([&] {
-          got.clear();
-          return client_->ReadDir(p, &got);
-        });
-        if (rc < 0) {
-          return SourceErrnoFailure(static_cast<int>(rc), kScheme, "readdir",
-                                    dir)
+        struct DirResult {
+          int64_t rc = 0;
+          std::vector<CephFsClient::DirEntry> got;
+        };
+        auto result = std::make_shared<DirResult>();
+        absl::Status ran = runner_.Run(
+            "readdir", dir, [client = client_, result, p = CephPath(dir)] {
+              result->rc = WithOneRetry([&] {
+                result->got.clear();
+                return client->ReadDir(p, &result->got);
+              });
+            });
+        if (!ran.ok()) return ran;
+        if (result->rc < 0) {
+          return SourceErrnoFailure(static_cast<int>(result->rc), kScheme,
+                                    "readdir", dir)
               .status;
         }
         entries->clear();
-        entries->reserve(got.size());
-        for (CephFsClient::DirEntry& e : got) {
+        entries->reserve(result->got.size());
+        for (CephFsClient::DirEntry& e : result->got) {
           entries->push_back(
               TreeEntry{std::move(e.name), e.stat.mode, InfoOf(e.stat)});
         }

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/backend/source.h"
+#include "server/source/deadline_runner.h"
 #include "server/source/source_url.h"
 
 namespace dlcache {
@@ -22,8 +23,13 @@ struct CephFsOptions {
   std::string conf_path;     // ?conf= ; "" = /etc/ceph/ceph.conf
   std::string keyring_path;  // ?keyring= ; "" = from the conf
   std::string mon_host;      // ?mon_host= ; overrides the conf's
-  // Mount, monitor and OSD operation timeout (?timeout_ms=).
+  // Mount, monitor and OSD operation timeout (?timeout_ms=); CephFsSource
+  // also gives up on any call at timeout + deadline_margin itself.
   absl::Duration timeout = absl::Seconds(10);
+  absl::Duration deadline_margin = absl::Milliseconds(500);
+  // Past this many calls stuck in libcephfs (abandoned at their deadline,
+  // each holding a thread), new calls fail at once.
+  int max_stuck_calls = 16;
 };
 
 // INVALID_ARGUMENT for an unknown option or a bad value.
@@ -32,7 +38,9 @@ absl::StatusOr<CephFsOptions> CephFsOptionsFromUrl(const SourceUrl& url);
 // The few libcephfs calls CephFsSource makes, behind an interface so that
 // tests inject faults (tests/unit/cephfs_source_test.cc). Results follow
 // libcephfs: >= 0 on success, -errno on failure. Paths are absolute in the
-// mounted root. Implementations are thread-safe and block.
+// mounted root. Implementations are thread-safe and block. CephFsSource
+// calls them from its worker threads; a call abandoned at its deadline may
+// return after the source is destroyed, and then destroys the client.
 class CephFsClient {
  public:
   struct Stat {
@@ -76,10 +84,26 @@ std::unique_ptr<CephFsClient> NewLibCephFsClient();
 // ESTALE, ENOTCONN, ESHUTDOWN (blocklisted), EIO... are retried once and
 // are then UNAVAILABLE; ETIMEDOUT (rados_osd_op_timeout,
 // rados_mon_op_timeout = options.timeout) is UNAVAILABLE at once.
-// Metadata requests to an MDS have no client-side timeout in libcephfs 16:
-// a hung MDS blocks the calling fill thread (documented in docs/sources.md).
 //
-// Thread-safe; every call blocks.
+// Deadline: libcephfs 16 has no client-side timeout for requests to an
+// MDS (a read may wait on caps or a size from a hung MDS), so the source
+// enforces one itself (server/source/deadline_runner.h). Every operation
+// (the mount in Open, Stat, a ReadAt's open+read+close, each directory of
+// a List with its retry) runs on a worker thread; at options.timeout +
+// deadline_margin the caller gets UNAVAILABLE "cephfs read of 'PATH' did
+// not answer within 3.5s (...)" and the call is abandoned: it stays stuck
+// in libcephfs, reads into a buffer of its own and owns the client with
+// the source, so it may return after the source is destroyed (the client
+// is then shut down by the last stuck call). ReadAt fills `dst` only on
+// success, copying from that buffer. While options.max_stuck_calls calls
+// are stuck, every new call fails at once, UNAVAILABLE "N cephfs calls are
+// stuck; the cluster is not answering". Logged once when calls start
+// getting stuck and once when the last one returns. RESOURCE_EXHAUSTED if
+// no worker thread can be started.
+//
+// Thread-safe; every call blocks: Stat and ReadAt at most timeout +
+// deadline_margin, Open at most 2 x timeout + deadline_margin, List that
+// long per directory.
 class CephFsSource : public Source {
  public:
   // `client` = nullptr: NewLibCephFsClient(). UNAVAILABLE if the cluster
@@ -98,14 +122,23 @@ class CephFsSource : public Source {
       override;
   std::string Describe() const override { return describe_; }
 
+  // Calls abandoned at their deadline that have not returned yet.
+  int stuck_calls() const { return runner_.stuck(); }
+  // True once no call is stuck; false at `deadline` (tests).
+  bool AwaitNoneStuck(absl::Time deadline) const {
+    return runner_.AwaitNoneStuck(deadline);
+  }
+
  private:
-  CephFsSource(CephFsOptions options, std::unique_ptr<CephFsClient> client);
+  CephFsSource(CephFsOptions options, std::shared_ptr<CephFsClient> client);
   // Path in the mounted root of a dataset key: "/KEY".
   static std::string CephPath(absl::string_view key);
 
   const CephFsOptions options_;
   const std::string describe_;
-  const std::unique_ptr<CephFsClient> client_;
+  // Shared with the calls in flight: a stuck call may outlive the source.
+  const std::shared_ptr<CephFsClient> client_;
+  DeadlineRunner runner_;
 };
 
 }  // namespace dlcache

@@ -1,7 +1,8 @@
 // CephFsSource's contract over a scripted CephFsClient (the seam around
-// libcephfs): error mapping, retries, short reads, listing. No cluster is
-// needed (see docs/sources.md for why none runs in CI); the last test
-// drives the real libcephfs client against a monitor that is not there.
+// libcephfs): error mapping, retries, short reads, listing, and calls that
+// never answer (the source's own deadline). No cluster is needed (see
+// docs/sources.md for why none runs in CI); the last test drives the real
+// libcephfs client against a monitor that is not there.
 #include "server/source/cephfs_source.h"
 
 #include <errno.h>
@@ -10,10 +11,13 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -22,10 +26,41 @@
 namespace dlcache {
 namespace {
 
+// Calls of the ops in FakeCephFs::blocked wait here until the test opens
+// it (a hung MDS or OSD); the test can await how many are waiting.
+struct Gate {
+  absl::Mutex mu;
+  bool open ABSL_GUARDED_BY(mu) = false;
+  int waiting ABSL_GUARDED_BY(mu) = 0;
+  void Pass() {
+    absl::MutexLock lock(&mu);
+    ++waiting;
+    mu.Await(absl::Condition(&open));
+    --waiting;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu);
+    open = true;
+  }
+  bool AwaitWaiting(int n) {
+    absl::MutexLock lock(&mu);
+    auto cond = [&]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return waiting == n; };
+    return mu.AwaitWithTimeout(absl::Condition(&cond), absl::Seconds(10));
+  }
+};
+
 // An in-memory tree, plus scripted failures: the next calls of an op fail
-// with the queued -errno values, one each.
+// with the queued -errno values, one each. The source calls it from its
+// worker threads, one call at a time unless one is blocked in the gate.
 class FakeCephFs : public CephFsClient {
  public:
+  ~FakeCephFs() override {
+    if (destroyed != nullptr) destroyed->Notify();
+  }
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+  std::set<std::string> blocked;  // ops that wait in the gate
+  std::shared_ptr<absl::Notification> destroyed;
   struct Node {
     uint32_t mode;
     std::string data;
@@ -39,6 +74,7 @@ class FakeCephFs : public CephFsClient {
   size_t max_read = 1 << 30;  // short reads below this
 
   int Fail(const std::string& op) {
+    if (blocked.count(op)) gate->Pass();
     ++calls[op];
     auto& q = failures[op];
     if (q.empty()) return 0;
@@ -47,6 +83,7 @@ class FakeCephFs : public CephFsClient {
     return rc;
   }
   int Mount(const CephFsOptions&, std::string* error) override {
+    if (blocked.count("mount")) gate->Pass();
     if (mount_rc < 0) *error = "scripted mount failure";
     return mount_rc;
   }
@@ -232,6 +269,169 @@ TEST(CephFsSourceOpenTest, MountFailuresAreUnavailableOrNotFound) {
   fake->mount_rc = -ENOENT;  // the root directory is missing
   EXPECT_EQ(CephFsSource::Open(o, std::move(fake)).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Calls that never answer (a hung MDS or OSD, as FakeCephFs::blocked
+// ops waiting in the gate) end at the source's own deadline: timeout
+// 200 ms + margin 100 ms here.
+CephFsOptions DeadlineOptions() {
+  CephFsOptions o;
+  o.fs_name = "fs";
+  o.timeout = absl::Milliseconds(200);
+  o.deadline_margin = absl::Milliseconds(100);
+  o.max_stuck_calls = 2;
+  return o;
+}
+
+class CephFsSourceDeadlineTest : public ::testing::Test {
+ protected:
+  static constexpr absl::Duration kDeadline = absl::Milliseconds(300);
+  // Slack for a loaded machine; the bound still proves the caller did not
+  // wait for the gate, which opens only after the call returned.
+  static constexpr absl::Duration kSlack = absl::Seconds(10);
+
+  void SetUp() override {
+    auto fake = std::make_unique<FakeCephFs>();
+    fake_ = fake.get();
+    gate_ = fake_->gate;
+    fake_->destroyed = destroyed_;
+    fake_->nodes["/"] = {S_IFDIR | 0755, ""};
+    fake_->nodes["/a.bin"] = {S_IFREG | 0644, "hello world"};
+    fake_->nodes["/sub"] = {S_IFDIR | 0755, ""};
+    fake_->nodes["/sub/b"] = {S_IFREG | 0644, "bee"};
+    auto s = CephFsSource::Open(DeadlineOptions(), std::move(fake));
+    ASSERT_TRUE(s.ok()) << s.status();
+    source_ = *std::move(s);
+  }
+  // Opens the gate and waits until every stuck call has returned; only
+  // then may the test touch the fake again.
+  void Release() {
+    gate_->Open();
+    ASSERT_TRUE(source_->AwaitNoneStuck(absl::Now() + kSlack));
+  }
+
+  FakeCephFs* fake_ = nullptr;  // owned by source_ (and by stuck calls)
+  std::shared_ptr<Gate> gate_;
+  std::shared_ptr<absl::Notification> destroyed_ =
+      std::make_shared<absl::Notification>();
+  std::unique_ptr<CephFsSource> source_;
+};
+
+TEST_F(CephFsSourceDeadlineTest, StuckReadIsUnavailableAndLeavesDstAlone) {
+  fake_->blocked = {"read"};
+  char dst[5];
+  memset(dst, 'Z', sizeof dst);
+  const absl::Time start = absl::Now();
+  absl::Status s = source_->ReadAt("a.bin", 6, absl::MakeSpan(dst, 5));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(),
+            "cephfs read of 'a.bin' did not answer within 300ms "
+            "(timeout 200ms + 100ms)");
+  EXPECT_GE(took, kDeadline);
+  EXPECT_LT(took, kDeadline + kSlack);
+  EXPECT_EQ(source_->stuck_calls(), 1);
+  ASSERT_TRUE(gate_->AwaitWaiting(1));
+  Release();
+  // The late read went into the call's own buffer, and it closed its fd.
+  EXPECT_EQ(std::string(dst, 5), "ZZZZZ");
+  EXPECT_EQ(fake_->open_fds, 0);
+  EXPECT_EQ(fake_->calls["read"], 1);
+  // Recovered: the same source reads.
+  fake_->blocked.clear();
+  ASSERT_TRUE(source_->ReadAt("a.bin", 6, absl::MakeSpan(dst, 5)).ok());
+  EXPECT_EQ(std::string(dst, 5), "world");
+}
+
+TEST_F(CephFsSourceDeadlineTest, StuckStatOpenAndReadDirAreUnavailable) {
+  const std::pair<const char*, std::string> cases[] = {
+      {"stat", "cephfs stat of 'a.bin' did not answer"},
+      {"open", "cephfs read of 'a.bin' did not answer"},
+      {"readdir", "cephfs readdir of 'sub' did not answer"},
+  };
+  for (const auto& [op, want] : cases) {
+    SCOPED_TRACE(op);
+    fake_->blocked = {op};
+    char buf[3];
+    absl::Status s;
+    const absl::Time start = absl::Now();
+    if (std::string(op) == "stat") {
+      s = source_->Stat("a.bin").status();
+    } else if (std::string(op) == "open") {
+      s = source_->ReadAt("a.bin", 0, absl::MakeSpan(buf, 3));
+    } else {
+      s = source_->List(
+          "sub", [](absl::string_view, const FileInfo&) { return true; });
+    }
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find(want), std::string::npos) << s;
+    EXPECT_GE(took, kDeadline);
+    EXPECT_LT(took, kDeadline + kSlack);
+    ASSERT_TRUE(gate_->AwaitWaiting(1));
+    Release();
+    // A new gate for the next op, swapped while no call can see it.
+    fake_->gate = gate_ = std::make_shared<Gate>();
+    fake_->blocked.clear();
+  }
+  EXPECT_TRUE(source_->Stat("a.bin").ok());
+}
+
+TEST_F(CephFsSourceDeadlineTest, PastTheCapCallsFailAtOnce) {
+  fake_->blocked = {"read"};
+  char buf[3];
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(source_->ReadAt("a.bin", 0, absl::MakeSpan(buf, 3)).code(),
+              absl::StatusCode::kUnavailable);
+  }
+  ASSERT_TRUE(gate_->AwaitWaiting(2));
+  EXPECT_EQ(source_->stuck_calls(), 2);
+  const absl::Time start = absl::Now();
+  absl::Status s = source_->Stat("a.bin").status();
+  EXPECT_LT(absl::Now() - start, kDeadline);  // no wait for a deadline
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(s.message(),
+            "2 cephfs calls are stuck; the cluster is not answering "
+            "(cephfs stat of 'a.bin' not tried)");
+  EXPECT_TRUE(gate_->AwaitWaiting(2));  // no third call went in
+  Release();
+  EXPECT_EQ(fake_->calls["stat"], 0);
+  EXPECT_EQ(fake_->open_fds, 0);
+  EXPECT_TRUE(source_->Stat("a.bin").ok());
+}
+
+// The source (and its reference to the client) is destroyed while a read
+// is stuck; the read then returns into its own buffer, closes its fd, and
+// the last reference, the call's, destroys the client.
+TEST_F(CephFsSourceDeadlineTest, AStuckReadMayReturnAfterTheSourceIsGone) {
+  fake_->blocked = {"read"};
+  std::string dst(11, 'Z');
+  EXPECT_EQ(source_->ReadAt("a.bin", 0, absl::MakeSpan(dst)).code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(gate_->AwaitWaiting(1));
+  source_.reset();
+  fake_ = nullptr;
+  EXPECT_FALSE(destroyed_->HasBeenNotified());  // the call holds the client
+  gate_->Open();
+  EXPECT_TRUE(destroyed_->WaitForNotificationWithTimeout(kSlack));
+  EXPECT_EQ(dst, std::string(11, 'Z'));
+}
+
+TEST(CephFsSourceOpenTest, AMountThatDoesNotAnswerIsUnavailable) {
+  auto fake = std::make_unique<FakeCephFs>();
+  fake->blocked = {"mount"};
+  std::shared_ptr<Gate> gate = fake->gate;
+  auto destroyed = std::make_shared<absl::Notification>();
+  fake->destroyed = destroyed;
+  CephFsOptions o = DeadlineOptions();
+  auto s = CephFsSource::Open(o, std::move(fake));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.status().message(),
+            "cephfs://fs/: cephfs mount of '/' did not answer within 500ms "
+            "(timeout 400ms + 100ms)");
+  ASSERT_TRUE(gate->AwaitWaiting(1));
+  gate->Open();
+  EXPECT_TRUE(destroyed->WaitForNotificationWithTimeout(absl::Seconds(10)));
 }
 
 #ifdef DLCACHE_WITH_CEPHFS
