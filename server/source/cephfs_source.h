@@ -124,9 +124,9 @@ class CephFsSource : public Source {
 
   // Calls abandoned at their deadline that have not returned yet.
   int stuck_calls() const { return runner_.stuck(); }
-  // True once no call is stuck; false at `deadline` (tests).
-  bool AwaitNoneStuck(absl::Time deadline) const {
-    return runner_.AwaitNoneStuck(deadline);
+  // True once no call is stuck; false after `timeout` (tests).
+  bool AwaitNoneStuck(absl::Duration timeout) const {
+    return runner_.AwaitNoneStuck(timeout);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log_escape.h"
 #include "common/logging.h"
 
@@ -36,7 +37,7 @@ struct DeadlineRunner::Shared {
   int idle ABSL_GUARDED_BY(mu) = 0;
   int stuck ABSL_GUARDED_BY(mu) = 0;
   uint64_t abandoned_total ABSL_GUARDED_BY(mu) = 0;
-  absl::Time stuck_since ABSL_GUARDED_BY(mu);
+  absl::Time stuck_since ABSL_GUARDED_BY(mu);  // MonotonicNow()
   bool stopping ABSL_GUARDED_BY(mu) = false;
 
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -88,7 +89,8 @@ void DeadlineRunner::Work(std::shared_ptr<Shared> shared) {
     if (--shared->stuck == 0) {
       DLC_LOG(INFO) << shared->options.describe << ": " << shared->options.name
                     << " calls answer again; the last stuck one returned after "
-                    << absl::FormatDuration(absl::Now() - shared->stuck_since);
+                    << absl::FormatDuration(MonotonicNow() -
+                                            shared->stuck_since);
     }
   }
 }
@@ -120,8 +122,9 @@ absl::Status DeadlineRunner::Run(absl::string_view op, absl::string_view path,
     }
   }
   const absl::Duration limit = timeout + o.margin;
+  const absl::Time deadline = MonotonicNow() + limit;
   absl::MutexLock lock(&call->mu);
-  if (call->mu.AwaitWithTimeout(absl::Condition(&call->done), limit)) {
+  if (AwaitUntil(call->mu, absl::Condition(&call->done), deadline)) {
     return absl::OkStatus();
   }
   call->abandoned = true;
@@ -129,7 +132,7 @@ absl::Status DeadlineRunner::Run(absl::string_view op, absl::string_view path,
     absl::MutexLock shared_lock(&shared_->mu);
     ++shared_->abandoned_total;
     if (shared_->stuck++ == 0) {
-      shared_->stuck_since = absl::Now() - limit;
+      shared_->stuck_since = deadline - limit;
       DLC_LOG(WARNING) << o.describe << ": " << o.name << " " << op << " of '"
                        << LogEscape(path) << "' did not answer within "
                        << absl::FormatDuration(limit)
@@ -153,10 +156,12 @@ uint64_t DeadlineRunner::abandoned_total() const {
   return shared_->abandoned_total;
 }
 
-bool DeadlineRunner::AwaitNoneStuck(absl::Time deadline) const {
+bool DeadlineRunner::AwaitNoneStuck(absl::Duration timeout) const {
+  const absl::Time deadline = MonotonicNow() + timeout;
   absl::MutexLock lock(&shared_->mu);
-  return shared_->mu.AwaitWithDeadline(
-      absl::Condition(shared_.get(), &Shared::NoneStuck), deadline);
+  return AwaitUntil(shared_->mu,
+                    absl::Condition(shared_.get(), &Shared::NoneStuck),
+                    deadline);
 }
 
 }  // namespace dlcache

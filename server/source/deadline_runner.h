@@ -52,7 +52,8 @@ class DeadlineRunner {
   DeadlineRunner(const DeadlineRunner&) = delete;
   DeadlineRunner& operator=(const DeadlineRunner&) = delete;
 
-  // Runs fn on a worker and waits for it until timeout + margin. OK once
+  // Runs fn on a worker and waits for it until timeout + margin (on the
+  // monotonic clock, common/clock.h). OK once
   // fn returned. UNAVAILABLE "<name> <op> of '<path>' did not answer
   // within <timeout + margin>" if it did not (fn keeps running, abandoned);
   // UNAVAILABLE "<N> <name> calls are stuck; the cluster is not answering"
@@ -68,9 +69,9 @@ class DeadlineRunner {
   int stuck() const;
   // Calls abandoned since construction.
   uint64_t abandoned_total() const;
-  // True once no call is stuck; false at `deadline`. For tests and
+  // True once no call is stuck; false after `timeout`. For tests and
   // orderly shutdown.
-  bool AwaitNoneStuck(absl::Time deadline) const;
+  bool AwaitNoneStuck(absl::Duration timeout) const;
 
  private:
   struct Call;
