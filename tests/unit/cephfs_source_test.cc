@@ -21,35 +21,14 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/gate.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
 namespace {
 
-// Calls of the ops in FakeCephFs::blocked wait here until the test opens
-// it (a hung MDS or OSD); the test can await how many are waiting.
-struct Gate {
-  absl::Mutex mu;
-  bool open ABSL_GUARDED_BY(mu) = false;
-  int waiting ABSL_GUARDED_BY(mu) = 0;
-  void Pass() {
-    absl::MutexLock lock(&mu);
-    ++waiting;
-    mu.Await(absl::Condition(&open));
-    --waiting;
-  }
-  void Open() {
-    absl::MutexLock lock(&mu);
-    open = true;
-  }
-  bool AwaitWaiting(int n) {
-    absl::MutexLock lock(&mu);
-    auto cond = [&]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return waiting == n; };
-    return mu.AwaitWithTimeout(absl::Condition(&cond), absl::Seconds(10));
-  }
-};
+using testing::Gate;
 
 // An in-memory tree, plus scripted failures: the next calls of an op fail
 // with the queued -errno values, one each. The source calls it from its

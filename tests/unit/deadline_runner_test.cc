@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/gate.h"
 #include "tests/testing/test_util.h"
 
 namespace dlcache {
@@ -35,29 +36,7 @@ DeadlineRunner::Options TestOptions(int max_stuck = 4) {
   return o;
 }
 
-// Calls wait here until the test opens it; the test can await how many
-// are waiting.
-struct Gate {
-  absl::Mutex mu;
-  bool open ABSL_GUARDED_BY(mu) = false;
-  int waiting ABSL_GUARDED_BY(mu) = 0;
-  void Pass() {
-    absl::MutexLock lock(&mu);
-    ++waiting;
-    mu.Await(absl::Condition(&open));
-    --waiting;
-  }
-  void Open() {
-    absl::MutexLock lock(&mu);
-    open = true;
-  }
-  bool AwaitWaiting(int n) {
-    absl::MutexLock lock(&mu);
-    auto cond = [&]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return waiting == n; };
-    return mu.AwaitWithTimeout(absl::Condition(&cond), kSlack);
-  }
-};
+using testing::Gate;
 
 // What a stuck call owns: its buffer, and a notification its destruction
 // (after the call) fires.
@@ -114,7 +93,7 @@ TEST(DeadlineRunnerTest, AbandonsAtTheDeadlineThenTheCallEndsInItsOwnMemory) {
   EXPECT_EQ(runner.stuck(), 1);
   EXPECT_EQ(runner.abandoned_total(), 1u);
   owned.reset();  // the caller's reference; the call keeps its own
-  ASSERT_TRUE(gate->AwaitWaiting(1));
+  ASSERT_TRUE(gate->AwaitWaiting(1, kSlack));
   gate->Open();
   ASSERT_TRUE(gone->WaitForNotificationWithTimeout(kSlack));
   ASSERT_TRUE(runner.AwaitNoneStuck(kSlack));
@@ -136,7 +115,7 @@ TEST(DeadlineRunnerTest, AStuckCallMayReturnAfterTheRunnerIsGone) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   owned.reset();
   runner.reset();  // destroyed with the call stuck
-  ASSERT_TRUE(gate->AwaitWaiting(1));
+  ASSERT_TRUE(gate->AwaitWaiting(1, kSlack));
   gate->Open();  // the call returns into its own memory; nothing else
   EXPECT_TRUE(gone->WaitForNotificationWithTimeout(kSlack));
 }
@@ -159,7 +138,7 @@ TEST(DeadlineRunnerTest, PastTheCapNewCallsFailAtOnce) {
             "(cephfs stat of 'y' not tried)");
   EXPECT_LT(took, kTimeout + kMargin);  // did not wait for a deadline
   EXPECT_FALSE(*ran);
-  ASSERT_TRUE(gate->AwaitWaiting(2));  // no third thread went in
+  ASSERT_TRUE(gate->AwaitWaiting(2, kSlack));  // no third thread went in
   gate->Open();
   ASSERT_TRUE(runner.AwaitNoneStuck(kSlack));
   EXPECT_TRUE(runner.Run("stat", "y", [ran] { *ran = true; }).ok());
