@@ -432,7 +432,9 @@ def main():
                          "\"all\" or taskset-style lists (\"0-3\", "
                          "\"0,2,4,6\")")
     ap.add_argument("--decode-seconds", type=float, default=4.0)
-    ap.add_argument("--decode-workers", type=int, default=2)
+    # 1: two workers hung at 4 cores on the H100 (2026-12-06, see
+    # docs/results/jpeg_2026-12-06.md); one fed as fast.
+    ap.add_argument("--decode-workers", type=int, default=1)
     ap.add_argument("--skip", default="",
                     help="comma list of stock,gpu_jpeg,nvjpeg,decode")
     ap.add_argument("--out", default=None)
