@@ -103,6 +103,17 @@ class Server:
             start_new_session=True, preexec_fn=die_with_parent)
         self.metrics = wait_for(self._metrics_address, 30,
                                 "dlcached's metrics address in its log")
+        # The metrics line comes before the data socket is bound: under
+        # load (a whole-suite run beside two CPU hogs, 2026-12-06) the
+        # first tests found no socket. The line after it is bound:
+        wait_for(self._serving, 30, "dlcached serving on " + self.socket)
+
+    def _serving(self):
+        with open(self.log_path, "rb") as f:
+            ok = (b" serving on unix:" + self.socket.encode()) in f.read()
+        if not ok and self.proc.poll() is not None:
+            raise AssertionError("dlcached exited (%s)" % self.proc.returncode)
+        return ok
 
     def _metrics_address(self):
         with open(self.log_path, "rb") as f:
