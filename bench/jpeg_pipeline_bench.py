@@ -16,9 +16,12 @@ batch 256, with:
   gpu_jpeg        GpuLoader(decode="jpeg", decode_workers=2):
                   torchvision.io.decode_jpeg(device="cuda") + a batched GPU
                   RandomResizedCrop/flip (roi_align) in the producer
-  nvjpeg          GpuLoader(decode="nvjpeg", decode_workers=2,
+  nvjpeg/feed     GpuLoader(decode="nvjpeg",
                   jpeg=JpegTransform.imagenet(bf16, channels_last)):
-                  dlcache's JPEG pipeline (docs/jpeg_pipeline.md)
+                  dlcache's JPEG pipeline (docs/jpeg_pipeline.md) inside
+                  the C++ feed (no Python code per batch but submit/take)
+  nvjpeg/thread   the same pipeline called from Python producer threads
+                  (producer="thread", --decode-workers of them)
 
 Columns: img/s, fraction of compute-bound, GPU utilisation (NVML, through
 torch.cuda.utilization, sampled every 50 ms while measuring; "-" without
@@ -35,14 +38,20 @@ per batch from torch.profiler.
   python3 bench/jpeg_pipeline_bench.py --quick    # ~90 s
   DLCACHED=... DLCACHE_LIB=... select the binaries (else build*/)
   --out FILE also writes the tables (markdown) there.
+  --stall-dump S: when a feed makes no training step for S seconds, print
+  every thread's Python stack and, where cuda-gdb or gdb is on PATH, its
+  native stack, then exit 3 (default 120; 0: off).
 """
 
 import argparse
 import ctypes
 import datetime
+import faulthandler
 import io
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -126,6 +135,37 @@ def pin(cpus):
 
 # ------------------------------------------------------------ the loop ----
 
+# Monotonic time of the last training step (the stall watchdog's).
+LAST_STEP = [time.monotonic()]
+
+
+def stall_watchdog(seconds):
+    """Dumps every thread's stacks (Python, then native where a debugger
+    is on PATH) and exits 3 when no step was made for `seconds`."""
+    def run():
+        while True:
+            time.sleep(min(5.0, seconds / 4))
+            idle = time.monotonic() - LAST_STEP[0]
+            if idle < seconds:
+                continue
+            log("STALL: no training step for %.0f s; stacks follow" % idle)
+            sys.stderr.flush()
+            faulthandler.dump_traceback(all_threads=True)
+            dbg = shutil.which("cuda-gdb") or shutil.which("gdb")
+            if dbg:
+                subprocess.run(
+                    [dbg, "-q", "-batch", "-p", str(os.getpid()),
+                     "-ex", "set pagination off", "-ex", "info threads",
+                     "-ex", "thread apply all bt 40"],
+                    stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=120,
+                    check=False)
+            else:
+                log("no cuda-gdb or gdb on PATH: no native stacks")
+            sys.stderr.flush()
+            os._exit(3)
+    threading.Thread(target=run, name="stall-watchdog", daemon=True).start()
+
+
 class UtilSampler:
     """torch.cuda.utilization() every 50 ms while running."""
 
@@ -193,6 +233,7 @@ def train(name, batches, prep, args, device, model):
                 sampler.__enter__()
             t0 = time.perf_counter()
             events, wait, n = [], 0.0, 0
+        LAST_STEP[0] = time.monotonic()
         tw = time.perf_counter()
         x, y = next(batches)
         wait += time.perf_counter() - tw
@@ -434,7 +475,11 @@ def main():
     ap.add_argument("--decode-seconds", type=float, default=4.0)
     # 1: two workers hung at 4 cores on the H100 (2026-12-06, see
     # docs/results/jpeg_2026-12-06.md); one fed as fast.
-    ap.add_argument("--decode-workers", type=int, default=1)
+    ap.add_argument("--decode-workers", type=int, default=1,
+                    help="producer threads of gpu_jpeg and nvjpeg/thread")
+    ap.add_argument("--nvjpeg-producers", default="feed,thread",
+                    help="nvjpeg rows: feed (the C++ feed), thread")
+    ap.add_argument("--stall-dump", type=float, default=120.0)
     ap.add_argument("--skip", default="",
                     help="comma list of stock,gpu_jpeg,nvjpeg,decode")
     ap.add_argument("--out", default=None)
@@ -450,6 +495,8 @@ def main():
         args.steps, args.warmup = 3, 1
         core_sets = core_sets[:1]
     skip = set(s for s in args.skip.split(",") if s)
+    if args.stall_dump > 0:
+        stall_watchdog(args.stall_dump)
     cuda = torch.cuda.is_available() and not smoke
     if not cuda and not smoke:
         print("SKIPPED: no CUDA device (--cpu-smoke runs the paths on the "
@@ -532,19 +579,22 @@ def main():
                                   device, model)
                     r["cores"] = label
                     rows.append(r)
-                if "nvjpeg" not in skip:
+                for producer in ([] if "nvjpeg" in skip else
+                                 args.nvjpeg_producers.split(",")):
                     jt = JpegTransform.imagenet(dtype=torch.bfloat16,
                                                 channels_last=True)
+                    name = ("nvjpeg/feed" if producer == "feed" else
+                            "nvjpeg/thread%dw" % args.decode_workers)
                     with GpuLoader(keys, dataset="ds", socket=server.socket,
                                    batch_size=args.batch, device=device,
                                    decode="nvjpeg", jpeg=jt, targets=targets,
                                    decode_workers=args.decode_workers,
+                                   producer=producer,
                                    drop_last=True, prefetch=4) as ld:
-                        r = train("nvjpeg/%dw" % args.decode_workers,
-                                  forever(lambda: ld), lambda x: x, args,
-                                  device, model)
+                        r = train(name, forever(lambda: ld), lambda x: x,
+                                  args, device, model)
                         r["stats"] = ld.jpeg_stats()
-                    log("nvjpeg stats: %s" % r["stats"])
+                    log("%s stats: %s" % (name, r["stats"]))
                     r["cores"] = label
                     rows.append(r)
             finally:
@@ -578,18 +628,21 @@ def main():
             "%.2f" % r["util"] if r["util"] is not None else "-",
             "%.2f" % r["busy"] if r["busy"] is not None else "-",
             r["wait_ms"]))
-    by = {(r["name"].split("/")[0], r["cores"]): r["img_s"] for r in rows}
     for spec in core_sets:
         cpus = parse_cpus(spec)
         label = "%d (%s)" % (len(cpus), spec)
-        s, nv = by.get(("stock", label)), by.get(("nvjpeg", label))
-        if s and nv:
-            out.append("")
-            out.append("%s cores: nvjpeg / stock = %.2fx" % (label, nv / s))
+        here = [r for r in rows if r["cores"] == label]
+        stock = [r for r in here if r["name"].startswith("stock")]
+        for r in here:
+            if stock and r["name"].startswith("nvjpeg"):
+                out.append("")
+                out.append("%s cores: %s / stock = %.2fx" % (
+                    label, r["name"], r["img_s"] / stock[0]["img_s"]))
     for r in rows:
         if "stats" in r:
             out.append("")
-            out.append("nvjpeg (%s cores): %s" % (r["cores"], r["stats"]))
+            out.append("%s (%s cores): %s" % (r["name"], r["cores"],
+                                              r["stats"]))
     if dec_rows:
         out += ["", "## Decode only (%d files, batches of %d)" % (
             min(len(keys), 2048), min(args.batch, 2048)), "",

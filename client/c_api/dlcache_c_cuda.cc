@@ -21,6 +21,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/c_api/error_channel.h"
+#include "client/c_api/jpeg_handle.h"
+#include "client/cuda/jpeg_feed.h"
 #include "dlcache/client.h"
 #include "dlcache/cuda/cuda_uploader.h"
 #include "dlcache/cuda/feed_pipeline.h"
@@ -47,12 +49,17 @@ struct dlc_cuda_upload {
 
 struct dlc_cuda_feed {
   std::string dataset;
+  // A JPEG feed (dlc_cuda_jpeg_feed_create): the transform whose output
+  // shape every batch must keep.
+  bool jpeg = false;
+  cu::JpegTransform shape;
   std::unique_ptr<cu::FeedPipeline> pipeline;
 };
 
 struct dlc_cuda_feed_batch {
   cu::FeedBatch batch;
   std::string message;
+  std::vector<std::string> item_errors;  // a JPEG feed's batch
 };
 
 namespace {
@@ -226,6 +233,35 @@ int FetchChunks(dlc_cuda_uploader* up, const char* dataset,
   }
   *batch = owned.release();
   return DLC_OK;
+}
+
+// A feed's fetcher; runs on the feed's thread: its errors become the
+// batch's status (the thread-local dlc_cuda_last_error() of that thread
+// holds the message).
+cu::FeedPipeline::Fetcher FeedFetcher(dlc_cuda_uploader* up,
+                                      std::string dataset) {
+  return [up, ds = std::move(dataset)](absl::Span<const std::string> keys)
+             -> absl::StatusOr<cu::FeedItems> {
+    cu::FeedItems items;
+    int rc = Errors::Guard([&] {
+      std::vector<const char*> k;
+      k.reserve(keys.size());
+      for (const std::string& key : keys) k.push_back(key.c_str());
+      dlc_batch* batch = nullptr;
+      if (int rc = FetchChunks(up, ds.c_str(), k.data(), k.size(), &batch,
+                               &items.chunks, &items.sizes);
+          rc != DLC_OK) {
+        return rc;
+      }
+      items.keepalive = std::make_shared<BatchOwner>(batch);
+      return static_cast<int>(DLC_OK);
+    });
+    if (rc != DLC_OK) {
+      return absl::Status(static_cast<absl::StatusCode>(rc),
+                          Errors::Message());
+    }
+    return items;
+  };
 }
 
 }  // namespace
@@ -531,31 +567,7 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
     fo.alignment = options->alignment;
     auto feed = std::make_unique<dlc_cuda_feed>();
     feed->dataset = dataset;
-    // Runs on the feed's thread: its errors become the batch's status (the
-    // thread-local dlc_cuda_last_error() of that thread holds the message).
-    cu::FeedPipeline::Fetcher fetch =
-        [up, ds = feed->dataset](absl::Span<const std::string> keys)
-        -> absl::StatusOr<cu::FeedItems> {
-      cu::FeedItems items;
-      int rc = Errors::Guard([&] {
-        std::vector<const char*> k;
-        k.reserve(keys.size());
-        for (const std::string& key : keys) k.push_back(key.c_str());
-        dlc_batch* batch = nullptr;
-        if (int rc = FetchChunks(up, ds.c_str(), k.data(), k.size(), &batch,
-                                 &items.chunks, &items.sizes);
-            rc != DLC_OK) {
-          return rc;
-        }
-        items.keepalive = std::make_shared<BatchOwner>(batch);
-        return static_cast<int>(DLC_OK);
-      });
-      if (rc != DLC_OK) {
-        return absl::Status(static_cast<absl::StatusCode>(rc),
-                            Errors::Message());
-      }
-      return items;
-    };
+    cu::FeedPipeline::Fetcher fetch = FeedFetcher(up, feed->dataset);
     CUstream_st* stream = options->stream != nullptr
                               ? static_cast<CUstream_st*>(options->stream)
                               : up->stream;
@@ -599,6 +611,10 @@ int dlc_cuda_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
                          uint64_t tag) {
   return Errors::Guard([&] {
     if (feed == nullptr) return Errors::NullArg("feed");
+    if (feed->jpeg) {
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          "a JPEG feed takes dlc_cuda_jpeg_feed_submit");
+    }
     if (keys == nullptr && num_keys > 0) return Errors::NullArg("keys");
     if (dst == nullptr && num_keys > 0) return Errors::NullArg("dst");
     std::vector<std::string> k;
@@ -628,6 +644,18 @@ int dlc_cuda_feed_next(dlc_cuda_feed* feed, double timeout_s,
     if (!b.ok()) return Errors::Fail(b.status());
     auto handle = std::make_unique<dlc_cuda_feed_batch>();
     handle->message = std::string(b->status.message());
+    if (feed->jpeg && b->status.ok() && b->context != nullptr) {
+      const auto* job = static_cast<const cu::JpegFeedJob*>(b->context.get());
+      handle->item_errors.resize(job->results.size());
+      for (size_t i = 0; i < job->results.size(); ++i) {
+        const absl::Status& st = job->results[i].status;
+        if (!st.ok()) {
+          handle->item_errors[i] = absl::StrCat(
+              i < job->keys.size() ? job->keys[i] : absl::StrCat("item ", i),
+              ": ", st.message());
+        }
+      }
+    }
     handle->batch = *std::move(b);
     *out = handle.release();
     return static_cast<int>(DLC_OK);
@@ -712,6 +740,124 @@ void dlc_cuda_feed_batch_free(dlc_cuda_feed_batch* batch) {
     delete batch;
     return static_cast<int>(DLC_OK);
   });
+}
+
+int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* up, const char* dataset,
+                              dlc_cuda_jpeg* jpeg,
+                              const dlc_cuda_jpeg_transform* transform,
+                              const dlc_cuda_feed_options* options,
+                              dlc_cuda_feed** out) {
+  return Errors::Guard([&] {
+    if (out == nullptr) return Errors::NullArg("out");
+    *out = nullptr;
+    if (up == nullptr) return Errors::NullArg("uploader");
+    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (jpeg == nullptr) return Errors::NullArg("jpeg");
+    if (transform == nullptr) return Errors::NullArg("transform");
+    if (options == nullptr) return Errors::NullArg("options");
+    absl::StatusOr<cu::JpegTransform> t =
+        dlcache::c_api::ToJpegTransform(*transform);
+    if (!t.ok()) return Errors::Fail(t.status());
+    if (t->out_h < 1 || t->out_w < 1 || t->out_h > 16384 ||
+        t->out_w > 16384) {
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          absl::StrCat("output size ", t->out_h, "x",
+                                       t->out_w, " out of range"));
+    }
+    cu::FeedOptions fo;
+    fo.depth = options->depth;
+    fo.output_item_size = cu::JpegPipeline::OutputBytes(*t, 1);
+    auto feed = std::make_unique<dlc_cuda_feed>();
+    feed->dataset = dataset;
+    feed->jpeg = true;
+    feed->shape = *t;
+    CUstream_st* stream = options->stream != nullptr
+                              ? static_cast<CUstream_st*>(options->stream)
+                              : up->stream;
+    absl::StatusOr<std::unique_ptr<cu::FeedPipeline>> p =
+        cu::FeedPipeline::Create(
+            fo, FeedFetcher(up, feed->dataset),
+            cu::JpegFeedCopier(jpeg->pipeline.get(), stream));
+    if (!p.ok()) return Errors::Fail(p.status());
+    feed->pipeline = *std::move(p);
+    *out = feed.release();
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_jpeg_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
+                              const uint64_t* indices, size_t n,
+                              const dlc_cuda_jpeg_transform* transform,
+                              void* dst, uint64_t dst_size, uint64_t tag) {
+  return Errors::Guard([&] {
+    if (feed == nullptr) return Errors::NullArg("feed");
+    if (!feed->jpeg) {
+      return Errors::Fail(DLC_INVALID_ARGUMENT,
+                          "not a JPEG feed (dlc_cuda_jpeg_feed_create)");
+    }
+    if (transform == nullptr) return Errors::NullArg("transform");
+    if (keys == nullptr && n > 0) return Errors::NullArg("keys");
+    if (indices == nullptr && n > 0) return Errors::NullArg("indices");
+    if (dst == nullptr && n > 0) return Errors::NullArg("dst");
+    absl::StatusOr<cu::JpegTransform> t =
+        dlcache::c_api::ToJpegTransform(*transform);
+    if (!t.ok()) return Errors::Fail(t.status());
+    const cu::JpegTransform& shape = feed->shape;
+    if (t->out_h != shape.out_h || t->out_w != shape.out_w ||
+        t->dtype != shape.dtype || t->channels_last != shape.channels_last) {
+      return Errors::Fail(
+          DLC_INVALID_ARGUMENT,
+          "the transform's output size, dtype or layout differs from the "
+          "feed's");
+    }
+    auto job = std::make_shared<cu::JpegFeedJob>();
+    job->keys.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (keys[i] == nullptr) {
+        return Errors::Fail(DLC_INVALID_ARGUMENT,
+                            absl::StrCat("keys[", i, "] is NULL"));
+      }
+      job->keys.emplace_back(keys[i]);
+    }
+    job->indices.assign(indices, indices + n);
+    job->transform = *t;
+    std::vector<std::string> k = job->keys;
+    absl::Status st =
+        feed->pipeline->Submit(std::move(k), dst, dst_size, tag, job);
+    if (!st.ok()) return Errors::Fail(st);
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+int dlc_cuda_jpeg_feed_batch_items(const dlc_cuda_feed_batch* batch,
+                                   dlc_cuda_jpeg_item* items, size_t n,
+                                   size_t* num_failed) {
+  return Errors::Guard([&] {
+    if (batch == nullptr) return Errors::NullArg("batch");
+    if (num_failed != nullptr) *num_failed = 0;
+    const cu::FeedBatch& b = batch->batch;
+    if (!b.status.ok()) return static_cast<int>(DLC_OK);
+    const auto* job = static_cast<const cu::JpegFeedJob*>(b.context.get());
+    if (job == nullptr || batch->item_errors.size() != job->results.size()) {
+      return Errors::Fail(DLC_INVALID_ARGUMENT, "not a JPEG feed's batch");
+    }
+    size_t failed = 0;
+    for (size_t i = 0; i < job->results.size(); ++i) {
+      const absl::Status& st = job->results[i].status;
+      if (!st.ok()) ++failed;
+      if (items != nullptr && i < n) {
+        dlcache::c_api::FillJpegItem(job->results[i], st, &items[i]);
+      }
+    }
+    if (num_failed != nullptr) *num_failed = failed;
+    return static_cast<int>(DLC_OK);
+  });
+}
+
+const char* dlc_cuda_jpeg_feed_batch_item_error(
+    const dlc_cuda_feed_batch* batch, size_t i) {
+  if (batch == nullptr || i >= batch->item_errors.size()) return "";
+  return batch->item_errors[i].c_str();
 }
 
 }  // extern "C"

@@ -12,26 +12,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/c_api/error_channel.h"
+#include "client/c_api/jpeg_handle.h"
 #include "client/cuda/jpeg_pipeline.h"
 #include "dlcache/dlcache_c.h"
 #include "dlcache/dlcache_cuda_c.h"
 
 namespace cu = dlcache::cuda;
 
-struct dlc_cuda_jpeg {
-  std::unique_ptr<cu::JpegPipeline> pipeline;
-  std::string backend;
-  std::vector<std::string> item_errors;
-  // Items that came in several chunks, joined; kept until the device work
-  // of the call that used them is done (see Decode).
-  std::vector<std::string> joined;
-};
+namespace dlcache::c_api {
 
-namespace {
-
-using Errors = dlcache::c_api::ErrorChannel<dlcache::c_api::CudaCallsTag>;
-
-absl::StatusOr<cu::JpegTransform> ToTransform(
+absl::StatusOr<cuda::JpegTransform> ToJpegTransform(
     const dlc_cuda_jpeg_transform& in) {
   cu::JpegTransform t;
   t.out_h = in.out_h;
@@ -71,6 +61,31 @@ absl::StatusOr<cu::JpegTransform> ToTransform(
   return t;
 }
 
+void FillJpegItem(const cuda::JpegItemResult& r, const absl::Status& st,
+                  dlc_cuda_jpeg_item* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->code = static_cast<int>(st.code());
+  out->width = r.width;
+  out->height = r.height;
+  out->components = r.components;
+  if (st.ok()) {
+    out->crop_x = r.box.x;
+    out->crop_y = r.box.y;
+    out->crop_w = r.box.w;
+    out->crop_h = r.box.h;
+    out->flip = r.box.flip ? 1 : 0;
+    out->attempt = r.box.attempt;
+  }
+}
+
+}  // namespace dlcache::c_api
+
+namespace {
+
+using Errors = dlcache::c_api::ErrorChannel<dlcache::c_api::CudaCallsTag>;
+using dlcache::c_api::FillJpegItem;
+using dlcache::c_api::ToJpegTransform;
+
 // Runs the pipeline over `items`; `pre` holds failures known before the
 // decode (the cache's per-item errors), by index.
 int Decode(dlc_cuda_jpeg* jpeg, std::vector<cu::JpegItem>& items,
@@ -78,7 +93,7 @@ int Decode(dlc_cuda_jpeg* jpeg, std::vector<cu::JpegItem>& items,
            const dlc_cuda_jpeg_transform* transform, void* dst,
            uint64_t dst_size, void* stream, dlc_cuda_jpeg_item* out,
            size_t* num_failed) {
-  absl::StatusOr<cu::JpegTransform> t = ToTransform(*transform);
+  absl::StatusOr<cu::JpegTransform> t = ToJpegTransform(*transform);
   if (!t.ok()) return Errors::Fail(t.status());
   const size_t n = items.size();
   std::vector<cu::JpegItemResult> results(n);
@@ -97,22 +112,7 @@ int Decode(dlc_cuda_jpeg* jpeg, std::vector<cu::JpegItem>& items,
                              : absl::StrCat("item ", i);
       jpeg->item_errors[i] = absl::StrCat(name, ": ", item_st.message());
     }
-    if (out != nullptr) {
-      dlc_cuda_jpeg_item& o = out[i];
-      std::memset(&o, 0, sizeof(o));
-      o.code = static_cast<int>(item_st.code());
-      o.width = results[i].width;
-      o.height = results[i].height;
-      o.components = results[i].components;
-      if (item_st.ok()) {
-        o.crop_x = results[i].box.x;
-        o.crop_y = results[i].box.y;
-        o.crop_w = results[i].box.w;
-        o.crop_h = results[i].box.h;
-        o.flip = results[i].box.flip ? 1 : 0;
-        o.attempt = results[i].box.attempt;
-      }
-    }
+    if (out != nullptr) FillJpegItem(results[i], item_st, &out[i]);
   }
   if (num_failed != nullptr) *num_failed = failed;
   return DLC_OK;
@@ -309,7 +309,7 @@ int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
       return Errors::Fail(DLC_INVALID_ARGUMENT,
                           absl::StrCat("bad image size ", width, "x", height));
     }
-    absl::StatusOr<cu::JpegTransform> t = ToTransform(*transform);
+    absl::StatusOr<cu::JpegTransform> t = ToJpegTransform(*transform);
     if (!t.ok()) return Errors::Fail(t.status());
     cu::CropBox box = t->train ? cu::SampleTrainCrop(width, height, t->crop,
                                                      t->seed, t->epoch, index)

@@ -116,10 +116,12 @@ FeedPipeline::~FeedPipeline() {
 }
 
 absl::Status FeedPipeline::Submit(std::vector<std::string> keys, void* dst,
-                                  uint64_t dst_size, uint64_t tag) {
+                                  uint64_t dst_size, uint64_t tag,
+                                  std::shared_ptr<void> context) {
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::FailedPreconditionError("the feed is shut down");
-  pending_.push_back(Job{std::move(keys), dst, dst_size, tag});
+  pending_.push_back(
+      Job{std::move(keys), dst, dst_size, tag, std::move(context)});
   ++stats_.submitted;
   return absl::OkStatus();
 }
@@ -218,6 +220,7 @@ FeedBatch FeedPipeline::Process(Job job) {
   b.data = job.dst;
   b.capacity = job.dst_size;
   b.num_items = job.keys.size();
+  b.context = job.context;
   absl::StatusOr<FeedItems> items = fetcher_(job.keys);
   if (!items.ok()) {
     b.status = items.status();
@@ -229,10 +232,16 @@ FeedBatch FeedPipeline::Process(Job job) {
         "fetcher returned ", n, " items for ", job.keys.size(), " keys"));
     return b;
   }
+  items->context = std::move(job.context);
   b.offsets.resize(n + 1);
   uint64_t at = 0;
   const uint64_t align = options_.alignment;
   for (size_t i = 0; i < n; ++i) {
+    if (options_.output_item_size > 0) {
+      b.offsets[i] = i * options_.output_item_size;
+      at = b.offsets[i] + options_.output_item_size;
+      continue;
+    }
     const uint64_t size = items->sizes[i];
     if (options_.item_size > 0) {
       if (size != options_.item_size) {

@@ -52,6 +52,42 @@ constexpr uint64_t kScratchAlign = 256;
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+class CudaCompletion final : public JpegCompletion {
+ public:
+  CudaCompletion(int device, cudaEvent_t event)
+      : device_(device), event_(event) {}
+  ~CudaCompletion() override {
+    cudaSetDevice(device_);
+    cudaEventDestroy(event_);
+  }
+
+  absl::Status Wait() override {
+    DLC_CUDA_RETURN(cudaEventSynchronize(event_), "cudaEventSynchronize");
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> Done() override {
+    const cudaError_t err = cudaEventQuery(event_);
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    DLC_CUDA_RETURN(err, "cudaEventQuery");
+    return true;
+  }
+
+  absl::Status MakeStreamWait(CUstream_st* stream) override {
+    DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    DLC_CUDA_RETURN(cudaStreamWaitEvent(stream, event_, 0),
+                    "cudaStreamWaitEvent");
+    return absl::OkStatus();
+  }
+
+ private:
+  const int device_;
+  const cudaEvent_t event_;
+};
+
 class CudaJpegPipeline final : public JpegPipeline {
  public:
   CudaJpegPipeline(int device, std::unique_ptr<JpegDecoder> decoder)
@@ -265,6 +301,17 @@ class CudaJpegPipeline final : public JpegPipeline {
   absl::Status WaitIdle() override {
     DLC_CUDA_RETURN(cudaEventSynchronize(last_done_), "cudaEventSynchronize");
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<JpegCompletion>> MarkCompletion(
+      CUstream_st* stream) override {
+    DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    cudaEvent_t ev = nullptr;
+    DLC_CUDA_RETURN(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                    "cudaEventCreate");
+    auto done = std::make_unique<CudaCompletion>(device_, ev);
+    DLC_CUDA_RETURN(cudaEventRecord(ev, stream), "cudaEventRecord");
+    return std::unique_ptr<JpegCompletion>(std::move(done));
   }
 
   JpegPipelineStats stats() const override {

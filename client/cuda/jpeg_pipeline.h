@@ -81,6 +81,19 @@ struct JpegPipelineStats {
   internal::JpegDecoderCounters decoder;
 };
 
+// The completion of device work queued on a stream (a CUDA event).
+// One thread at a time.
+class JpegCompletion {
+ public:
+  virtual ~JpegCompletion() = default;
+  // Blocks until the work is done.
+  virtual absl::Status Wait() = 0;
+  // Non-blocking: true once the work is done.
+  virtual absl::StatusOr<bool> Done() = 0;
+  // Later work on `stream` waits for it, without blocking the host.
+  virtual absl::Status MakeStreamWait(CUstream_st* stream) = 0;
+};
+
 class JpegPipeline {
  public:
   // On CUDA device `device`, with `decoder` (OpenNvjpegDecoder's when
@@ -104,6 +117,11 @@ class JpegPipeline {
 
   // Blocks until the device work of every Run so far has finished.
   virtual absl::Status WaitIdle() = 0;
+
+  // Marks the work queued on `stream` so far (a Run's): INTERNAL, naming
+  // the CUDA call, if the event cannot be made.
+  virtual absl::StatusOr<std::unique_ptr<JpegCompletion>> MarkCompletion(
+      CUstream_st* stream) = 0;
 
   virtual JpegPipelineStats stats() const = 0;
 };

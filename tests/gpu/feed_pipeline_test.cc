@@ -169,6 +169,49 @@ TEST_F(FeedPipelineTest, BatchesComeBackInOrderWithTheirBytes) {
   EXPECT_EQ(live_.load(), 0);
 }
 
+// A decoding copier's feed (the JPEG feed, issue 37): items are laid out
+// by their output size, not their input size, and each batch's context
+// reaches the copier and comes back out with the batch.
+TEST_F(FeedPipelineTest, OutputItemSizeAndContextReachTheCopier) {
+  FeedOptions o;
+  o.depth = 2;
+  o.output_item_size = 48;  // larger and smaller than the inputs
+  std::vector<std::vector<uint64_t>> seen_offsets;
+  std::vector<void*> seen_context;
+  auto p = FeedPipeline::Create(
+      o, Fetcher(),
+      [&](FeedItems items, void*, uint64_t,
+          absl::Span<const uint64_t> offsets)
+          -> absl::StatusOr<std::shared_ptr<FeedCopy>> {
+        seen_offsets.emplace_back(offsets.begin(), offsets.end());
+        seen_context.push_back(items.context.get());
+        return std::shared_ptr<FeedCopy>(nullptr);
+      });
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::unique_ptr<FeedPipeline> feed = *std::move(p);
+  std::vector<std::byte> dst(3 * 48);
+  auto ctx = std::make_shared<int>(7);
+  ASSERT_TRUE(
+      feed->Submit({"big1", "k2", "k3"}, dst.data(), dst.size(), 1, ctx).ok());
+  // One byte short of three outputs: OUT_OF_RANGE, whatever the inputs.
+  ASSERT_TRUE(feed->Submit({"k1", "k2", "k3"}, dst.data(), 3 * 48 - 1, 2).ok());
+  auto a = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->status.ok()) << a->status;
+  EXPECT_EQ(a->context.get(), ctx.get());
+  EXPECT_EQ(a->bytes, 3u * 48);
+  EXPECT_EQ(a->offsets, (std::vector<uint64_t>{0, 48, 96, 144}));
+  auto b = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->status.code(), absl::StatusCode::kOutOfRange) << b->status;
+  EXPECT_EQ(b->context, nullptr);
+  feed.reset();
+  ASSERT_EQ(seen_offsets.size(), 1u);  // the second never reached it
+  EXPECT_EQ(seen_offsets[0], (std::vector<uint64_t>{0, 48, 96}));
+  EXPECT_EQ(seen_context[0], ctx.get());
+  EXPECT_EQ(live_.load(), 0);
+}
+
 // A feed that never idles (batches always pending, depth never reached)
 // must still give back the leases of copies that completed: before the fix
 // only an idle feed looked at them, and an epoch that kept the feed busy

@@ -22,9 +22,10 @@ reported and the next one runs.
      antialiased and plain bilinear;
   5. the same crops for the same (seed, epoch) across two runs, other
      crops for another epoch;
-  6. GpuLoader(decode="nvjpeg") through a dlcached started here: (x, y)
-     batches, a PNG decoded on the CPU with the same crop, a corrupt file
-     raising an error that names its key.
+  6. GpuLoader(decode="nvjpeg") through a dlcached started here, through
+     the C++ feed and through producer threads: (x, y) batches, a PNG
+     decoded on the CPU with the same crop, a corrupt file raising an error
+     that names its key; both producers give the same batches.
 
 On the GPU machine (bundle from tests/gpu/device_bundle.sh):
   LD_LIBRARY_PATH=.device/gpu/pylib DLCACHED=.device/gpu/bin/dlcached.sh \\
@@ -416,37 +417,53 @@ def main():
             targets = [int(k.split("/")[1][1:]) for k in keys]
             t = JpegTransform.imagenet(dtype=torch.bfloat16,
                                        channels_last=True)
-            with GpuLoader(keys, dataset="ds", socket=server.socket,
-                           batch_size=8, decode="nvjpeg", jpeg=t,
-                           targets=targets, decode_workers=2,
-                           seed=1) as ld:
-                n = 0
-                for x, y in ld:
-                    assert x.dtype == torch.bfloat16 and x.is_cuda
-                    assert x.shape[1:] == (3, 224, 224)
-                    assert x.is_contiguous(memory_format=torch.channels_last)
-                    assert torch.isfinite(x.float()).all()
-                    n += len(y)
-                s = ld.jpeg_stats()
-            assert n == len(keys), n
-            assert s["fallback_reason"] is None, s
-            report("OK" if s["cpu_decoded"] == 1 else "FAIL",
-                   "GpuLoader epoch of %d, PNG decoded on the CPU" % n,
-                   str(s))
+            got = {}
+            for producer in ("feed", "thread"):
+                with GpuLoader(keys, dataset="ds", socket=server.socket,
+                               batch_size=8, decode="nvjpeg", jpeg=t,
+                               targets=targets, decode_workers=2,
+                               producer=producer, seed=1) as ld:
+                    assert ld.producer == producer, ld.producer
+                    n = 0
+                    xs = []
+                    for x, y in ld:
+                        assert x.dtype == torch.bfloat16 and x.is_cuda
+                        assert x.shape[1:] == (3, 224, 224)
+                        assert x.is_contiguous(
+                            memory_format=torch.channels_last)
+                        assert torch.isfinite(x.float()).all()
+                        xs.append(x.float().cpu())
+                        n += len(y)
+                    s = ld.jpeg_stats()
+                got[producer] = torch.cat(xs)
+                assert n == len(keys), n
+                assert s["fallback_reason"] is None, s
+                report("OK" if s["cpu_decoded"] == 1 else "FAIL",
+                       "GpuLoader (producer=%s) epoch of %d, PNG decoded on "
+                       "the CPU" % (producer, n), str(s))
+            same = torch.equal(got["feed"], got["thread"])
+            report("OK" if same else "FAIL",
+                   "the C++ feed's batches == the producer thread's",
+                   "max abs diff %.3g" % (got["feed"] - got["thread"]).abs()
+                   .max().item())
             bad = dict(files)
             bad["train/c1/corrupt.jpg"] = imgs["corrupt"]
         finally:
             server.stop(cleanup=True)
         server = Server(bad, arena="256MiB", chunk="1MiB")
         try:
-            with GpuLoader(sorted(bad), dataset="ds", socket=server.socket,
-                           batch_size=64, decode="nvjpeg") as ld:
-                try:
-                    next(iter(ld))
-                    report("FAIL", "corrupt file: no error")
-                except DlcacheError as e:
-                    report("OK" if "corrupt.jpg" in str(e) else "FAIL",
-                           "corrupt file raises naming its key", str(e)[:300])
+            for producer in ("feed", "thread"):
+                with GpuLoader(sorted(bad), dataset="ds",
+                               socket=server.socket, batch_size=64,
+                               decode="nvjpeg", producer=producer) as ld:
+                    try:
+                        next(iter(ld))
+                        report("FAIL", "corrupt file (%s): no error" %
+                               producer)
+                    except DlcacheError as e:
+                        report("OK" if "corrupt.jpg" in str(e) else "FAIL",
+                               "corrupt file raises naming its key (%s)" %
+                               producer, str(e)[:300])
         finally:
             server.stop(cleanup=True)
 

@@ -465,6 +465,68 @@ int dlc_cuda_jpeg_wait(dlc_cuda_jpeg* jpeg);
 int dlc_cuda_jpeg_crop(const dlc_cuda_jpeg_transform* transform, int width,
                        int height, uint64_t index, dlc_cuda_jpeg_item* out);
 
+/* ---- JPEG feed: the pipeline inside the background feed ------------
+ *
+ * A feed (dlc_cuda_feed_*, above) whose thread, instead of copying each
+ * submitted batch's bytes, decodes and augments them with a JPEG handle
+ * into the batch's destination: the caller only submits and takes
+ * batches, and no thread of the caller's works per batch (a Python
+ * trainer's decode then does not compete with its training loop for the
+ * interpreter lock).
+ *
+ *   dlc_cuda_feed_options fo;
+ *   dlc_cuda_feed_options_init(&fo);
+ *   fo.depth = 4;
+ *   fo.stream = decode_stream;          // NULL: the uploader's stream
+ *   dlc_cuda_jpeg_feed_create(up, "imagenet", jpeg, &t, &fo, &feed);
+ *   dlc_cuda_jpeg_feed_submit(feed, keys, indices, 256, &t, dev,
+ *                             256 * 3 * 224 * 224 * 2, tag);
+ *   dlc_cuda_feed_next(feed, -1, &b);   // decoded, maybe still running
+ *   dlc_cuda_jpeg_feed_batch_items(b, items, 256, &failed);
+ *   dlc_cuda_feed_batch_stream_wait(b, compute_stream);
+ *
+ * dlc_cuda_feed_next, _cancel, _get_stats and the dlc_cuda_feed_batch_*
+ * calls work as for the copying feed; dlc_cuda_feed_submit is refused
+ * (batches need their indices and transform). The batch's code is that of
+ * the fetch (an item the cache could not serve fails the batch) or of the
+ * pipeline; items nvJPEG could not decode (a PNG, a corrupt JPEG, CMYK)
+ * do not fail it: their outputs are zeros and
+ * dlc_cuda_jpeg_feed_batch_items says which, for the caller to decode on
+ * the CPU with the same crop or to report.
+ *
+ * Lifetime: `jpeg` belongs to the feed's thread until
+ * dlc_cuda_feed_destroy returns (no other call on it meanwhile) and must
+ * outlive the feed. Leases are held until a batch's decode is done. */
+
+/* `transform` fixes the output size, dtype and layout of every batch (its
+ * seed, epoch and crop settings may change per batch). */
+int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* uploader, const char* dataset,
+                              dlc_cuda_jpeg* jpeg,
+                              const dlc_cuda_jpeg_transform* transform,
+                              const dlc_cuda_feed_options* options,
+                              dlc_cuda_feed** out);
+
+/* Queues a batch of n keys with their dataset indices (crop seeds) and
+ * transform (copied); dst must hold n samples. DLC_INVALID_ARGUMENT for a
+ * transform whose output size, dtype or layout differs from the feed's,
+ * or a feed that is not a JPEG feed. Never blocks on the feed's work. */
+int dlc_cuda_jpeg_feed_submit(dlc_cuda_feed* feed, const char* const* keys,
+                              const uint64_t* indices, size_t n,
+                              const dlc_cuda_jpeg_transform* transform,
+                              void* dst, uint64_t dst_size, uint64_t tag);
+
+/* A JPEG feed batch's per-item outcomes (up to n of them into items) and
+ * how many items failed. DLC_INVALID_ARGUMENT for a batch of another feed;
+ * a failed batch has no outcomes (*num_failed = 0, items untouched). */
+int dlc_cuda_jpeg_feed_batch_items(const dlc_cuda_feed_batch* batch,
+                                   dlc_cuda_jpeg_item* items, size_t n,
+                                   size_t* num_failed);
+
+/* Item i's "KEY: message" ("" when it is OK or out of range); valid while
+ * the batch handle is. */
+const char* dlc_cuda_jpeg_feed_batch_item_error(
+    const dlc_cuda_feed_batch* batch, size_t i);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -82,6 +82,17 @@ def signatures():
         "dlc_cuda_jpeg_wait": (c_int, [c_void_p]),
         "dlc_cuda_jpeg_crop": (c_int, [P(_JpegTransform), c_int, c_int,
                                        c_uint64, P(_JpegItem)]),
+        # The pipeline inside the C++ feed (options: dlc_cuda_feed_options).
+        "dlc_cuda_jpeg_feed_create": (c_int, [
+            c_void_p, c_char_p, c_void_p, P(_JpegTransform), c_void_p,
+            P(c_void_p)]),
+        "dlc_cuda_jpeg_feed_submit": (c_int, [
+            c_void_p, P(c_char_p), P(c_uint64), c_size_t, P(_JpegTransform),
+            c_void_p, c_uint64, c_uint64]),
+        "dlc_cuda_jpeg_feed_batch_items": (c_int, [
+            c_void_p, P(_JpegItem), c_size_t, P(c_size_t)]),
+        "dlc_cuda_jpeg_feed_batch_item_error": (c_char_p, [c_void_p,
+                                                           c_size_t]),
     }
 
 

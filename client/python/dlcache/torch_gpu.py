@@ -386,15 +386,18 @@ class GpuLoader:
       rank, world_size: shard; default torch.distributed's, else 0, 1.
       method: the uploader's copy method ("auto", "memcpy", "memcpy_batch",
         "kernel").
-      producer: "auto"/"feed" (raw bytes through the C++ feed; "feed"
-        fails if the library has none) or "thread" (the Python producer
-        thread).
+      producer: "auto"/"feed" (raw bytes, and decode="nvjpeg", through
+        the C++ feed, whose thread fetches, decodes and augments with no
+        Python code per batch; "feed" fails if the library has none) or
+        "thread" (Python producer threads).
       transform: decode="jpeg"/"nvjpeg" only: applied to each decoded
-        batch in the producer thread, on its stream.
-      decode_workers: decode="jpeg"/"nvjpeg" only: producer threads (>= 1),
-        each fetching and decoding every decode_workers-th batch on a CUDA
-        stream of its own, so that the CPU part of one batch's decode
-        overlaps another's; batches still come out in order.
+        batch; in the producer thread, on its stream, or with the C++ feed
+        (decode="nvjpeg") in the iterating thread, on its current stream.
+      decode_workers: decode="jpeg" (and decode="nvjpeg" with
+        producer="thread") only: producer threads (>= 1), each fetching and
+        decoding every decode_workers-th batch on a CUDA stream of its own,
+        so that the CPU part of one batch's decode overlaps another's;
+        batches still come out in order.
       numa_node: the NUMA node sent to dlcached when the session opens, so
         that the chunks this loader's misses fill land on that node's
         memory (docs/numa.md). None (default) = the CUDA device's own node
@@ -533,6 +536,7 @@ class GpuLoader:
         self._feed = c_void_p()
         self._stream = None
         self._decode_streams = []
+        self._jpeg_stream = None  # the JPEG feed's
         self.producer = "thread"
         self.fallback_reason = None
         dev = torch.device(device)
@@ -578,10 +582,20 @@ class GpuLoader:
             # on a stream of its own, `prefetch` batches ahead.
             self._decode_streams = [torch.cuda.Stream(device=dev)
                                     for _ in range(self.decode_workers)]
+        jpeg_feed = (decode == "nvjpeg" and producer != "thread" and
+                     self._fns.get("dlc_cuda_jpeg_feed_create") is not None)
         if decode == "nvjpeg" and dev.type == "cuda":
             self._decode_streams = [torch.cuda.Stream(device=dev)
                                     for _ in range(self.decode_workers)]
-            self._open_nvjpeg(dev)
+            self._open_nvjpeg(dev, 1 if jpeg_feed else self.decode_workers)
+            if jpeg_feed and self._jpeg_handles:
+                self._open_jpeg_feed(dev)
+            elif producer == "feed":
+                self.close()
+                raise RuntimeError(
+                    "producer='feed' with decode='nvjpeg' needs nvJPEG and "
+                    "a library with dlc_cuda_jpeg_feed_create (%s)" % (
+                        self.jpeg_fallback_reason or "too old"))
         elif decode == "nvjpeg":
             self.jpeg_fallback_reason = "no CUDA (%s)" % (
                 self.fallback_reason or "device is cpu")
@@ -616,15 +630,36 @@ class GpuLoader:
         self._spec = None
         self._var_per_item = 0  # bytes per item to reserve (variable mode)
 
-    def _open_nvjpeg(self, dev):
-        """One pipeline handle per decode worker; on UNAVAILABLE the
+    def _open_jpeg_feed(self, dev):
+        """decode="nvjpeg" through the C++ feed: its thread fetches,
+        decodes and augments `prefetch` batches ahead on a stream of its
+        own, at high priority so that the decode's kernels go ahead of the
+        training step's."""
+        self._jpeg_stream = torch.cuda.Stream(device=dev, priority=-1)
+        fo = _FeedOptions()
+        self._fns["dlc_cuda_feed_options_init"](ctypes.byref(fo))
+        fo.depth = self.prefetch
+        fo.stream = self._jpeg_stream.cuda_stream
+        ct = self.jpeg.to_c(self.seed, 0)
+        rc = self._fns["dlc_cuda_jpeg_feed_create"](
+            self._uploader, self._dataset_b, self._jpeg_handles[0],
+            ctypes.byref(ct), ctypes.byref(fo), ctypes.byref(self._feed))
+        if rc != _OK:
+            self.close()
+            raise _cuda_error(self._fns, rc, "JPEG feed")
+        self.producer = "feed"
+        self._keys_b = [k.encode() if isinstance(k, str) else bytes(k)
+                        for k in self.keys]
+
+    def _open_nvjpeg(self, dev, count):
+        """`count` pipeline handles (one per producer); on UNAVAILABLE the
         loader decodes with torchvision/PIL instead (same crops)."""
         fns = self._fns
         if fns.get("dlc_cuda_jpeg_create") is None:
             self.jpeg_fallback_reason = ("libdlcache_c.so has no JPEG "
                                          "pipeline (too old)")
         else:
-            for _ in range(self.decode_workers):
+            for _ in range(count):
                 h, rc, msg = _jpeg.open_handle(fns, dev.index,
                                                self.nvjpeg_backend)
                 if rc == _UNAVAILABLE:
@@ -857,7 +892,9 @@ class GpuLoader:
 
     # ---- the feed (consumer thread) ----
 
-    def _feed_submit(self, keys_b, epoch):
+    def _feed_submit(self, keys_b, epoch, idx=None):
+        if self.decode == "nvjpeg":
+            return self._jpeg_feed_submit(keys_b, epoch, idx)
         n = len(keys_b)
         if self.item_size:
             nbytes = n * self.item_size
@@ -876,7 +913,51 @@ class GpuLoader:
             nbytes, tag)
         if rc != _OK:
             raise _cuda_error(self._fns, rc, "feed submit")
-        self._outstanding.append((tag, epoch, buf, keys_b))
+        self._outstanding.append((tag, epoch, buf, keys_b, None))
+
+    def _jpeg_feed_submit(self, keys_b, epoch, idx):
+        n = len(keys_b)
+        ct = self.jpeg.to_c(self.seed, epoch)
+        # On the feed's stream, as for the raw feed (see above).
+        with torch.cuda.stream(self._jpeg_stream):
+            x = self.jpeg.empty(n, self.device)
+        tag = self._tag
+        self._tag += 1
+        rc = self._fns["dlc_cuda_jpeg_feed_submit"](
+            self._feed, (c_char_p * n)(*keys_b), (c_uint64 * n)(*idx), n,
+            ctypes.byref(ct), c_void_p(x.data_ptr()),
+            x.numel() * x.element_size(), tag)
+        if rc != _OK:
+            raise _cuda_error(self._fns, rc, "JPEG feed submit")
+        self._outstanding.append((tag, epoch, x, keys_b, idx))
+
+    def _jpeg_feed_batch(self, fb, x, keys_b, idx, epoch):
+        """A JPEG feed batch taken: the items nvJPEG could not decode (a
+        PNG, ...) decoded on the CPU with their crops, then `transform`;
+        on the current stream, which already waits for the decode."""
+        n = len(keys_b)
+        fns = self._fns
+        items = (_jpeg._JpegItem * n)()
+        failed = c_size_t()
+        rc = fns["dlc_cuda_jpeg_feed_batch_items"](fb, items, n,
+                                                   ctypes.byref(failed))
+        if rc != _OK:
+            raise _cuda_error(fns, rc, "JPEG feed items")
+        if failed.value:
+            bad = [i for i in range(n) if items[i].code != _OK]
+            keys = [keys_b[i].decode() for i in bad]
+            ct = self.jpeg.to_c(self.seed, epoch)
+            b = self._get_batch(keys)
+            try:
+                for j, i in enumerate(bad):
+                    msg = (fns["dlc_cuda_jpeg_feed_batch_item_error"](fb, i)
+                           or b"").decode(errors="replace")
+                    self._cpu_item(b, j, keys[j], idx[i], ct, x[i], msg)
+            finally:
+                self._fns["dlc_batch_free"](b)
+        if self.transform is not None:
+            x = self.transform(x)
+        return x
 
     def _feed_take(self):
         """The next batch handle of the feed (blocks; the GIL is free)."""
@@ -901,13 +982,15 @@ class GpuLoader:
         self._fns["dlc_cuda_feed_cancel"](self._feed, ctypes.byref(n))
         for _ in range(min(n.value, len(self._outstanding))):
             self._outstanding.pop()
+        stream = (self._jpeg_stream if self.decode == "nvjpeg"
+                  else self._stream)
         while self._outstanding:
-            _, _, buf, _ = self._outstanding.popleft()
+            buf = self._outstanding.popleft()[2]
             fb = self._feed_take()
             self._fns["dlc_cuda_feed_batch_stream_wait"](
-                fb, c_void_p(self._stream.cuda_stream))
+                fb, c_void_p(stream.cuda_stream))
             self._fns["dlc_cuda_feed_batch_free"](fb)
-            buf.record_stream(self._stream)
+            buf.record_stream(stream)
             del buf
         self._spec = None
 
@@ -1193,6 +1276,8 @@ class GpuLoader:
             self._stream.synchronize()
         for stream in self._decode_streams:
             stream.synchronize()
+        if self._jpeg_stream is not None:
+            self._jpeg_stream.synchronize()
         for h in self._jpeg_handles:
             self._fns["dlc_cuda_jpeg_destroy"](h)
         self._jpeg_handles = []
@@ -1402,10 +1487,11 @@ class _FeedIter:
         if (spec is not None and spec[0] == epoch and first == 0 and all(
                 o[1] == epoch for o in ld._outstanding)):
             # The batches submitted ahead are this epoch's first ones.
-            self._batches, self._next = spec[1], spec[2]
+            self._batches, self._next, self._idx = spec[1], spec[2], spec[3]
         else:
             ld._feed_discard()
             self._batches = ld._batches(epoch, encoded=True, first=first)
+            self._idx = ld._batch_indices(epoch, first)
             self._next = 0
         ld._spec = None
         self._n = len(self._batches)
@@ -1424,21 +1510,23 @@ class _FeedIter:
         ld = self._loader
         # Variable sizes: one batch at a time until a batch has shown how
         # much to reserve per item.
-        ahead = (1 if not ld.item_size and not ld._var_per_item else
-                 self._ahead)
+        ahead = (1 if not ld.item_size and not ld._var_per_item and
+                 ld.decode != "nvjpeg" else self._ahead)
         while len(ld._outstanding) < ahead:
             if self._next < self._n:
-                ld._feed_submit(self._batches[self._next], self._epoch)
+                ld._feed_submit(self._batches[self._next], self._epoch,
+                                self._idx[self._next])
                 self._next += 1
                 continue
             # This epoch is all submitted: start on the next one.
             if ld._spec is None:
                 nxt = self._epoch + 1
-                ld._spec = [nxt, ld._batches(nxt, encoded=True), 0]
+                ld._spec = [nxt, ld._batches(nxt, encoded=True), 0,
+                            ld._batch_indices(nxt)]
             spec = ld._spec
             if spec[2] >= len(spec[1]):
                 return
-            ld._feed_submit(spec[1][spec[2]], spec[0])
+            ld._feed_submit(spec[1][spec[2]], spec[0], spec[3][spec[2]])
             spec[2] += 1
 
     def __next__(self):
@@ -1449,7 +1537,7 @@ class _FeedIter:
         if ld._closed or not ld._feed:
             raise RuntimeError("GpuLoader is closed")
         self._top_up()
-        tag, _, buf, keys_b = ld._outstanding.popleft()
+        tag, epoch, buf, keys_b, idx = ld._outstanding.popleft()
         self._i += 1
         self.taken = self._i
         fb = ld._feed_take()
@@ -1470,13 +1558,16 @@ class _FeedIter:
                 if rc != _OK:
                     raise _cuda_error(ld._fns, rc, "feed stream wait")
                 buf.record_stream(stream)
+                if ld.decode == "nvjpeg":
+                    return ld._jpeg_feed_batch(fb, buf, keys_b, idx, epoch)
                 if ld.item_size:
                     return buf.view(ld.dtype).view((n,) + ld.sample_shape)
                 offs = torch.tensor(info.offsets[:n + 1], dtype=torch.int64)
                 ld._var_per_item = max(ld._var_per_item,
                                        -(-info.bytes // max(n, 1)))
                 return VarBatch(buf[:info.bytes], offs)
-            if info.code == _OUT_OF_RANGE and not ld.item_size:
+            if (info.code == _OUT_OF_RANGE and not ld.item_size and
+                    ld.decode != "nvjpeg"):
                 # Bigger than reserved: reserve more from now on, and get
                 # this one the direct way (one batch, in order).
                 ld._var_per_item = max(

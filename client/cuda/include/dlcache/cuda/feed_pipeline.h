@@ -65,6 +65,9 @@ struct FeedItems {
   std::vector<uint64_t> sizes;                 // per item
   // Holds the bytes (and the server's leases) until released.
   std::shared_ptr<void> keepalive;
+  // What Submit was given with the batch, for the copier (a decoding
+  // copier's per-batch parameters and results); null if nothing.
+  std::shared_ptr<void> context;
 };
 
 // The copies of one batch, queued.
@@ -89,6 +92,10 @@ struct FeedOptions {
   // at a multiple of `alignment` (a power of two).
   uint64_t item_size = 0;
   uint64_t alignment = 1;
+  // > 0: the copier writes item i at dst + i * output_item_size whatever
+  // its input size (a decoding copier); item_size and alignment are then
+  // not used.
+  uint64_t output_item_size = 0;
   absl::Duration poll_interval = absl::Milliseconds(1);
 };
 
@@ -108,6 +115,7 @@ struct FeedBatch {
   // else empty.
   std::vector<uint64_t> offsets;
   std::shared_ptr<FeedCopy> copy;  // null unless status is OK
+  std::shared_ptr<void> context;   // Submit's
 
   // OK at once without copies (failed batches).
   absl::Status Wait() const;
@@ -158,9 +166,11 @@ class FeedPipeline {
   // Queues a batch; never blocks on the feed's work. [dst, dst + dst_size)
   // must stay valid, and not be used by the caller, until the batch is
   // returned by Next and its copies are done (or it is cancelled).
-  // FAILED_PRECONDITION after shutdown began.
+  // FAILED_PRECONDITION after shutdown began. `context` goes to the
+  // copier (FeedItems::context) and back out with the batch.
   absl::Status Submit(std::vector<std::string> keys, void* dst,
-                      uint64_t dst_size, uint64_t tag);
+                      uint64_t dst_size, uint64_t tag,
+                      std::shared_ptr<void> context = nullptr);
 
   // The oldest submitted batch not yet returned, once its copies are
   // queued (or it failed); the copies may still be running. Blocks up to
@@ -180,6 +190,7 @@ class FeedPipeline {
     void* dst = nullptr;
     uint64_t dst_size = 0;
     uint64_t tag = 0;
+    std::shared_ptr<void> context;
   };
 
   FeedPipeline(const FeedOptions& options, Fetcher fetcher, Copier copier,
