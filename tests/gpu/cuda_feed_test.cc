@@ -78,6 +78,22 @@ TEST(CudaFeedNoDeviceTest, DocumentedErrors) {
   EXPECT_EQ(dlc_cuda_feed_batch_ready(nullptr, &ready), DLC_INVALID_ARGUMENT);
   dlc_cuda_feed_batch_free(nullptr);
   dlc_cuda_feed_destroy(nullptr);
+  // The JPEG feed's calls (issue 37).
+  dlc_cuda_jpeg_transform t;
+  dlc_cuda_jpeg_transform_init(&t);
+  feed = reinterpret_cast<dlc_cuda_feed*>(1);
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create(nullptr, "ds", nullptr, &t, &o, &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(feed, nullptr);
+  EXPECT_NE(std::string(dlc_cuda_last_error()).find("uploader"),
+            std::string::npos);
+  const uint64_t idx[] = {0};
+  EXPECT_EQ(dlc_cuda_jpeg_feed_submit(nullptr, keys, idx, 1, &t, &x, 4, 0),
+            DLC_INVALID_ARGUMENT);
+  size_t failed = 7;
+  EXPECT_EQ(dlc_cuda_jpeg_feed_batch_items(nullptr, nullptr, 0, &failed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_STREQ(dlc_cuda_jpeg_feed_batch_item_error(nullptr, 0), "");
   // Without a device there is no uploader to make a feed from.
   if (!CudaAvailable().ok()) {
     dlc_cuda_options co;
