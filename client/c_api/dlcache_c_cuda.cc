@@ -257,8 +257,7 @@ cu::FeedPipeline::Fetcher FeedFetcher(dlc_cuda_uploader* up,
       return static_cast<int>(DLC_OK);
     });
     if (rc != DLC_OK) {
-      return absl::Status(static_cast<absl::StatusCode>(rc),
-                          Errors::Message());
+      return absl::Status(static_cast<absl::StatusCode>(rc), Errors::Message());
     }
     return items;
   };
@@ -758,11 +757,10 @@ int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* up, const char* dataset,
     absl::StatusOr<cu::JpegTransform> t =
         dlcache::c_api::ToJpegTransform(*transform);
     if (!t.ok()) return Errors::Fail(t.status());
-    if (t->out_h < 1 || t->out_w < 1 || t->out_h > 16384 ||
-        t->out_w > 16384) {
+    if (t->out_h < 1 || t->out_w < 1 || t->out_h > 16384 || t->out_w > 16384) {
       return Errors::Fail(DLC_INVALID_ARGUMENT,
-                          absl::StrCat("output size ", t->out_h, "x",
-                                       t->out_w, " out of range"));
+                          absl::StrCat("output size ", t->out_h, "x", t->out_w,
+                                       " out of range"));
     }
     cu::FeedOptions fo;
     fo.depth = options->depth;

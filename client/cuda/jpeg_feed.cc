@@ -18,8 +18,7 @@ namespace {
 class JpegFeedCopy final : public FeedCopy {
  public:
   JpegFeedCopy(std::unique_ptr<JpegCompletion> done,
-               std::shared_ptr<void> keepalive,
-               std::vector<std::string> joined)
+               std::shared_ptr<void> keepalive, std::vector<std::string> joined)
       : done_(std::move(done)),
         keepalive_(std::move(keepalive)),
         joined_(std::move(joined)) {}
@@ -76,8 +75,8 @@ FeedPipeline::Copier JpegFeedCopier(JpegPipeline* pipeline,
           "(dlc_cuda_jpeg_feed_submit)");
     }
     if (job->indices.size() != n || offsets.size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          n, " items but ", job->indices.size(), " indices"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(n, " items but ", job->indices.size(), " indices"));
     }
     const uint64_t per_item = JpegPipeline::OutputBytes(job->transform, 1);
     for (size_t i = 0; i < n; ++i) {

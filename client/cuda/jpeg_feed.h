@@ -38,8 +38,8 @@ namespace dlcache::cuda {
 // what happened per item out. The copier fills `results` on the feed's
 // thread before the batch reaches Next.
 struct JpegFeedJob {
-  std::vector<std::string> keys;   // for messages
-  std::vector<uint64_t> indices;   // dataset indices (crop seeds)
+  std::vector<std::string> keys;  // for messages
+  std::vector<uint64_t> indices;  // dataset indices (crop seeds)
   JpegTransform transform;
   std::vector<JpegItemResult> results;
 };

@@ -190,6 +190,15 @@ class CudaJpegPipeline final : public JpegPipeline {
     }
     std::vector<absl::Status> decoded(which.size());
     if (!which.empty()) {
+      // nvJPEG's hardware batched decode writes its output when it is
+      // called, not in the stream's order (measured on H100 with nvJPEG
+      // 12.3 to 13.2, pytorch/torchcodec#1634): the previous Run's augment
+      // kernel, still queued, could read a scratch buffer already
+      // overwritten. So the stream is drained on the host first. Our
+      // hangs inside nvjpegDecodeBatched (an internal cuEventSynchronize
+      // that never returned, with work of ours still queued) came with
+      // the same call; see docs/jpeg_pipeline.md.
+      DLC_CUDA_RETURN(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       if (absl::Status st = decoder_->Decode(sources, targets, stream,
                                              absl::MakeSpan(decoded));
           !st.ok()) {

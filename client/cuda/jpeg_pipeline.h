@@ -109,7 +109,9 @@ class JpegPipeline {
 
   // Decodes and augments items into [dst, dst + dst_size) (sample i at
   // i * OutputBytes(t, 1)); results[i] per item. Blocks for the host part
-  // (header parse, nvJPEG's host work, descriptor upload).
+  // (header parse, nvJPEG's host work, descriptor upload), and until the
+  // work already queued on `stream` has finished (nvJPEG's hardware decode
+  // does not follow the stream's order; see the .cc).
   virtual absl::Status Run(absl::Span<const JpegItem> items,
                            const JpegTransform& t, void* dst, uint64_t dst_size,
                            CUstream_st* stream,

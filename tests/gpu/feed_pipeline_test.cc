@@ -180,8 +180,7 @@ TEST_F(FeedPipelineTest, OutputItemSizeAndContextReachTheCopier) {
   std::vector<void*> seen_context;
   auto p = FeedPipeline::Create(
       o, Fetcher(),
-      [&](FeedItems items, void*, uint64_t,
-          absl::Span<const uint64_t> offsets)
+      [&](FeedItems items, void*, uint64_t, absl::Span<const uint64_t> offsets)
           -> absl::StatusOr<std::shared_ptr<FeedCopy>> {
         seen_offsets.emplace_back(offsets.begin(), offsets.end());
         seen_context.push_back(items.context.get());
