@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -99,6 +102,9 @@ class CudaJpegPipeline final : public JpegPipeline {
     cudaSetDevice(device_);
     if (last_done_ != nullptr) cudaEventSynchronize(last_done_);
     if (desc_copied_ != nullptr) cudaEventSynchronize(desc_copied_);
+    for (Staging& st : staging_) {
+      if (st.host != nullptr) cudaFreeHost(st.host);
+    }
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (dev_desc_ != nullptr) cudaFree(dev_desc_);
     if (host_desc_ != nullptr) cudaFreeHost(host_desc_);
@@ -110,6 +116,8 @@ class CudaJpegPipeline final : public JpegPipeline {
   }
 
   absl::Status Init() {
+    const char* env = std::getenv("DLCACHE_JPEG_STAGING");
+    stage_input_ = env == nullptr || std::string(env) != "0";
     DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
     DLC_CUDA_RETURN(
         cudaEventCreateWithFlags(&last_done_, cudaEventDisableTiming),
@@ -187,6 +195,9 @@ class CudaJpegPipeline final : public JpegPipeline {
           JpegSource{items[i].data, items[i].size, results[i].components});
       targets.push_back(JpegTarget{scratch_ + offset[i],
                                    static_cast<size_t>(results[i].width) * 3});
+    }
+    if (stage_input_ && !which.empty()) {
+      if (absl::Status st = StageInput(sources); !st.ok()) return st;
     }
     std::vector<absl::Status> decoded(which.size());
     if (!which.empty()) {
@@ -330,6 +341,41 @@ class CudaJpegPipeline final : public JpegPipeline {
   }
 
  private:
+  // Copies the compressed bytes into pinned memory of our own and points
+  // `sources` there. nvJPEG's hardware batched decode hung, at times, on
+  // the first batch read in place from dlcached's (CUDA-registered) shared
+  // memory, inside an internal cuEventSynchronize (H100, nvJPEG 13.0.1,
+  // 2026-12-06); staging is what DALI and torchvision's wrappers give it.
+  // Two buffers, used in turn: a decode still reading one (it should not:
+  // Run drains the stream first) is not overwritten by the next.
+  // DLCACHE_JPEG_STAGING=0 reads in place.
+  absl::Status StageInput(std::vector<internal::JpegSource>& sources) {
+    uint64_t need = 0;
+    for (const internal::JpegSource& s : sources) {
+      need += AlignUp(s.size, 64);
+    }
+    Staging& st = staging_[staging_turn_];
+    staging_turn_ ^= 1;
+    if (need > st.size) {
+      if (st.host != nullptr) cudaFreeHost(st.host);
+      st.host = nullptr;
+      st.size = 0;
+      const uint64_t want = need + need / 4;
+      void* p = nullptr;
+      DLC_CUDA_RETURN(cudaHostAlloc(&p, want, cudaHostAllocDefault),
+                      absl::StrCat("cudaHostAlloc(", want, ") for staging"));
+      st.host = static_cast<uint8_t*>(p);
+      st.size = want;
+    }
+    uint64_t at = 0;
+    for (internal::JpegSource& s : sources) {
+      std::memcpy(st.host + at, s.data, s.size);
+      s.data = st.host + at;
+      at += AlignUp(s.size, 64);
+    }
+    return absl::OkStatus();
+  }
+
   static absl::Status Check(absl::Span<const JpegItem> items,
                             const JpegTransform& t, void* dst,
                             uint64_t dst_size,
@@ -371,8 +417,16 @@ class CudaJpegPipeline final : public JpegPipeline {
     return absl::OkStatus();
   }
 
+  struct Staging {
+    uint8_t* host = nullptr;
+    uint64_t size = 0;
+  };
+
   const int device_;
   std::unique_ptr<JpegDecoder> decoder_;
+  bool stage_input_ = true;
+  Staging staging_[2];
+  int staging_turn_ = 0;
   uint8_t* scratch_ = nullptr;
   uint64_t scratch_size_ = 0;
   AugmentSample* host_desc_ = nullptr;
