@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/cuda/jpeg_augment_kernel.h"
 
 namespace dlcache::cuda {
@@ -95,6 +97,7 @@ class CudaJpegPipeline final : public JpegPipeline {
  public:
   CudaJpegPipeline(int device, std::unique_ptr<JpegDecoder> decoder)
       : device_(device), decoder_(std::move(decoder)) {
+    absl::MutexLock lock(&stats_mu_);
     stats_.backend = decoder_->Describe();
   }
 
@@ -312,9 +315,13 @@ class CudaJpegPipeline final : public JpegPipeline {
     DLC_CUDA_RETURN(internal::LaunchAugment(dev_desc_, p, stream),
                     "augment kernel launch");
     DLC_CUDA_RETURN(cudaEventRecord(last_done_, stream), "cudaEventRecord");
-    ++stats_.batches;
-    stats_.images += n;
-    stats_.failed_images += failed;
+    {
+      absl::MutexLock lock(&stats_mu_);
+      ++stats_.batches;
+      stats_.images += n;
+      stats_.failed_images += failed;
+      stats_.decoder = decoder_->counters();
+    }
     return absl::OkStatus();
   }
 
@@ -335,9 +342,8 @@ class CudaJpegPipeline final : public JpegPipeline {
   }
 
   JpegPipelineStats stats() const override {
-    JpegPipelineStats s = stats_;
-    s.decoder = decoder_->counters();
-    return s;
+    absl::MutexLock lock(&stats_mu_);
+    return stats_;
   }
 
  private:
@@ -434,7 +440,10 @@ class CudaJpegPipeline final : public JpegPipeline {
   size_t desc_capacity_ = 0;
   cudaEvent_t last_done_ = nullptr;
   cudaEvent_t desc_copied_ = nullptr;
-  JpegPipelineStats stats_;
+  // Read by stats() from any thread (a feed's consumer) while Run runs on
+  // another; the decoder's own counters are copied in after each Run.
+  mutable absl::Mutex stats_mu_;
+  JpegPipelineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace

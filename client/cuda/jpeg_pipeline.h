@@ -22,7 +22,8 @@
 // RESOURCE_EXHAUSTED (device memory), UNAVAILABLE (no CUDA, no nvJPEG),
 // INTERNAL (other CUDA errors, naming the call).
 //
-// Thread safety: one thread at a time per pipeline (make one per thread).
+// Thread safety: one thread at a time per pipeline (make one per thread),
+// except stats(), which any thread may call at any time.
 
 #include <cstdint>
 #include <memory>
