@@ -235,6 +235,17 @@ int FetchChunks(dlc_cuda_uploader* up, const char* dataset,
   return DLC_OK;
 }
 
+// The arguments every feed constructor checks; clears *out.
+int CheckFeedArgs(dlc_cuda_feed** out, dlc_cuda_uploader* up,
+                  const char* dataset, const dlc_cuda_feed_options* options) {
+  if (out == nullptr) return Errors::NullArg("out");
+  *out = nullptr;
+  if (up == nullptr) return Errors::NullArg("uploader");
+  if (dataset == nullptr) return Errors::NullArg("dataset");
+  if (options == nullptr) return Errors::NullArg("options");
+  return DLC_OK;
+}
+
 // A feed's fetcher; runs on the feed's thread: its errors become the
 // batch's status (the thread-local dlc_cuda_last_error() of that thread
 // holds the message).
@@ -555,11 +566,9 @@ int dlc_cuda_feed_create(dlc_cuda_uploader* up, const char* dataset,
                          const dlc_cuda_feed_options* options,
                          dlc_cuda_feed** out) {
   return Errors::Guard([&] {
-    if (out == nullptr) return Errors::NullArg("out");
-    *out = nullptr;
-    if (up == nullptr) return Errors::NullArg("uploader");
-    if (dataset == nullptr) return Errors::NullArg("dataset");
-    if (options == nullptr) return Errors::NullArg("options");
+    if (int rc = CheckFeedArgs(out, up, dataset, options); rc != DLC_OK) {
+      return rc;
+    }
     cu::FeedOptions fo;
     fo.depth = options->depth;
     fo.item_size = options->item_size;
@@ -747,13 +756,11 @@ int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* up, const char* dataset,
                               const dlc_cuda_feed_options* options,
                               dlc_cuda_feed** out) {
   return Errors::Guard([&] {
-    if (out == nullptr) return Errors::NullArg("out");
-    *out = nullptr;
-    if (up == nullptr) return Errors::NullArg("uploader");
-    if (dataset == nullptr) return Errors::NullArg("dataset");
+    if (int rc = CheckFeedArgs(out, up, dataset, options); rc != DLC_OK) {
+      return rc;
+    }
     if (jpeg == nullptr) return Errors::NullArg("jpeg");
     if (transform == nullptr) return Errors::NullArg("transform");
-    if (options == nullptr) return Errors::NullArg("options");
     absl::StatusOr<cu::JpegTransform> t =
         dlcache::c_api::ToJpegTransform(*transform);
     if (!t.ok()) return Errors::Fail(t.status());
