@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/counted_keepalive.h"
 
 namespace dlcache::cuda {
 namespace {
@@ -94,12 +95,7 @@ class FeedPipelineTest : public ::testing::Test {
                 reinterpret_cast<const std::byte*>(b.data()), b.size()}});
             items.sizes.push_back(b.size());
           }
-          live_.fetch_add(1);
-          items.keepalive =
-              std::shared_ptr<void>(new int(0), [store, this](void* p) {
-                delete static_cast<int*>(p);
-                live_.fetch_sub(1);
-              });
+          items.keepalive = testing::CountedKeepalive(store, &live_);
           return items;
         };
   }

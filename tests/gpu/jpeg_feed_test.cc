@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/testing/counted_keepalive.h"
 
 namespace dlcache::cuda {
 namespace {
@@ -108,12 +109,7 @@ class JpegFeedTest : public ::testing::Test {
             reinterpret_cast<const std::byte*>(s.data()), s.size()}});
         items.sizes.push_back(s.size());
       }
-      live_.fetch_add(1);
-      items.keepalive =
-          std::shared_ptr<void>(new int(0), [store, this](void* p) {
-            delete static_cast<int*>(p);
-            live_.fetch_sub(1);
-          });
+      items.keepalive = testing::CountedKeepalive(store, &live_);
       return items;
     };
   }
