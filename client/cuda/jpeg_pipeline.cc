@@ -208,10 +208,11 @@ class CudaJpegPipeline final : public JpegPipeline {
       // called, not in the stream's order (measured on H100 with nvJPEG
       // 12.3 to 13.2, pytorch/torchcodec#1634): the previous Run's augment
       // kernel, still queued, could read a scratch buffer already
-      // overwritten. So the stream is drained on the host first. Our
-      // hangs inside nvjpegDecodeBatched (an internal cuEventSynchronize
-      // that never returned, with work of ours still queued) came with
-      // the same call; see docs/jpeg_pipeline.md.
+      // overwritten. So the stream is drained on the host first. (Our
+      // hangs inside nvjpegDecodeBatched, an internal cuEventSynchronize
+      // that never returned, came at a loader's first batch, with nothing
+      // of ours queued: this drain is not known to bear on them; see
+      // docs/jpeg_pipeline.md.)
       DLC_CUDA_RETURN(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       if (absl::Status st = decoder_->Decode(sources, targets, stream,
                                              absl::MakeSpan(decoded));
@@ -351,9 +352,9 @@ class CudaJpegPipeline final : public JpegPipeline {
   // `sources` there. nvJPEG's hardware batched decode hung, at times, on
   // the first batch read in place from dlcached's (CUDA-registered) shared
   // memory, inside an internal cuEventSynchronize (H100, nvJPEG 13.0.1,
-  // 2026-12-06); staging is what DALI and torchvision's wrappers give it.
-  // Two buffers, used in turn: a decode still reading one (it should not:
-  // Run drains the stream first) is not overwritten by the next.
+  // 2026-12-06); DALI stages its hardware decoder's input the same way.
+  // Two buffers, used in turn, so that the next Run's copy cannot overwrite
+  // bytes a decode might still read.
   // DLCACHE_JPEG_STAGING=0 reads in place.
   absl::Status StageInput(std::vector<internal::JpegSource>& sources) {
     uint64_t need = 0;

@@ -585,8 +585,6 @@ class GpuLoader:
         jpeg_feed = (decode == "nvjpeg" and producer != "thread" and
                      self._fns.get("dlc_cuda_jpeg_feed_create") is not None)
         if decode == "nvjpeg" and dev.type == "cuda":
-            self._decode_streams = [torch.cuda.Stream(device=dev)
-                                    for _ in range(self.decode_workers)]
             self._open_nvjpeg(dev, 1 if jpeg_feed else self.decode_workers)
             if jpeg_feed and self._jpeg_handles:
                 self._open_jpeg_feed(dev)
@@ -596,6 +594,10 @@ class GpuLoader:
                     "producer='feed' with decode='nvjpeg' needs nvJPEG and "
                     "a library with dlc_cuda_jpeg_feed_create (%s)" % (
                         self.jpeg_fallback_reason or "too old"))
+            else:
+                # Producer threads, each on a stream of its own.
+                self._decode_streams = [torch.cuda.Stream(device=dev)
+                                        for _ in range(self.decode_workers)]
         elif decode == "nvjpeg":
             self.jpeg_fallback_reason = "no CUDA (%s)" % (
                 self.fallback_reason or "device is cpu")
@@ -621,8 +623,9 @@ class GpuLoader:
                     self.close()
                     raise _cuda_error(self._fns, rc, "CUDA feed")
                 self.producer = "feed"
-                self._keys_b = [k.encode() if isinstance(k, str) else
-                                bytes(k) for k in self.keys]
+        if self.producer == "feed":
+            self._keys_b = [k.encode() if isinstance(k, str) else bytes(k)
+                            for k in self.keys]
         # Feed state (consumer thread): batches submitted and not yet
         # taken, in order, and a guess of the next epoch's first batches.
         self._outstanding = collections.deque()
@@ -648,8 +651,6 @@ class GpuLoader:
             self.close()
             raise _cuda_error(self._fns, rc, "JPEG feed")
         self.producer = "feed"
-        self._keys_b = [k.encode() if isinstance(k, str) else bytes(k)
-                        for k in self.keys]
 
     def _open_nvjpeg(self, dev, count):
         """`count` pipeline handles (one per producer); on UNAVAILABLE the
