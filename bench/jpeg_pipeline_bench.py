@@ -166,23 +166,44 @@ def stall_watchdog(seconds):
     threading.Thread(target=run, name="stall-watchdog", daemon=True).start()
 
 
+def _jpg_engine_reader():
+    """A function returning the JPEG engines' (NVJPG) utilisation in %,
+    from NVML (pynvml), or None where NVML cannot tell."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        pynvml.nvmlDeviceGetJpgUtilization(h)
+    except Exception:  # no pynvml, an old driver, no engines
+        return None
+
+    def read():
+        return pynvml.nvmlDeviceGetJpgUtilization(h)[0]
+    return read
+
+
 class UtilSampler:
-    """torch.cuda.utilization() every 50 ms while running."""
+    """torch.cuda.utilization() (SMs) and the JPEG engines' utilisation
+    every 50 ms while running."""
 
     def __init__(self):
         self.samples = []
+        self.jpg = []
         self._stop = threading.Event()
         self.ok = True
         try:
             torch.cuda.utilization()
         except Exception:  # no pynvml
             self.ok = False
+        self._jpg_read = _jpg_engine_reader() if self.ok else None
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.wait(0.05):
             try:
                 self.samples.append(torch.cuda.utilization())
+                if self._jpg_read is not None:
+                    self.jpg.append(self._jpg_read())
             except Exception:
                 return
 
@@ -199,6 +220,9 @@ class UtilSampler:
     def mean(self):
         return (sum(self.samples) / len(self.samples) / 100.0
                 if self.samples else None)
+
+    def jpg_mean(self):
+        return sum(self.jpg) / len(self.jpg) / 100.0 if self.jpg else None
 
 
 def make_model(device, smoke):
@@ -259,11 +283,28 @@ def train(name, batches, prep, args, device, model):
             if cuda else None)
     r = {"name": name, "img_s": n / wall, "busy": busy,
          "util": sampler.mean() if cuda else None,
+         "jpg": sampler.jpg_mean() if cuda else None,
          "wait_ms": wait / args.steps * 1e3}
-    log("%-14s %8.0f img/s  busy %s  util %s  wait %.1f ms/step" % (
+    log("%-14s %8.0f img/s  busy %s  util %s  jpg %s  wait %.1f ms/step" % (
         name, r["img_s"], "%.2f" % busy if busy is not None else "-",
-        "%.2f" % r["util"] if r["util"] is not None else "-", r["wait_ms"]))
+        "%.2f" % r["util"] if r["util"] is not None else "-",
+        "%.2f" % r["jpg"] if r["jpg"] is not None else "-", r["wait_ms"]))
     return r
+
+
+def time_split(js, fs):
+    """Host ms per batch in each step of the JPEG pipeline (summed over
+    its threads: a thread's share of a batch), from jpeg_stats() and
+    feed_stats()."""
+    n = max(js.get("batches") or 0, 1)
+    out = {}
+    for k in ("fetch_ns", "copy_ns"):
+        if fs.get(k) is not None:
+            out["feed_" + k[:-3]] = round(fs[k] / 1e6 / n, 2)
+    for k in ("parse_ns", "stage_ns", "drain_ns", "decode_ns", "run_ns"):
+        if js.get(k) is not None:
+            out[k[:-3]] = round(js[k] / 1e6 / n, 2)
+    return out
 
 
 def normaliser(device):
@@ -364,20 +405,29 @@ class HostPipeline:
         self.fns["dlc_cuda_jpeg_destroy"](self.h)
 
 
-def timed(fn, total, batch, seconds):
-    """img/s of fn(start, n) over batches, for at least `seconds`."""
+JPG_UTIL = {}  # decode-only row name -> mean JPEG engine utilisation
+
+
+def timed(fn, total, batch, seconds, name=None):
+    """img/s of fn(start, n) over batches, for at least `seconds`; the
+    JPEG engines' mean utilisation meanwhile goes to JPG_UTIL[name]."""
     fn(0, batch)  # warm
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    n = 0
-    while True:
-        for s in range(0, total - batch + 1, batch):
-            fn(s, batch)
-            n += batch
-        torch.cuda.synchronize()
-        if time.perf_counter() - t0 >= seconds:
-            break
-    return n / (time.perf_counter() - t0)
+    sampler = UtilSampler()
+    with sampler:
+        t0 = time.perf_counter()
+        n = 0
+        while True:
+            for s in range(0, total - batch + 1, batch):
+                fn(s, batch)
+                n += batch
+            torch.cuda.synchronize()
+            if time.perf_counter() - t0 >= seconds:
+                break
+        rate = n / (time.perf_counter() - t0)
+    if name is not None:
+        JPG_UTIL[name] = sampler.jpg_mean()
+    return rate
 
 
 def kernel_ms(fn, batch, reps=4):
@@ -418,17 +468,17 @@ def decode_only(blobs, batch, seconds):
     def tv_decode(s, n):
         return tio.decode_jpeg(tensors[s:s + n], mode=tio.ImageReadMode.RGB,
                                device="cuda")
-    tv = timed(tv_decode, total, batch, seconds)
-    rows.append(("torchvision.io.decode_jpeg(device='cuda'), list", tv, tv,
-                 kernel_ms(tv_decode, batch)))
+    name = "torchvision.io.decode_jpeg(device='cuda'), list"
+    tv = timed(tv_decode, total, batch, seconds, name)
+    rows.append((name, tv, tv, kernel_ms(tv_decode, batch)))
     log("decode-only torchvision %.0f img/s" % tv)
 
     def tv_full(s, n):
         x = tf.gpu_augment(tv_decode(s, n))
         return (x / 255.0 - 0.45) / 0.225
-    tvf = timed(tv_full, total, batch, seconds)
-    rows.append(("torchvision decode + roi_align RRC/flip + normalise",
-                 tvf, tv, kernel_ms(tv_full, batch)))
+    name = "torchvision decode + roi_align RRC/flip + normalise"
+    tvf = timed(tv_full, total, batch, seconds, name)
+    rows.append((name, tvf, tv, kernel_ms(tv_full, batch)))
     ident = JpegTransform(size=(tf.JPEG_H, tf.JPEG_W), train=False,
                           resize_size=min(tf.JPEG_H, tf.JPEG_W))
     full = JpegTransform.imagenet(dtype=torch.bfloat16, channels_last=True)
@@ -440,17 +490,19 @@ def decode_only(blobs, batch, seconds):
             continue
         log("pipeline %s: %s" % (backend, p.backend))
         out = ident.empty(batch, "cuda")
+        name = "pipeline %s: decode only (%s)" % (
+            backend, p.backend.split(" (")[0])
         v = timed(lambda s, n: p.run(s, n, ident, out), total, batch,
-                  seconds)
-        rows.append(("pipeline %s: decode only (%s)" % (
-            backend, p.backend.split(" (")[0]), v, tv,
-            kernel_ms(lambda s, n: p.run(s, n, ident, out), batch)))
+                  seconds, name)
+        rows.append((name, v, tv,
+                     kernel_ms(lambda s, n: p.run(s, n, ident, out), batch)))
         log("decode-only pipeline %s %.0f img/s" % (backend, v))
         out2 = full.empty(batch, "cuda")
+        name = ("pipeline %s: decode + RRC/flip + normalise, bf16 "
+                "channels_last" % backend)
         v2 = timed(lambda s, n: p.run(s, n, full, out2), total, batch,
-                   seconds)
-        rows.append(("pipeline %s: decode + RRC/flip + normalise, bf16 "
-                     "channels_last" % backend, v2, tv,
+                   seconds, name)
+        rows.append((name, v2, tv,
                      kernel_ms(lambda s, n: p.run(s, n, full, out2), batch)))
         p.close()
     return rows
@@ -473,13 +525,17 @@ def main():
                          "\"all\" or taskset-style lists (\"0-3\", "
                          "\"0,2,4,6\")")
     ap.add_argument("--decode-seconds", type=float, default=4.0)
-    # 1: two workers hung at 4 cores on the H100 (2026-12-06, see
-    # docs/results/jpeg_2026-12-06.md); one fed as fast.
-    ap.add_argument("--decode-workers", type=int, default=1,
+    ap.add_argument("--decode-workers", type=int, default=2,
                     help="producer threads of gpu_jpeg and nvjpeg/thread")
+    ap.add_argument("--feed-workers", default="2",
+                    help="nvjpeg/feed rows: the feed's decode threads, a "
+                         "comma list (one row each)")
     ap.add_argument("--nvjpeg-producers", default="feed,thread",
                     help="nvjpeg rows: feed (the C++ feed), thread")
     ap.add_argument("--stall-dump", type=float, default=120.0)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each nvjpeg row this many times, a new "
+                         "loader each time (its start-up included)")
     ap.add_argument("--skip", default="",
                     help="comma list of stock,gpu_jpeg,nvjpeg,decode")
     ap.add_argument("--out", default=None)
@@ -579,22 +635,31 @@ def main():
                                   device, model)
                     r["cores"] = label
                     rows.append(r)
+                runs = []
                 for producer in ([] if "nvjpeg" in skip else
                                  args.nvjpeg_producers.split(",")):
+                    for w in (args.feed_workers.split(",")
+                              if producer == "feed"
+                              else [str(args.decode_workers)]):
+                        runs += [(producer, int(w), k)
+                                 for k in range(args.repeat)]
+                for producer, nw, rep in runs:
                     jt = JpegTransform.imagenet(dtype=torch.bfloat16,
                                                 channels_last=True)
-                    name = ("nvjpeg/feed" if producer == "feed" else
-                            "nvjpeg/thread%dw" % args.decode_workers)
+                    name = "nvjpeg/%s%dw" % (producer, nw)
+                    if args.repeat > 1:
+                        name += "#%d" % (rep + 1)
                     with GpuLoader(keys, dataset="ds", socket=server.socket,
                                    batch_size=args.batch, device=device,
                                    decode="nvjpeg", jpeg=jt, targets=targets,
-                                   decode_workers=args.decode_workers,
-                                   producer=producer,
+                                   decode_workers=nw, producer=producer,
                                    drop_last=True, prefetch=4) as ld:
                         r = train(name, forever(lambda: ld), lambda x: x,
                                   args, device, model)
                         r["stats"] = ld.jpeg_stats()
+                        r["time"] = time_split(r["stats"], ld.feed_stats())
                     log("%s stats: %s" % (name, r["stats"]))
+                    log("%s host ms per batch: %s" % (name, r["time"]))
                     r["cores"] = label
                     rows.append(r)
             finally:
@@ -620,13 +685,15 @@ def main():
                                       torch.__version__, len(keys),
                                       avg / 1e3, date), "",
            "| feed | cores | img/s | of compute-bound | GPU util (NVML) | "
-           "GPU busy (events) | host wait ms/step |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+           "GPU busy (events) | JPEG engines (NVML) | host wait ms/step |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def frac(v):
+        return "%.2f" % v if v is not None else "-"
     for r in rows:
-        out.append("| %s | %s | %.0f | %.2f | %s | %s | %.1f |" % (
+        out.append("| %s | %s | %.0f | %.2f | %s | %s | %s | %.1f |" % (
             r["name"], r["cores"], r["img_s"], r["img_s"] / ref,
-            "%.2f" % r["util"] if r["util"] is not None else "-",
-            "%.2f" % r["busy"] if r["busy"] is not None else "-",
+            frac(r["util"]), frac(r["busy"]), frac(r.get("jpg")),
             r["wait_ms"]))
     for spec in core_sets:
         cpus = parse_cpus(spec)
@@ -643,14 +710,19 @@ def main():
             out.append("")
             out.append("%s (%s cores): %s" % (r["name"], r["cores"],
                                               r["stats"]))
+            out.append("")
+            out.append("%s (%s cores), host ms per batch: %s" % (
+                r["name"], r["cores"], r.get("time")))
     if dec_rows:
         out += ["", "## Decode only (%d files, batches of %d)" % (
             min(len(keys), 2048), min(args.batch, 2048)), "",
             "| path | img/s | vs torchvision decode | GPU kernel ms per "
-            "batch (SM time) |", "|---|---:|---:|---:|"]
+            "batch (SM time) | JPEG engines (NVML) |",
+            "|---|---:|---:|---:|---:|"]
         for name, v, tv, ms in dec_rows:
-            out.append("| %s | %.0f | %.2fx | %s |" % (
-                name, v, v / tv, "%.2f" % ms if ms is not None else "-"))
+            out.append("| %s | %.0f | %.2fx | %s | %s |" % (
+                name, v, v / tv, "%.2f" % ms if ms is not None else "-",
+                frac(JPG_UTIL.get(name))))
         out += ["", "SM time: the summed duration of the CUDA kernels "
                 "(torch.profiler/CUPTI, every library) per batch; the "
                 "hardware JPEG engines' work is not kernels."]

@@ -13,7 +13,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libxxhash-dev libtorch-dev libgflags-dev \
   redis-server python3 python3-yaml \
   python3-torch python3-numpy python3-pip python3-setuptools python3-wheel \
-  python3-pil openssl clang-format clang
+  python3-pil openssl clang-format clang libjpeg-dev
 # cache.proto's CacheService from Python (tests/integration/
 # python_grpc_handles_test.py generates its stubs with grpc_tools.protoc).
 $SUDO apt-get install -y -q --no-install-recommends \

@@ -692,6 +692,8 @@ int dlc_cuda_feed_get_stats(dlc_cuda_feed* feed, dlc_cuda_feed_stats* out) {
     out->bytes = s.bytes;
     out->in_flight = s.in_flight;
     out->max_in_flight = s.max_in_flight;
+    out->fetch_ns = s.fetch_ns;
+    out->copy_ns = s.copy_ns;
     return static_cast<int>(DLC_OK);
   });
 }
@@ -755,11 +757,41 @@ int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* up, const char* dataset,
                               const dlc_cuda_jpeg_transform* transform,
                               const dlc_cuda_feed_options* options,
                               dlc_cuda_feed** out) {
+  return dlc_cuda_jpeg_feed_create_workers(up, dataset, &jpeg, nullptr, 1,
+                                           transform, options, out);
+}
+
+int dlc_cuda_jpeg_feed_create_workers(dlc_cuda_uploader* up,
+                                      const char* dataset,
+                                      dlc_cuda_jpeg* const* jpegs,
+                                      void* const* streams, size_t num_workers,
+                                      const dlc_cuda_jpeg_transform* transform,
+                                      const dlc_cuda_feed_options* options,
+                                      dlc_cuda_feed** out) {
   return Errors::Guard([&] {
     if (int rc = CheckFeedArgs(out, up, dataset, options); rc != DLC_OK) {
       return rc;
     }
-    if (jpeg == nullptr) return Errors::NullArg("jpeg");
+    if (jpegs == nullptr) return Errors::NullArg("jpegs");
+    if (num_workers < 1 || num_workers > 64) {
+      return Errors::Fail(
+          DLC_INVALID_ARGUMENT,
+          absl::StrCat("num_workers must be 1 to 64, not ", num_workers));
+    }
+    for (size_t k = 0; k < num_workers; ++k) {
+      if (jpegs[k] == nullptr) {
+        return Errors::Fail(DLC_INVALID_ARGUMENT,
+                            absl::StrCat("jpegs[", k, "] is NULL"));
+      }
+      for (size_t j = 0; j < k; ++j) {
+        if (jpegs[j] == jpegs[k]) {
+          return Errors::Fail(
+              DLC_INVALID_ARGUMENT,
+              absl::StrCat("jpegs[", j, "] and jpegs[", k,
+                           "] are the same handle (one per worker)"));
+        }
+      }
+    }
     if (transform == nullptr) return Errors::NullArg("transform");
     absl::StatusOr<cu::JpegTransform> t =
         dlcache::c_api::ToJpegTransform(*transform);
@@ -776,13 +808,19 @@ int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* up, const char* dataset,
     feed->dataset = dataset;
     feed->jpeg = true;
     feed->shape = *t;
-    CUstream_st* stream = options->stream != nullptr
-                              ? static_cast<CUstream_st*>(options->stream)
-                              : up->stream;
+    CUstream_st* fallback = options->stream != nullptr
+                                ? static_cast<CUstream_st*>(options->stream)
+                                : up->stream;
+    std::vector<cu::FeedPipeline::Copier> copiers;
+    for (size_t k = 0; k < num_workers; ++k) {
+      CUstream_st* stream = streams != nullptr && streams[k] != nullptr
+                                ? static_cast<CUstream_st*>(streams[k])
+                                : fallback;
+      copiers.push_back(cu::JpegFeedCopier(jpegs[k]->pipeline.get(), stream));
+    }
     absl::StatusOr<std::unique_ptr<cu::FeedPipeline>> p =
-        cu::FeedPipeline::Create(
-            fo, FeedFetcher(up, feed->dataset),
-            cu::JpegFeedCopier(jpeg->pipeline.get(), stream));
+        cu::FeedPipeline::Create(fo, FeedFetcher(up, feed->dataset),
+                                 std::move(copiers));
     if (!p.ok()) return Errors::Fail(p.status());
     feed->pipeline = *std::move(p);
     *out = feed.release();

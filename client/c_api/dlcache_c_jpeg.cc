@@ -203,6 +203,12 @@ int dlc_cuda_jpeg_get_stats(dlc_cuda_jpeg* jpeg, dlc_cuda_jpeg_stats* out) {
     out->batched_images = s.decoder.batched_images;
     out->single_images = s.decoder.single_images;
     out->batch_failures = s.decoder.batch_failures;
+    out->planar_images = s.decoder.planar_images;
+    out->parse_ns = s.parse_ns;
+    out->stage_ns = s.stage_ns;
+    out->drain_ns = s.drain_ns;
+    out->decode_ns = s.decode_ns;
+    out->run_ns = s.run_ns;
     return static_cast<int>(DLC_OK);
   });
 }

@@ -71,6 +71,15 @@ FeedPipeline::Copier FeedPipeline::UploaderCopier(CudaUploader* uploader,
 
 absl::StatusOr<std::unique_ptr<FeedPipeline>> FeedPipeline::Create(
     const FeedOptions& options, Fetcher fetcher, Copier copier, Poll poll) {
+  std::vector<Copier> copiers;
+  copiers.push_back(std::move(copier));
+  return Create(options, std::move(fetcher), std::move(copiers),
+                std::move(poll));
+}
+
+absl::StatusOr<std::unique_ptr<FeedPipeline>> FeedPipeline::Create(
+    const FeedOptions& options, Fetcher fetcher, std::vector<Copier> copiers,
+    Poll poll) {
   if (options.depth < 1) {
     return absl::InvalidArgumentError("feed depth must be >= 1");
   }
@@ -78,20 +87,25 @@ absl::StatusOr<std::unique_ptr<FeedPipeline>> FeedPipeline::Create(
       (options.alignment & (options.alignment - 1)) != 0) {
     return absl::InvalidArgumentError("alignment must be a power of two");
   }
-  if (fetcher == nullptr || copier == nullptr) {
+  bool no_copier = copiers.empty();
+  for (const Copier& c : copiers) no_copier |= c == nullptr;
+  if (fetcher == nullptr || no_copier) {
     return absl::InvalidArgumentError("feed needs a fetcher and a copier");
   }
+  const size_t workers = copiers.size();
   std::unique_ptr<FeedPipeline> feed(new FeedPipeline(
-      options, std::move(fetcher), std::move(copier), std::move(poll)));
-  feed->thread_ = std::thread([p = feed.get()] { p->Run(); });
+      options, std::move(fetcher), std::move(copiers), std::move(poll)));
+  for (size_t k = 0; k < workers; ++k) {
+    feed->threads_.emplace_back([p = feed.get(), k] { p->Run(k); });
+  }
   return feed;
 }
 
 FeedPipeline::FeedPipeline(const FeedOptions& options, Fetcher fetcher,
-                           Copier copier, Poll poll)
+                           std::vector<Copier> copiers, Poll poll)
     : options_(options),
       fetcher_(std::move(fetcher)),
-      copier_(std::move(copier)),
+      copiers_(std::move(copiers)),
       poll_(std::move(poll)) {}
 
 FeedPipeline::~FeedPipeline() {
@@ -102,10 +116,13 @@ FeedPipeline::~FeedPipeline() {
     stats_.cancelled += pending_.size();
     pending_.clear();
   }
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
   {
     absl::MutexLock lock(&mu_);
-    left.swap(done_);
+    for (auto& [seq, b] : done_) left.push_back(std::move(b));
+    done_.clear();
     watched_.clear();
   }
   // Nothing may still write into the caller's memory of batches it never
@@ -142,25 +159,28 @@ FeedStats FeedPipeline::stats() const {
 absl::StatusOr<FeedBatch> FeedPipeline::Next(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !done_.empty() || (pending_.empty() && working_ == 0) || stop_;
+    return done_.count(next_out_) > 0 || (pending_.empty() && working_ == 0) ||
+           stop_;
   };
   if (timeout == absl::InfiniteDuration()) {
     mu_.Await(absl::Condition(&ready));
   } else if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
     return absl::DeadlineExceededError("no batch ready yet");
   }
-  if (done_.empty()) {
+  auto it = done_.find(next_out_);
+  if (it == done_.end()) {
     return absl::FailedPreconditionError(stop_ ? "the feed is shut down"
                                                : "no batch submitted");
   }
-  FeedBatch b = std::move(done_.front());
-  done_.pop_front();
+  FeedBatch b = std::move(it->second);
+  done_.erase(it);
+  ++next_out_;
   ++stats_.returned;
   --stats_.in_flight;
   return b;
 }
 
-void FeedPipeline::Run() {
+void FeedPipeline::Run(size_t worker) {
   while (true) {
     Job job;
     {
@@ -195,12 +215,14 @@ void FeedPipeline::Run() {
       if (stop_) return;
       job = std::move(pending_.front());
       pending_.pop_front();
+      job.seq = next_seq_++;
       ++working_;
       ++stats_.started;
       ++stats_.in_flight;
       stats_.max_in_flight = std::max(stats_.max_in_flight, stats_.in_flight);
     }
-    FeedBatch b = Process(std::move(job));
+    const uint64_t seq = job.seq;
+    FeedBatch b = Process(std::move(job), worker);
     {
       absl::MutexLock lock(&mu_);
       if (!b.status.ok()) ++stats_.failed;
@@ -208,20 +230,30 @@ void FeedPipeline::Run() {
         stats_.bytes += b.bytes;
         watched_.push_back(b.copy);
       }
-      done_.push_back(std::move(b));
+      done_.emplace(seq, std::move(b));
       --working_;
     }
   }
 }
 
-FeedBatch FeedPipeline::Process(Job job) {
+FeedBatch FeedPipeline::Process(Job job, size_t worker) {
   FeedBatch b;
   b.tag = job.tag;
   b.data = job.dst;
   b.capacity = job.dst_size;
   b.num_items = job.keys.size();
   b.context = job.context;
-  absl::StatusOr<FeedItems> items = fetcher_(job.keys);
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<FeedItems> items;
+  {
+    absl::MutexLock lock(&fetch_mu_);
+    items = fetcher_(job.keys);
+  }
+  const absl::Time t1 = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.fetch_ns += absl::ToInt64Nanoseconds(t1 - t0);
+  }
   if (!items.ok()) {
     b.status = items.status();
     return b;
@@ -267,8 +299,12 @@ FeedBatch FeedPipeline::Process(Job job) {
   }
   if (n == 0) return b;
   absl::StatusOr<std::shared_ptr<FeedCopy>> copy =
-      copier_(*std::move(items), job.dst, job.dst_size,
-              absl::MakeConstSpan(b.offsets.data(), n));
+      copiers_[worker](*std::move(items), job.dst, job.dst_size,
+                       absl::MakeConstSpan(b.offsets.data(), n));
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.copy_ns += absl::ToInt64Nanoseconds(absl::Now() - t1);
+  }
   if (!copy.ok()) {
     b.status = copy.status();
     return b;

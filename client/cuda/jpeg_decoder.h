@@ -7,9 +7,11 @@
 // OpenNvjpegDecoder(), is nvJPEG loaded with dlopen at run time (nothing
 // of nvJPEG is needed to build: nvjpeg_api.h).
 //
-// Input bytes are host memory (the client's read-only shared memory, read
-// in place); output is interleaved 8-bit RGB (3 bytes a pixel) in device
-// memory the caller owns. Greyscale JPEGs come out as 3 equal channels.
+// Input bytes are host memory; output is device memory the caller owns:
+// planar YCbCr at the JPEG's own subsampling (what the caller converts the
+// way libjpeg does: jpeg_color_math.h) where the caller offers planes and
+// the backend can write them, else interleaved 8-bit RGB (3 bytes a pixel,
+// nvJPEG's own conversion; greyscale as 3 equal channels).
 //
 // Thread safety: a decoder is used by one thread at a time.
 
@@ -30,6 +32,12 @@ struct JpegInfo {
   int width = 0;
   int height = 0;
   int components = 0;  // 1 (grey), 3 (YCbCr), 4 (CMYK/YCCK)
+  // Chroma planes' size in samples (0 for grey) and the subsampling
+  // factors they imply (4:2:0: 2, 2).
+  int chroma_width = 0;
+  int chroma_height = 0;
+  int chroma_fx = 1;
+  int chroma_fy = 1;
 };
 
 struct JpegSource {
@@ -40,10 +48,24 @@ struct JpegSource {
   int components = 0;
 };
 
-// Where one image goes: width * 3 bytes a row, `pitch` bytes apart.
+// Where one image goes: interleaved RGB at `dev` (width * 3 bytes a row,
+// `pitch` bytes apart); and, where planes[0] is set, the planar output the
+// decoder prefers: Y at planes[0] (width x height), Cb and Cr at planes[1]
+// and [2] (chroma_width x chroma_height; for greyscale images as large as
+// Y, in case the library writes them), rows plane_pitch[c] bytes apart.
 struct JpegTarget {
   uint8_t* dev = nullptr;
   size_t pitch = 0;
+  uint8_t* planes[3] = {nullptr, nullptr, nullptr};
+  size_t plane_pitch[3] = {0, 0, 0};
+};
+
+// One image's outcome: its status (INVALID_ARGUMENT for a bitstream
+// nvJPEG rejects) and which output holds it (planar: the target's planes,
+// else its interleaved RGB).
+struct JpegDecodeResult {
+  absl::Status status;
+  bool planar = false;
 };
 
 struct JpegDecoderCounters {
@@ -51,6 +73,7 @@ struct JpegDecoderCounters {
   uint64_t single_images = 0;   // decoded one by one (fallback)
   uint64_t batch_failures = 0;  // batched calls that failed (then single)
   uint64_t failed_images = 0;   // images whose decode failed
+  uint64_t planar_images = 0;   // written as planar YCbCr
 };
 
 class JpegDecoder {
@@ -67,16 +90,15 @@ class JpegDecoder {
                                            size_t size) = 0;
 
   // Decodes images[i] (each Inspect()ed OK) into targets[i], queued on
-  // `stream`; statuses[i] is each image's outcome (INVALID_ARGUMENT for a
-  // bitstream nvJPEG rejects). Returns non-OK only when nothing could be
-  // decoded for a reason that is not an image's (then statuses are
-  // meaningless). Blocks for the host part of the decode; the device part
-  // runs on `stream`, so the sources must stay valid until that work is
-  // done.
+  // `stream`; results[i] is each image's outcome. Returns non-OK only when
+  // nothing could be decoded for a reason that is not an image's (then
+  // results are meaningless). Blocks for the host part of the decode; the
+  // device part runs on `stream`, so the sources must stay valid until
+  // that work is done.
   virtual absl::Status Decode(absl::Span<const JpegSource> images,
                               absl::Span<const JpegTarget> targets,
                               CUstream_st* stream,
-                              absl::Span<absl::Status> statuses) = 0;
+                              absl::Span<JpegDecodeResult> results) = 0;
 
   virtual JpegDecoderCounters counters() const = 0;
 };

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,12 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cuda/jpeg_augment_kernel.h"
+#include "client/cuda/jpeg_color_kernel.h"
 
 namespace dlcache::cuda {
 namespace {
 
 using internal::AugmentParams;
 using internal::AugmentSample;
+using internal::ColorSample;
 using internal::JpegDecoder;
 using internal::JpegSource;
 using internal::JpegTarget;
@@ -111,6 +114,8 @@ class CudaJpegPipeline final : public JpegPipeline {
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (dev_desc_ != nullptr) cudaFree(dev_desc_);
     if (host_desc_ != nullptr) cudaFreeHost(host_desc_);
+    if (dev_color_ != nullptr) cudaFree(dev_color_);
+    if (host_color_ != nullptr) cudaFreeHost(host_color_);
     if (last_done_ != nullptr) cudaEventDestroy(last_done_);
     if (desc_copied_ != nullptr) cudaEventDestroy(desc_copied_);
     // The decoder (and nvJPEG's buffers) go after our memory, while the
@@ -121,6 +126,10 @@ class CudaJpegPipeline final : public JpegPipeline {
   absl::Status Init() {
     const char* env = std::getenv("DLCACHE_JPEG_STAGING");
     stage_input_ = env == nullptr || std::string(env) != "0";
+    // DLCACHE_JPEG_COLOR=nvjpeg: nvJPEG's own RGB conversion (chroma
+    // replicated), e.g. to compare; default: libjpeg's.
+    const char* color = std::getenv("DLCACHE_JPEG_COLOR");
+    planar_ = color == nullptr || std::string(color) != "nvjpeg";
     DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
     DLC_CUDA_RETURN(
         cudaEventCreateWithFlags(&last_done_, cudaEventDisableTiming),
@@ -140,9 +149,13 @@ class CudaJpegPipeline final : public JpegPipeline {
     }
     if (n == 0) return absl::OkStatus();
     DLC_CUDA_RETURN(cudaSetDevice(device_), "cudaSetDevice");
+    Timings times;
+    const int64_t t_start = NowNs();
 
     // Headers: sizes, and which items are JPEGs at all.
+    std::vector<internal::JpegInfo> infos(n);
     std::vector<uint64_t> offset(n, 0);
+    std::vector<uint64_t> plane_offset(n, 0);
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
       results[i] = JpegItemResult{};
@@ -152,6 +165,7 @@ class CudaJpegPipeline final : public JpegPipeline {
         results[i].status = info.status();
         continue;
       }
+      infos[i] = *info;
       results[i].width = info->width;
       results[i].height = info->height;
       results[i].components = info->components;
@@ -167,8 +181,13 @@ class CudaJpegPipeline final : public JpegPipeline {
       offset[i] = total;
       total += AlignUp(static_cast<uint64_t>(info->width) * 3 * info->height,
                        kScratchAlign);
+      if (planar_) {
+        plane_offset[i] = total;
+        total += PlanarBytes(*info);
+      }
     }
 
+    times.parse = NowNs() - t_start;
     // The scratch buffer and the descriptors are reused: this Run's device
     // work starts after the previous Run's.
     DLC_CUDA_RETURN(cudaStreamWaitEvent(stream, last_done_, 0),
@@ -196,13 +215,18 @@ class CudaJpegPipeline final : public JpegPipeline {
       which.push_back(i);
       sources.push_back(
           JpegSource{items[i].data, items[i].size, results[i].components});
-      targets.push_back(JpegTarget{scratch_ + offset[i],
-                                   static_cast<size_t>(results[i].width) * 3});
+      JpegTarget target;
+      target.dev = scratch_ + offset[i];
+      target.pitch = static_cast<size_t>(results[i].width) * 3;
+      if (planar_) PlanarTarget(infos[i], scratch_ + plane_offset[i], target);
+      targets.push_back(target);
     }
     if (stage_input_ && !which.empty()) {
+      const int64_t t0 = NowNs();
       if (absl::Status st = StageInput(sources); !st.ok()) return st;
+      times.stage = NowNs() - t0;
     }
-    std::vector<absl::Status> decoded(which.size());
+    std::vector<internal::JpegDecodeResult> decoded(which.size());
     if (!which.empty()) {
       // nvJPEG's hardware batched decode writes its output when it is
       // called, not in the stream's order (measured on H100 with nvJPEG
@@ -213,15 +237,24 @@ class CudaJpegPipeline final : public JpegPipeline {
       // that never returned, came at a loader's first batch, with nothing
       // of ours queued: this drain is not known to bear on them; see
       // docs/jpeg_pipeline.md.)
+      const int64_t t0 = NowNs();
       DLC_CUDA_RETURN(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      const int64_t t1 = NowNs();
+      times.drain = t1 - t0;
       if (absl::Status st = decoder_->Decode(sources, targets, stream,
                                              absl::MakeSpan(decoded));
           !st.ok()) {
         return st;
       }
+      times.decode = NowNs() - t1;
     }
+    size_t planar_count = 0;
     for (size_t k = 0; k < which.size(); ++k) {
-      if (!decoded[k].ok()) results[which[k]].status = decoded[k];
+      if (!decoded[k].status.ok()) {
+        results[which[k]].status = decoded[k].status;
+      } else if (decoded[k].planar) {
+        ++planar_count;
+      }
     }
 
     // Descriptors, through a pinned buffer the previous copy has left.
@@ -230,8 +263,12 @@ class CudaJpegPipeline final : public JpegPipeline {
       DLC_CUDA_RETURN(cudaEventSynchronize(last_done_), "cudaEventSynchronize");
       if (host_desc_ != nullptr) cudaFreeHost(host_desc_);
       if (dev_desc_ != nullptr) cudaFree(dev_desc_);
+      if (host_color_ != nullptr) cudaFreeHost(host_color_);
+      if (dev_color_ != nullptr) cudaFree(dev_color_);
       host_desc_ = nullptr;
       dev_desc_ = nullptr;
+      host_color_ = nullptr;
+      dev_color_ = nullptr;
       desc_capacity_ = 0;
       const size_t cap = std::max<size_t>(n, 64);
       void* h = nullptr;
@@ -243,7 +280,30 @@ class CudaJpegPipeline final : public JpegPipeline {
       DLC_CUDA_RETURN(cudaMalloc(&d, cap * sizeof(AugmentSample)),
                       "cudaMalloc (descriptors)");
       dev_desc_ = static_cast<AugmentSample*>(d);
+      DLC_CUDA_RETURN(
+          cudaHostAlloc(&h, cap * sizeof(ColorSample), cudaHostAllocDefault),
+          "cudaHostAlloc (colour descriptors)");
+      host_color_ = static_cast<ColorSample*>(h);
+      DLC_CUDA_RETURN(cudaMalloc(&d, cap * sizeof(ColorSample)),
+                      "cudaMalloc (colour descriptors)");
+      dev_color_ = static_cast<ColorSample*>(d);
       desc_capacity_ = cap;
+    }
+    // Planar outputs: to interleaved RGB, as libjpeg converts them, in
+    // place of nvJPEG's conversion (which replicates chroma).
+    if (planar_count > 0) {
+      size_t m = 0;
+      for (size_t k = 0; k < which.size(); ++k) {
+        if (!decoded[k].status.ok() || !decoded[k].planar) continue;
+        host_color_[m++] = ColorDescriptor(infos[which[k]], targets[k]);
+      }
+      DLC_CUDA_RETURN(
+          cudaMemcpyAsync(dev_color_, host_color_, m * sizeof(ColorSample),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (colour descriptors)");
+      DLC_CUDA_RETURN(
+          internal::LaunchYccToRgb(dev_color_, static_cast<int32_t>(m), stream),
+          "colour kernel launch");
     }
     uint64_t failed = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -319,9 +379,15 @@ class CudaJpegPipeline final : public JpegPipeline {
     {
       absl::MutexLock lock(&stats_mu_);
       ++stats_.batches;
+      stats_.backend = decoder_->Describe();
       stats_.images += n;
       stats_.failed_images += failed;
       stats_.decoder = decoder_->counters();
+      stats_.parse_ns += times.parse;
+      stats_.stage_ns += times.stage;
+      stats_.drain_ns += times.drain;
+      stats_.decode_ns += times.decode;
+      stats_.run_ns += NowNs() - t_start;
     }
     return absl::OkStatus();
   }
@@ -348,6 +414,69 @@ class CudaJpegPipeline final : public JpegPipeline {
   }
 
  private:
+  struct Timings {
+    int64_t parse = 0, stage = 0, drain = 0, decode = 0;
+  };
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Planes as the decoder writes them: Y, then Cb and Cr at the chroma's
+  // size (as large as Y for greyscale, in case the library writes them).
+  static void PlaneSizes(const internal::JpegInfo& info, uint64_t pitch[3],
+                         uint64_t rows[3]) {
+    pitch[0] = static_cast<uint64_t>(info.width);
+    rows[0] = static_cast<uint64_t>(info.height);
+    const bool chroma =
+        info.components == 3 && info.chroma_width > 0 && info.chroma_height > 0;
+    for (int c = 1; c < 3; ++c) {
+      pitch[c] = chroma ? static_cast<uint64_t>(info.chroma_width) : pitch[0];
+      rows[c] = chroma ? static_cast<uint64_t>(info.chroma_height) : rows[0];
+    }
+  }
+
+  static uint64_t PlanarBytes(const internal::JpegInfo& info) {
+    uint64_t pitch[3], rows[3];
+    PlaneSizes(info, pitch, rows);
+    uint64_t total = 0;
+    for (int c = 0; c < 3; ++c) total += AlignUp(pitch[c] * rows[c], 64);
+    return AlignUp(total, kScratchAlign);
+  }
+
+  static void PlanarTarget(const internal::JpegInfo& info, uint8_t* at,
+                           JpegTarget& target) {
+    uint64_t pitch[3], rows[3];
+    PlaneSizes(info, pitch, rows);
+    for (int c = 0; c < 3; ++c) {
+      target.planes[c] = at;
+      target.plane_pitch[c] = pitch[c];
+      at += AlignUp(pitch[c] * rows[c], 64);
+    }
+  }
+
+  static ColorSample ColorDescriptor(const internal::JpegInfo& info,
+                                     const JpegTarget& target) {
+    ColorSample cs{};
+    cs.y = target.planes[0];
+    cs.cb = target.planes[1];
+    cs.cr = target.planes[2];
+    cs.rgb = target.dev;
+    cs.y_pitch = static_cast<uint32_t>(target.plane_pitch[0]);
+    cs.c_pitch = static_cast<uint32_t>(target.plane_pitch[1]);
+    cs.rgb_pitch = static_cast<uint32_t>(target.pitch);
+    cs.width = info.width;
+    cs.height = info.height;
+    cs.c_width = info.chroma_width;
+    cs.c_height = info.chroma_height;
+    cs.layout = internal::ChromaLayoutFor(info.components, info.chroma_fx,
+                                          info.chroma_fy, info.chroma_width,
+                                          &cs.fx, &cs.fy);
+    return cs;
+  }
+
   // Copies the compressed bytes into pinned memory of our own and points
   // `sources` there. nvJPEG's hardware batched decode hung, at times, on
   // the first batch read in place from dlcached's (CUDA-registered) shared
@@ -432,12 +561,15 @@ class CudaJpegPipeline final : public JpegPipeline {
   const int device_;
   std::unique_ptr<JpegDecoder> decoder_;
   bool stage_input_ = true;
+  bool planar_ = true;
   Staging staging_[2];
   int staging_turn_ = 0;
   uint8_t* scratch_ = nullptr;
   uint64_t scratch_size_ = 0;
   AugmentSample* host_desc_ = nullptr;
   AugmentSample* dev_desc_ = nullptr;
+  ColorSample* host_color_ = nullptr;
+  ColorSample* dev_color_ = nullptr;
   size_t desc_capacity_ = 0;
   cudaEvent_t last_done_ = nullptr;
   cudaEvent_t desc_copied_ = nullptr;

@@ -80,6 +80,13 @@ struct JpegPipelineStats {
   uint64_t images = 0;
   uint64_t failed_images = 0;
   internal::JpegDecoderCounters decoder;
+  // Host time in Run, summed (ns): headers, staging copy, waiting for the
+  // previous Run's device work, inside the decoder, all of Run.
+  uint64_t parse_ns = 0;
+  uint64_t stage_ns = 0;
+  uint64_t drain_ns = 0;
+  uint64_t decode_ns = 0;
+  uint64_t run_ns = 0;
 };
 
 // The completion of device work queued on a stream (a CUDA event).

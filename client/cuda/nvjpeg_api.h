@@ -48,14 +48,23 @@ enum Backend : int {
 // nvjpegOutputFormat_t ("nvJPEG Output Format"): UNCHANGED 0, YUV 1, Y 2,
 // RGB 3, BGR 4, RGBI 5 (interleaved RGB, written to channel[0] only),
 // BGRI 6.
+// YUV: planar, each component at its own (subsampled) size, in
+// channel[0..2]; greyscale: Y only.
 enum OutputFormat : int {
+  kOutputYuv = 1,
   kOutputRgb = 3,
   kOutputRgbi = 5,
 };
 
 // nvjpegChromaSubsampling_t ("nvJPEG Chroma Subsampling"): 444 0, 422 1,
-// 420 2, 440 3, 411 4, 410 5, GRAY 6, 410V 7, UNKNOWN -1. Only logged.
+// 420 2, 440 3, 411 4, 410 5, GRAY 6, 410V 7, UNKNOWN -1.
 using ChromaSubsampling = int;
+constexpr int kCss444 = 0;
+constexpr int kCss422 = 1;
+constexpr int kCss420 = 2;
+constexpr int kCss440 = 3;
+constexpr int kCss411 = 4;
+constexpr int kCss410 = 5;
 constexpr int kCssGray = 6;
 
 // NVJPEG_MAX_COMPONENT.

@@ -6,6 +6,7 @@
 #include <glob.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -265,7 +266,11 @@ class NvjpegDecoder final : public JpegDecoder {
 
   std::string Describe() const override {
     return absl::StrCat("nvjpeg ", lib_->version, " ", BackendName(backend_),
-                        " (", why_, "; ", lib_->path, ")");
+                        " (", why_, "; ", lib_->path, "; colour: ",
+                        planar_batched_
+                            ? "libjpeg's (planar output, fancy upsampling)"
+                            : "nvJPEG's RGB output",
+                        ")");
   }
 
   absl::StatusOr<JpegInfo> Inspect(const uint8_t* data, size_t size) override {
@@ -289,17 +294,23 @@ class NvjpegDecoder final : public JpegDecoder {
     info.width = widths[0];
     info.height = heights[0];
     info.components = comps;
+    if (comps == 3) {
+      info.chroma_width = widths[1];
+      info.chroma_height = heights[1];
+      ChromaFactors(css, info);
+    }
     return info;
   }
 
   absl::Status Decode(absl::Span<const JpegSource> images,
                       absl::Span<const JpegTarget> targets, CUstream_st* stream,
-                      absl::Span<absl::Status> statuses) override {
+                      absl::Span<JpegDecodeResult> results) override {
     const size_t n = images.size();
-    if (targets.size() != n || statuses.size() != n) {
+    if (targets.size() != n || results.size() != n) {
       return absl::InvalidArgumentError("Decode: spans of different sizes");
     }
     if (n == 0) return absl::OkStatus();
+    for (JpegDecodeResult& r : results) r = JpegDecodeResult{};
     // What goes one by one from the start: 4-component images (the
     // batched hardware path takes 1 and 3 components only).
     std::vector<size_t> alone;
@@ -308,9 +319,22 @@ class NvjpegDecoder final : public JpegDecoder {
       (images[i].components == 4 ? alone : batch).push_back(i);
     }
     if (batched_usable_ && !batch.empty()) {
-      absl::Status st = DecodeBatched(images, targets, batch, stream);
+      bool planar = planar_batched_ && AllPlanar(targets, batch);
+      absl::Status st = DecodeBatched(images, targets, batch, planar, stream);
+      if (!st.ok() && planar && !planar_batched_worked_ &&
+          DecodeBatched(images, targets, batch, false, stream).ok()) {
+        // The engines write RGB but not planar output: nvJPEG's own colour
+        // conversion from now on (4:2:0 chroma then differs from
+        // libjpeg's: docs/jpeg_pipeline.md).
+        planar_batched_ = false;
+        planar = false;
+        st = absl::OkStatus();
+        DLC_LOG(WARNING) << "nvJPEG batched decode refused planar YCbCr "
+                            "output: using its RGB output instead";
+      }
       if (st.ok()) {
-        for (size_t i : batch) statuses[i] = absl::OkStatus();
+        planar_batched_worked_ |= planar;
+        Succeeded(batch, planar, results);
         counters_.batched_images += batch.size();
         batch.clear();
         batch_only_failures_ = 0;
@@ -334,8 +358,8 @@ class NvjpegDecoder final : public JpegDecoder {
         }
         if (!colour.empty() && colour.size() < batch.size()) {
           batch.swap(colour);
-          if (DecodeBatched(images, targets, batch, stream).ok()) {
-            for (size_t i : batch) statuses[i] = absl::OkStatus();
+          if (DecodeBatched(images, targets, batch, planar, stream).ok()) {
+            Succeeded(batch, planar, results);
             counters_.batched_images += batch.size();
             batch.clear();
           } else {
@@ -360,16 +384,23 @@ class NvjpegDecoder final : public JpegDecoder {
     }
     const uint64_t failed_before = counters_.failed_images;
     for (size_t i : alone) {
-      nvj::Image img = {};
-      img.channel[0] = targets[i].dev;
-      img.pitch[0] = targets[i].pitch;
-      int st = lib_->decode(single->handle, single->state, images[i].data,
-                            images[i].size, nvj::kOutputRgbi, &img, stream);
+      bool planar = planar_single_ && targets[i].planes[0] != nullptr;
+      int st = DecodeOne(*single, images[i], targets[i], planar, stream);
+      if (st != nvj::kSuccess && planar && !planar_single_worked_ &&
+          DecodeOne(*single, images[i], targets[i], false, stream) ==
+              nvj::kSuccess) {
+        planar_single_ = false;
+        planar = false;
+        st = nvj::kSuccess;
+        DLC_LOG(WARNING) << "nvJPEG single-image decode refused planar "
+                            "YCbCr output: using its RGB output instead";
+      }
       if (st == nvj::kSuccess) {
-        statuses[i] = absl::OkStatus();
+        planar_single_worked_ |= planar;
+        Succeeded({i}, planar, results);
         ++counters_.single_images;
       } else {
-        statuses[i] = ImageError(st, "nvjpegDecode");
+        results[i].status = ImageError(st, "nvjpegDecode");
         ++counters_.failed_images;
       }
     }
@@ -392,20 +423,98 @@ class NvjpegDecoder final : public JpegDecoder {
   JpegDecoderCounters counters() const override { return counters_; }
 
  private:
+  // The subsampling factors of a 3-component image, from nvJPEG's
+  // subsampling code (the plane sizes alone are ambiguous for images a
+  // few pixels wide); from the sizes where the code says nothing.
+  static void ChromaFactors(nvj::ChromaSubsampling css, JpegInfo& info) {
+    switch (css) {
+      case nvj::kCss444:
+        info.chroma_fx = 1, info.chroma_fy = 1;
+        return;
+      case nvj::kCss422:
+        info.chroma_fx = 2, info.chroma_fy = 1;
+        return;
+      case nvj::kCss420:
+        info.chroma_fx = 2, info.chroma_fy = 2;
+        return;
+      case nvj::kCss440:
+        info.chroma_fx = 1, info.chroma_fy = 2;
+        return;
+      case nvj::kCss411:
+        info.chroma_fx = 4, info.chroma_fy = 1;
+        return;
+      case nvj::kCss410:
+        info.chroma_fx = 4, info.chroma_fy = 2;
+        return;
+      default:
+        if (info.chroma_width > 0 && info.chroma_height > 0) {
+          info.chroma_fx =
+              (info.width + info.chroma_width - 1) / info.chroma_width;
+          info.chroma_fy =
+              (info.height + info.chroma_height - 1) / info.chroma_height;
+        }
+    }
+  }
+
+  static bool AllPlanar(absl::Span<const JpegTarget> targets,
+                        const std::vector<size_t>& which) {
+    for (size_t i : which) {
+      if (targets[i].planes[0] == nullptr) return false;
+    }
+    return true;
+  }
+
+  void Succeeded(std::initializer_list<size_t> which, bool planar,
+                 absl::Span<JpegDecodeResult> results) {
+    for (size_t i : which) Mark(i, planar, results);
+  }
+  void Succeeded(const std::vector<size_t>& which, bool planar,
+                 absl::Span<JpegDecodeResult> results) {
+    for (size_t i : which) Mark(i, planar, results);
+  }
+  void Mark(size_t i, bool planar, absl::Span<JpegDecodeResult> results) {
+    results[i].status = absl::OkStatus();
+    results[i].planar = planar;
+    if (planar) ++counters_.planar_images;
+  }
+
+  static nvj::Image Output(const JpegTarget& t, bool planar) {
+    nvj::Image img = {};
+    if (planar) {
+      for (int c = 0; c < 3; ++c) {
+        img.channel[c] = t.planes[c];
+        img.pitch[c] = t.plane_pitch[c];
+      }
+    } else {
+      img.channel[0] = t.dev;
+      img.pitch[0] = t.pitch;
+    }
+    return img;
+  }
+
+  int DecodeOne(Session& session, const JpegSource& image,
+                const JpegTarget& target, bool planar, CUstream_st* stream) {
+    nvj::Image img = Output(target, planar);
+    return lib_->decode(session.handle, session.state, image.data, image.size,
+                        planar ? nvj::kOutputYuv : nvj::kOutputRgbi, &img,
+                        stream);
+  }
+
   // Decodes images[which[k]] into targets[which[k]] in one batched call.
   absl::Status DecodeBatched(absl::Span<const JpegSource> images,
                              absl::Span<const JpegTarget> targets,
-                             const std::vector<size_t>& which,
+                             const std::vector<size_t>& which, bool planar,
                              CUstream_st* stream) {
     const int n = static_cast<int>(which.size());
-    if (n != batch_size_) {
-      int st = lib_->batched_init(main_->handle, main_->state, n, 1,
-                                  nvj::kOutputRgbi);
+    const int format = planar ? nvj::kOutputYuv : nvj::kOutputRgbi;
+    if (n != batch_size_ || format != batch_format_) {
+      int st = lib_->batched_init(main_->handle, main_->state, n, 1, format);
       if (st != nvj::kSuccess) {
         batch_size_ = -1;
         return ImageError(st, "nvjpegDecodeBatchedInitialize");
       }
       batch_size_ = n;
+      batch_format_ = format;
     }
     data_.resize(n);
     lengths_.resize(n);
@@ -414,8 +523,7 @@ class NvjpegDecoder final : public JpegDecoder {
       const size_t i = which[k];
       data_[k] = images[i].data;
       lengths_[k] = images[i].size;
-      outs_[k].channel[0] = targets[i].dev;
-      outs_[k].pitch[0] = targets[i].pitch;
+      outs_[k] = Output(targets[i], planar);
     }
     int st = lib_->batched(main_->handle, main_->state, data_.data(),
                            lengths_.data(), outs_.data(), stream);
@@ -449,6 +557,12 @@ class NvjpegDecoder final : public JpegDecoder {
   bool batch_failure_logged_ = false;
   int batch_only_failures_ = 0;
   int batch_size_ = -1;
+  int batch_format_ = -1;
+  // Planar YCbCr output until a path has shown it cannot write it.
+  bool planar_batched_ = true;
+  bool planar_single_ = true;
+  bool planar_batched_worked_ = false;
+  bool planar_single_worked_ = false;
   std::vector<const unsigned char*> data_;
   std::vector<size_t> lengths_;
   std::vector<nvj::Image> outs_;

@@ -87,6 +87,36 @@ TEST(CudaFeedNoDeviceTest, DocumentedErrors) {
   EXPECT_EQ(feed, nullptr);
   EXPECT_NE(std::string(dlc_cuda_last_error()).find("uploader"),
             std::string::npos);
+  // Several workers: the handles are checked before anything is used
+  // (stand-in pointers, never dereferenced on these paths).
+  auto* up = reinterpret_cast<dlc_cuda_uploader*>(0x10);
+  auto* j1 = reinterpret_cast<dlc_cuda_jpeg*>(0x20);
+  auto* j2 = reinterpret_cast<dlc_cuda_jpeg*>(0x30);
+  dlc_cuda_jpeg* const same[] = {j1, j1};
+  dlc_cuda_jpeg* const with_null[] = {j1, nullptr};
+  dlc_cuda_jpeg* const two[] = {j1, j2};
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create_workers(up, "ds", nullptr, nullptr, 1, &t,
+                                              &o, &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create_workers(up, "ds", two, nullptr, 0, &t, &o,
+                                              &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_cuda_last_error()).find("num_workers"),
+            std::string::npos);
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create_workers(up, "ds", with_null, nullptr, 2,
+                                              &t, &o, &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_cuda_last_error()).find("jpegs[1] is NULL"),
+            std::string::npos);
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create_workers(up, "ds", same, nullptr, 2, &t,
+                                              &o, &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dlc_cuda_last_error()).find("same handle"),
+            std::string::npos);
+  EXPECT_EQ(dlc_cuda_jpeg_feed_create_workers(up, "ds", two, nullptr, 2,
+                                              nullptr, &o, &feed),
+            DLC_INVALID_ARGUMENT);
+  EXPECT_EQ(feed, nullptr);
   const uint64_t idx[] = {0};
   EXPECT_EQ(dlc_cuda_jpeg_feed_submit(nullptr, keys, idx, 1, &t, &x, 4, 0),
             DLC_INVALID_ARGUMENT);

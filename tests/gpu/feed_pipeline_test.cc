@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -205,6 +206,68 @@ TEST_F(FeedPipelineTest, OutputItemSizeAndContextReachTheCopier) {
   EXPECT_EQ(seen_offsets[0], (std::vector<uint64_t>{0, 48, 96}));
   EXPECT_EQ(seen_context[0], ctx.get());
   EXPECT_EQ(live_.load(), 0);
+}
+
+// Two copiers: two threads work on two batches at once (the second
+// batch's copy runs while the first's copier is still blocked), each
+// copier on a thread of its own, and the batches still come out in
+// submission order although the second finished first.
+TEST_F(FeedPipelineTest, SeveralCopiersWorkAtOnceAndKeepTheOrder) {
+  FeedOptions o;
+  o.depth = 4;
+  absl::Notification release_first;
+  absl::Notification second_copied;
+  absl::Mutex tid_mu;
+  std::vector<std::thread::id> tids[2];
+  std::vector<FeedPipeline::Copier> copiers;
+  for (int k = 0; k < 2; ++k) {
+    copiers.push_back(
+        [&, k, base = Copier()](FeedItems items, void* data, uint64_t size,
+                                absl::Span<const uint64_t> offsets) mutable
+        -> absl::StatusOr<std::shared_ptr<FeedCopy>> {
+          {
+            absl::MutexLock lock(&tid_mu);
+            tids[k].push_back(std::this_thread::get_id());
+          }
+          const bool first = items.sizes.size() == 1 && items.sizes[0] == 2;
+          if (first) {
+            release_first.WaitForNotification();
+          } else if (!second_copied.HasBeenNotified()) {
+            second_copied.Notify();
+          }
+          return base(std::move(items), data, size, offsets);
+        });
+  }
+  auto p = FeedPipeline::Create(o, Fetcher(), std::move(copiers));
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::unique_ptr<FeedPipeline> feed = *std::move(p);
+  std::vector<std::byte> a(8), b(8);
+  ASSERT_TRUE(feed->Submit({"k1"}, a.data(), a.size(), 10).ok());  // 2 bytes
+  ASSERT_TRUE(feed->Submit({"k2", "k3"}, b.data(), b.size(), 11).ok());
+  // The second batch is copied while the first's copier still blocks.
+  second_copied.WaitForNotification();
+  EXPECT_EQ(feed->Next(absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  release_first.Notify();
+  auto first = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->tag, 10u);
+  ASSERT_TRUE(first->Wait().ok());
+  auto second = feed->Next(absl::InfiniteDuration());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->tag, 11u);
+  ASSERT_TRUE(second->Wait().ok());
+  EXPECT_EQ(static_cast<int>(b[0]), 2);
+  feed.reset();
+  absl::MutexLock lock(&tid_mu);
+  ASSERT_EQ(tids[0].size() + tids[1].size(), 2u);
+  ASSERT_EQ(tids[0].size(), 1u);
+  ASSERT_EQ(tids[1].size(), 1u);
+  EXPECT_NE(tids[0][0], tids[1][0]);
+  EXPECT_EQ(live_.load(), 0);
+  EXPECT_FALSE(
+      FeedPipeline::Create(o, Fetcher(), std::vector<FeedPipeline::Copier>{})
+          .ok());
 }
 
 // A feed that never idles (batches always pending, depth never reached)

@@ -271,7 +271,8 @@ def main():
                 raise AssertionError("%s: shape %s vs %s" % (
                     name, tuple(ours.shape), tuple(ref.shape)))
             v = psnr(ours, ref)
-            rows.append("%s %.1f" % (name, v))
+            diff = int((ours.int() - ref.int()).abs().max())
+            rows.append("%s %.1f (max diff %d)" % (name, v, diff))
             worst = min(worst, (v, name))
             if name == "grey" and not (torch.equal(ours[0], ours[1]) and
                                        torch.equal(ours[1], ours[2])):
@@ -283,6 +284,22 @@ def main():
                           pil_rgb(imgs[n])) for n in good)
             report("OK" if w2 >= 40 else "FAIL",
                    "PSNR vs PIL with the gpu backend, worst %.1f dB" % w2)
+        # The progressive JPEG takes the one-by-one path (the engines do
+        # not decode progressive); nvJPEG's own RGB conversion, for
+        # comparison (DLCACHE_JPEG_COLOR=nvjpeg).
+        prog = p.identity(imgs["progressive"]).cpu()
+        report("INFO", "PSNR vs PIL, progressive (one by one): %.1f dB" %
+               psnr(prog, pil_rgb(imgs["progressive"])))
+        os.environ["DLCACHE_JPEG_COLOR"] = "nvjpeg"
+        try:
+            nv = Pipeline("auto")
+            vals = ["%s %.1f" % (n, psnr(nv.identity(imgs[n]).cpu(),
+                                         pil_rgb(imgs[n]))) for n in good]
+            nv.close()
+            report("INFO", "PSNR vs PIL with nvJPEG's own RGB conversion "
+                   "(DLCACHE_JPEG_COLOR=nvjpeg)", ", ".join(vals))
+        finally:
+            del os.environ["DLCACHE_JPEG_COLOR"]
         if tio is not None:
             vals = []
             for name in good:

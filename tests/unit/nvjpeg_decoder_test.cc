@@ -7,6 +7,8 @@
 // fallback. The real decode needs a GPU:
 // tests/gpu/jpeg_pipeline_on_device.py.
 
+#include <dlfcn.h>
+
 #include <string>
 #include <vector>
 
@@ -19,6 +21,8 @@ namespace dlcache::cuda::internal {
 namespace {
 
 using ::testing::HasSubstr;
+
+const uint8_t kOk[] = {0xff, 0xd8, 0x00};  // a JPEG to the stand-in
 
 TEST(NvjpegDecoderTest, MissingLibraryIsUnavailableNamingIt) {
   NvjpegOptions o;
@@ -99,21 +103,21 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   const uint8_t corrupt[] = {0xff, 0xd8, 0xee};
   std::vector<JpegSource> src = {{ok, 3, 0}, {ok, 3, 0}};
   std::vector<JpegTarget> dst(2);  // the fake writes nothing
-  std::vector<absl::Status> st(2);
+  std::vector<JpegDecodeResult> st(2);
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
-  EXPECT_TRUE(st[0].ok() && st[1].ok());
+  EXPECT_TRUE(st[0].status.ok() && st[1].status.ok());
   EXPECT_EQ((*d)->counters().batched_images, 2u);
 
   // One corrupt image fails the batched call: the batch is decoded image
   // by image, the corrupt one alone failing.
   src = {{ok, 3, 0}, {corrupt, 3, 0}, {ok, 3, 0}};
   dst.resize(3);
-  st.assign(3, absl::OkStatus());
+  st.assign(3, JpegDecodeResult{});
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
-  EXPECT_TRUE(st[0].ok());
-  EXPECT_EQ(st[1].code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(st[1].message(), HasSubstr("nvjpegDecode"));
-  EXPECT_TRUE(st[2].ok());
+  EXPECT_TRUE(st[0].status.ok());
+  EXPECT_EQ(st[1].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st[1].status.message(), HasSubstr("nvjpegDecode"));
+  EXPECT_TRUE(st[2].status.ok());
   JpegDecoderCounters c = (*d)->counters();
   EXPECT_EQ(c.batch_failures, 1u);
   EXPECT_EQ(c.single_images, 2u);
@@ -122,7 +126,7 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   // Batched decoding is still used afterwards (the data was at fault).
   src = {{ok, 3, 0}};
   dst.resize(1);
-  st.assign(1, absl::OkStatus());
+  st.assign(1, JpegDecodeResult{});
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
   EXPECT_EQ((*d)->counters().batched_images, 3u);
 
@@ -130,9 +134,9 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   // go in one batched call.
   src = {{ok, 3, 3}, {ok, 3, 4}, {ok, 3, 3}};
   dst.resize(3);
-  st.assign(3, absl::UnknownError("unset"));
+  st.assign(3, JpegDecodeResult{absl::UnknownError("unset")});
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
-  EXPECT_TRUE(st[0].ok() && st[1].ok() && st[2].ok());
+  EXPECT_TRUE(st[0].status.ok() && st[1].status.ok() && st[2].status.ok());
   c = (*d)->counters();
   EXPECT_EQ(c.batched_images, 5u);
   EXPECT_EQ(c.single_images, 3u);
@@ -143,9 +147,9 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   const uint8_t grey[] = {0xff, 0xd8, 0x01};
   src = {{ok, 3, 3}, {grey, 3, 1}, {ok, 3, 3}};
   dst.resize(3);
-  st.assign(3, absl::UnknownError("unset"));
+  st.assign(3, JpegDecodeResult{absl::UnknownError("unset")});
   ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
-  EXPECT_TRUE(st[0].ok() && st[1].ok() && st[2].ok());
+  EXPECT_TRUE(st[0].status.ok() && st[1].status.ok() && st[2].status.ok());
   c = (*d)->counters();
   EXPECT_EQ(c.batched_images, 7u);
   EXPECT_EQ(c.single_images, 4u);
@@ -155,6 +159,71 @@ TEST(NvjpegDecoderTest, BatchedDecodeAndOneByOneFallbackWithPerImageStatus) {
   st.resize(2);
   EXPECT_EQ((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NvjpegDecoderTest, PlanarOutputWhereOfferedAndRgbWhereRefused) {
+  auto d = OpenFake("gpu");
+  ASSERT_TRUE(d.ok()) << d.status();
+  JpegInfo info = *(*d)->Inspect(kOk, 3);
+  EXPECT_EQ(info.chroma_width, 2);
+  EXPECT_EQ(info.chroma_height, 1);
+  EXPECT_EQ(info.chroma_fx, 2);  // NVJPEG_CSS_420
+  EXPECT_EQ(info.chroma_fy, 2);
+  EXPECT_THAT((*d)->Describe(), HasSubstr("colour: libjpeg's"));
+
+  // Targets with planes: decoded planar, batched and one by one.
+  uint8_t planes[3];
+  JpegTarget planar;
+  for (int c = 0; c < 3; ++c) planar.planes[c] = &planes[c];
+  const uint8_t corrupt[] = {0xff, 0xd8, 0xee};
+  std::vector<JpegSource> src = {{kOk, 3, 3}, {kOk, 3, 3}};
+  std::vector<JpegTarget> dst = {planar, planar};
+  std::vector<JpegDecodeResult> st(2);
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_TRUE(st[0].status.ok() && st[0].planar && st[1].planar);
+  src = {{kOk, 3, 3}, {corrupt, 3, 3}};
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_TRUE(st[0].status.ok() && st[0].planar);  // alone, planar
+  EXPECT_FALSE(st[1].status.ok());
+  EXPECT_EQ((*d)->counters().planar_images, 3u);
+
+  // A target without planes gets RGB.
+  dst = {planar, JpegTarget{}};
+  src = {{kOk, 3, 3}, {kOk, 3, 3}};
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_TRUE(st[0].status.ok() && !st[0].planar);
+  EXPECT_TRUE(st[1].status.ok() && !st[1].planar);
+}
+
+TEST(NvjpegDecoderTest, EnginesThatRefusePlanarOutputGetRgbFromThenOn) {
+  // The switch lives in the (process-wide) stand-in library.
+  void* lib = dlopen(FAKE_NVJPEG_PATH, RTLD_NOW | RTLD_NOLOAD);
+  auto d = OpenFake("gpu");
+  ASSERT_TRUE(d.ok()) << d.status();
+  if (lib == nullptr) lib = dlopen(FAKE_NVJPEG_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto refuse =
+      reinterpret_cast<void (*)(int)>(dlsym(lib, "fake_nvjpeg_refuse_planar"));
+  ASSERT_NE(refuse, nullptr);
+  refuse(1);
+  uint8_t planes[3];
+  JpegTarget planar;
+  for (int c = 0; c < 3; ++c) planar.planes[c] = &planes[c];
+  std::vector<JpegSource> src = {{kOk, 3, 3}, {kOk, 3, 3}};
+  std::vector<JpegTarget> dst = {planar, planar};
+  std::vector<JpegDecodeResult> st(2);
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  refuse(0);
+  EXPECT_TRUE(st[0].status.ok() && !st[0].planar);
+  EXPECT_TRUE(st[1].status.ok() && !st[1].planar);
+  JpegDecoderCounters c = (*d)->counters();
+  EXPECT_EQ(c.batched_images, 2u);  // no fallback to one by one
+  EXPECT_EQ(c.batch_failures, 0u);
+  EXPECT_THAT((*d)->Describe(), HasSubstr("colour: nvJPEG's RGB output"));
+  // Later batches go straight to RGB, the planes unused.
+  ASSERT_TRUE((*d)->Decode(src, dst, nullptr, absl::MakeSpan(st)).ok());
+  EXPECT_FALSE(st[0].planar);
+  dlclose(lib);
 }
 
 }  // namespace

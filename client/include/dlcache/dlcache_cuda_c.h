@@ -263,6 +263,8 @@ typedef struct {
   uint64_t bytes;    /* queued for copying */
   int in_flight;     /* started, not yet returned */
   int max_in_flight; /* never more than depth */
+  uint64_t fetch_ns; /* time in the fetches (GetBatch), summed */
+  uint64_t copy_ns;  /* time queueing copies (or decoding), summed */
 } dlc_cuda_feed_stats;
 
 void dlc_cuda_feed_options_init(dlc_cuda_feed_options* options);
@@ -417,6 +419,12 @@ typedef struct {
   uint64_t batched_images; /* decoded by nvJPEG's batched call */
   uint64_t single_images;  /* decoded one by one (fallback) */
   uint64_t batch_failures; /* batched calls that failed (then one by one) */
+  uint64_t planar_images;  /* decoded to planar YCbCr and converted to RGB
+                              as libjpeg does (else nvJPEG's RGB output) */
+  /* Host time in the decode calls, summed (ns): parsing headers, copying
+   * the bytes to pinned staging, waiting for the previous batch's device
+   * work, inside nvJPEG, and the whole call. */
+  uint64_t parse_ns, stage_ns, drain_ns, decode_ns, run_ns;
 } dlc_cuda_jpeg_stats;
 
 void dlc_cuda_jpeg_options_init(dlc_cuda_jpeg_options* options);
@@ -505,6 +513,21 @@ int dlc_cuda_jpeg_feed_create(dlc_cuda_uploader* uploader, const char* dataset,
                               const dlc_cuda_jpeg_transform* transform,
                               const dlc_cuda_feed_options* options,
                               dlc_cuda_feed** out);
+
+/* The same with `num_workers` (>= 1) threads: thread k fetches and decodes
+ * the batches it takes with jpegs[k] on streams[k] (NULL, or a NULL
+ * entry: options->stream, else the uploader's), so that several batches
+ * are decoded at once (a decode call blocks its thread for a while:
+ * docs/jpeg_pipeline.md); batches still come out in submission order.
+ * The handles must be distinct; each belongs to its thread as `jpeg`
+ * above. options->depth should be >= num_workers. */
+int dlc_cuda_jpeg_feed_create_workers(dlc_cuda_uploader* uploader,
+                                      const char* dataset,
+                                      dlc_cuda_jpeg* const* jpegs,
+                                      void* const* streams, size_t num_workers,
+                                      const dlc_cuda_jpeg_transform* transform,
+                                      const dlc_cuda_feed_options* options,
+                                      dlc_cuda_feed** out);
 
 /* Queues a batch of n keys with their dataset indices (crop seeds) and
  * transform (copied); dst must hold n samples. DLC_INVALID_ARGUMENT for a

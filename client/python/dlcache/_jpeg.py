@@ -59,7 +59,10 @@ class _JpegStats(ctypes.Structure):
     _fields_ = [("backend", c_char_p), ("batches", c_uint64),
                 ("images", c_uint64), ("failed_images", c_uint64),
                 ("batched_images", c_uint64), ("single_images", c_uint64),
-                ("batch_failures", c_uint64)]
+                ("batch_failures", c_uint64), ("planar_images", c_uint64),
+                ("parse_ns", c_uint64), ("stage_ns", c_uint64),
+                ("drain_ns", c_uint64), ("decode_ns", c_uint64),
+                ("run_ns", c_uint64)]
 
 
 def signatures():
@@ -86,6 +89,9 @@ def signatures():
         "dlc_cuda_jpeg_feed_create": (c_int, [
             c_void_p, c_char_p, c_void_p, P(_JpegTransform), c_void_p,
             P(c_void_p)]),
+        "dlc_cuda_jpeg_feed_create_workers": (c_int, [
+            c_void_p, c_char_p, P(c_void_p), P(c_void_p), c_size_t,
+            P(_JpegTransform), c_void_p, P(c_void_p)]),
         "dlc_cuda_jpeg_feed_submit": (c_int, [
             c_void_p, P(c_char_p), P(c_uint64), c_size_t, P(_JpegTransform),
             c_void_p, c_uint64, c_uint64]),

@@ -176,7 +176,8 @@ class _FeedStats(ctypes.Structure):
     _fields_ = [("submitted", c_uint64), ("started", c_uint64),
                 ("returned", c_uint64), ("failed", c_uint64),
                 ("cancelled", c_uint64), ("bytes", c_uint64),
-                ("in_flight", c_int), ("max_in_flight", c_int)]
+                ("in_flight", c_int), ("max_in_flight", c_int),
+                ("fetch_ns", c_uint64), ("copy_ns", c_uint64)]
 
 
 _declared = {}
@@ -393,11 +394,13 @@ class GpuLoader:
       transform: decode="jpeg"/"nvjpeg" only: applied to each decoded
         batch; in the producer thread, on its stream, or with the C++ feed
         (decode="nvjpeg") in the iterating thread, on its current stream.
-      decode_workers: decode="jpeg" (and decode="nvjpeg" with
-        producer="thread") only: producer threads (>= 1), each fetching and
-        decoding every decode_workers-th batch on a CUDA stream of its own,
-        so that the CPU part of one batch's decode overlaps another's;
-        batches still come out in order.
+      decode_workers: decode="jpeg"/"nvjpeg" only: threads (>= 1), each
+        fetching and decoding every decode_workers-th batch on a CUDA
+        stream of its own, so that one batch's fetch and decode call (which
+        blocks its thread) overlap another's; batches still come out in
+        order. With decode="nvjpeg" and the C++ feed they are the feed's
+        threads, else Python producer threads. None (default): 2 for
+        decode="nvjpeg", 1 for decode="jpeg".
       numa_node: the NUMA node sent to dlcached when the session opens, so
         that the chunks this loader's misses fill land on that node's
         memory (docs/numa.md). None (default) = the CUDA device's own node
@@ -426,7 +429,8 @@ class GpuLoader:
                  client_name: str = "gpu_loader",
                  connect_timeout: float = 20.0, producer: str = "auto",
                  transform: Optional[Callable] = None,
-                 decode_workers: int = 1, numa_node: Optional[int] = None,
+                 decode_workers: Optional[int] = None,
+                 numa_node: Optional[int] = None,
                  targets: Targets = None,
                  target_transform: Optional[Callable] = None,
                  return_keys: bool = False, plan: bool = True,
@@ -441,6 +445,8 @@ class GpuLoader:
             raise ValueError("prefetch must be >= 1")
         if decode not in (None, "jpeg", "nvjpeg"):
             raise ValueError("decode must be None, 'jpeg' or 'nvjpeg'")
+        if decode_workers is None:
+            decode_workers = 2 if decode == "nvjpeg" else 1
         if int(decode_workers) < 1:
             raise ValueError("decode_workers must be >= 1")
         if jpeg is not None and decode != "nvjpeg":
@@ -536,7 +542,8 @@ class GpuLoader:
         self._feed = c_void_p()
         self._stream = None
         self._decode_streams = []
-        self._jpeg_stream = None  # the JPEG feed's
+        self._jpeg_stream = None  # the JPEG feed's (outputs made on it)
+        self._jpeg_streams = []   # one per feed thread
         self.producer = "thread"
         self.fallback_reason = None
         dev = torch.device(device)
@@ -584,8 +591,11 @@ class GpuLoader:
                                     for _ in range(self.decode_workers)]
         jpeg_feed = (decode == "nvjpeg" and producer != "thread" and
                      self._fns.get("dlc_cuda_jpeg_feed_create") is not None)
+        if jpeg_feed and self._fns.get(
+                "dlc_cuda_jpeg_feed_create_workers") is None:
+            self.decode_workers = 1  # a library of one feed thread
         if decode == "nvjpeg" and dev.type == "cuda":
-            self._open_nvjpeg(dev, 1 if jpeg_feed else self.decode_workers)
+            self._open_nvjpeg(dev, self.decode_workers)
             if jpeg_feed and self._jpeg_handles:
                 self._open_jpeg_feed(dev)
             elif producer == "feed":
@@ -634,19 +644,30 @@ class GpuLoader:
         self._var_per_item = 0  # bytes per item to reserve (variable mode)
 
     def _open_jpeg_feed(self, dev):
-        """decode="nvjpeg" through the C++ feed: its thread fetches,
-        decodes and augments `prefetch` batches ahead on a stream of its
-        own, at high priority so that the decode's kernels go ahead of the
-        training step's."""
-        self._jpeg_stream = torch.cuda.Stream(device=dev, priority=-1)
+        """decode="nvjpeg" through the C++ feed: its threads (one per
+        decode worker) fetch, decode and augment `prefetch` batches ahead,
+        each on a stream of its own, at high priority so that the decode's
+        kernels go ahead of the training step's."""
+        k = len(self._jpeg_handles)
+        self._jpeg_streams = [torch.cuda.Stream(device=dev, priority=-1)
+                              for _ in range(k)]
+        self._jpeg_stream = self._jpeg_streams[0]  # outputs are made on it
         fo = _FeedOptions()
         self._fns["dlc_cuda_feed_options_init"](ctypes.byref(fo))
-        fo.depth = self.prefetch
+        fo.depth = max(self.prefetch, k)
         fo.stream = self._jpeg_stream.cuda_stream
         ct = self.jpeg.to_c(self.seed, 0)
-        rc = self._fns["dlc_cuda_jpeg_feed_create"](
-            self._uploader, self._dataset_b, self._jpeg_handles[0],
-            ctypes.byref(ct), ctypes.byref(fo), ctypes.byref(self._feed))
+        if k > 1:
+            rc = self._fns["dlc_cuda_jpeg_feed_create_workers"](
+                self._uploader, self._dataset_b,
+                (c_void_p * k)(*self._jpeg_handles),
+                (c_void_p * k)(*[s.cuda_stream for s in self._jpeg_streams]),
+                k, ctypes.byref(ct), ctypes.byref(fo),
+                ctypes.byref(self._feed))
+        else:
+            rc = self._fns["dlc_cuda_jpeg_feed_create"](
+                self._uploader, self._dataset_b, self._jpeg_handles[0],
+                ctypes.byref(ct), ctypes.byref(fo), ctypes.byref(self._feed))
         if rc != _OK:
             self.close()
             raise _cuda_error(self._fns, rc, "JPEG feed")
@@ -1277,8 +1298,8 @@ class GpuLoader:
             self._stream.synchronize()
         for stream in self._decode_streams:
             stream.synchronize()
-        if self._jpeg_stream is not None:
-            self._jpeg_stream.synchronize()
+        for stream in self._jpeg_streams:
+            stream.synchronize()
         for h in self._jpeg_handles:
             self._fns["dlc_cuda_jpeg_destroy"](h)
         self._jpeg_handles = []

@@ -4,7 +4,9 @@
  * refused (NVJPEG_STATUS_ARCH_MISMATCH, as on a GPU without JPEG engines),
  * other backends are accepted; "JPEGs" are bytes starting with FF D8 (a
  * fixed 4x2 size, 3 components, or 1 after FF D8 01); decodes write
- * nothing (no device memory is touched). Its version comes from a second
+ * nothing (no device memory is touched); planar YUV output (format 1) and
+ * interleaved RGB (5) are taken, unless fake_nvjpeg_refuse_planar() says
+ * the batched call refuses YUV. Its version comes from a second
  * library in the same folder (fake_nvjpeg_dep.c), which is not on the
  * loader's path: the decoder must load it from there. */
 
@@ -15,6 +17,13 @@ int fake_nvjpeg_dep_version(int which);
 static int g_handle;
 static int g_state;
 static int g_batch;
+static int g_refuse_planar_batched;
+
+/* Test control: nonzero makes the batched calls refuse YUV output, as
+ * engines that only write RGB would. */
+void fake_nvjpeg_refuse_planar(int refuse) { g_refuse_planar_batched = refuse; }
+
+static int format_ok(int format) { return format == 5 || format == 1; }
 
 int nvjpegGetProperty(int type, int* value) {
   *value = fake_nvjpeg_dep_version(type);
@@ -50,6 +59,8 @@ int nvjpegGetImageInfo(void* handle, const unsigned char* data, size_t length,
   *subsampling = *components == 1 ? 6 : 2;
   widths[0] = 4;
   heights[0] = 2;
+  widths[1] = widths[2] = *components == 1 ? 0 : 2;
+  heights[1] = heights[2] = *components == 1 ? 0 : 1;
   return 0;
 }
 
@@ -58,7 +69,9 @@ int nvjpegDecode(void* handle, void* state, const unsigned char* data,
                  size_t length, int format, void* image, void* stream) {
   (void)stream;
   (void)image;
-  if (handle != &g_handle || state != &g_state || format != 5) return 2;
+  if (handle != &g_handle || state != &g_state || !format_ok(format)) {
+    return 2;
+  }
   if (length > 2 && data[2] == 0xee) return 3;
   return 0;
 }
@@ -66,10 +79,11 @@ int nvjpegDecode(void* handle, void* state, const unsigned char* data,
 int nvjpegDecodeBatchedInitialize(void* handle, void* state, int batch_size,
                                   int max_cpu_threads, int format) {
   (void)max_cpu_threads;
-  if (handle != &g_handle || state != &g_state || format != 5 ||
+  if (handle != &g_handle || state != &g_state || !format_ok(format) ||
       batch_size < 1) {
     return 2;
   }
+  if (format == 1 && g_refuse_planar_batched) return 9; /* NOT_SUPPORTED */
   g_batch = batch_size;
   return 0;
 }

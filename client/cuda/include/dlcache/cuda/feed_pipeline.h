@@ -1,11 +1,11 @@
 #ifndef DLCACHE_CLIENT_CUDA_INCLUDE_DLCACHE_CUDA_FEED_PIPELINE_H_
 #define DLCACHE_CLIENT_CUDA_INCLUDE_DLCACHE_CUDA_FEED_PIPELINE_H_
 
-// A background feed: a thread of its own fetches the submitted batches
-// (GetBatch) and queues their copies into device memory that the caller
-// gave with each batch, keeping up to `depth` batches ahead of the
-// consumer, so that the server round trip of batch i+1 overlaps the copies
-// of batch i.
+// A background feed: a thread of its own (or several: one per copier
+// given) fetches the submitted batches (GetBatch) and queues their copies
+// into device memory that the caller gave with each batch, keeping up to
+// `depth` batches ahead of the consumer, so that the server round trip of
+// batch i+1 overlaps the copies of batch i.
 //
 //   auto feed = FeedPipeline::Create(options, fetcher, copier);
 //   feed->Submit(keys_0, dst_0, size_0, /*tag=*/0);   // as far ahead as
@@ -18,8 +18,13 @@
 // one bad batch does not stop the feed.
 //
 // The fetch and copy steps are given as functions (the C ABI fetches through
-// dlcache_c.h and copies with a CudaUploader, see UploaderCopier); they are
-// called on the feed's thread only, one batch at a time.
+// dlcache_c.h and copies with a CudaUploader, see UploaderCopier). With one
+// copier they are called on the feed's thread only, one batch at a time.
+// With N copiers (a decoding copier whose call blocks for a while, e.g.
+// the JPEG feed's) N threads each take the next batch, fetch it and copy it
+// with their own copier (copier k on thread k only), so that N batches are
+// worked on at once; fetcher calls are serialised; batches still come out
+// of Next in submission order.
 //
 // Leases: the fetcher's keepalive (which holds the batch's leases) goes to
 // the copier, which releases it once the copies have completed; batches
@@ -40,6 +45,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -132,6 +138,9 @@ struct FeedStats {
   uint64_t bytes = 0;  // queued for copying
   int in_flight = 0;   // started, not yet returned
   int max_in_flight = 0;
+  // Time in the fetcher and in the copier, summed over batches (ns).
+  uint64_t fetch_ns = 0;
+  uint64_t copy_ns = 0;
 };
 
 class FeedPipeline {
@@ -149,6 +158,10 @@ class FeedPipeline {
   // INVALID_ARGUMENT for depth < 1 or a bad alignment. Starts the thread.
   static absl::StatusOr<std::unique_ptr<FeedPipeline>> Create(
       const FeedOptions& options, Fetcher fetcher, Copier copier,
+      Poll poll = nullptr);
+  // One thread per copier (at least one; see the class comment).
+  static absl::StatusOr<std::unique_ptr<FeedPipeline>> Create(
+      const FeedOptions& options, Fetcher fetcher, std::vector<Copier> copiers,
       Poll poll = nullptr);
 
   // A copier over `uploader` (which must outlive the copies): the copies
@@ -191,27 +204,32 @@ class FeedPipeline {
     uint64_t dst_size = 0;
     uint64_t tag = 0;
     std::shared_ptr<void> context;
+    uint64_t seq = 0;  // order among started batches (set when started)
   };
 
-  FeedPipeline(const FeedOptions& options, Fetcher fetcher, Copier copier,
-               Poll poll);
-  void Run();
-  FeedBatch Process(Job job);
+  FeedPipeline(const FeedOptions& options, Fetcher fetcher,
+               std::vector<Copier> copiers, Poll poll);
+  void Run(size_t worker);
+  FeedBatch Process(Job job, size_t worker);
 
   const FeedOptions options_;
-  Fetcher fetcher_;  // feed thread only
-  Copier copier_;    // feed thread only
-  Poll poll_;        // feed thread (and the destructor, after the join)
+  absl::Mutex fetch_mu_;
+  Fetcher fetcher_ ABSL_GUARDED_BY(fetch_mu_);
+  std::vector<Copier> copiers_;  // copiers_[k]: worker thread k only
+  Poll poll_;  // under mu_ (workers), and the destructor after the joins
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Job> pending_ ABSL_GUARDED_BY(mu_);     // submitted, not started
-  int working_ ABSL_GUARDED_BY(mu_) = 0;             // being processed (0/1)
-  std::deque<FeedBatch> done_ ABSL_GUARDED_BY(mu_);  // waiting for Next
+  std::deque<Job> pending_ ABSL_GUARDED_BY(mu_);  // submitted, not started
+  int working_ ABSL_GUARDED_BY(mu_) = 0;          // being processed
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;    // the next started's
+  uint64_t next_out_ ABSL_GUARDED_BY(mu_) = 0;    // the next for Next
+  // Processed, waiting for Next, by seq (a later batch may finish first).
+  std::map<uint64_t, FeedBatch> done_ ABSL_GUARDED_BY(mu_);
   // Copies of returned batches not yet seen complete (for `poll`).
   std::vector<std::shared_ptr<FeedCopy>> watched_ ABSL_GUARDED_BY(mu_);
   FeedStats stats_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace dlcache::cuda
