@@ -408,6 +408,50 @@ class HostPipeline:
 JPG_UTIL = {}  # decode-only row name -> mean JPEG engine utilisation
 
 
+def timed_threads(pipes, t, total, batch, seconds, name):
+    """img/s of len(pipes) threads, thread k decoding batches k, k + K, ...
+    with pipes[k] on a stream of its own (as the JPEG feed's decode
+    threads do); the JPEG engines' utilisation goes to JPG_UTIL[name]."""
+    k = len(pipes)
+    outs = [t.empty(batch, "cuda") for _ in range(k)]
+    streams = [torch.cuda.Stream() for _ in range(k)]
+    starts = list(range(0, total - batch + 1, batch))
+    for j in range(k):  # warm
+        with torch.cuda.stream(streams[j]):
+            pipes[j].run(starts[j % len(starts)], batch, t, outs[j])
+    torch.cuda.synchronize()
+    done = [0] * k
+    stop = threading.Event()
+    errors = []
+
+    def work(j):
+        try:
+            with torch.cuda.stream(streams[j]):
+                i = j
+                while not stop.is_set():
+                    pipes[j].run(starts[i % len(starts)], batch, t, outs[j])
+                    done[j] += batch
+                    i += k
+                streams[j].synchronize()
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+    sampler = UtilSampler()
+    with sampler:
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(k)]
+        for th in threads:
+            th.start()
+        time.sleep(seconds)
+        stop.set()
+        for th in threads:
+            th.join()
+        wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    JPG_UTIL[name] = sampler.jpg_mean()
+    return sum(done) / wall
+
+
 def timed(fn, total, batch, seconds, name=None):
     """img/s of fn(start, n) over batches, for at least `seconds`; the
     JPEG engines' mean utilisation meanwhile goes to JPG_UTIL[name]."""
@@ -497,6 +541,19 @@ def decode_only(blobs, batch, seconds):
         rows.append((name, v, tv,
                      kernel_ms(lambda s, n: p.run(s, n, ident, out), batch)))
         log("decode-only pipeline %s %.0f img/s" % (backend, v))
+        if backend == "auto":
+            # Two handles on two threads, as the JPEG feed's default two
+            # decode threads work.
+            p2 = HostPipeline(backend, blobs)
+            name = "pipeline auto: decode only, 2 threads"
+            v = timed_threads([p, p2], ident, total, batch, seconds, name)
+            rows.append((name, v, tv, None))
+            name = ("pipeline auto: decode + RRC/flip + normalise, bf16 "
+                    "channels_last, 2 threads")
+            v = timed_threads([p, p2], full, total, batch, seconds, name)
+            rows.append((name, v, tv, None))
+            log("decode-only pipeline auto, 2 threads %.0f img/s" % v)
+            p2.close()
         out2 = full.empty(batch, "cuda")
         name = ("pipeline %s: decode + RRC/flip + normalise, bf16 "
                 "channels_last" % backend)

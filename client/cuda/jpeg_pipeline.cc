@@ -125,7 +125,7 @@ class CudaJpegPipeline final : public JpegPipeline {
 
   absl::Status Init() {
     const char* env = std::getenv("DLCACHE_JPEG_STAGING");
-    stage_input_ = env == nullptr || std::string(env) != "0";
+    stage_input_ = env != nullptr && std::string(env) == "1";
     // DLCACHE_JPEG_COLOR=nvjpeg: nvJPEG's own RGB conversion (chroma
     // replicated), e.g. to compare; default: libjpeg's.
     const char* color = std::getenv("DLCACHE_JPEG_COLOR");
@@ -232,11 +232,10 @@ class CudaJpegPipeline final : public JpegPipeline {
       // called, not in the stream's order (measured on H100 with nvJPEG
       // 12.3 to 13.2, pytorch/torchcodec#1634): the previous Run's augment
       // kernel, still queued, could read a scratch buffer already
-      // overwritten. So the stream is drained on the host first. (Our
-      // hangs inside nvjpegDecodeBatched, an internal cuEventSynchronize
-      // that never returned, came at a loader's first batch, with nothing
-      // of ours queued: this drain is not known to bear on them; see
-      // docs/jpeg_pipeline.md.)
+      // overwritten. So the stream is drained on the host first. (Before
+      // this drain, nvjpegDecodeBatched also hung at times, in an internal
+      // cuEventSynchronize that never returned; with it, no hang in 18
+      // loader starts: docs/jpeg_pipeline.md.)
       const int64_t t0 = NowNs();
       DLC_CUDA_RETURN(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       const int64_t t1 = NowNs();
@@ -477,14 +476,15 @@ class CudaJpegPipeline final : public JpegPipeline {
     return cs;
   }
 
-  // Copies the compressed bytes into pinned memory of our own and points
-  // `sources` there. nvJPEG's hardware batched decode hung, at times, on
-  // the first batch read in place from dlcached's (CUDA-registered) shared
-  // memory, inside an internal cuEventSynchronize (H100, nvJPEG 13.0.1,
-  // 2026-12-06); DALI stages its hardware decoder's input the same way.
-  // Two buffers, used in turn, so that the next Run's copy cannot overwrite
+  // DLCACHE_JPEG_STAGING=1: copies the compressed bytes into pinned memory
+  // of our own and points `sources` there, instead of nvJPEG reading them
+  // in place from dlcached's (CUDA-registered) shared memory. Kept to rule
+  // the in-place read out, should nvJPEG's hardware decode hang again: it
+  // did, at times, before the stream drain in Run, reading in place (H100,
+  // nvJPEG 13.0.1); with the drain, 8 of 8 loader starts reading in place
+  // and 10 of 10 staged ran (docs/results/jpeg_2026-12-07.md). Two
+  // buffers, used in turn, so that the next Run's copy cannot overwrite
   // bytes a decode might still read.
-  // DLCACHE_JPEG_STAGING=0 reads in place.
   absl::Status StageInput(std::vector<internal::JpegSource>& sources) {
     uint64_t need = 0;
     for (const internal::JpegSource& s : sources) {
@@ -560,7 +560,7 @@ class CudaJpegPipeline final : public JpegPipeline {
 
   const int device_;
   std::unique_ptr<JpegDecoder> decoder_;
-  bool stage_input_ = true;
+  bool stage_input_ = false;
   bool planar_ = true;
   Staging staging_[2];
   int staging_turn_ = 0;
