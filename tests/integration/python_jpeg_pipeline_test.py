@@ -251,6 +251,44 @@ class JpegFallbackTest(unittest.TestCase):
                                            antialias=False), out)
         self.assertLess(float((out - ref).abs().max()), 1e-5)
 
+    def test_a_feed_that_gives_no_batch_is_reported(self):
+        # A decode thread stuck inside nvJPEG (docs/jpeg_pipeline.md,
+        # Limits) would leave the loop waiting with no word: the loader
+        # warns while it waits. The feed is a stand-in here (no GPU).
+        import ctypes
+        import time
+        from dlcache import torch_gpu
+        ld = loader(RGB[:4])
+        calls = []
+
+        def next_batch(feed, timeout, out):
+            calls.append(timeout)
+            if len(calls) < 6:
+                time.sleep(0.02)
+                return torch_gpu._DEADLINE_EXCEEDED
+            return torch_gpu._OK
+        fns, feed = ld._fns, ld._feed
+        ld._fns = dict(fns, dlc_cuda_feed_next=next_batch)
+        ld._feed = ctypes.c_void_p(1)
+        ld.feed_stats = lambda: {"started": 2, "returned": 0}
+        saved = torch_gpu.FEED_SILENT_WARN_S
+        torch_gpu.FEED_SILENT_WARN_S = 0.03
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                ld._feed_take()
+        finally:
+            torch_gpu.FEED_SILENT_WARN_S = saved
+            ld._fns, ld._feed = fns, feed
+            del ld.feed_stats
+            ld.close()
+        msgs = [str(w.message) for w in seen
+                if "no batch from the feed" in str(w.message)]
+        self.assertGreaterEqual(len(msgs), 1)
+        self.assertIn("'started': 2", msgs[0])
+        self.assertIn("nvJPEG", msgs[0])
+        self.assertEqual(len(calls), 6)
+
     def test_bad_arguments(self):
         with self.assertRaises(ValueError):
             JpegTransform(dtype=torch.int32)

@@ -92,6 +92,7 @@ import math
 import os
 import queue
 import threading
+import time
 import warnings
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -301,6 +302,11 @@ def cuda_upload_available(device=0):
 
 
 _warned = False
+
+
+# Seconds without a batch from the C++ feed before GpuLoader warns (and
+# again every as many seconds): a batch of 256 JPEGs takes ~0.1 s.
+FEED_SILENT_WARN_S = 60.0
 
 
 def _warn_once(message):
@@ -982,8 +988,11 @@ class GpuLoader:
         return x
 
     def _feed_take(self):
-        """The next batch handle of the feed (blocks; the GIL is free)."""
+        """The next batch handle of the feed (blocks; the GIL is free).
+        Says so, every FEED_SILENT_WARN_S seconds, while none comes."""
         fb = c_void_p()
+        t0 = time.monotonic()
+        warned = 0
         while True:
             rc = self._fns["dlc_cuda_feed_next"](self._feed, 0.5,
                                                  ctypes.byref(fb))
@@ -991,6 +1000,17 @@ class GpuLoader:
                 return fb
             if rc != _DEADLINE_EXCEEDED:
                 raise _cuda_error(self._fns, rc, "feed next")
+            waited = time.monotonic() - t0
+            if waited >= FEED_SILENT_WARN_S * (warned + 1):
+                warned += 1
+                warnings.warn(
+                    "dlcache GpuLoader: no batch from the feed for %.0f s "
+                    "(feed %s)%s" % (
+                        waited, self.feed_stats(),
+                        "; a decode thread may be stuck inside nvJPEG "
+                        "(docs/jpeg_pipeline.md, Limits)"
+                        if self.decode == "nvjpeg" else ""),
+                    RuntimeWarning, stacklevel=2)
 
     def _feed_discard(self):
         """Drops every outstanding batch: those not started are cancelled,
