@@ -6,7 +6,6 @@
 #include <glob.h>
 
 #include <cstdlib>
-#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -397,7 +396,7 @@ class NvjpegDecoder final : public JpegDecoder {
       }
       if (st == nvj::kSuccess) {
         planar_single_worked_ |= planar;
-        Succeeded({i}, planar, results);
+        Mark(i, planar, results);
         ++counters_.single_images;
       } else {
         results[i].status = ImageError(st, "nvjpegDecode");
@@ -464,10 +463,6 @@ class NvjpegDecoder final : public JpegDecoder {
     return true;
   }
 
-  void Succeeded(std::initializer_list<size_t> which, bool planar,
-                 absl::Span<JpegDecodeResult> results) {
-    for (size_t i : which) Mark(i, planar, results);
-  }
   void Succeeded(const std::vector<size_t>& which, bool planar,
                  absl::Span<JpegDecodeResult> results) {
     for (size_t i : which) Mark(i, planar, results);
