@@ -426,32 +426,16 @@ class NvjpegDecoder final : public JpegDecoder {
   // subsampling code (the plane sizes alone are ambiguous for images a
   // few pixels wide); from the sizes where the code says nothing.
   static void ChromaFactors(nvj::ChromaSubsampling css, JpegInfo& info) {
-    switch (css) {
-      case nvj::kCss444:
-        info.chroma_fx = 1, info.chroma_fy = 1;
-        return;
-      case nvj::kCss422:
-        info.chroma_fx = 2, info.chroma_fy = 1;
-        return;
-      case nvj::kCss420:
-        info.chroma_fx = 2, info.chroma_fy = 2;
-        return;
-      case nvj::kCss440:
-        info.chroma_fx = 1, info.chroma_fy = 2;
-        return;
-      case nvj::kCss411:
-        info.chroma_fx = 4, info.chroma_fy = 1;
-        return;
-      case nvj::kCss410:
-        info.chroma_fx = 4, info.chroma_fy = 2;
-        return;
-      default:
-        if (info.chroma_width > 0 && info.chroma_height > 0) {
-          info.chroma_fx =
-              (info.width + info.chroma_width - 1) / info.chroma_width;
-          info.chroma_fy =
-              (info.height + info.chroma_height - 1) / info.chroma_height;
-        }
+    // Indexed by nvjpegChromaSubsampling_t: 444, 422, 420, 440, 411, 410.
+    static constexpr int kFactors[][2] = {{1, 1}, {2, 1}, {2, 2},
+                                          {1, 2}, {4, 1}, {4, 2}};
+    if (css >= nvj::kCss444 && css <= nvj::kCss410) {
+      info.chroma_fx = kFactors[css][0];
+      info.chroma_fy = kFactors[css][1];
+    } else if (info.chroma_width > 0 && info.chroma_height > 0) {
+      info.chroma_fx = (info.width + info.chroma_width - 1) / info.chroma_width;
+      info.chroma_fy =
+          (info.height + info.chroma_height - 1) / info.chroma_height;
     }
   }
 

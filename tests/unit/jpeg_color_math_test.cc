@@ -86,15 +86,24 @@ std::vector<uint8_t> Encode(const std::vector<uint8_t>& rgb, int w, int h,
   return out;
 }
 
+// A libjpeg decompressor over `jpeg`, its header read.
+struct Decompressor {
+  jpeg_decompress_struct d{};
+  jpeg_error_mgr err{};
+  explicit Decompressor(const std::vector<uint8_t>& jpeg) {
+    d.err = jpeg_std_error(&err);
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, jpeg.data(), jpeg.size());
+    jpeg_read_header(&d, TRUE);
+  }
+  ~Decompressor() { jpeg_destroy_decompress(&d); }
+};
+
 // libjpeg's RGB, with its defaults (fancy upsampling, the slow integer
 // inverse DCT): what PIL returns.
 std::vector<uint8_t> DecodeRgb(const std::vector<uint8_t>& jpeg) {
-  jpeg_decompress_struct d{};
-  jpeg_error_mgr err{};
-  d.err = jpeg_std_error(&err);
-  jpeg_create_decompress(&d);
-  jpeg_mem_src(&d, jpeg.data(), jpeg.size());
-  jpeg_read_header(&d, TRUE);
+  Decompressor dec(jpeg);
+  jpeg_decompress_struct& d = dec.d;
   d.out_color_space = JCS_RGB;
   jpeg_start_decompress(&d);
   std::vector<uint8_t> px(static_cast<size_t>(d.output_width) *
@@ -105,7 +114,6 @@ std::vector<uint8_t> DecodeRgb(const std::vector<uint8_t>& jpeg) {
     jpeg_read_scanlines(&d, &row, 1);
   }
   jpeg_finish_decompress(&d);
-  jpeg_destroy_decompress(&d);
   return px;
 }
 
@@ -122,12 +130,8 @@ struct Planes {
 // The component planes before upsampling and colour conversion (what
 // nvJPEG's YUV output holds).
 Planes DecodeRaw(const std::vector<uint8_t>& jpeg) {
-  jpeg_decompress_struct d{};
-  jpeg_error_mgr err{};
-  d.err = jpeg_std_error(&err);
-  jpeg_create_decompress(&d);
-  jpeg_mem_src(&d, jpeg.data(), jpeg.size());
-  jpeg_read_header(&d, TRUE);
+  Decompressor dec(jpeg);
+  jpeg_decompress_struct& d = dec.d;
   d.raw_data_out = TRUE;
   jpeg_start_decompress(&d);
   Planes out;
@@ -163,7 +167,6 @@ Planes DecodeRaw(const std::vector<uint8_t>& jpeg) {
     jpeg_read_raw_data(&d, arrays, rows_per_imcu);
   }
   jpeg_finish_decompress(&d);
-  jpeg_destroy_decompress(&d);
   return out;
 }
 
