@@ -16,23 +16,28 @@ batch 256, with:
   gpu_jpeg        GpuLoader(decode="jpeg", decode_workers=2):
                   torchvision.io.decode_jpeg(device="cuda") + a batched GPU
                   RandomResizedCrop/flip (roi_align) in the producer
-  nvjpeg/feed     GpuLoader(decode="nvjpeg",
+  nvjpeg/feedNw   GpuLoader(decode="nvjpeg", decode_workers=N,
                   jpeg=JpegTransform.imagenet(bf16, channels_last)):
                   dlcache's JPEG pipeline (docs/jpeg_pipeline.md) inside
-                  the C++ feed (no Python code per batch but submit/take)
-  nvjpeg/thread   the same pipeline called from Python producer threads
+                  the C++ feed, N decode threads (--feed-workers, a list;
+                  no Python code per batch but submit/take)
+  nvjpeg/threadNw the same pipeline called from Python producer threads
                   (producer="thread", --decode-workers of them)
 
 Columns: img/s, fraction of compute-bound, GPU utilisation (NVML, through
 torch.cuda.utilization, sampled every 50 ms while measuring; "-" without
 pynvml) and GPU busy fraction (CUDA events around each step), host wait per
-step. --cores runs the feeds once per CPU set: "all", or a list such as
+step, and the JPEG engines' utilisation (NVML). Each nvjpeg row also
+logs the host time per batch in each step (fetch, parse, drain, the
+decode call). --repeat K makes each nvjpeg row K times, a new loader
+each time (a probe for start-up hangs). --cores runs the feeds once per CPU set: "all", or a list such as
 "0-3" (every thread of this process is pinned, as `taskset -c 0-3` would;
 dlcached, a separate daemon, is not; default "all;0-3"). Then decode-only img/s of the
 pipeline (hardware and GPU backends) against
 torchvision.io.decode_jpeg(device="cuda") on the same files, and decode +
 RandomResizedCrop + normalise of each, with the GPU kernel time (SM time)
-per batch from torch.profiler.
+per batch from torch.profiler and the JPEG engines' utilisation, and the
+pipeline on two threads (two handles), as the feed's decode threads run.
 
   python3 bench/jpeg_pipeline_bench.py            # GPU machine, ~4 min
   python3 bench/jpeg_pipeline_bench.py --quick    # ~90 s
