@@ -34,7 +34,7 @@
 // FeedOptions::poll_interval so that leases go back without waiting for
 // the consumer.
 //
-// Destruction stops the thread (after the batch it is working on), drops
+// Destruction stops the threads (after the batches they work on), drops
 // the submitted batches not started, waits (blocking) for the copies of
 // the batches not yet returned by Next, and calls `poll` once more. Copies
 // of batches already returned are the consumer's (FeedBatch keeps them).
@@ -155,7 +155,8 @@ class FeedPipeline {
       absl::Span<const uint64_t> offsets)>;
   using Poll = absl::AnyInvocable<void()>;
 
-  // INVALID_ARGUMENT for depth < 1 or a bad alignment. Starts the thread.
+  // INVALID_ARGUMENT for depth < 1, a bad alignment or a null function.
+  // Starts the thread.
   static absl::StatusOr<std::unique_ptr<FeedPipeline>> Create(
       const FeedOptions& options, Fetcher fetcher, Copier copier,
       Poll poll = nullptr);
