@@ -291,10 +291,14 @@ def train(name, batches, prep, args, device, model):
          "jpg": sampler.jpg_mean() if cuda else None,
          "wait_ms": wait / args.steps * 1e3}
     log("%-14s %8.0f img/s  busy %s  util %s  jpg %s  wait %.1f ms/step" % (
-        name, r["img_s"], "%.2f" % busy if busy is not None else "-",
-        "%.2f" % r["util"] if r["util"] is not None else "-",
-        "%.2f" % r["jpg"] if r["jpg"] is not None else "-", r["wait_ms"]))
+        name, r["img_s"], cell(busy), cell(r["util"]), cell(r["jpg"]),
+        r["wait_ms"]))
     return r
+
+
+def cell(v):
+    """A table cell: two decimals, "-" when not measured."""
+    return "%.2f" % v if v is not None else "-"
 
 
 def time_split(js, fs):
@@ -457,7 +461,7 @@ def timed_threads(pipes, t, total, batch, seconds, name):
     return sum(done) / wall
 
 
-def timed(fn, total, batch, seconds, name=None):
+def timed(fn, total, batch, seconds, name):
     """img/s of fn(start, n) over batches, for at least `seconds`; the
     JPEG engines' mean utilisation meanwhile goes to JPG_UTIL[name]."""
     fn(0, batch)  # warm
@@ -474,8 +478,7 @@ def timed(fn, total, batch, seconds, name=None):
             if time.perf_counter() - t0 >= seconds:
                 break
         rate = n / (time.perf_counter() - t0)
-    if name is not None:
-        JPG_UTIL[name] = sampler.jpg_mean()
+    JPG_UTIL[name] = sampler.jpg_mean()
     return rate
 
 
@@ -553,11 +556,11 @@ def decode_only(blobs, batch, seconds):
             name = "pipeline auto: decode only, 2 threads"
             v = timed_threads([p, p2], ident, total, batch, seconds, name)
             rows.append((name, v, tv, None))
+            log("decode-only pipeline auto, 2 threads %.0f img/s" % v)
             name = ("pipeline auto: decode + RRC/flip + normalise, bf16 "
                     "channels_last, 2 threads")
             v = timed_threads([p, p2], full, total, batch, seconds, name)
             rows.append((name, v, tv, None))
-            log("decode-only pipeline auto, 2 threads %.0f img/s" % v)
             p2.close()
         out2 = full.empty(batch, "cuda")
         name = ("pipeline %s: decode + RRC/flip + normalise, bf16 "
@@ -749,13 +752,10 @@ def main():
            "| feed | cores | img/s | of compute-bound | GPU util (NVML) | "
            "GPU busy (events) | JPEG engines (NVML) | host wait ms/step |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
-
-    def frac(v):
-        return "%.2f" % v if v is not None else "-"
     for r in rows:
         out.append("| %s | %s | %.0f | %.2f | %s | %s | %s | %.1f |" % (
             r["name"], r["cores"], r["img_s"], r["img_s"] / ref,
-            frac(r["util"]), frac(r["busy"]), frac(r.get("jpg")),
+            cell(r["util"]), cell(r["busy"]), cell(r.get("jpg")),
             r["wait_ms"]))
     for spec in core_sets:
         cpus = parse_cpus(spec)
@@ -783,8 +783,7 @@ def main():
             "|---|---:|---:|---:|---:|"]
         for name, v, tv, ms in dec_rows:
             out.append("| %s | %.0f | %.2fx | %s | %s |" % (
-                name, v, v / tv, "%.2f" % ms if ms is not None else "-",
-                frac(JPG_UTIL.get(name))))
+                name, v, v / tv, cell(ms), cell(JPG_UTIL.get(name))))
         out += ["", "SM time: the summed duration of the CUDA kernels "
                 "(torch.profiler/CUPTI, every library) per batch; the "
                 "hardware JPEG engines' work is not kernels."]

@@ -222,9 +222,12 @@ void FeedPipeline::Run(size_t worker) {
       stats_.max_in_flight = std::max(stats_.max_in_flight, stats_.in_flight);
     }
     const uint64_t seq = job.seq;
-    FeedBatch b = Process(std::move(job), worker);
+    StepTimes times;
+    FeedBatch b = Process(std::move(job), worker, times);
     {
       absl::MutexLock lock(&mu_);
+      stats_.fetch_ns += absl::ToInt64Nanoseconds(times.fetch);
+      stats_.copy_ns += absl::ToInt64Nanoseconds(times.copy);
       if (!b.status.ok()) ++stats_.failed;
       if (b.copy != nullptr) {
         stats_.bytes += b.bytes;
@@ -236,7 +239,7 @@ void FeedPipeline::Run(size_t worker) {
   }
 }
 
-FeedBatch FeedPipeline::Process(Job job, size_t worker) {
+FeedBatch FeedPipeline::Process(Job job, size_t worker, StepTimes& times) {
   FeedBatch b;
   b.tag = job.tag;
   b.data = job.dst;
@@ -250,10 +253,7 @@ FeedBatch FeedPipeline::Process(Job job, size_t worker) {
     items = fetcher_(job.keys);
   }
   const absl::Time t1 = absl::Now();
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.fetch_ns += absl::ToInt64Nanoseconds(t1 - t0);
-  }
+  times.fetch = t1 - t0;
   if (!items.ok()) {
     b.status = items.status();
     return b;
@@ -301,10 +301,7 @@ FeedBatch FeedPipeline::Process(Job job, size_t worker) {
   absl::StatusOr<std::shared_ptr<FeedCopy>> copy =
       copiers_[worker](*std::move(items), job.dst, job.dst_size,
                        absl::MakeConstSpan(b.offsets.data(), n));
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.copy_ns += absl::ToInt64Nanoseconds(absl::Now() - t1);
-  }
+  times.copy = absl::Now() - t1;
   if (!copy.ok()) {
     b.status = copy.status();
     return b;

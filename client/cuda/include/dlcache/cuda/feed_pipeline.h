@@ -210,8 +210,14 @@ class FeedPipeline {
 
   FeedPipeline(const FeedOptions& options, Fetcher fetcher,
                std::vector<Copier> copiers, Poll poll);
+  // Time a batch spent in the fetcher and in the copier.
+  struct StepTimes {
+    absl::Duration fetch;
+    absl::Duration copy;
+  };
+
   void Run(size_t worker);
-  FeedBatch Process(Job job, size_t worker);
+  FeedBatch Process(Job job, size_t worker, StepTimes& times);
 
   const FeedOptions options_;
   absl::Mutex fetch_mu_;
